@@ -1,0 +1,25 @@
+cmake_minimum_required(VERSION 3.25)  # script mode: use current policies
+# Builds TARGET in BUILD_DIR from SOURCE. SOURCE's "// expect: " lines say what must happen: the
+# single line "compiles", or regexes that the compiler's output must all match after the build fails.
+file(STRINGS ${SOURCE} EXPECT REGEX "^// expect: ")
+list(TRANSFORM EXPECT REPLACE "^// expect: " "")
+if(NOT EXPECT)
+  message(FATAL_ERROR "${SOURCE} has no '// expect:' line")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${TARGET}
+                RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+if(EXPECT STREQUAL "compiles")
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "control case ${TARGET} must compile but did not:\n${output}")
+  endif()
+  return()
+endif()
+if(result EQUAL 0)
+  message(FATAL_ERROR "${TARGET} compiled, but it must not")
+endif()
+foreach(regex IN LISTS EXPECT)
+  if(NOT output MATCHES "${regex}")
+    message(FATAL_ERROR "${TARGET} failed to compile, but without the expected message '${regex}':\n${output}")
+  endif()
+endforeach()
+message(STATUS "${TARGET} failed to compile as expected")

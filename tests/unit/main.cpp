@@ -1,0 +1,3 @@
+// The doctest runner of the unit tier.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
