@@ -1,10 +1,10 @@
 cmake_minimum_required(VERSION 3.25)  # script mode: use current policies
-# Code blocks in PAGES (a list of Markdown files) that follow a marker
+# Code blocks in ROOT/README.md and ROOT/docs/*.md that follow a marker
 #   <!-- snippet: file.cpp#region -->
-# must equal the region between "// [start:region]" and "// [end:region]" of EXAMPLES/file.cpp.
+# must equal the region between "// [start:region]" and "// [end:region]" of ROOT/examples/file.cpp.
 # MODE=check fails on a difference; MODE=write rewrites the blocks.
 function(read_region file region out)
-  file(READ ${EXAMPLES}/${file} source)
+  file(READ ${ROOT}/examples/${file} source)
   set(start_marker "// [start:${region}]\n")
   string(FIND "${source}" "${start_marker}" start)
   string(FIND "${source}" "// [end:${region}]" end)
@@ -18,6 +18,8 @@ function(read_region file region out)
   set(${out} "${text}" PARENT_SCOPE)
 endfunction()
 
+file(GLOB PAGES ${ROOT}/docs/*.md)
+list(APPEND PAGES ${ROOT}/README.md)
 set(stale "")
 foreach(page IN LISTS PAGES)
   file(READ ${page} text)
