@@ -5,5 +5,8 @@
 
 #include "dtype.hpp"
 #include "error.hpp"
+#include "model.hpp"
+#include "presets.hpp"
+#include "tensors.hpp"
 #include "units.hpp"
 #include "version.hpp"

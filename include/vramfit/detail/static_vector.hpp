@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+// A fixed-capacity vector for constant expressions: structural when T is, so ledgers built from it
+// can be template arguments and static constexpr members.
+#pragma once
+
+#include <cstddef>
+
+#include "../error.hpp"
+
+namespace vramfit::detail {
+
+namespace rules {
+[[noreturn]] inline void static_vector_capacity_exceeded(std::size_t capacity) {
+  raise("internal ledger capacity of " + std::to_string(capacity) + " entries exceeded");
+}
+}  // namespace rules
+
+template <class T, std::size_t Capacity>
+struct static_vector {
+  T items[Capacity] = {};
+  std::size_t count = 0;
+
+  constexpr void push_back(const T& item) {
+    if (count == Capacity) rules::static_vector_capacity_exceeded(Capacity);
+    items[count++] = item;
+  }
+  [[nodiscard]] constexpr std::size_t size() const { return count; }
+  [[nodiscard]] constexpr bool empty() const { return count == 0; }
+  constexpr const T* begin() const { return items; }
+  constexpr const T* end() const { return items + count; }
+  constexpr T* begin() { return items; }
+  constexpr T* end() { return items + count; }
+  constexpr const T& operator[](std::size_t i) const { return items[i]; }
+  constexpr T& operator[](std::size_t i) { return items[i]; }
+};
+
+}  // namespace vramfit::detail

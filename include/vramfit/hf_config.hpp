@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+// Run-time import of a Hugging Face config.json into a vramfit::model. Needs nlohmann/json (link
+// vramfit::hf_config); not part of the umbrella header, which depends on Boost only.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "model.hpp"
+
+namespace vramfit {
+namespace detail {
+
+/// Reads fields of one config.json with messages that name the field and the model_type.
+class hf_fields {
+ public:
+  hf_fields(const nlohmann::json& config, std::string model_type)
+      : config_(config), model_type_(std::move(model_type)) {}
+
+  /// The first of `names` that is present and not null, as an integer.
+  [[nodiscard]] std::optional<std::int64_t> optional_int(
+      std::initializer_list<const char*> names) const {
+    for (const char* name : names) {
+      const auto it = config_.find(name);
+      if (it == config_.end() || it->is_null()) continue;
+      if (!it->is_number_integer() && !(it->is_number_float() && is_whole(it->get<double>())))
+        fail(std::string("field '") + name + "' must be an integer, got " + it->dump());
+      return it->is_number_integer() ? it->get<std::int64_t>()
+                                     : static_cast<std::int64_t>(it->get<double>());
+    }
+    return std::nullopt;
+  }
+
+  [[nodiscard]] std::int64_t integer(std::initializer_list<const char*> names) const {
+    if (auto value = optional_int(names)) return *value;
+    fail(std::string("missing field '") + *names.begin() + "'");
+  }
+
+  [[nodiscard]] std::int64_t integer_or(std::initializer_list<const char*> names,
+                                        std::int64_t fallback) const {
+    return optional_int(names).value_or(fallback);
+  }
+
+  [[nodiscard]] bool boolean_or(const char* name, bool fallback) const {
+    const auto it = config_.find(name);
+    if (it == config_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean())
+      fail(std::string("field '") + name + "' must be true or false, got " + it->dump());
+    return it->get<bool>();
+  }
+
+  [[nodiscard]] std::string string_or(const char* name, const char* fallback) const {
+    const auto it = config_.find(name);
+    if (it == config_.end() || it->is_null()) return fallback;
+    if (!it->is_string())
+      fail(std::string("field '") + name + "' must be a string, got " + it->dump());
+    return it->get<std::string>();
+  }
+
+  [[nodiscard]] const nlohmann::json& json() const { return config_; }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    raise("config.json (model_type '" + model_type_ + "'): " + what);
+  }
+
+ private:
+  static bool is_whole(double v) { return v == static_cast<double>(static_cast<std::int64_t>(v)); }
+
+  const nlohmann::json& config_;
+  std::string model_type_;
+};
+
+inline void read_attention(const hf_fields& f, model& m) {
+  m.hidden = f.integer({"hidden_size"});
+  m.layers = f.integer({"num_hidden_layers"});
+  m.heads = f.integer({"num_attention_heads"});
+  m.kv_heads = f.integer_or({"num_key_value_heads"}, m.heads);
+  m.head_dim = f.integer_or({"head_dim"}, m.heads > 0 ? m.hidden / m.heads : 0);
+  m.vocab = f.integer({"vocab_size"});
+}
+
+// Hugging Face LlamaConfig and relatives: configuration_llama.py and siblings.
+inline model read_llama_like(const hf_fields& f, std::string_view type) {
+  model m{};
+  read_attention(f, m);
+  m.ffn = f.integer({"intermediate_size"});
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", type == "gemma2");
+  if (f.boolean_or("attention_bias", false)) m.bias = bias_kind::attention;
+  if (f.boolean_or("mlp_bias", false)) m.bias = bias_kind::all;
+  if (type == "mistral" || type == "mixtral" || type == "phi3")
+    m.sliding_window = f.integer_or({"sliding_window"}, 0);
+  if (type == "mixtral") {
+    m.moe.routed_experts = f.integer({"num_local_experts"});
+    m.moe.top_k = f.integer({"num_experts_per_tok"});
+    m.moe.expert_ffn = m.ffn;
+  } else if (type == "qwen2") {
+    m.bias = bias_kind::qkv;  // Qwen2Attention: q, k and v projections carry biases
+    if (f.boolean_or("use_sliding_window", false))
+      f.fail(
+          "use_sliding_window = true (per-layer windows from max_window_layers) is not modelled");
+  } else if (type == "gemma2") {
+    m.mlp = mlp_kind::geglu;
+    m.norms_per_layer = 4;
+    m.sliding_window = f.integer_or({"sliding_window"}, 0);
+    m.sliding_window_period = 2;  // Gemma2DecoderLayer: even layers use the window
+  } else if (type == "phi3") {
+    m.family = family::phi3;
+  }
+  return m;
+}
+
+inline model read_deepseek(const hf_fields& f) {
+  model m{};
+  read_attention(f, m);
+  m.ffn = f.integer({"intermediate_size"});
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  m.mla = {.q_lora_rank = f.integer_or({"q_lora_rank"}, 0),
+           .kv_lora_rank = f.integer({"kv_lora_rank"}),
+           .qk_nope_head_dim = f.integer({"qk_nope_head_dim"}),
+           .qk_rope_head_dim = f.integer({"qk_rope_head_dim"}),
+           .v_head_dim = f.integer({"v_head_dim"})};
+  m.head_dim = m.mla.qk_rope_head_dim;  // DeepseekV3Config.head_dim: the rotary part
+  m.moe = {.routed_experts = f.integer({"n_routed_experts"}),
+           .top_k = f.integer({"num_experts_per_tok"}),
+           .shared_experts = f.integer_or({"n_shared_experts"}, 0),
+           .expert_ffn = f.integer({"moe_intermediate_size"}),
+           .first_dense_layers = f.integer_or({"first_k_dense_replace"}, 0),
+           .router_score_bias = f.string_or("topk_method", "") == "noaux_tc"};
+  if (const std::int64_t freq = f.integer_or({"moe_layer_freq"}, 1); freq != 1)
+    f.fail("moe_layer_freq = " + str(freq) + " is not modelled (only every layer, 1)");
+  return m;
+}
+
+inline model read_gpt2(const hf_fields& f) {
+  model m{.family = family::gpt2,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .bias = bias_kind::all,
+          .positions = position_kind::learned};
+  m.hidden = f.integer({"n_embd", "hidden_size"});
+  m.layers = f.integer({"n_layer", "num_hidden_layers"});
+  m.heads = m.kv_heads = f.integer({"n_head", "num_attention_heads"});
+  m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
+  m.ffn = f.integer_or({"n_inner"}, 4 * m.hidden);  // GPT2MLP: n_inner or 4 * n_embd
+  m.vocab = f.integer({"vocab_size"});
+  m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  return m;
+}
+
+// FalconConfig (configuration_falcon.py); older RefinedWeb configs spell some fields
+// n_head/n_layer.
+inline model read_falcon(const hf_fields& f) {
+  model m{.family = family::falcon,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .norms_per_layer = 1};
+  m.hidden = f.integer({"hidden_size"});
+  m.layers = f.integer({"num_hidden_layers", "n_layer"});
+  m.heads = f.integer({"num_attention_heads", "n_head"});
+  m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
+  m.vocab = f.integer({"vocab_size"});
+  m.ffn = f.integer_or({"ffn_hidden_size"}, 4 * m.hidden);
+  if (f.boolean_or("new_decoder_architecture", false)) {
+    m.kv_heads = f.integer({"num_kv_heads", "n_head_kv"});
+    m.norms_per_layer = 2;
+  } else {
+    m.kv_heads = f.boolean_or("multi_query", true) ? 1 : m.heads;
+  }
+  m.parallel_block = f.boolean_or("parallel_attn", true);
+  m.bias = f.boolean_or("bias", false) ? bias_kind::all : bias_kind::none;
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  return m;
+}
+
+inline model read_bert(const hf_fields& f) {
+  model m{.family = family::bert,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .bias = bias_kind::all,
+          .tied_embeddings = true,
+          .positions = position_kind::learned};
+  read_attention(f, m);
+  m.kv_heads = m.heads;
+  m.ffn = f.integer({"intermediate_size"});
+  m.max_positions = f.integer({"max_position_embeddings"});
+  m.encoder.token_types = f.integer({"type_vocab_size"});
+  m.encoder.pooler = true;  // BertModel(add_pooling_layer=True)
+  return m;
+}
+
+// ViTConfig; counted as torchvision's VisionTransformer (the same tensors, fused Q/K/V).
+inline model read_vit(const hf_fields& f) {
+  model m{.family = family::vit,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .bias = bias_kind::all,
+          .positions = position_kind::learned};
+  m.hidden = f.integer({"hidden_size"});
+  m.layers = f.integer({"num_hidden_layers"});
+  m.heads = m.kv_heads = f.integer({"num_attention_heads"});
+  m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
+  m.ffn = f.integer({"intermediate_size"});
+  m.encoder.image_size = f.integer({"image_size"});
+  m.encoder.patch_size = f.integer({"patch_size"});
+  m.encoder.channels = f.integer_or({"num_channels"}, 3);
+  const auto labels = f.json().find("id2label");
+  m.encoder.classes = labels != f.json().end() && labels->is_object()
+                          ? static_cast<std::int64_t>(labels->size())
+                          : f.integer({"num_labels"});
+  if (m.encoder.patch_size > 0) {
+    const std::int64_t side = m.encoder.image_size / m.encoder.patch_size;
+    m.max_positions = side * side + 1;  // patches + class token
+  }
+  return m;
+}
+
+}  // namespace detail
+
+/// The model_type values model_from_hf_config reads.
+inline constexpr const char* hf_model_types[] = {"gpt2",        "llama",       "mistral", "mixtral",
+                                                 "qwen2",       "gemma2",      "phi3",    "falcon",
+                                                 "deepseek_v2", "deepseek_v3", "bert",    "vit"};
+
+/// A model from a parsed config.json; `name` labels it in reports and errors. Throws
+/// vramfit::error naming the missing or invalid field, or the broken rule.
+inline model model_from_hf_config(const nlohmann::json& config, std::string_view name = "config") {
+  if (!config.is_object()) detail::raise("config.json must be a JSON object");
+  const auto type_field = config.find("model_type");
+  if (type_field == config.end() || !type_field->is_string())
+    detail::raise("config.json: missing field 'model_type' (a string such as \"llama\")");
+  const std::string type = type_field->get<std::string>();
+  const detail::hf_fields fields(config, type);
+  model m{};
+  if (type == "llama" || type == "mistral" || type == "mixtral" || type == "qwen2" ||
+      type == "gemma2" || type == "phi3") {
+    m = detail::read_llama_like(fields, type);
+  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+    m = detail::read_deepseek(fields);
+  } else if (type == "gpt2") {
+    m = detail::read_gpt2(fields);
+  } else if (type == "falcon" || type == "RefinedWeb" || type == "RefinedWebModel") {
+    m = detail::read_falcon(fields);
+  } else if (type == "bert") {
+    m = detail::read_bert(fields);
+  } else if (type == "vit") {
+    m = detail::read_vit(fields);
+  } else {
+    std::string supported;
+    for (const char* t : hf_model_types)
+      supported += std::string(supported.empty() ? "" : ", ") + t;
+    detail::raise("config.json: model_type '" + type +
+                  "' is not supported; supported: " + supported);
+  }
+  detail::copy_name(m.name, std::string(name).c_str());
+  return validated(m);
+}
+
+/// A model from a config.json file. Throws vramfit::error when the file cannot be read, is not
+/// valid JSON, or does not describe a supported model.
+inline model load_hf_config(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) detail::raise("cannot read '" + path.string() + "'");
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+  if (config.is_discarded()) detail::raise("'" + path.string() + "' is not valid JSON");
+  // ".../Llama-3-8B/config.json" is named after its folder, "llama-3-8b.json" after itself.
+  std::string name = path.stem().string();
+  if (name == "config" && path.has_parent_path()) name = path.parent_path().filename().string();
+  return model_from_hf_config(config, name);
+}
+
+}  // namespace vramfit

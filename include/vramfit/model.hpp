@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+// The description of a model architecture: a structural aggregate (usable as a template argument),
+// its validity rules, and the templated-type front `model_type<model{...}>`.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "error.hpp"
+
+namespace vramfit {
+
+/// The implementation whose tensor names and fused tensors the ledger follows: the same
+/// architecture stores Q, K and V as three tensors in Llama and as one in GPT-2, Falcon and Phi-3,
+/// and per-tensor costs (optimizer step counters, allocator rounding) depend on it.
+enum class family : unsigned char {
+  llama,   ///< Hugging Face Llama, Mistral, Mixtral, Qwen2, Gemma 2, DeepSeek V2/V3 naming
+  phi3,    ///< Hugging Face Phi-3: fused qkv_proj and gate_up_proj
+  gpt2,    ///< Hugging Face GPT-2: fused c_attn, Conv1D layers, learned positions
+  falcon,  ///< Hugging Face Falcon: fused query_key_value, parallel attention + MLP
+  bert,    ///< Hugging Face BertModel: encoder, post-LN, token types, pooler
+  vit,     ///< torchvision VisionTransformer: patch embedding, class token, class head
+};
+
+enum class mlp_kind : unsigned char {
+  gelu,    ///< up, activation, down: 2 matrices
+  swiglu,  ///< silu(gate) * up, down: 3 matrices
+  geglu,   ///< gelu(gate) * up, down: 3 matrices
+};
+
+enum class norm_kind : unsigned char {
+  layernorm,  ///< weight and bias
+  rmsnorm,    ///< weight only
+};
+
+enum class bias_kind : unsigned char {
+  none,
+  qkv,        ///< Q, K and V projections only (Qwen2)
+  attention,  ///< Q, K, V and output projections (Llama with attention_bias)
+  all,        ///< every linear layer (GPT-2, BERT, ViT)
+};
+
+enum class position_kind : unsigned char {
+  rotary,   ///< no parameters
+  learned,  ///< a max_positions x hidden table
+};
+
+/// Mixture of experts. Layers [first_dense_layers, layers) route each token to top_k of
+/// routed_experts experts of width expert_ffn, plus shared_experts always-active experts.
+struct moe_config {
+  std::int64_t routed_experts = 0;  ///< 0: a dense model
+  std::int64_t top_k = 0;
+  std::int64_t shared_experts = 0;
+  std::int64_t expert_ffn = 0;
+  std::int64_t first_dense_layers = 0;
+  /// DeepSeek-V3's e_score_correction_bias: stored per MoE layer, adjusted by the load-balancing
+  /// rule rather than by gradients, so not counted among the trainable parameters.
+  bool router_score_bias = false;
+  friend constexpr bool operator==(const moe_config&, const moe_config&) = default;
+};
+
+/// Multi-head latent attention (DeepSeek-V2 paper, section 2.1).
+struct mla_config {
+  std::int64_t q_lora_rank = 0;   ///< 0: queries come from one full q_proj
+  std::int64_t kv_lora_rank = 0;  ///< 0: not MLA
+  std::int64_t qk_nope_head_dim = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+  friend constexpr bool operator==(const mla_config&, const mla_config&) = default;
+};
+
+/// Encoder-only extras: BERT's token types and pooler, ViT's image geometry and class head.
+struct encoder_config {
+  std::int64_t token_types = 0;
+  bool pooler = false;
+  std::int64_t image_size = 0;
+  std::int64_t patch_size = 0;
+  std::int64_t channels = 0;
+  std::int64_t classes = 0;
+  friend constexpr bool operator==(const encoder_config&, const encoder_config&) = default;
+};
+
+/// A transformer architecture, complete enough to list every parameter tensor exactly.
+struct model {
+  char name[40] = {};
+  vramfit::family family = family::llama;
+  std::int64_t hidden = 0;
+  std::int64_t layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;  ///< may differ from hidden / heads (Gemma 2)
+  std::int64_t ffn = 0;       ///< width of the dense MLP (and of each Mixtral expert)
+  std::int64_t vocab = 0;
+  mlp_kind mlp = mlp_kind::swiglu;
+  norm_kind norm = norm_kind::rmsnorm;
+  std::int64_t norms_per_layer = 2;  ///< 1 for Falcon's parallel block, 4 for Gemma 2
+  bias_kind bias = bias_kind::none;
+  bool tied_embeddings = false;
+  position_kind positions = position_kind::rotary;
+  std::int64_t max_positions = 0;   ///< rows of a learned position table
+  bool parallel_block = false;      ///< attention and MLP read the same normed input (Falcon)
+  std::int64_t sliding_window = 0;  ///< 0: full attention everywhere
+  /// 1: every layer uses the window (Mistral); 2: every other layer from layer 0 (Gemma 2).
+  std::int64_t sliding_window_period = 1;
+  moe_config moe{};
+  mla_config mla{};
+  encoder_config encoder{};
+  /// Checkpoints written by older transformers versions also store each layer's rotary inv_freq
+  /// buffer (head_dim / 2 fp32 values), e.g. Llama-2's safetensors: a checkpoint fact, not one of
+  /// the architecture, and config.json does not say it.
+  bool checkpoint_rotary_buffers = false;
+
+  friend constexpr bool operator==(const model&, const model&) = default;
+
+  [[nodiscard]] constexpr bool is_moe() const { return moe.routed_experts > 0; }
+  [[nodiscard]] constexpr bool is_mla() const { return mla.kv_lora_rank > 0; }
+  [[nodiscard]] constexpr bool is_encoder() const {
+    return family == family::bert || family == family::vit;
+  }
+  /// Whether `layer` routes tokens to experts.
+  [[nodiscard]] constexpr bool is_moe_layer(std::int64_t layer) const {
+    return is_moe() && layer >= moe.first_dense_layers;
+  }
+};
+
+namespace detail {
+template <std::size_t N>
+constexpr void copy_name(char (&to)[N], const char* from) {
+  std::size_t i = 0;
+  for (; i + 1 < N && from[i] != '\0'; ++i) to[i] = from[i];
+  for (; i < N; ++i) to[i] = '\0';
+}
+}  // namespace detail
+
+// --- Validity rules. Each is a function named after the rule: a compile error in a constant
+// expression (the name and the numbers appear in the diagnostic), a vramfit::error at run time.
+namespace detail::rules {
+inline std::string in_model(const model& m) {
+  return std::string("model '") + m.name + "': ";
+}
+[[noreturn]] inline void model_size_must_be_positive(const model& m, const char* field,
+                                                     std::int64_t value) {
+  raise(in_model(m) + field + " must be positive, got " + str(value));
+}
+[[noreturn]] inline void attention_heads_must_be_a_multiple_of_kv_heads(const model& m,
+                                                                        std::int64_t heads,
+                                                                        std::int64_t kv_heads) {
+  raise(in_model(m) + "attention heads (" + str(heads) + ") must be a multiple of KV heads (" +
+        str(kv_heads) + ")");
+}
+[[noreturn]] inline void hidden_must_equal_heads_times_head_dim(const model& m, std::int64_t hidden,
+                                                                std::int64_t heads,
+                                                                std::int64_t head_dim) {
+  raise(in_model(m) + "this family needs hidden (" + str(hidden) + ") = heads (" + str(heads) +
+        ") x head_dim (" + str(head_dim) + ")");
+}
+[[noreturn]] inline void top_k_must_be_between_1_and_routed_experts(const model& m,
+                                                                    std::int64_t top_k,
+                                                                    std::int64_t experts) {
+  raise(in_model(m) + "top-k (" + str(top_k) + ") must be between 1 and the routed experts (" +
+        str(experts) + ")");
+}
+[[noreturn]] inline void dense_layers_must_not_exceed_layers(const model& m, std::int64_t dense,
+                                                             std::int64_t layers) {
+  raise(in_model(m) + "first dense layers (" + str(dense) + ") must not exceed the layers (" +
+        str(layers) + ")");
+}
+[[noreturn]] inline void model_count_must_not_be_negative(const model& m, const char* field,
+                                                          std::int64_t value) {
+  raise(in_model(m) + field + " must not be negative, got " + str(value));
+}
+[[noreturn]] inline void image_size_must_be_a_multiple_of_patch_size(const model& m,
+                                                                     std::int64_t image,
+                                                                     std::int64_t patch) {
+  raise(in_model(m) + "image size (" + str(image) + ") must be a multiple of the patch size (" +
+        str(patch) + ")");
+}
+[[noreturn]] inline void vit_positions_must_be_patches_plus_class_token(const model& m,
+                                                                        std::int64_t positions,
+                                                                        std::int64_t expected) {
+  raise(in_model(m) + "positions (" + str(positions) +
+        ") must be the patches plus the class token (" + str(expected) + ")");
+}
+[[noreturn]] inline void norms_per_layer_must_be_1_to_4(const model& m, std::int64_t norms) {
+  raise(in_model(m) + "norms per layer must be 1 to 4, got " + str(norms));
+}
+[[noreturn]] inline void family_has_a_fixed_layout(const model& m, const char* what) {
+  raise(in_model(m) + "this family's implementation fixes " + what);
+}
+}  // namespace detail::rules
+
+/// Checks every validity rule and returns the model; the first broken rule is an error.
+constexpr const model& validated(const model& m) {
+  using namespace detail::rules;
+  auto positive = [&m](const char* field, std::int64_t value) {
+    if (value <= 0) model_size_must_be_positive(m, field, value);
+  };
+  auto non_negative = [&m](const char* field, std::int64_t value) {
+    if (value < 0) model_count_must_not_be_negative(m, field, value);
+  };
+  positive("hidden size", m.hidden);
+  positive("layers", m.layers);
+  positive("attention heads", m.heads);
+  positive("KV heads", m.kv_heads);
+  positive("head_dim", m.head_dim);
+  // Dense layers need an FFN width; in an all-MoE model only the experts' width matters.
+  if (!m.is_moe() || m.moe.first_dense_layers > 0) positive("FFN size", m.ffn);
+  if (m.family != family::vit) positive("vocabulary size", m.vocab);
+  if (m.heads % m.kv_heads != 0)
+    attention_heads_must_be_a_multiple_of_kv_heads(m, m.heads, m.kv_heads);
+  if (m.norms_per_layer < 1 || m.norms_per_layer > 4)
+    norms_per_layer_must_be_1_to_4(m, m.norms_per_layer);
+  if (m.positions == position_kind::learned)
+    positive("max positions of learned positions", m.max_positions);
+  non_negative("sliding window", m.sliding_window);
+  positive("sliding-window period", m.sliding_window_period);
+
+  const bool fused_classic = m.family == family::gpt2 || m.family == family::falcon ||
+                             m.family == family::bert || m.family == family::vit;
+  if (fused_classic) {
+    if (m.hidden != m.heads * m.head_dim)
+      hidden_must_equal_heads_times_head_dim(m, m.hidden, m.heads, m.head_dim);
+    if (m.mlp != mlp_kind::gelu) family_has_a_fixed_layout(m, "a GELU MLP of 2 matrices");
+    if (m.norm != norm_kind::layernorm) family_has_a_fixed_layout(m, "LayerNorm");
+    if (m.is_moe() || m.is_mla()) family_has_a_fixed_layout(m, "dense attention and MLP");
+  }
+  if (m.family != family::falcon && m.parallel_block)
+    family_has_a_fixed_layout(m, "sequential attention and MLP (parallel blocks are Falcon's)");
+
+  non_negative("routed experts", m.moe.routed_experts);
+  non_negative("shared experts", m.moe.shared_experts);
+  non_negative("first dense layers", m.moe.first_dense_layers);
+  if (m.is_moe()) {
+    if (m.moe.top_k < 1 || m.moe.top_k > m.moe.routed_experts)
+      top_k_must_be_between_1_and_routed_experts(m, m.moe.top_k, m.moe.routed_experts);
+    positive("expert FFN size", m.moe.expert_ffn);
+    if (m.moe.first_dense_layers > m.layers)
+      dense_layers_must_not_exceed_layers(m, m.moe.first_dense_layers, m.layers);
+  }
+  if (m.is_mla()) {
+    non_negative("q LoRA rank", m.mla.q_lora_rank);
+    positive("MLA qk_nope_head_dim", m.mla.qk_nope_head_dim);
+    positive("MLA qk_rope_head_dim", m.mla.qk_rope_head_dim);
+    positive("MLA v_head_dim", m.mla.v_head_dim);
+  }
+  if (m.family == family::bert) positive("token types", m.encoder.token_types);
+  if (m.family == family::vit) {
+    positive("image size", m.encoder.image_size);
+    positive("patch size", m.encoder.patch_size);
+    positive("image channels", m.encoder.channels);
+    positive("classes", m.encoder.classes);
+    if (m.encoder.image_size % m.encoder.patch_size != 0)
+      image_size_must_be_a_multiple_of_patch_size(m, m.encoder.image_size, m.encoder.patch_size);
+    const std::int64_t side = m.encoder.image_size / m.encoder.patch_size;
+    if (m.max_positions != side * side + 1)
+      vit_positions_must_be_patches_plus_class_token(m, m.max_positions, side * side + 1);
+  }
+  return m;
+}
+
+/// A type that names a model: it has `static constexpr model value`.
+template <class T>
+concept Model = requires {
+  { T::value } -> std::convertible_to<model>;
+}
+&&std::same_as<std::remove_cvref_t<decltype(T::value)>, model>;
+
+/// The templated-type front: `model_type<model{...}>` checks the rules at compile time.
+template <model M>
+struct model_type {
+  static constexpr model value = validated(M);
+};
+
+}  // namespace vramfit

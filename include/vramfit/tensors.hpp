@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: MIT
+// The tensor ledger: every parameter tensor of a model (and every stored state tensor) with its
+// name, shape, layers, kind and element count, as the reference implementation allocates them.
+// Totals, per-layer sums, the largest layer and MoE active parameters all derive from it.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "detail/checked.hpp"
+#include "detail/static_vector.hpp"
+#include "model.hpp"
+
+namespace vramfit {
+
+enum class tensor_kind : unsigned char {
+  embedding,  ///< token, position and patch embeddings, ViT's class token
+  attention,
+  mlp,     ///< dense MLPs and always-active shared experts
+  expert,  ///< routed experts
+  norm,
+  head,  ///< output projection, pooler, class head
+  router,
+  adapter,  ///< LoRA adapters
+};
+inline constexpr int tensor_kind_count = 8;
+
+constexpr const char* to_string(tensor_kind kind) {
+  constexpr const char* names[tensor_kind_count] = {"embedding", "attention", "mlp",    "expert",
+                                                    "norm",      "head",      "router", "adapter"};
+  return names[static_cast<int>(kind)];
+}
+
+enum class tensor_role : unsigned char {
+  parameter,  ///< learned by gradients: counted in the parameter count
+  state,      ///< stored (on the device, maybe in the checkpoint) but not learned by gradients
+};
+
+/// One tensor, or the same tensor repeated over a range of layers and experts. The name is the
+/// reference implementation's, with "{layer}" and "{expert}" where the indices go.
+struct tensor_group {
+  char name[80] = {};
+  std::int64_t shape[4] = {};
+  std::int64_t rank = 0;
+  tensor_kind kind = tensor_kind::attention;
+  tensor_role role = tensor_role::parameter;
+  std::int64_t first_layer = 0;
+  std::int64_t layer_count = 0;  ///< 0: not a per-layer tensor
+  std::int64_t experts = 1;      ///< copies per layer (routed experts)
+  std::int64_t state_bits = 0;   ///< element bits of a state tensor (parameters follow the policy)
+  bool in_checkpoint = true;
+
+  /// Elements of one tensor of the group.
+  [[nodiscard]] constexpr std::int64_t elements() const {
+    std::int64_t n = 1;
+    for (std::int64_t i = 0; i < rank; ++i) n = detail::checked_mul(n, shape[i]);
+    return n;
+  }
+  [[nodiscard]] constexpr std::int64_t tensor_count() const {
+    return detail::checked_mul(layer_count > 0 ? layer_count : 1, experts);
+  }
+  [[nodiscard]] constexpr std::int64_t total_elements() const {
+    return detail::checked_mul(elements(), tensor_count());
+  }
+  [[nodiscard]] constexpr bool in_layer(std::int64_t layer) const {
+    return layer_count > 0 && layer >= first_layer && layer < first_layer + layer_count;
+  }
+  /// For a linear weight [out, in]: the rows and columns; other tensors are one row.
+  [[nodiscard]] constexpr std::int64_t rows() const { return rank == 2 ? shape[0] : 1; }
+  [[nodiscard]] constexpr std::int64_t cols() const { return rank == 2 ? shape[1] : elements(); }
+};
+
+/// Every tensor group of a model; 48 groups hold every architecture vramfit describes.
+using tensor_ledger = detail::static_vector<tensor_group, 48>;
+
+namespace detail {
+
+/// Layers [first, first + count); count 0 means "not a per-layer tensor".
+struct layer_range {
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+};
+
+/// Builds a ledger with the reference implementation's names.
+class ledger_builder {
+ public:
+  explicit constexpr ledger_builder(const model& m) : m_(m) {}
+
+  constexpr void add(std::initializer_list<const char*> name_parts,
+                     std::initializer_list<std::int64_t> shape, tensor_kind kind,
+                     layer_range layers = {}, std::int64_t experts = 1) {
+    tensor_group g{};
+    std::size_t end = 0;
+    for (const char* part : name_parts) {
+      for (; *part != '\0'; ++part) {
+        if (end + 1 >= sizeof g.name) rules::static_vector_capacity_exceeded(sizeof g.name);
+        g.name[end++] = *part;
+      }
+    }
+    for (std::int64_t extent : shape) g.shape[g.rank++] = extent;
+    g.kind = kind;
+    g.first_layer = layers.first;
+    g.layer_count = layers.count;
+    g.experts = experts;
+    ledger_.push_back(g);
+  }
+
+  /// A state tensor: stored, not learned.
+  constexpr void add_state(std::initializer_list<const char*> name_parts,
+                           std::initializer_list<std::int64_t> shape, tensor_kind kind,
+                           std::int64_t bits, layer_range layers, bool in_checkpoint) {
+    add(name_parts, shape, kind, layers);
+    tensor_group& g = ledger_[ledger_.size() - 1];
+    g.role = tensor_role::state;
+    g.state_bits = bits;
+    g.in_checkpoint = in_checkpoint;
+  }
+
+  /// A norm: weight, and bias for LayerNorm.
+  constexpr void add_norm(const char* prefix, const char* name, std::int64_t width,
+                          layer_range layers = {}) {
+    add({prefix, name, ".weight"}, {width}, tensor_kind::norm, layers);
+    if (m_.norm == norm_kind::layernorm)
+      add({prefix, name, ".bias"}, {width}, tensor_kind::norm, layers);
+  }
+
+  /// A linear layer stored as [out, in] with an optional bias of `out`.
+  constexpr void add_linear(const char* prefix, const char* name, std::int64_t out, std::int64_t in,
+                            tensor_kind kind, bool bias, layer_range layers = {},
+                            std::int64_t experts = 1) {
+    add({prefix, name, ".weight"}, {out, in}, kind, layers, experts);
+    if (bias) add({prefix, name, ".bias"}, {out}, kind, layers, experts);
+  }
+
+  [[nodiscard]] constexpr const model& m() const { return m_; }
+  [[nodiscard]] constexpr layer_range all_layers() const { return {0, m_.layers}; }
+  [[nodiscard]] constexpr tensor_ledger result() const { return ledger_; }
+
+ private:
+  const model& m_;
+  tensor_ledger ledger_{};
+};
+
+constexpr bool attention_bias(const model& m) {
+  return m.bias != bias_kind::none;
+}
+constexpr bool output_bias(const model& m) {
+  return m.bias == bias_kind::attention || m.bias == bias_kind::all;
+}
+constexpr bool mlp_bias(const model& m) {
+  return m.bias == bias_kind::all;
+}
+
+// Hugging Face Llama and its relatives (modeling_llama.py, modeling_mistral.py,
+// modeling_mixtral.py, modeling_qwen2.py, modeling_gemma2.py, modeling_phi3.py,
+// modeling_deepseek_v3.py).
+constexpr void add_llama_attention(ledger_builder& b, const char* p) {
+  const model& m = b.m();
+  const auto all = b.all_layers();
+  const std::int64_t h = m.hidden;
+  if (m.is_mla()) {  // DeepSeek-V2 paper, section 2.1.2-2.1.3
+    const mla_config& a = m.mla;
+    const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    if (a.q_lora_rank > 0) {
+      b.add_linear(p, "self_attn.q_a_proj", a.q_lora_rank, h, tensor_kind::attention, false, all);
+      b.add_norm(p, "self_attn.q_a_layernorm", a.q_lora_rank, all);
+      b.add_linear(p, "self_attn.q_b_proj", m.heads * qk, a.q_lora_rank, tensor_kind::attention,
+                   false, all);
+    } else {
+      b.add_linear(p, "self_attn.q_proj", m.heads * qk, h, tensor_kind::attention, false, all);
+    }
+    b.add_linear(p, "self_attn.kv_a_proj_with_mqa", a.kv_lora_rank + a.qk_rope_head_dim, h,
+                 tensor_kind::attention, false, all);
+    b.add_norm(p, "self_attn.kv_a_layernorm", a.kv_lora_rank, all);
+    b.add_linear(p, "self_attn.kv_b_proj", m.heads * (a.qk_nope_head_dim + a.v_head_dim),
+                 a.kv_lora_rank, tensor_kind::attention, false, all);
+    b.add_linear(p, "self_attn.o_proj", h, m.heads * a.v_head_dim, tensor_kind::attention, false,
+                 all);
+    return;
+  }
+  const std::int64_t q = m.heads * m.head_dim;
+  const std::int64_t kv = m.kv_heads * m.head_dim;
+  if (m.family == family::phi3) {
+    b.add_linear(p, "self_attn.qkv_proj", q + 2 * kv, h, tensor_kind::attention, attention_bias(m),
+                 all);
+  } else {
+    b.add_linear(p, "self_attn.q_proj", q, h, tensor_kind::attention, attention_bias(m), all);
+    b.add_linear(p, "self_attn.k_proj", kv, h, tensor_kind::attention, attention_bias(m), all);
+    b.add_linear(p, "self_attn.v_proj", kv, h, tensor_kind::attention, attention_bias(m), all);
+  }
+  b.add_linear(p, "self_attn.o_proj", h, q, tensor_kind::attention, output_bias(m), all);
+}
+
+constexpr void add_llama_mlp(ledger_builder& b, const char* p, std::int64_t width, tensor_kind kind,
+                             layer_range layers, std::int64_t experts = 1) {
+  const model& m = b.m();
+  const bool bias = mlp_bias(m);
+  if (m.mlp == mlp_kind::gelu) {
+    b.add_linear(p, "up_proj", width, m.hidden, kind, bias, layers, experts);
+  } else if (m.family == family::phi3) {
+    b.add_linear(p, "gate_up_proj", 2 * width, m.hidden, kind, bias, layers, experts);
+  } else {
+    b.add_linear(p, "gate_proj", width, m.hidden, kind, bias, layers, experts);
+    b.add_linear(p, "up_proj", width, m.hidden, kind, bias, layers, experts);
+  }
+  b.add_linear(p, "down_proj", m.hidden, width, kind, bias, layers, experts);
+}
+
+constexpr void add_llama_moe(ledger_builder& b, const char* p) {
+  const model& m = b.m();
+  const moe_config& e = m.moe;
+  const layer_range moe_layers{e.first_dense_layers, m.layers - e.first_dense_layers};
+  if (moe_layers.count == 0) return;
+  const std::int64_t h = m.hidden;
+  // Mixtral names its experts w1 (gate), w3 (up), w2 (down) under block_sparse_moe; DeepSeek uses
+  // mlp.experts.{e}.gate_proj/up_proj/down_proj beside mlp.shared_experts.
+  if (e.shared_experts == 0 && !m.is_mla()) {
+    b.add_linear(p, "block_sparse_moe.gate", e.routed_experts, h, tensor_kind::router, false,
+                 moe_layers);
+    const char* ep = "block_sparse_moe.experts.{expert}.";
+    b.add({p, ep, "w1.weight"}, {e.expert_ffn, h}, tensor_kind::expert, moe_layers,
+          e.routed_experts);
+    b.add({p, ep, "w3.weight"}, {e.expert_ffn, h}, tensor_kind::expert, moe_layers,
+          e.routed_experts);
+    b.add({p, ep, "w2.weight"}, {h, e.expert_ffn}, tensor_kind::expert, moe_layers,
+          e.routed_experts);
+    return;
+  }
+  b.add_linear(p, "mlp.gate", e.routed_experts, h, tensor_kind::router, false, moe_layers);
+  if (e.router_score_bias) {
+    // DeepSeek-V3 modeling: MoEGate.e_score_correction_bias, fp32, updated by the aux-loss-free
+    // balancing rule (DeepSeek-V3 report, section 2.1.2), not by gradients.
+    b.add_state({p, "mlp.gate.e_score_correction_bias"}, {e.routed_experts}, tensor_kind::router,
+                32, moe_layers, true);
+  }
+  b.add({p, "mlp.experts.{expert}.gate_proj.weight"}, {e.expert_ffn, h}, tensor_kind::expert,
+        moe_layers, e.routed_experts);
+  b.add({p, "mlp.experts.{expert}.up_proj.weight"}, {e.expert_ffn, h}, tensor_kind::expert,
+        moe_layers, e.routed_experts);
+  b.add({p, "mlp.experts.{expert}.down_proj.weight"}, {h, e.expert_ffn}, tensor_kind::expert,
+        moe_layers, e.routed_experts);
+  if (e.shared_experts > 0) {
+    // One MLP of width shared_experts x expert_ffn (DeepseekV3MoE.shared_experts).
+    add_llama_mlp(b, "model.layers.{layer}.mlp.shared_experts.", e.shared_experts * e.expert_ffn,
+                  tensor_kind::mlp, moe_layers);
+  }
+}
+
+constexpr tensor_ledger llama_tensors(const model& m) {
+  ledger_builder b(m);
+  const auto all = b.all_layers();
+  const char* p = "model.layers.{layer}.";
+  b.add({"model.embed_tokens.weight"}, {m.vocab, m.hidden}, tensor_kind::embedding);
+  constexpr const char* norm_names[4] = {"input_layernorm", "post_attention_layernorm",
+                                         "pre_feedforward_layernorm", "post_feedforward_layernorm"};
+  for (std::int64_t i = 0; i < m.norms_per_layer; ++i) b.add_norm(p, norm_names[i], m.hidden, all);
+  add_llama_attention(b, p);
+  const std::int64_t dense_layers = m.is_moe() ? m.moe.first_dense_layers : m.layers;
+  if (dense_layers > 0)
+    add_llama_mlp(b, "model.layers.{layer}.mlp.", m.ffn, tensor_kind::mlp, {0, dense_layers});
+  if (m.is_moe()) add_llama_moe(b, p);
+  if (m.checkpoint_rotary_buffers) {
+    b.add_state({p, "self_attn.rotary_emb.inv_freq"}, {m.head_dim / 2}, tensor_kind::attention, 32,
+                all, true);
+  }
+  b.add_norm("model.", "norm", m.hidden);
+  if (!m.tied_embeddings) b.add({"lm_head.weight"}, {m.vocab, m.hidden}, tensor_kind::head);
+  return b.result();
+}
+
+// Hugging Face GPT-2 (modeling_gpt2.py): Conv1D weights are stored [in, out].
+constexpr tensor_ledger gpt2_tensors(const model& m) {
+  ledger_builder b(m);
+  const auto all = b.all_layers();
+  const std::int64_t h = m.hidden;
+  const char* p = "transformer.h.{layer}.";
+  b.add({"transformer.wte.weight"}, {m.vocab, h}, tensor_kind::embedding);
+  b.add({"transformer.wpe.weight"}, {m.max_positions, h}, tensor_kind::embedding);
+  b.add_norm(p, "ln_1", h, all);
+  b.add({p, "attn.c_attn.weight"}, {h, 3 * h}, tensor_kind::attention, all);
+  b.add({p, "attn.c_attn.bias"}, {3 * h}, tensor_kind::attention, all);
+  b.add({p, "attn.c_proj.weight"}, {h, h}, tensor_kind::attention, all);
+  b.add({p, "attn.c_proj.bias"}, {h}, tensor_kind::attention, all);
+  // The causal mask buffer, bool, 1 x 1 x positions x positions per layer; the original
+  // checkpoint stores it (which is why the Hub shows 137M for the 124M model).
+  b.add_state({p, "attn.bias"}, {1, 1, m.max_positions, m.max_positions}, tensor_kind::attention, 8,
+              all, true);
+  b.add_norm(p, "ln_2", h, all);
+  b.add({p, "mlp.c_fc.weight"}, {h, m.ffn}, tensor_kind::mlp, all);
+  b.add({p, "mlp.c_fc.bias"}, {m.ffn}, tensor_kind::mlp, all);
+  b.add({p, "mlp.c_proj.weight"}, {m.ffn, h}, tensor_kind::mlp, all);
+  b.add({p, "mlp.c_proj.bias"}, {h}, tensor_kind::mlp, all);
+  b.add_norm("transformer.", "ln_f", h);
+  if (!m.tied_embeddings) b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head);
+  return b.result();
+}
+
+// Hugging Face Falcon (modeling_falcon.py): fused query_key_value with kv_heads K and V heads.
+constexpr tensor_ledger falcon_tensors(const model& m) {
+  ledger_builder b(m);
+  const auto all = b.all_layers();
+  const std::int64_t h = m.hidden;
+  const bool bias = m.bias != bias_kind::none;
+  const char* p = "transformer.h.{layer}.";
+  b.add({"transformer.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding);
+  if (m.norms_per_layer == 1) {
+    b.add_norm(p, "input_layernorm", h, all);
+  } else {  // new_decoder_architecture: separate norms for the attention and MLP inputs
+    b.add_norm(p, "ln_attn", h, all);
+    b.add_norm(p, "ln_mlp", h, all);
+  }
+  b.add_linear(p, "self_attention.query_key_value", (m.heads + 2 * m.kv_heads) * m.head_dim, h,
+               tensor_kind::attention, bias, all);
+  b.add_linear(p, "self_attention.dense", h, h, tensor_kind::attention, bias, all);
+  b.add_linear(p, "mlp.dense_h_to_4h", m.ffn, h, tensor_kind::mlp, bias, all);
+  b.add_linear(p, "mlp.dense_4h_to_h", h, m.ffn, tensor_kind::mlp, bias, all);
+  b.add_norm("transformer.", "ln_f", h);
+  if (!m.tied_embeddings) b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head);
+  return b.result();
+}
+
+// Hugging Face BertModel (modeling_bert.py), post-LN, with its pooler.
+constexpr tensor_ledger bert_tensors(const model& m) {
+  ledger_builder b(m);
+  const auto all = b.all_layers();
+  const std::int64_t h = m.hidden;
+  const char* p = "encoder.layer.{layer}.";
+  b.add({"embeddings.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding);
+  b.add({"embeddings.position_embeddings.weight"}, {m.max_positions, h}, tensor_kind::embedding);
+  b.add({"embeddings.token_type_embeddings.weight"}, {m.encoder.token_types, h},
+        tensor_kind::embedding);
+  b.add_norm("embeddings.", "LayerNorm", h);
+  b.add_linear(p, "attention.self.query", h, h, tensor_kind::attention, true, all);
+  b.add_linear(p, "attention.self.key", h, h, tensor_kind::attention, true, all);
+  b.add_linear(p, "attention.self.value", h, h, tensor_kind::attention, true, all);
+  b.add_linear(p, "attention.output.dense", h, h, tensor_kind::attention, true, all);
+  b.add_norm(p, "attention.output.LayerNorm", h, all);
+  b.add_linear(p, "intermediate.dense", m.ffn, h, tensor_kind::mlp, true, all);
+  b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, true, all);
+  b.add_norm(p, "output.LayerNorm", h, all);
+  if (m.encoder.pooler) b.add_linear("", "pooler.dense", h, h, tensor_kind::head, true);
+  return b.result();
+}
+
+// torchvision VisionTransformer (torchvision/models/vision_transformer.py).
+constexpr tensor_ledger vit_tensors(const model& m) {
+  ledger_builder b(m);
+  const auto all = b.all_layers();
+  const std::int64_t h = m.hidden;
+  const encoder_config& e = m.encoder;
+  const std::int64_t patches = (e.image_size / e.patch_size) * (e.image_size / e.patch_size);
+  const char* p = "encoder.layers.encoder_layer_{layer}.";
+  b.add({"class_token"}, {1, 1, h}, tensor_kind::embedding);
+  b.add({"conv_proj.weight"}, {h, e.channels, e.patch_size, e.patch_size}, tensor_kind::embedding);
+  b.add({"conv_proj.bias"}, {h}, tensor_kind::embedding);
+  b.add({"encoder.pos_embedding"}, {1, patches + 1, h}, tensor_kind::embedding);
+  b.add_norm(p, "ln_1", h, all);
+  b.add({p, "self_attention.in_proj_weight"}, {3 * h, h}, tensor_kind::attention, all);
+  b.add({p, "self_attention.in_proj_bias"}, {3 * h}, tensor_kind::attention, all);
+  b.add_linear(p, "self_attention.out_proj", h, h, tensor_kind::attention, true, all);
+  b.add_norm(p, "ln_2", h, all);
+  b.add_linear(p, "mlp.0", m.ffn, h, tensor_kind::mlp, true, all);
+  b.add_linear(p, "mlp.3", h, m.ffn, tensor_kind::mlp, true, all);
+  b.add_norm("encoder.", "ln", h);
+  b.add_linear("", "heads.head", e.classes, h, tensor_kind::head, true);
+  return b.result();
+}
+
+}  // namespace detail
+
+/// Every tensor of `m`, grouped over layers and experts.
+constexpr tensor_ledger tensors(const model& m) {
+  validated(m);
+  switch (m.family) {
+    case family::gpt2:
+      return detail::gpt2_tensors(m);
+    case family::falcon:
+      return detail::falcon_tensors(m);
+    case family::bert:
+      return detail::bert_tensors(m);
+    case family::vit:
+      return detail::vit_tensors(m);
+    case family::llama:
+    case family::phi3:
+      break;
+  }
+  return detail::llama_tensors(m);
+}
+
+// --- What derives from the ledger. ---
+
+/// Parameters: elements of the tensors learned by gradients (the published parameter count).
+constexpr std::int64_t parameters(const tensor_ledger& ledger) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : ledger)
+    if (g.role == tensor_role::parameter) n = detail::checked_add(n, g.total_elements());
+  return n;
+}
+
+/// Parameters of one kind.
+constexpr std::int64_t parameters(const tensor_ledger& ledger, tensor_kind kind) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : ledger)
+    if (g.role == tensor_role::parameter && g.kind == kind)
+      n = detail::checked_add(n, g.total_elements());
+  return n;
+}
+
+/// Parameter tensors: what an optimizer iterates over (per-tensor state such as Adam's step).
+constexpr std::int64_t parameter_tensors(const tensor_ledger& ledger) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : ledger)
+    if (g.role == tensor_role::parameter) n = detail::checked_add(n, g.tensor_count());
+  return n;
+}
+
+/// Elements a checkpoint stores: the parameters plus the persistent state tensors.
+constexpr std::int64_t checkpoint_elements(const tensor_ledger& ledger) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : ledger)
+    if (g.in_checkpoint) n = detail::checked_add(n, g.total_elements());
+  return n;
+}
+
+/// Tensors a checkpoint stores.
+constexpr std::int64_t checkpoint_tensors(const tensor_ledger& ledger) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : ledger)
+    if (g.in_checkpoint) n = detail::checked_add(n, g.tensor_count());
+  return n;
+}
+
+/// Parameters of transformer layer `layer` (embeddings, final norm and head are outside layers).
+constexpr std::int64_t layer_parameters(const tensor_ledger& ledger, std::int64_t layer) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : ledger)
+    if (g.role == tensor_role::parameter && g.in_layer(layer))
+      n = detail::checked_add(n, detail::checked_mul(g.elements(), g.experts));
+  return n;
+}
+
+struct layer_size {
+  std::int64_t layer = 0;
+  std::int64_t parameters = 0;
+  friend constexpr bool operator==(const layer_size&, const layer_size&) = default;
+};
+
+/// The layer with the most parameters (the first of equals).
+constexpr layer_size largest_layer(const tensor_ledger& ledger, std::int64_t layers) {
+  layer_size largest{};
+  for (std::int64_t layer = 0; layer < layers; ++layer) {
+    const std::int64_t n = layer_parameters(ledger, layer);
+    if (n > largest.parameters) largest = {layer, n};
+  }
+  return largest;
+}
+
+/// Parameters one token passes through: every parameter except the routed experts, of which each
+/// MoE layer uses top_k (Mixtral paper, section 2: "13B active parameters").
+constexpr std::int64_t active_parameters(const model& m, const tensor_ledger& ledger) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : ledger) {
+    if (g.role != tensor_role::parameter) continue;
+    if (g.kind == tensor_kind::expert) {
+      const std::int64_t layers = g.layer_count > 0 ? g.layer_count : 1;
+      n = detail::checked_add(
+          n, detail::checked_mul(g.elements(), detail::checked_mul(layers, m.moe.top_k)));
+    } else {
+      n = detail::checked_add(n, g.total_elements());
+    }
+  }
+  return n;
+}
+
+/// One tensor of the ledger, expanded, with its indices filled into its name.
+struct tensor {
+  std::string name;
+  const tensor_group* group;
+  std::int64_t layer;   ///< -1 outside the layers
+  std::int64_t expert;  ///< -1 for a tensor that is not an expert's
+};
+
+namespace detail {
+inline std::string expand_name(const char* pattern, std::int64_t layer, std::int64_t expert) {
+  std::string name = pattern;
+  auto fill = [&name](const std::string& key, std::int64_t value) {
+    if (const auto at = name.find(key); at != std::string::npos)
+      name.replace(at, key.size(), std::to_string(value));
+  };
+  fill("{layer}", layer);
+  fill("{expert}", expert);
+  return name;
+}
+}  // namespace detail
+
+/// Calls `visit(const tensor&)` for every tensor of the ledger, one by one, in ledger order.
+template <class Visitor>
+void for_each_tensor(const tensor_ledger& ledger, Visitor&& visit) {
+  for (const tensor_group& g : ledger) {
+    const std::int64_t layers = g.layer_count > 0 ? g.layer_count : 1;
+    for (std::int64_t l = 0; l < layers; ++l) {
+      const std::int64_t layer = g.layer_count > 0 ? g.first_layer + l : -1;
+      for (std::int64_t e = 0; e < g.experts; ++e) {
+        const std::int64_t expert = g.kind == tensor_kind::expert ? e : -1;
+        visit(tensor{detail::expand_name(g.name, layer, expert), &g, layer, expert});
+      }
+    }
+  }
+}
+
+}  // namespace vramfit
