@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "detail/name.hpp"
 #include "error.hpp"
 
 namespace vramfit {
@@ -124,15 +125,6 @@ struct model {
     return is_moe() && layer >= moe.first_dense_layers;
   }
 };
-
-namespace detail {
-template <std::size_t N>
-constexpr void copy_name(char (&to)[N], const char* from) {
-  std::size_t i = 0;
-  for (; i + 1 < N && from[i] != '\0'; ++i) to[i] = from[i];
-  for (; i < N; ++i) to[i] = '\0';
-}
-}  // namespace detail
 
 // --- Validity rules. Each is a function named after the rule: a compile error in a constant
 // expression (the name and the numbers appear in the diagnostic), a vramfit::error at run time.

@@ -37,6 +37,16 @@ enum class tensor_role : unsigned char {
   state,      ///< stored (on the device, maybe in the checkpoint) but not learned by gradients
 };
 
+/// How tensor parallelism splits a tensor (Megatron-LM tensor_parallel/layers.py).
+enum class tp_split : unsigned char {
+  replicated,  ///< norms, routers, MLA's down-projections, row-parallel biases
+  output,      ///< column-parallel: the output features (Q, MLP up/gate, their biases)
+  input,       ///< row-parallel: the input features (attention output, MLP down)
+  vocab,       ///< vocabulary-parallel embedding and head rows
+  kv,          ///< K or V: whole heads, replicated when the TP degree exceeds the KV heads
+  qkv,         ///< fused Q, K, V: the Q part as `output`, the K and V parts as `kv`
+};
+
 /// One tensor, or the same tensor repeated over a range of layers and experts. The name is the
 /// reference implementation's, with "{layer}" and "{expert}" where the indices go.
 struct tensor_group {
@@ -50,6 +60,7 @@ struct tensor_group {
   std::int64_t experts = 1;      ///< copies per layer (routed experts)
   std::int64_t state_bits = 0;   ///< element bits of a state tensor (parameters follow the policy)
   bool in_checkpoint = true;
+  tp_split split = tp_split::replicated;
 
   /// Elements of one tensor of the group.
   [[nodiscard]] constexpr std::int64_t elements() const {
@@ -89,7 +100,8 @@ class ledger_builder {
 
   constexpr void add(std::initializer_list<const char*> name_parts,
                      std::initializer_list<std::int64_t> shape, tensor_kind kind,
-                     layer_range layers = {}, std::int64_t experts = 1) {
+                     layer_range layers = {}, std::int64_t experts = 1,
+                     tp_split split = tp_split::replicated) {
     tensor_group g{};
     std::size_t end = 0;
     for (const char* part : name_parts) {
@@ -103,6 +115,7 @@ class ledger_builder {
     g.first_layer = layers.first;
     g.layer_count = layers.count;
     g.experts = experts;
+    g.split = split;
     ledger_.push_back(g);
   }
 
@@ -125,12 +138,15 @@ class ledger_builder {
       add({prefix, name, ".bias"}, {width}, tensor_kind::norm, layers);
   }
 
-  /// A linear layer stored as [out, in] with an optional bias of `out`.
+  /// A linear layer stored as [out, in] with an optional bias of `out`. A row-parallel layer's
+  /// bias is replicated; every other split applies to the bias as to the weight.
   constexpr void add_linear(const char* prefix, const char* name, std::int64_t out, std::int64_t in,
                             tensor_kind kind, bool bias, layer_range layers = {},
-                            std::int64_t experts = 1) {
-    add({prefix, name, ".weight"}, {out, in}, kind, layers, experts);
-    if (bias) add({prefix, name, ".bias"}, {out}, kind, layers, experts);
+                            tp_split split = tp_split::replicated, std::int64_t experts = 1) {
+    add({prefix, name, ".weight"}, {out, in}, kind, layers, experts, split);
+    if (bias)
+      add({prefix, name, ".bias"}, {out}, kind, layers, experts,
+          split == tp_split::input ? tp_split::replicated : split);
   }
 
   [[nodiscard]] constexpr const model& m() const { return m_; }
@@ -166,45 +182,51 @@ constexpr void add_llama_attention(ledger_builder& b, const char* p) {
       b.add_linear(p, "self_attn.q_a_proj", a.q_lora_rank, h, tensor_kind::attention, false, all);
       b.add_norm(p, "self_attn.q_a_layernorm", a.q_lora_rank, all);
       b.add_linear(p, "self_attn.q_b_proj", m.heads * qk, a.q_lora_rank, tensor_kind::attention,
-                   false, all);
+                   false, all, tp_split::output);
     } else {
-      b.add_linear(p, "self_attn.q_proj", m.heads * qk, h, tensor_kind::attention, false, all);
+      b.add_linear(p, "self_attn.q_proj", m.heads * qk, h, tensor_kind::attention, false, all,
+                   tp_split::output);
     }
     b.add_linear(p, "self_attn.kv_a_proj_with_mqa", a.kv_lora_rank + a.qk_rope_head_dim, h,
                  tensor_kind::attention, false, all);
     b.add_norm(p, "self_attn.kv_a_layernorm", a.kv_lora_rank, all);
     b.add_linear(p, "self_attn.kv_b_proj", m.heads * (a.qk_nope_head_dim + a.v_head_dim),
-                 a.kv_lora_rank, tensor_kind::attention, false, all);
+                 a.kv_lora_rank, tensor_kind::attention, false, all, tp_split::output);
     b.add_linear(p, "self_attn.o_proj", h, m.heads * a.v_head_dim, tensor_kind::attention, false,
-                 all);
+                 all, tp_split::input);
     return;
   }
   const std::int64_t q = m.heads * m.head_dim;
   const std::int64_t kv = m.kv_heads * m.head_dim;
   if (m.family == family::phi3) {
     b.add_linear(p, "self_attn.qkv_proj", q + 2 * kv, h, tensor_kind::attention, attention_bias(m),
-                 all);
+                 all, tp_split::qkv);
   } else {
-    b.add_linear(p, "self_attn.q_proj", q, h, tensor_kind::attention, attention_bias(m), all);
-    b.add_linear(p, "self_attn.k_proj", kv, h, tensor_kind::attention, attention_bias(m), all);
-    b.add_linear(p, "self_attn.v_proj", kv, h, tensor_kind::attention, attention_bias(m), all);
+    b.add_linear(p, "self_attn.q_proj", q, h, tensor_kind::attention, attention_bias(m), all,
+                 tp_split::output);
+    b.add_linear(p, "self_attn.k_proj", kv, h, tensor_kind::attention, attention_bias(m), all,
+                 tp_split::kv);
+    b.add_linear(p, "self_attn.v_proj", kv, h, tensor_kind::attention, attention_bias(m), all,
+                 tp_split::kv);
   }
-  b.add_linear(p, "self_attn.o_proj", h, q, tensor_kind::attention, output_bias(m), all);
+  b.add_linear(p, "self_attn.o_proj", h, q, tensor_kind::attention, output_bias(m), all,
+               tp_split::input);
 }
 
 constexpr void add_llama_mlp(ledger_builder& b, const char* p, std::int64_t width, tensor_kind kind,
-                             layer_range layers, std::int64_t experts = 1) {
+                             layer_range layers) {
   const model& m = b.m();
   const bool bias = mlp_bias(m);
+  const auto out = tp_split::output;
   if (m.mlp == mlp_kind::gelu) {
-    b.add_linear(p, "up_proj", width, m.hidden, kind, bias, layers, experts);
+    b.add_linear(p, "up_proj", width, m.hidden, kind, bias, layers, out);
   } else if (m.family == family::phi3) {
-    b.add_linear(p, "gate_up_proj", 2 * width, m.hidden, kind, bias, layers, experts);
+    b.add_linear(p, "gate_up_proj", 2 * width, m.hidden, kind, bias, layers, out);
   } else {
-    b.add_linear(p, "gate_proj", width, m.hidden, kind, bias, layers, experts);
-    b.add_linear(p, "up_proj", width, m.hidden, kind, bias, layers, experts);
+    b.add_linear(p, "gate_proj", width, m.hidden, kind, bias, layers, out);
+    b.add_linear(p, "up_proj", width, m.hidden, kind, bias, layers, out);
   }
-  b.add_linear(p, "down_proj", m.hidden, width, kind, bias, layers, experts);
+  b.add_linear(p, "down_proj", m.hidden, width, kind, bias, layers, tp_split::input);
 }
 
 constexpr void add_llama_moe(ledger_builder& b, const char* p) {
@@ -251,7 +273,8 @@ constexpr tensor_ledger llama_tensors(const model& m) {
   ledger_builder b(m);
   const auto all = b.all_layers();
   const char* p = "model.layers.{layer}.";
-  b.add({"model.embed_tokens.weight"}, {m.vocab, m.hidden}, tensor_kind::embedding);
+  b.add({"model.embed_tokens.weight"}, {m.vocab, m.hidden}, tensor_kind::embedding, {}, 1,
+        tp_split::vocab);
   constexpr const char* norm_names[4] = {"input_layernorm", "post_attention_layernorm",
                                          "pre_feedforward_layernorm", "post_feedforward_layernorm"};
   for (std::int64_t i = 0; i < m.norms_per_layer; ++i) b.add_norm(p, norm_names[i], m.hidden, all);
@@ -265,7 +288,8 @@ constexpr tensor_ledger llama_tensors(const model& m) {
                 all, true);
   }
   b.add_norm("model.", "norm", m.hidden);
-  if (!m.tied_embeddings) b.add({"lm_head.weight"}, {m.vocab, m.hidden}, tensor_kind::head);
+  if (!m.tied_embeddings)
+    b.add({"lm_head.weight"}, {m.vocab, m.hidden}, tensor_kind::head, {}, 1, tp_split::vocab);
   return b.result();
 }
 
@@ -275,24 +299,25 @@ constexpr tensor_ledger gpt2_tensors(const model& m) {
   const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
   const char* p = "transformer.h.{layer}.";
-  b.add({"transformer.wte.weight"}, {m.vocab, h}, tensor_kind::embedding);
+  b.add({"transformer.wte.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1, tp_split::vocab);
   b.add({"transformer.wpe.weight"}, {m.max_positions, h}, tensor_kind::embedding);
   b.add_norm(p, "ln_1", h, all);
-  b.add({p, "attn.c_attn.weight"}, {h, 3 * h}, tensor_kind::attention, all);
-  b.add({p, "attn.c_attn.bias"}, {3 * h}, tensor_kind::attention, all);
-  b.add({p, "attn.c_proj.weight"}, {h, h}, tensor_kind::attention, all);
+  b.add({p, "attn.c_attn.weight"}, {h, 3 * h}, tensor_kind::attention, all, 1, tp_split::qkv);
+  b.add({p, "attn.c_attn.bias"}, {3 * h}, tensor_kind::attention, all, 1, tp_split::qkv);
+  b.add({p, "attn.c_proj.weight"}, {h, h}, tensor_kind::attention, all, 1, tp_split::input);
   b.add({p, "attn.c_proj.bias"}, {h}, tensor_kind::attention, all);
   // The causal mask buffer, bool, 1 x 1 x positions x positions per layer; the original
   // checkpoint stores it (which is why the Hub shows 137M for the 124M model).
   b.add_state({p, "attn.bias"}, {1, 1, m.max_positions, m.max_positions}, tensor_kind::attention, 8,
               all, true);
   b.add_norm(p, "ln_2", h, all);
-  b.add({p, "mlp.c_fc.weight"}, {h, m.ffn}, tensor_kind::mlp, all);
-  b.add({p, "mlp.c_fc.bias"}, {m.ffn}, tensor_kind::mlp, all);
-  b.add({p, "mlp.c_proj.weight"}, {m.ffn, h}, tensor_kind::mlp, all);
+  b.add({p, "mlp.c_fc.weight"}, {h, m.ffn}, tensor_kind::mlp, all, 1, tp_split::output);
+  b.add({p, "mlp.c_fc.bias"}, {m.ffn}, tensor_kind::mlp, all, 1, tp_split::output);
+  b.add({p, "mlp.c_proj.weight"}, {m.ffn, h}, tensor_kind::mlp, all, 1, tp_split::input);
   b.add({p, "mlp.c_proj.bias"}, {h}, tensor_kind::mlp, all);
   b.add_norm("transformer.", "ln_f", h);
-  if (!m.tied_embeddings) b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head);
+  if (!m.tied_embeddings)
+    b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head, {}, 1, tp_split::vocab);
   return b.result();
 }
 
@@ -303,7 +328,8 @@ constexpr tensor_ledger falcon_tensors(const model& m) {
   const std::int64_t h = m.hidden;
   const bool bias = m.bias != bias_kind::none;
   const char* p = "transformer.h.{layer}.";
-  b.add({"transformer.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding);
+  b.add({"transformer.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1,
+        tp_split::vocab);
   if (m.norms_per_layer == 1) {
     b.add_norm(p, "input_layernorm", h, all);
   } else {  // new_decoder_architecture: separate norms for the attention and MLP inputs
@@ -311,12 +337,13 @@ constexpr tensor_ledger falcon_tensors(const model& m) {
     b.add_norm(p, "ln_mlp", h, all);
   }
   b.add_linear(p, "self_attention.query_key_value", (m.heads + 2 * m.kv_heads) * m.head_dim, h,
-               tensor_kind::attention, bias, all);
-  b.add_linear(p, "self_attention.dense", h, h, tensor_kind::attention, bias, all);
-  b.add_linear(p, "mlp.dense_h_to_4h", m.ffn, h, tensor_kind::mlp, bias, all);
-  b.add_linear(p, "mlp.dense_4h_to_h", h, m.ffn, tensor_kind::mlp, bias, all);
+               tensor_kind::attention, bias, all, tp_split::qkv);
+  b.add_linear(p, "self_attention.dense", h, h, tensor_kind::attention, bias, all, tp_split::input);
+  b.add_linear(p, "mlp.dense_h_to_4h", m.ffn, h, tensor_kind::mlp, bias, all, tp_split::output);
+  b.add_linear(p, "mlp.dense_4h_to_h", h, m.ffn, tensor_kind::mlp, bias, all, tp_split::input);
   b.add_norm("transformer.", "ln_f", h);
-  if (!m.tied_embeddings) b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head);
+  if (!m.tied_embeddings)
+    b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head, {}, 1, tp_split::vocab);
   return b.result();
 }
 
@@ -326,18 +353,21 @@ constexpr tensor_ledger bert_tensors(const model& m) {
   const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
   const char* p = "encoder.layer.{layer}.";
-  b.add({"embeddings.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding);
+  b.add({"embeddings.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1,
+        tp_split::vocab);
   b.add({"embeddings.position_embeddings.weight"}, {m.max_positions, h}, tensor_kind::embedding);
   b.add({"embeddings.token_type_embeddings.weight"}, {m.encoder.token_types, h},
         tensor_kind::embedding);
   b.add_norm("embeddings.", "LayerNorm", h);
-  b.add_linear(p, "attention.self.query", h, h, tensor_kind::attention, true, all);
-  b.add_linear(p, "attention.self.key", h, h, tensor_kind::attention, true, all);
-  b.add_linear(p, "attention.self.value", h, h, tensor_kind::attention, true, all);
-  b.add_linear(p, "attention.output.dense", h, h, tensor_kind::attention, true, all);
+  b.add_linear(p, "attention.self.query", h, h, tensor_kind::attention, true, all,
+               tp_split::output);
+  b.add_linear(p, "attention.self.key", h, h, tensor_kind::attention, true, all, tp_split::kv);
+  b.add_linear(p, "attention.self.value", h, h, tensor_kind::attention, true, all, tp_split::kv);
+  b.add_linear(p, "attention.output.dense", h, h, tensor_kind::attention, true, all,
+               tp_split::input);
   b.add_norm(p, "attention.output.LayerNorm", h, all);
-  b.add_linear(p, "intermediate.dense", m.ffn, h, tensor_kind::mlp, true, all);
-  b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, true, all);
+  b.add_linear(p, "intermediate.dense", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
+  b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
   b.add_norm(p, "output.LayerNorm", h, all);
   if (m.encoder.pooler) b.add_linear("", "pooler.dense", h, h, tensor_kind::head, true);
   return b.result();
@@ -356,12 +386,14 @@ constexpr tensor_ledger vit_tensors(const model& m) {
   b.add({"conv_proj.bias"}, {h}, tensor_kind::embedding);
   b.add({"encoder.pos_embedding"}, {1, patches + 1, h}, tensor_kind::embedding);
   b.add_norm(p, "ln_1", h, all);
-  b.add({p, "self_attention.in_proj_weight"}, {3 * h, h}, tensor_kind::attention, all);
-  b.add({p, "self_attention.in_proj_bias"}, {3 * h}, tensor_kind::attention, all);
-  b.add_linear(p, "self_attention.out_proj", h, h, tensor_kind::attention, true, all);
+  b.add({p, "self_attention.in_proj_weight"}, {3 * h, h}, tensor_kind::attention, all, 1,
+        tp_split::qkv);
+  b.add({p, "self_attention.in_proj_bias"}, {3 * h}, tensor_kind::attention, all, 1, tp_split::qkv);
+  b.add_linear(p, "self_attention.out_proj", h, h, tensor_kind::attention, true, all,
+               tp_split::input);
   b.add_norm(p, "ln_2", h, all);
-  b.add_linear(p, "mlp.0", m.ffn, h, tensor_kind::mlp, true, all);
-  b.add_linear(p, "mlp.3", h, m.ffn, tensor_kind::mlp, true, all);
+  b.add_linear(p, "mlp.0", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
+  b.add_linear(p, "mlp.3", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
   b.add_norm("encoder.", "ln", h);
   b.add_linear("", "heads.head", e.classes, h, tensor_kind::head, true);
   return b.result();

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: MIT
+// The memory ledger: named entries (component, where it lives, bytes, tensors, source) from which
+// totals, per-rank peaks and every report derive.
+#pragma once
+
+#include <cstdint>
+
+#include "detail/static_vector.hpp"
+#include "model.hpp"
+#include "units.hpp"
+
+namespace vramfit {
+
+/// What an entry is, in the vocabulary of the ZeRO paper (model states) and beyond.
+enum class component : unsigned char {
+  weights,
+  gradients,
+  optimizer_states,
+  master_weights,
+  activations,
+  kv_cache,
+  buffers,
+  overhead,
+};
+inline constexpr int component_count = 8;
+
+constexpr const char* to_string(component c) {
+  constexpr const char* names[component_count] = {
+      "weights",     "gradients", "optimizer_states", "master_weights",
+      "activations", "kv_cache",  "buffers",          "overhead"};
+  return names[static_cast<int>(c)];
+}
+
+/// Where the bytes live.
+enum class memory_space : unsigned char { device, host, nvme };
+
+/// One line of a ledger.
+struct memory_entry {
+  char name[56] = {};
+  vramfit::component component = component::weights;
+  memory_space space = memory_space::device;
+  bytes size{};
+  std::int64_t tensors = 0;  ///< allocations behind the bytes (0 when not tensor-shaped)
+  char source[72] = {};      ///< where the formula comes from
+};
+
+using memory_ledger = detail::static_vector<memory_entry, 40>;
+
+/// Appends an entry unless it is empty.
+constexpr void add_entry(memory_ledger& ledger, const char* name, component what,
+                         memory_space space, bytes size, std::int64_t tensors, const char* source) {
+  if (size == bytes{} && tensors == 0) return;
+  memory_entry e{};
+  detail::copy_name(e.name, name);
+  e.component = what;
+  e.space = space;
+  e.size = size;
+  e.tensors = tensors;
+  detail::copy_name(e.source, source);
+  ledger.push_back(e);
+}
+
+/// Bytes of the entries in `space`, optionally of one component.
+constexpr bytes total(const memory_ledger& ledger, memory_space space = memory_space::device) {
+  bytes sum{};
+  for (const memory_entry& e : ledger)
+    if (e.space == space) sum += e.size;
+  return sum;
+}
+constexpr bytes total(const memory_ledger& ledger, component what,
+                      memory_space space = memory_space::device) {
+  bytes sum{};
+  for (const memory_entry& e : ledger)
+    if (e.space == space && e.component == what) sum += e.size;
+  return sum;
+}
+
+}  // namespace vramfit

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+// Precision policies: in which format training keeps its weights, gradients, master copy and
+// activations. Optimizer states follow the tensor the optimizer updates (the master copy when
+// there is one), as PyTorch allocates them (torch.zeros_like).
+#pragma once
+
+#include "detail/name.hpp"
+#include "dtype.hpp"
+
+namespace vramfit {
+
+/// A structural description of a precision policy.
+struct precision {
+  char name[28] = {};
+  element_format weights{};    ///< the module's parameters, what forward reads
+  element_format gradients{};  ///< gradients as accumulated
+  element_format master{};     ///< a separate master copy the optimizer updates; payload 0: none
+  element_format compute{};    ///< activations and matmul inputs
+  /// Autocast keeps a compute-format copy of each matmul weight alive from forward through
+  /// backward (torch.autocast's weight cast cache), transient but part of the peak.
+  bool autocast_weight_copies = false;
+  /// Transformer Engine FP8 keeps an FP8 copy of each matmul weight and its transpose.
+  std::int64_t fp8_weight_copies = 0;
+
+  [[nodiscard]] constexpr bool has_master() const { return master.payload_bits > 0; }
+  /// The format of what the optimizer updates, and so of its states.
+  [[nodiscard]] constexpr const element_format& updated() const {
+    return has_master() ? master : weights;
+  }
+};
+
+namespace detail {
+constexpr precision named(precision p, const char* family, const char* detail_name) {
+  copy_name(p.name, family, detail_name);
+  return p;
+}
+}  // namespace detail
+
+/// A type that names a precision policy.
+template <class T>
+concept Precision = requires {
+  { T::value } -> std::convertible_to<precision>;
+}
+&&std::same_as<std::remove_cvref_t<decltype(T::value)>, precision>;
+
+/// Everything in fp32: 4 B weights + 4 B gradients per parameter.
+struct fp32_training {
+  static constexpr precision value{"fp32", fp32::value, fp32::value, {}, fp32::value};
+};
+
+/// torch.autocast mixed precision: fp32 weights, gradients and optimizer states, 16-bit compute,
+/// and 16-bit copies of the matmul weights during forward and backward (HF "Model training
+/// anatomy": 6 B weights = 4 fp32 + 2 half, 4 B gradients, 8 B AdamW: 18 B per parameter).
+template <StorageDtype Half = bf16>
+struct amp {
+  static constexpr precision value = detail::named(
+      {"", fp32::value, fp32::value, {}, Half::value, true}, "amp-", Half::value.name);
+};
+
+/// Pure 16-bit training: weights, gradients and optimizer states in 16 bit (torchtune dtype bf16,
+/// Lightning "bf16-true"): 2 + 2 + 4 B per parameter with AdamW.
+template <StorageDtype Half = bf16>
+struct pure {
+  static constexpr precision value =
+      detail::named({"", Half::value, Half::value, {}, Half::value}, "pure-", Half::value.name);
+};
+
+/// 16-bit weights with an fp32 master copy. With fp32 gradients this is Megatron's bf16 recipe
+/// (2 + 4 + 4 + 8 = 18 B per parameter with Adam; Megatron dist_optimizer.md); with 16-bit
+/// gradients it is the ZeRO paper's mixed-precision Adam (2 + 2 + 12 = 16 B).
+template <StorageDtype Half = bf16, StorageDtype Grad = fp32>
+struct mixed {
+  static constexpr precision value =
+      detail::named({"", Half::value, Grad::value, fp32::value, Half::value}, Half::value.name,
+                    Grad::value.payload_bits == 32 ? "-fp32-master-fp32-grads" : "-fp32-master");
+};
+
+/// FP8 compute with 16-bit master weights (Transformer Engine): bf16 weights updated directly,
+/// bf16 gradients, and an FP8 copy of each matmul weight plus its transpose (TE Float8Tensor).
+struct fp8_compute {
+  static constexpr precision value{.name = "fp8",
+                                   .weights = bf16::value,
+                                   .gradients = bf16::value,
+                                   .master = {},
+                                   .compute = fp8_e4m3::value,
+                                   .autocast_weight_copies = false,
+                                   .fp8_weight_copies = 2};
+};
+
+}  // namespace vramfit
