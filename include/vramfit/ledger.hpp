@@ -34,11 +34,19 @@ constexpr const char* to_string(component c) {
 /// Where the bytes live.
 enum class memory_space : unsigned char { device, host, nvme };
 
+/// When the bytes are allocated: the peak is the persistent bytes plus the largest phase.
+enum class lifetime : unsigned char {
+  persistent,        ///< from set-up to the end of training
+  forward_backward,  ///< during forward and backward (gathered layers, autocast copies)
+  optimizer_step,    ///< during the optimizer step (its temporaries)
+};
+
 /// One line of a ledger.
 struct memory_entry {
   char name[56] = {};
   vramfit::component component = component::weights;
   memory_space space = memory_space::device;
+  vramfit::lifetime lifetime = lifetime::persistent;
   bytes size{};
   std::int64_t tensors = 0;  ///< allocations behind the bytes (0 when not tensor-shaped)
   char source[72] = {};      ///< where the formula comes from
@@ -48,12 +56,14 @@ using memory_ledger = detail::static_vector<memory_entry, 40>;
 
 /// Appends an entry unless it is empty.
 constexpr void add_entry(memory_ledger& ledger, const char* name, component what,
-                         memory_space space, bytes size, std::int64_t tensors, const char* source) {
-  if (size == bytes{} && tensors == 0) return;
+                         memory_space space, bytes size, std::int64_t tensors, const char* source,
+                         lifetime when = lifetime::persistent) {
+  if (size == bytes{}) return;
   memory_entry e{};
   detail::copy_name(e.name, name);
   e.component = what;
   e.space = space;
+  e.lifetime = when;
   e.size = size;
   e.tensors = tensors;
   detail::copy_name(e.source, source);
@@ -73,6 +83,19 @@ constexpr bytes total(const memory_ledger& ledger, component what,
   for (const memory_entry& e : ledger)
     if (e.space == space && e.component == what) sum += e.size;
   return sum;
+}
+
+/// The device peak: persistent bytes plus the larger of the forward/backward and step phases.
+constexpr bytes peak(const memory_ledger& ledger) {
+  bytes phase[3] = {};
+  for (const memory_entry& e : ledger)
+    if (e.space == memory_space::device) phase[static_cast<int>(e.lifetime)] += e.size;
+  return phase[0] + (phase[1] > phase[2] ? phase[1] : phase[2]);
+}
+
+/// Appends every entry of `more`.
+constexpr void append(memory_ledger& ledger, const memory_ledger& more) {
+  for (const memory_entry& e : more) ledger.push_back(e);
 }
 
 }  // namespace vramfit

@@ -28,14 +28,23 @@ enum class optimizer_kind : unsigned char {
   muon,
 };
 
-/// Options shared by the optimizer types, e.g. `adamw<optimizer_options{.fused = true}>`.
+/// How torch.optim runs the update (torch/optim/optimizer.py, _default_to_fused_or_foreach).
+enum class optimizer_impl : unsigned char {
+  foreach,   ///< the CUDA default: _foreach_* ops over all tensors, with list-sized temporaries
+  fused,     ///< one fused kernel, no temporaries, step counters on the device
+  for_loop,  ///< one tensor at a time (foreach=False)
+};
+
+/// Options shared by the optimizer types, e.g. `adamw<optimizer_options{.impl =
+/// optimizer_impl::fused}>`.
 struct optimizer_options {
   bool amsgrad = false;   ///< Adam/AdamW: keep max_exp_avg_sq too
   bool momentum = false;  ///< SGD, RMSprop: keep a momentum buffer
   bool centered = false;  ///< RMSprop: keep grad_avg too
-  /// fused=True or capturable=True: the per-tensor step counters live on the device; otherwise
-  /// torch.optim keeps them on the host (torch/optim/adam.py, _init_group).
-  bool fused = false;
+  optimizer_impl impl = optimizer_impl::foreach;
+  /// capturable=True keeps the step counters on the device, as fused does; otherwise torch.optim
+  /// keeps them on the host (torch/optim/adam.py, _init_group).
+  bool capturable = false;
   bool paged = false;       ///< bitsandbytes paged optimizers: states in host (unified) memory
   element_format states{};  ///< payload 0: states like the tensor the optimizer updates
   friend constexpr bool operator==(const optimizer_options&, const optimizer_options&) = default;
@@ -213,8 +222,9 @@ constexpr state_size optimizer_state(const optimizer& opt, const tensor_shape& t
   (opt.options.paged ? s.host : s.device) += states;
   (opt.options.paged ? s.host_tensors : s.device_tensors) += tensors;
   // The 0-d fp32 scalars (step, mu_product): on the device only when fused or capturable.
-  (opt.options.fused ? s.device : s.host) += bytes{4 * opt.scalars};
-  (opt.options.fused ? s.device_tensors : s.host_tensors) += opt.scalars;
+  const bool on_device = opt.options.impl == optimizer_impl::fused || opt.options.capturable;
+  (on_device ? s.device : s.host) += bytes{4 * opt.scalars};
+  (on_device ? s.device_tensors : s.host_tensors) += opt.scalars;
   return s;
 }
 

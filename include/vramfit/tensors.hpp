@@ -61,6 +61,7 @@ struct tensor_group {
   std::int64_t state_bits = 0;   ///< element bits of a state tensor (parameters follow the policy)
   bool in_checkpoint = true;
   tp_split split = tp_split::replicated;
+  bool input_major = false;  ///< stored [in, out] (GPT-2's Conv1D) rather than [out, in]
 
   /// Elements of one tensor of the group.
   [[nodiscard]] constexpr std::int64_t elements() const {
@@ -147,6 +148,15 @@ class ledger_builder {
     if (bias)
       add({prefix, name, ".bias"}, {out}, kind, layers, experts,
           split == tp_split::input ? tp_split::replicated : split);
+  }
+
+  /// GPT-2's Conv1D: a weight stored [in, out] and a bias of `out`.
+  constexpr void add_conv1d(const char* prefix, const char* name, std::int64_t in, std::int64_t out,
+                            tensor_kind kind, layer_range layers, tp_split split) {
+    add({prefix, name, ".weight"}, {in, out}, kind, layers, 1, split);
+    ledger_[ledger_.size() - 1].input_major = true;
+    add({prefix, name, ".bias"}, {out}, kind, layers, 1,
+        split == tp_split::input ? tp_split::replicated : split);
   }
 
   [[nodiscard]] constexpr const model& m() const { return m_; }
@@ -302,19 +312,15 @@ constexpr tensor_ledger gpt2_tensors(const model& m) {
   b.add({"transformer.wte.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1, tp_split::vocab);
   b.add({"transformer.wpe.weight"}, {m.max_positions, h}, tensor_kind::embedding);
   b.add_norm(p, "ln_1", h, all);
-  b.add({p, "attn.c_attn.weight"}, {h, 3 * h}, tensor_kind::attention, all, 1, tp_split::qkv);
-  b.add({p, "attn.c_attn.bias"}, {3 * h}, tensor_kind::attention, all, 1, tp_split::qkv);
-  b.add({p, "attn.c_proj.weight"}, {h, h}, tensor_kind::attention, all, 1, tp_split::input);
-  b.add({p, "attn.c_proj.bias"}, {h}, tensor_kind::attention, all);
+  b.add_conv1d(p, "attn.c_attn", h, 3 * h, tensor_kind::attention, all, tp_split::qkv);
+  b.add_conv1d(p, "attn.c_proj", h, h, tensor_kind::attention, all, tp_split::input);
   // The causal mask buffer, bool, 1 x 1 x positions x positions per layer; the original
   // checkpoint stores it (which is why the Hub shows 137M for the 124M model).
   b.add_state({p, "attn.bias"}, {1, 1, m.max_positions, m.max_positions}, tensor_kind::attention, 8,
               all, true);
   b.add_norm(p, "ln_2", h, all);
-  b.add({p, "mlp.c_fc.weight"}, {h, m.ffn}, tensor_kind::mlp, all, 1, tp_split::output);
-  b.add({p, "mlp.c_fc.bias"}, {m.ffn}, tensor_kind::mlp, all, 1, tp_split::output);
-  b.add({p, "mlp.c_proj.weight"}, {m.ffn, h}, tensor_kind::mlp, all, 1, tp_split::input);
-  b.add({p, "mlp.c_proj.bias"}, {h}, tensor_kind::mlp, all);
+  b.add_conv1d(p, "mlp.c_fc", h, m.ffn, tensor_kind::mlp, all, tp_split::output);
+  b.add_conv1d(p, "mlp.c_proj", m.ffn, h, tensor_kind::mlp, all, tp_split::input);
   b.add_norm("transformer.", "ln_f", h);
   if (!m.tied_embeddings)
     b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head, {}, 1, tp_split::vocab);

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+// Fine-tuning modes: which tensors train (full, a frozen subset, LoRA adapters) and in which
+// format the frozen base is kept (QLoRA's NF4).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "detail/name.hpp"
+#include "dtype.hpp"
+#include "tensors.hpp"
+
+namespace vramfit {
+
+/// Tensors chosen by kind, layer range and expert range. Build one with `select::kinds(...)`.
+struct tensor_selector {
+  std::uint32_t kinds = 0;  ///< a bit per tensor_kind
+  std::int64_t first_layer = 0;
+  std::int64_t layer_count = -1;  ///< -1: every layer and the tensors outside layers
+  std::int64_t first_expert = 0;
+  std::int64_t expert_count = -1;  ///< -1: every expert
+
+  /// Only layers [first, first + count).
+  [[nodiscard]] constexpr tensor_selector layers(std::int64_t first, std::int64_t count) const {
+    tensor_selector s = *this;
+    s.first_layer = first;
+    s.layer_count = count;
+    return s;
+  }
+  /// Only experts [first, first + count).
+  [[nodiscard]] constexpr tensor_selector experts(std::int64_t first, std::int64_t count) const {
+    tensor_selector s = *this;
+    s.first_expert = first;
+    s.expert_count = count;
+    return s;
+  }
+  friend constexpr bool operator==(const tensor_selector&, const tensor_selector&) = default;
+};
+
+namespace select {
+/// The tensors of the given kinds, in every layer.
+template <std::same_as<tensor_kind>... Kinds>
+constexpr tensor_selector kinds(Kinds... k) {
+  return tensor_selector{.kinds = ((std::uint32_t{1} << static_cast<int>(k)) | ...)};
+}
+/// Every tensor.
+inline constexpr tensor_selector everything{.kinds = (1u << tensor_kind_count) - 1};
+}  // namespace select
+
+/// A string usable as a template argument: `lora<16, "q_proj,v_proj">`.
+template <std::size_t N>
+struct fixed_string {
+  char text[N] = {};
+  constexpr fixed_string(const char (&s)[N]) {  // NOLINT: implicit by design
+    for (std::size_t i = 0; i < N; ++i) text[i] = s[i];
+  }
+};
+
+enum class finetune_kind : unsigned char { full, partial, lora };
+
+/// LoRA (Hu et al. 2021): per targeted weight [out, in], A [r, in] and B [out, r].
+struct lora_config {
+  std::int64_t rank = 0;
+  /// Comma-separated module names matched against the tensor names ("q_proj,v_proj"), or
+  /// "all-linear" (every linear weight in the layers, as PEFT's target_modules="all-linear").
+  char targets[120] = {};
+  element_format adapters{};  ///< payload 0: the precision policy's weight format
+};
+
+/// A structural description of what trains and how the frozen base is stored.
+struct finetuning {
+  char name[24] = {};
+  finetune_kind kind = finetune_kind::full;
+  detail::static_vector<tensor_selector, 4> trainable{};  ///< partial: the union of these
+  lora_config lora{};
+  /// QLoRA: the frozen linear weights' format (NF4 + double quantization); payload 0: unchanged.
+  element_format quantized_base{};
+  /// QLoRA: the format of the other frozen tensors (embeddings, norms, head).
+  element_format unquantized_base{};
+};
+
+template <class T>
+concept Finetuning = requires {
+  { T::value } -> std::convertible_to<finetuning>;
+}
+&&std::same_as<std::remove_cvref_t<decltype(T::value)>, finetuning>;
+
+/// Every parameter trains.
+struct full_finetune {
+  static constexpr finetuning value{"full", finetune_kind::full};
+};
+
+/// Only the selected tensors train; the rest is frozen in the training weight format. Seed
+/// article 003, case B: `partial<select::kinds(tensor_kind::expert).layers(0, 6).experts(0, 2),
+/// select::kinds(tensor_kind::router)>`.
+template <tensor_selector... Selected>
+requires(sizeof...(Selected) >= 1 && sizeof...(Selected) <= 4) struct partial {
+  static constexpr finetuning value = [] {
+    finetuning f{"partial", finetune_kind::partial};
+    (f.trainable.push_back(Selected), ...);
+    return f;
+  }();
+};
+
+namespace detail {
+template <std::size_t N>
+constexpr finetuning lora_finetuning(const char* name, std::int64_t rank,
+                                     const fixed_string<N>& targets, const element_format& adapters,
+                                     const element_format& quantized,
+                                     const element_format& unquantized) {
+  finetuning f{{}, finetune_kind::lora};
+  copy_name(f.name, name);
+  f.lora.rank = rank;
+  copy_name(f.lora.targets, targets.text);
+  f.lora.adapters = adapters;
+  f.quantized_base = quantized;
+  f.unquantized_base = unquantized;
+  return f;
+}
+}  // namespace detail
+
+/// LoRA adapters of rank `Rank` on the `Targets` modules; the base stays in the training format.
+template <std::int64_t Rank, fixed_string Targets = "q_proj,v_proj", class Adapters = void>
+struct lora {
+  static constexpr finetuning value = detail::lora_finetuning("lora", Rank, Targets,
+                                                              [] {
+                                                                if constexpr (Dtype<Adapters>)
+                                                                  return Adapters::value;
+                                                                else
+                                                                  return element_format{};
+                                                              }(),
+                                                              {}, {});
+};
+
+/// QLoRA (Dettmers et al. 2023): the frozen linear weights in NF4 with double quantization, the
+/// embeddings, norms and head in `Base` (bf16, as bitsandbytes loads them), and LoRA adapters.
+template <std::int64_t Rank, fixed_string Targets = "all-linear",
+          StorageDtype Quantized = nf4_double_quant, StorageDtype Base = bf16>
+struct qlora {
+  static constexpr finetuning value =
+      detail::lora_finetuning("qlora", Rank, Targets, {}, Quantized::value, Base::value);
+};
+
+// --- What trains. ---
+
+namespace detail {
+/// Tensors of group `g` inside the layer and expert ranges of `s` (the group's own ranges
+/// intersected with the selector's).
+struct tensor_block {
+  std::int64_t first_layer, layer_count, first_expert, expert_count;
+};
+
+constexpr tensor_block block_of(const tensor_group& g) {
+  return {g.layer_count > 0 ? g.first_layer : -1, g.layer_count > 0 ? g.layer_count : 1, 0,
+          g.experts};
+}
+
+constexpr std::int64_t overlap(std::int64_t a0, std::int64_t an, std::int64_t b0, std::int64_t bn) {
+  const std::int64_t lo = a0 > b0 ? a0 : b0;
+  const std::int64_t hi = (a0 + an) < (b0 + bn) ? (a0 + an) : (b0 + bn);
+  return hi > lo ? hi - lo : 0;
+}
+
+/// The part of `b` that `s` selects, as a block (count 0 when nothing).
+constexpr tensor_block selected_block(const tensor_group& g, tensor_block b,
+                                      const tensor_selector& s) {
+  const bool kind = (s.kinds >> static_cast<int>(g.kind)) & 1u;
+  if (!kind) return {0, 0, 0, 0};
+  if (s.layer_count >= 0) {
+    if (g.layer_count == 0) return {0, 0, 0, 0};
+    const std::int64_t lo = b.first_layer > s.first_layer ? b.first_layer : s.first_layer;
+    b.layer_count = overlap(b.first_layer, b.layer_count, s.first_layer, s.layer_count);
+    b.first_layer = lo;
+  }
+  if (s.expert_count >= 0 && g.kind == tensor_kind::expert) {
+    const std::int64_t lo = b.first_expert > s.first_expert ? b.first_expert : s.first_expert;
+    b.expert_count = overlap(b.first_expert, b.expert_count, s.first_expert, s.expert_count);
+    b.first_expert = lo;
+  }
+  return b;
+}
+}  // namespace detail
+
+/// How many tensors of `g` within `block` (a part of the group) the fine-tuning mode trains:
+/// the union of its selectors, counted exactly by inclusion-exclusion.
+constexpr std::int64_t trained_tensors(const finetuning& f, const tensor_group& g,
+                                       detail::tensor_block block) {
+  if (g.role != tensor_role::parameter) return 0;
+  const std::int64_t all = block.layer_count * block.expert_count;
+  if (f.kind == finetune_kind::full) return all;
+  if (f.kind == finetune_kind::lora) return 0;
+  std::int64_t count = 0;
+  const std::size_t n = f.trainable.size();
+  for (std::uint32_t subset = 1; subset < (1u << n); ++subset) {
+    detail::tensor_block b = block;
+    int members = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if ((subset >> i) & 1u) {
+        b = detail::selected_block(g, b, f.trainable[i]);
+        ++members;
+      }
+    }
+    const std::int64_t size = b.layer_count * b.expert_count;
+    count += members % 2 == 1 ? size : -size;
+  }
+  return count;
+}
+
+namespace detail {
+/// Whether the weight named `name` ("model.layers.{layer}.self_attn.q_proj.weight") is one of
+/// the comma-separated `targets` (its module name is the part before ".weight").
+constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
+  if (g.role != tensor_role::parameter || g.rank != 2) return false;
+  const char* name = g.name;
+  std::size_t end = 0;
+  while (name[end] != '\0') ++end;
+  constexpr char suffix[] = ".weight";
+  if (end < 7) return false;
+  for (std::size_t i = 0; i < 7; ++i)
+    if (name[end - 7 + i] != suffix[i]) return false;
+  std::size_t module_end = end - 7;
+  std::size_t module_begin = module_end;
+  while (module_begin > 0 && name[module_begin - 1] != '.') --module_begin;
+  const std::size_t module_length = module_end - module_begin;
+  constexpr char all_linear[] = "all-linear";
+  bool is_all = true;
+  for (std::size_t i = 0; i < sizeof all_linear; ++i)
+    is_all = is_all && targets[i] == all_linear[i];
+  if (is_all) {
+    return g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
+           g.kind == tensor_kind::expert || g.kind == tensor_kind::router;
+  }
+  for (std::size_t at = 0; targets[at] != '\0';) {
+    std::size_t length = 0;
+    while (targets[at + length] != '\0' && targets[at + length] != ',') ++length;
+    bool same = length == module_length;
+    for (std::size_t i = 0; same && i < length; ++i)
+      same = targets[at + i] == name[module_begin + i];
+    if (same) return true;
+    at += length + (targets[at + length] == ',' ? 1 : 0);
+  }
+  return false;
+}
+}  // namespace detail
+
+/// LoRA adapter elements for one tensor of `g` if it is a target: r x (in + out).
+constexpr std::int64_t lora_elements(const finetuning& f, const tensor_group& g) {
+  if (f.kind != finetune_kind::lora || !detail::is_lora_target(g, f.lora.targets)) return 0;
+  return detail::checked_mul(f.lora.rank, detail::checked_add(g.shape[0], g.shape[1]));
+}
+
+}  // namespace vramfit

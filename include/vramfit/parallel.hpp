@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: MIT
+// The parallel layout: data parallel with or without sharding (DDP, ZeRO-1/2/3, FSDP), tensor,
+// sequence, pipeline, context and expert parallel, offload; its validity rules; the part types
+// (`zero<3, 8>`, `tensor_parallel<2>`, ...) and their composition `parallel<...>`.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+
+#include "detail/static_vector.hpp"
+#include "model.hpp"
+
+namespace vramfit {
+
+/// How much of the model states data parallelism shards (ZeRO paper, Rajbhandari et al. 2019, §5).
+enum class sharding : unsigned char {
+  none,   ///< DDP: every rank holds everything
+  zero1,  ///< optimizer states (and the master copy)
+  zero2,  ///< + gradients
+  zero3,  ///< + weights
+};
+
+/// Whose implementation of sharding: the bytes differ in the details.
+enum class shard_implementation : unsigned char {
+  paper,      ///< ZeRO paper Table 1: exactly the states of the precision policy, divided by N
+  deepspeed,  ///< DeepSpeed: + an fp32 gradient partition; ZeRO-3 keeps no 16-bit grad partition
+  megatron,   ///< Megatron distributed optimizer: master + states sharded, full fp32 main grads
+  fsdp,       ///< PyTorch FSDP: each tensor sharded along dim 0; a whole layer gathered at once
+};
+
+enum class offload_target : unsigned char { none, cpu, nvme };
+
+/// A structural description of the parallel layout. World size = data x tensor x pipeline x
+/// context; experts are spread over `expert` ranks within data x context.
+struct layout {
+  std::int64_t data = 1;
+  std::int64_t tensor = 1;
+  bool sequence = false;  ///< Megatron sequence parallel (needs tensor > 1)
+  std::int64_t pipeline = 1;
+  std::int64_t context = 1;
+  std::int64_t expert = 1;
+  sharding zero = sharding::none;
+  shard_implementation implementation = shard_implementation::paper;
+  std::int64_t shard_group = 0;  ///< hybrid sharding: shard within groups of this size (0: all)
+  /// Layers per pipeline stage, first to last; empty: as even as possible, earlier stages first.
+  detail::static_vector<std::int64_t, 64> stage_layers{};
+  offload_target optimizer_offload = offload_target::none;  ///< master, states, grad partitions
+  offload_target parameter_offload = offload_target::none;  ///< ZeRO-3 weight partitions
+  // Communication buffers (defaults are the frameworks' defaults).
+  bool ddp_bucket_view = false;  ///< DDP gradient_as_bucket_view (default False: a second copy)
+  std::int64_t ddp_bucket_bytes = 25 * 1024 * 1024;          ///< DDP bucket_cap_mb = 25
+  std::int64_t zero_reduce_bucket_elements = 500'000'000;    ///< DeepSpeed reduce_bucket_size
+  std::int64_t zero3_prefetch_bucket_elements = 50'000'000;  ///< stage3_prefetch_bucket_size
+  bool fsdp_prefetch = true;  ///< FSDP backward/forward prefetch: the next unit is gathered early
+
+  [[nodiscard]] constexpr std::int64_t world() const { return data * tensor * pipeline * context; }
+  /// Ranks one shard of the model states is divided over.
+  [[nodiscard]] constexpr std::int64_t shard_degree() const {
+    return shard_group > 0 ? shard_group : data;
+  }
+  /// Layers of pipeline stage `stage`, and the first of them.
+  [[nodiscard]] constexpr std::int64_t layers_of_stage(std::int64_t layers,
+                                                       std::int64_t stage) const {
+    if (!stage_layers.empty()) return stage_layers[static_cast<std::size_t>(stage)];
+    return layers / pipeline + (stage < layers % pipeline ? 1 : 0);
+  }
+  [[nodiscard]] constexpr std::int64_t first_layer_of_stage(std::int64_t layers,
+                                                            std::int64_t stage) const {
+    std::int64_t first = 0;
+    for (std::int64_t s = 0; s < stage; ++s) first += layers_of_stage(layers, s);
+    return first;
+  }
+};
+
+namespace detail::rules {
+[[noreturn]] inline void parallel_degree_must_be_positive(const char* what, std::int64_t value) {
+  raise(std::string(what) + " parallel degree must be positive, got " + str(value));
+}
+[[noreturn]] inline void tensor_parallel_must_divide_attention_heads(std::int64_t tp,
+                                                                     std::int64_t heads) {
+  raise("tensor parallel degree " + str(tp) + " must divide the attention heads (" + str(heads) +
+        ")");
+}
+[[noreturn]] inline void tensor_parallel_and_kv_heads_must_divide_one_another(std::int64_t tp,
+                                                                              std::int64_t kv) {
+  raise("tensor parallel degree " + str(tp) + " and the KV heads (" + str(kv) +
+        ") must divide one another (KV heads are split, or replicated when fewer than the degree)");
+}
+[[noreturn]] inline void tensor_parallel_must_divide_ffn(std::int64_t tp, std::int64_t ffn) {
+  raise("tensor parallel degree " + str(tp) + " must divide the FFN size (" + str(ffn) + ")");
+}
+[[noreturn]] inline void pipeline_stages_must_not_exceed_layers(std::int64_t pp,
+                                                                std::int64_t layers) {
+  raise("pipeline parallel degree " + str(pp) + " exceeds the layers (" + str(layers) + ")");
+}
+[[noreturn]] inline void stage_layers_must_sum_to_layers(std::int64_t sum, std::int64_t layers) {
+  raise("the pipeline stages' layers sum to " + str(sum) + ", the model has " + str(layers));
+}
+[[noreturn]] inline void stage_layers_must_match_pipeline_degree(std::int64_t stages,
+                                                                 std::int64_t pp) {
+  raise(str(stages) + " stage layer counts given for a pipeline of " + str(pp) + " stages");
+}
+[[noreturn]] inline void every_stage_needs_a_layer(std::int64_t stage) {
+  raise("pipeline stage " + str(stage) + " has no layer");
+}
+[[noreturn]] inline void expert_parallel_must_divide_experts(std::int64_t ep,
+                                                             std::int64_t experts) {
+  raise("expert parallel degree " + str(ep) + " must divide the routed experts (" + str(experts) +
+        ")");
+}
+[[noreturn]] inline void expert_parallel_must_divide_data_times_context(std::int64_t ep,
+                                                                        std::int64_t dp_cp) {
+  raise("expert parallel degree " + str(ep) + " must divide data x context parallel (" +
+        str(dp_cp) + ")");
+}
+[[noreturn]] inline void expert_parallel_needs_a_moe_model(std::int64_t ep) {
+  raise("expert parallel degree " + str(ep) + " needs a mixture-of-experts model");
+}
+[[noreturn]] inline void deepspeed_forbids_zero2_or_3_with_pipeline_parallel(int stage,
+                                                                             std::int64_t pp) {
+  raise("DeepSpeed's pipeline engine forbids ZeRO stage " + str(stage) +
+        " with pipeline parallelism (degree " + str(pp) + "); use ZeRO-1");
+}
+[[noreturn]] inline void parameter_offload_needs_zero3() {
+  raise("offloading parameters needs ZeRO-3 (or FSDP full sharding)");
+}
+[[noreturn]] inline void shard_group_must_divide_data_parallel(std::int64_t group,
+                                                               std::int64_t dp) {
+  raise("the shard group (" + str(group) + ") must divide the data parallel degree (" + str(dp) +
+        ")");
+}
+[[noreturn]] inline void sequence_parallel_needs_tensor_parallel() {
+  raise("sequence parallelism splits along the tensor-parallel group: it needs tensor > 1");
+}
+}  // namespace detail::rules
+
+/// Checks the layout against the model; the first broken rule is an error.
+constexpr const layout& validated(const layout& l, const model& m) {
+  using namespace detail::rules;
+  const std::int64_t degrees[] = {l.data, l.tensor, l.pipeline, l.context, l.expert};
+  const char* names[] = {"data", "tensor", "pipeline", "context", "expert"};
+  for (int i = 0; i < 5; ++i)
+    if (degrees[i] <= 0) parallel_degree_must_be_positive(names[i], degrees[i]);
+  if (l.shard_group > 0 && l.data % l.shard_group != 0)
+    shard_group_must_divide_data_parallel(l.shard_group, l.data);
+  if (l.sequence && l.tensor == 1) sequence_parallel_needs_tensor_parallel();
+  if (l.tensor > 1) {
+    if (m.heads % l.tensor != 0) tensor_parallel_must_divide_attention_heads(l.tensor, m.heads);
+    if (!m.is_mla() && m.kv_heads % l.tensor != 0 && l.tensor % m.kv_heads != 0)
+      tensor_parallel_and_kv_heads_must_divide_one_another(l.tensor, m.kv_heads);
+    const bool dense_layers = !m.is_moe() || m.moe.first_dense_layers > 0;
+    if (dense_layers && m.ffn % l.tensor != 0) tensor_parallel_must_divide_ffn(l.tensor, m.ffn);
+  }
+  if (l.pipeline > m.layers) pipeline_stages_must_not_exceed_layers(l.pipeline, m.layers);
+  if (!l.stage_layers.empty()) {
+    if (static_cast<std::int64_t>(l.stage_layers.size()) != l.pipeline)
+      stage_layers_must_match_pipeline_degree(static_cast<std::int64_t>(l.stage_layers.size()),
+                                              l.pipeline);
+    std::int64_t sum = 0;
+    for (std::int64_t s = 0; s < l.pipeline; ++s) {
+      if (l.stage_layers[static_cast<std::size_t>(s)] <= 0) every_stage_needs_a_layer(s);
+      sum += l.stage_layers[static_cast<std::size_t>(s)];
+    }
+    if (sum != m.layers) stage_layers_must_sum_to_layers(sum, m.layers);
+  }
+  if (l.expert > 1) {
+    if (!m.is_moe()) expert_parallel_needs_a_moe_model(l.expert);
+    if (m.moe.routed_experts % l.expert != 0)
+      expert_parallel_must_divide_experts(l.expert, m.moe.routed_experts);
+    if ((l.data * l.context) % l.expert != 0)
+      expert_parallel_must_divide_data_times_context(l.expert, l.data * l.context);
+  }
+  if (l.implementation == shard_implementation::deepspeed && l.pipeline > 1 &&
+      (l.zero == sharding::zero2 || l.zero == sharding::zero3))
+    deepspeed_forbids_zero2_or_3_with_pipeline_parallel(static_cast<int>(l.zero), l.pipeline);
+  if (l.parameter_offload != offload_target::none && l.zero != sharding::zero3)
+    parameter_offload_needs_zero3();
+  return l;
+}
+
+// --- Part types, composed with parallel<...>. Each applies itself to a layout. ---
+
+/// PyTorch DistributedDataParallel over N ranks.
+template <std::int64_t N, bool BucketView = false>
+struct ddp {
+  static constexpr void apply(layout& l) {
+    l.data = N;
+    l.ddp_bucket_view = BucketView;
+  }
+};
+
+/// ZeRO stage `Stage` over N data-parallel ranks, as `Impl` implements it.
+template <int Stage, std::int64_t N, shard_implementation Impl = shard_implementation::deepspeed>
+requires(Stage >= 0 && Stage <= 3) struct zero {
+  static constexpr void apply(layout& l) {
+    l.data = N;
+    l.zero = static_cast<sharding>(Stage);
+    l.implementation = Impl;
+  }
+};
+
+/// Megatron's distributed optimizer over N data-parallel ranks (ZeRO-1 with fp32 main grads).
+template <std::int64_t N>
+struct distributed_optimizer {
+  static constexpr void apply(layout& l) {
+    l.data = N;
+    l.zero = sharding::zero1;
+    l.implementation = shard_implementation::megatron;
+  }
+};
+
+enum class fsdp_strategy : unsigned char { full_shard, shard_grad_op, hybrid_shard, no_shard };
+
+/// PyTorch FSDP over N ranks; hybrid shards within groups of `Group` ranks.
+template <std::int64_t N, fsdp_strategy Strategy = fsdp_strategy::full_shard,
+          std::int64_t Group = 0>
+struct fsdp {
+  static constexpr void apply(layout& l) {
+    l.data = N;
+    l.implementation = shard_implementation::fsdp;
+    l.zero = Strategy == fsdp_strategy::shard_grad_op ? sharding::zero2
+             : Strategy == fsdp_strategy::no_shard    ? sharding::none
+                                                      : sharding::zero3;
+    if (Strategy == fsdp_strategy::hybrid_shard) l.shard_group = Group;
+  }
+};
+
+template <std::int64_t N, bool Sequence = false>
+struct tensor_parallel {
+  static constexpr void apply(layout& l) {
+    l.tensor = N;
+    l.sequence = Sequence;
+  }
+};
+
+/// Pipeline parallel over N stages; `Layers...` gives each stage's layers (uneven stages).
+template <std::int64_t N, std::int64_t... Layers>
+requires(sizeof...(Layers) == 0 || sizeof...(Layers) == N) struct pipeline_parallel {
+  static constexpr void apply(layout& l) {
+    l.pipeline = N;
+    (l.stage_layers.push_back(Layers), ...);
+  }
+};
+
+template <std::int64_t N>
+struct context_parallel {
+  static constexpr void apply(layout& l) { l.context = N; }
+};
+
+template <std::int64_t N>
+struct expert_parallel {
+  static constexpr void apply(layout& l) { l.expert = N; }
+};
+
+/// Offload of the optimizer (master, states, gradient partitions) and/or the ZeRO-3 weights.
+template <offload_target Optimizer, offload_target Parameters = offload_target::none>
+struct offload {
+  static constexpr void apply(layout& l) {
+    l.optimizer_offload = Optimizer;
+    l.parameter_offload = Parameters;
+  }
+};
+
+template <class T>
+concept LayoutPart = requires(layout& l) {
+  T::apply(l);
+};
+
+/// A layout composed of parts: `parallel<zero<3, 8>, tensor_parallel<2>>`.
+template <LayoutPart... Parts>
+struct parallel {
+  static constexpr layout value = [] {
+    layout l{};
+    (Parts::apply(l), ...);
+    return l;
+  }();
+};
+
+/// One GPU, no parallelism.
+using single_gpu = parallel<>;
+
+template <class T>
+concept Layout = requires {
+  { T::value } -> std::convertible_to<layout>;
+}
+&&std::same_as<std::remove_cvref_t<decltype(T::value)>, layout>;
+
+}  // namespace vramfit

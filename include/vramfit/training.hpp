@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: MIT
+// Training model states per GPU: weights, gradients, master weights, optimizer states and the
+// buffers that come with them, for one pipeline stage of a parallel layout (ZeRO paper §3.1:
+// "model states"; the activations are the other half).
+#pragma once
+
+#include <cstdint>
+
+#include "finetune.hpp"
+#include "ledger.hpp"
+#include "optimizer.hpp"
+#include "parallel.hpp"
+#include "precision.hpp"
+#include "tensors.hpp"
+
+namespace vramfit {
+
+/// Everything that decides the model states: structural, so it can be a template argument.
+struct training {
+  vramfit::model model{};
+  vramfit::precision precision{};
+  vramfit::optimizer optimizer{};
+  finetuning finetune = full_finetune::value;
+  vramfit::layout layout{};
+};
+
+namespace detail {
+
+/// One tensor's local shape on a rank after tensor parallelism: dims [second, last] of a matrix,
+/// or a vector of `last` elements (second = 0).
+struct local_shape {
+  std::int64_t second = 0;
+  std::int64_t last = 0;
+  [[nodiscard]] constexpr std::int64_t elements() const {
+    return second > 0 ? checked_mul(second, last) : last;
+  }
+};
+
+/// KV heads a rank holds: split, or replicated when the degree exceeds them (Megatron-LM
+/// transformer/attention.py: num_query_groups_per_partition; llm-analysis L886-919).
+constexpr std::int64_t local_kv_heads(const model& m, std::int64_t tp) {
+  return m.kv_heads >= tp ? m.kv_heads / tp : 1;
+}
+
+/// The part of one tensor of `g` that a tensor-parallel rank holds (Megatron-LM
+/// tensor_parallel/layers.py: ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding).
+constexpr local_shape tp_local_shape(const tensor_group& g, const model& m, std::int64_t tp) {
+  local_shape s = g.rank == 2 ? local_shape{g.shape[0], g.shape[1]} : local_shape{0, g.elements()};
+  if (tp == 1 || g.split == tp_split::replicated) return s;
+  // The output features are dim 0 of a [out, in] weight, dim 1 of GPT-2's [in, out] Conv1D.
+  std::int64_t& out = s.second == 0 ? s.last : (g.input_major ? s.last : s.second);
+  std::int64_t& in = s.second == 0 ? s.last : (g.input_major ? s.second : s.last);
+  switch (g.split) {
+    case tp_split::vocab:  // padded to whole rows per rank: the first ranks hold the most
+      out = ceil_div(out, tp);
+      break;
+    case tp_split::output:
+      out /= tp;
+      break;
+    case tp_split::input:
+      in /= tp;
+      break;
+    case tp_split::kv:
+      out = out / m.kv_heads * local_kv_heads(m, tp);
+      break;
+    case tp_split::qkv:
+      out = out / (m.heads + 2 * m.kv_heads) * (m.heads / tp + 2 * local_kv_heads(m, tp));
+      break;
+    case tp_split::replicated:
+      break;
+  }
+  return s;
+}
+
+/// A weight or bias of a linear layer (a matmul operand; norms and embeddings are not).
+constexpr bool is_linear_parameter(const tensor_group& g) {
+  return g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
+         g.kind == tensor_kind::expert || g.kind == tensor_kind::router ||
+         g.kind == tensor_kind::head;
+}
+
+/// The format a frozen tensor is kept in.
+constexpr const element_format& frozen_format(const training& t, const tensor_group& g) {
+  const finetuning& f = t.finetune;
+  if (f.quantized_base.payload_bits > 0 && g.rank == 2 && is_linear_parameter(g) &&
+      g.kind != tensor_kind::head)
+    return f.quantized_base;
+  if (f.unquantized_base.payload_bits > 0) return f.unquantized_base;
+  return t.precision.weights;
+}
+
+/// Model-state bytes before sharding, split into what data parallelism may shard.
+struct unsharded_states {
+  bytes trained_weights{}, frozen_weights{}, state_buffers{}, gradients{}, master{};
+  bytes device_states{}, host_states{}, cast_copies{}, largest_tensor_16bit{};
+  // The same quantities sharded tensor by tensor along dim 0 (FSDP).
+  bytes fsdp_weights{}, fsdp_gradients{}, fsdp_master{}, fsdp_states{};
+  std::int64_t trained_elements = 0, trained_tensors = 0, weight_tensors = 0;
+  std::int64_t device_state_tensors = 0, host_state_tensors = 0;
+  std::int64_t largest_tensor_elements = 0;
+};
+
+struct stage_range {
+  std::int64_t first_layer, layers;
+  bool first, last;
+};
+
+/// Accumulates the tensors of `g` that pipeline stage `stage` and expert rank 0 hold.
+constexpr void add_group(const training& t, const tensor_group& g, const stage_range& stage,
+                         bool before_layers, std::int64_t experts_per_rank, std::int64_t shards,
+                         unsharded_states& acc) {
+  const model& m = t.model;
+  const layout& l = t.layout;
+  // Which copies live here: layers of this stage; embeddings on the first stage, the rest of the
+  // non-layer tensors on the last (Megatron-LM: pre_process / post_process).
+  tensor_block block = block_of(g);
+  if (g.layer_count > 0) {
+    block.layer_count = overlap(g.first_layer, g.layer_count, stage.first_layer, stage.layers);
+    block.first_layer = g.first_layer > stage.first_layer ? g.first_layer : stage.first_layer;
+  } else {
+    const bool here = before_layers ? stage.first : stage.last;
+    // A tied embedding is also needed by the head: the last stage keeps its own copy
+    // (Megatron-LM: shared_embedding_or_output_weight).
+    const bool tied_copy = !before_layers ? false
+                                          : (stage.last && !stage.first && m.tied_embeddings &&
+                                             g.split == tp_split::vocab);
+    block.layer_count = here || tied_copy ? 1 : 0;
+  }
+  if (g.kind == tensor_kind::expert) block.expert_count = experts_per_rank;
+  const std::int64_t copies = block.layer_count * block.expert_count;
+  if (copies == 0) return;
+
+  const local_shape shape = tp_local_shape(g, m, l.tensor);
+  const std::int64_t n = shape.elements();
+  const std::int64_t rows = shape.second > 0 ? shape.second : 1;
+  const std::int64_t cols = shape.last;
+  // FSDP shards every tensor along dim 0, the first ranks holding ceil(dim0 / N) rows.
+  const std::int64_t shard_rows = ceil_div(rows, shards);
+  auto stored = [&](const element_format& f) { return storage_bytes(f, rows, cols); };
+  auto stored_shard = [&](const element_format& f) { return storage_bytes(f, shard_rows, cols); };
+
+  if (g.role == tensor_role::state) {
+    acc.state_buffers += bytes_for_bits(checked_mul(n, g.state_bits)) * copies;
+    return;
+  }
+  const std::int64_t trained = trained_tensors(t.finetune, g, block);
+  const std::int64_t frozen = copies - trained;
+  const precision& p = t.precision;
+  acc.weight_tensors += copies;
+  acc.trained_weights += stored(p.weights) * trained;
+  acc.frozen_weights += stored(frozen_format(t, g)) * frozen;
+  acc.fsdp_weights +=
+      stored_shard(p.weights) * trained + stored_shard(frozen_format(t, g)) * frozen;
+  if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
+
+  // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a
+  // tied embedding is the head's weight); FP8 keeps copies of the matmul weights.
+  if (is_linear_parameter(g) || (g.split == tp_split::vocab && m.tied_embeddings)) {
+    if (p.autocast_weight_copies) acc.cast_copies += stored(p.compute) * copies;
+    if (p.fp8_weight_copies > 0 && g.rank == 2)
+      acc.cast_copies += stored(fp8_e4m3::value) * checked_mul(copies, p.fp8_weight_copies);
+  }
+
+  auto add_trained = [&](std::int64_t count, std::int64_t r, std::int64_t c, std::int64_t shard_r,
+                         bool matrix) {
+    if (count == 0) return;
+    acc.trained_elements += checked_mul(count, checked_mul(r, c));
+    acc.trained_tensors += count;
+    acc.gradients += storage_bytes(p.gradients, r, c) * count;
+    acc.fsdp_gradients += storage_bytes(p.gradients, shard_r, c) * count;
+    if (p.has_master()) {
+      acc.master += storage_bytes(p.master, r, c) * count;
+      acc.fsdp_master += storage_bytes(p.master, shard_r, c) * count;
+    }
+    const tensor_shape ts{
+        checked_mul(r, c), c, matrix ? r : 0,
+        matrix && g.kind != tensor_kind::embedding && g.kind != tensor_kind::head};
+    const state_size s = optimizer_state(t.optimizer, ts, p.updated());
+    acc.device_states += s.device * count;
+    acc.host_states += s.host * count;
+    acc.device_state_tensors += s.device_tensors * count;
+    acc.host_state_tensors += s.host_tensors * count;
+    const tensor_shape shard_ts{checked_mul(shard_r, c), c, matrix ? shard_r : 0,
+                                ts.matrix_in_hidden_layers};
+    acc.fsdp_states += optimizer_state(t.optimizer, shard_ts, p.updated()).device * count;
+  };
+  add_trained(trained, rows, cols, shard_rows, shape.second > 0);
+
+  // LoRA adapters: A [r, in] and B [out, r]; column-parallel layers split B, row-parallel A.
+  if (const std::int64_t r = lora_elements(t.finetune, g) > 0 ? t.finetune.lora.rank : 0; r > 0) {
+    const std::int64_t out = g.input_major ? shape.last : shape.second;
+    const std::int64_t in = g.input_major ? shape.second : shape.last;
+    const element_format& adapter =
+        t.finetune.lora.adapters.payload_bits > 0 ? t.finetune.lora.adapters : p.weights;
+    const bytes adapter_weights =
+        (storage_bytes(adapter, r, in) + storage_bytes(adapter, out, r)) * copies;
+    acc.trained_weights += adapter_weights;
+    acc.fsdp_weights += (storage_bytes(adapter, ceil_div(r, shards), in) +
+                         storage_bytes(adapter, ceil_div(out, shards), r)) *
+                        copies;
+    acc.weight_tensors += 2 * copies;
+    add_trained(copies, r, in, ceil_div(r, shards), true);
+    add_trained(copies, out, r, ceil_div(out, shards), true);
+  }
+}
+
+/// Elements of the largest FSDP unit on a stage: each transformer layer is a unit
+/// (transformer_auto_wrap_policy), and the tensors outside the layers form the root unit.
+constexpr std::int64_t largest_unit(const training& t, const tensor_ledger& tensors,
+                                    const stage_range& stage, std::int64_t experts_per_rank) {
+  std::int64_t largest = 0;
+  for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers + 1;
+       ++layer) {
+    const bool root = layer == stage.first_layer + stage.layers;
+    std::int64_t unit = 0;
+    for (const tensor_group& g : tensors) {
+      if (g.role != tensor_role::parameter) continue;
+      if (root ? g.layer_count > 0 : !g.in_layer(layer)) continue;
+      const std::int64_t copies = g.kind == tensor_kind::expert ? experts_per_rank : 1;
+      unit += checked_mul(tp_local_shape(g, t.model, t.layout.tensor).elements(), copies);
+    }
+    if (unit > largest) largest = unit;
+  }
+  return largest;
+}
+
+}  // namespace detail
+
+/// Layers, and whether it is the first or the last, of pipeline stage `stage`.
+constexpr detail::stage_range stage_of(const training& t, std::int64_t stage) {
+  const layout& l = t.layout;
+  return {l.first_layer_of_stage(t.model.layers, stage), l.layers_of_stage(t.model.layers, stage),
+          stage == 0, stage == l.pipeline - 1};
+}
+
+/// The model-state ledger of one GPU on pipeline stage `stage` (every tensor-, data-, context-
+/// and expert-parallel rank of a stage holds the same model states; with an uneven vocabulary
+/// split the first tensor-parallel rank holds the most, and that is the one given).
+constexpr memory_ledger model_states(const training& t, const tensor_ledger& model_tensors,
+                                     std::int64_t stage) {
+  using detail::add_group;
+  const model& m = t.model;
+  const layout& l = validated(t.layout, m);
+  const precision& p = t.precision;
+  const std::int64_t n = l.shard_degree();
+  const std::int64_t experts_per_rank = m.is_moe() ? m.moe.routed_experts / l.expert : 1;
+
+  // Tensors before the first per-layer group sit on the first stage, the others on the last.
+  std::size_t first_layer_group = model_tensors.size();
+  for (std::size_t i = 0; i < model_tensors.size(); ++i) {
+    if (model_tensors[i].layer_count > 0) {
+      first_layer_group = i;
+      break;
+    }
+  }
+  const detail::stage_range range = stage_of(t, stage);
+  detail::unsharded_states acc{};
+  for (std::size_t i = 0; i < model_tensors.size(); ++i) {
+    add_group(t, model_tensors[i], range, i < first_layer_group, experts_per_rank, n, acc);
+  }
+
+  memory_ledger ledger{};
+  const auto device = memory_space::device;
+  const bool fsdp = l.implementation == shard_implementation::fsdp;
+  const bool shard_optimizer = l.zero != sharding::none;
+  const bool shard_grads = l.zero == sharding::zero2 || l.zero == sharding::zero3;
+  const bool shard_weights = l.zero == sharding::zero3;
+  // Flat implementations pad one buffer to a multiple of N; FSDP shards tensor by tensor.
+  auto shard = [&](bytes full, bytes fsdp_shard, bool sharded) {
+    if (!sharded) return full;
+    return fsdp ? fsdp_shard : divide_up(full, n);
+  };
+  const auto optimizer_space = l.optimizer_offload == offload_target::none  ? device
+                               : l.optimizer_offload == offload_target::cpu ? memory_space::host
+                                                                            : memory_space::nvme;
+  const auto weight_space = l.parameter_offload == offload_target::none  ? device
+                            : l.parameter_offload == offload_target::cpu ? memory_space::host
+                                                                         : memory_space::nvme;
+
+  // Weights.
+  const bytes all_weights = acc.trained_weights + acc.frozen_weights;
+  add_entry(ledger, shard_weights ? "weights (ZeRO-3 partition)" : "weights", component::weights,
+            weight_space, shard(all_weights, acc.fsdp_weights, shard_weights), acc.weight_tensors,
+            shard_weights ? "ZeRO paper §5.3 (P_os+g+p): 2Ψ/N_d" : "tensor ledger x weight format");
+  add_entry(ledger, "model buffers (states)", component::weights, device, acc.state_buffers, 0,
+            "tensor ledger: stored non-parameter tensors");
+  add_entry(ledger, "autocast / fp8 weight copies", component::weights, device, acc.cast_copies, 0,
+            "torch.autocast weight cast cache; Transformer Engine Float8Tensor",
+            p.fp8_weight_copies > 0 ? lifetime::persistent : lifetime::forward_backward);
+
+  // Gradients.
+  const bool deepspeed = l.implementation == shard_implementation::deepspeed;
+  const bool megatron = l.implementation == shard_implementation::megatron;
+  if (deepspeed && l.zero == sharding::zero3) {
+    // DeepSpeed ZeRO-3 reduce-scatters 16-bit gradients from its buckets straight into the fp32
+    // partition (stage3.py: 18 bytes/param = 2 param + 4 grad + 4 master + 8 Adam).
+  } else {
+    add_entry(ledger, shard_grads ? "gradients (partition)" : "gradients", component::gradients,
+              shard_grads && l.optimizer_offload != offload_target::none ? optimizer_space : device,
+              shard(acc.gradients, acc.fsdp_gradients, shard_grads && !megatron),
+              acc.trained_tensors,
+              megatron ? "Megatron-LM dist_optimizer.md: full fp32 main grads"
+                       : "ZeRO paper §5.2 (P_os+g): 2Ψ/N_d");
+  }
+  if ((deepspeed || megatron) && p.has_master() && p.gradients.payload_bits < 32) {
+    // The optimizer steps on fp32 copies of the 16-bit gradients, sharded like its states.
+    const bytes fp32_grads{detail::checked_mul(acc.trained_elements, 4)};
+    add_entry(ledger, shard_optimizer ? "fp32 gradient partition" : "fp32 gradient copy",
+              component::gradients, optimizer_space,
+              shard_optimizer ? divide_up(fp32_grads, n) : fp32_grads, 1,
+              deepspeed ? "DeepSpeed stage_1_and_2.py / stage3.py estimators: 4 B/param / N"
+                        : "Megatron-LM dist_optimizer.md: fp16 20 B, 4 + 16/d");
+  }
+
+  // Master weights and optimizer states.
+  add_entry(ledger, shard_optimizer ? "master weights (partition)" : "master weights",
+            component::master_weights, optimizer_space,
+            shard(acc.master, acc.fsdp_master, shard_optimizer),
+            p.has_master() ? acc.trained_tensors : 0, "ZeRO paper §3.1: fp32 parameter copy, 4Ψ");
+  const bool flat_optimizer = deepspeed || megatron;  // FusedAdam: no per-tensor step tensors
+  add_entry(ledger, shard_optimizer ? "optimizer states (partition)" : "optimizer states",
+            component::optimizer_states, optimizer_space,
+            shard(acc.device_states, acc.fsdp_states, shard_optimizer),
+            flat_optimizer ? 0 : acc.device_state_tensors, t.optimizer.name);
+  if (!flat_optimizer) {
+    add_entry(ledger, "optimizer states on the host", component::optimizer_states,
+              memory_space::host, acc.host_states, acc.host_state_tensors,
+              "torch.optim step counters off-device unless fused/capturable; paged states");
+  }
+
+  // Buffers.
+  const bytes grad_16bit_element = storage_bytes(p.gradients, 1);
+  if (l.zero == sharding::none && l.data > 1 && !megatron && !l.ddp_bucket_view) {
+    add_entry(
+        ledger, "DDP gradient buckets", component::buffers, device, acc.gradients, 0,
+        "PyTorch DDP Reducer: bucket copies of all gradients (gradient_as_bucket_view=False)");
+  }
+  if (deepspeed && shard_optimizer) {
+    const std::int64_t bucket = acc.trained_elements < l.zero_reduce_bucket_elements
+                                    ? acc.trained_elements
+                                    : l.zero_reduce_bucket_elements;
+    add_entry(ledger, "ZeRO reduce bucket", component::buffers, device, grad_16bit_element * bucket,
+              1, "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)");
+  }
+  if (shard_weights) {
+    if (fsdp) {
+      const std::int64_t unit = detail::largest_unit(t, model_tensors, range, experts_per_rank);
+      add_entry(
+          ledger,
+          l.fsdp_prefetch ? "gathered FSDP units (current + prefetched)" : "gathered FSDP unit",
+          component::buffers, device,
+          storage_bytes(p.compute, unit) * (l.fsdp_prefetch ? 2 : 1) +
+              storage_bytes(p.gradients, unit),
+          0, "FSDP paper (Zhao et al. 2023) §3.2: one unsharded unit plus its gradients",
+          lifetime::forward_backward);
+    } else {
+      add_entry(ledger, "gathered largest layer (weights + gradients)", component::buffers, device,
+                (storage_bytes(p.weights, 1) + grad_16bit_element) * acc.largest_tensor_elements, 0,
+                "DeepSpeed stage3.py estimator: 4 x largest layer parameters",
+                lifetime::forward_backward);
+    }
+  }
+  const bool sqrt_denominator =
+      t.optimizer.kind == optimizer_kind::adam || t.optimizer.kind == optimizer_kind::nadam ||
+      t.optimizer.kind == optimizer_kind::radam || t.optimizer.kind == optimizer_kind::adagrad ||
+      t.optimizer.kind == optimizer_kind::rmsprop || t.optimizer.kind == optimizer_kind::adadelta;
+  if (!flat_optimizer && sqrt_denominator && l.optimizer_offload == offload_target::none &&
+      t.optimizer.options.impl == optimizer_impl::foreach) {
+    // _foreach_sqrt(exp_avg_sqs) allocates a list as large as the states it reads.
+    const bytes list = storage_bytes(p.updated(), 1) * acc.trained_elements;
+    add_entry(ledger, "optimizer step temporaries", component::buffers, device,
+              shard(list, divide_up(list, n), shard_optimizer), acc.trained_tensors,
+              "torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt", lifetime::optimizer_step);
+  }
+  return ledger;
+}
+
+/// Host bytes one process needs while the model is built, before sharding: the whole model in
+/// fp32 (from_pretrained, then partition), or with DeepSpeed's zero.Init only the largest tensor,
+/// which is partitioned as soon as it is built (DeepSpeed stage3.py estimators: 4 x params, or
+/// 4 x largest layer params, per process).
+constexpr bytes host_bytes_at_load(const tensor_ledger& model_tensors, bool zero_init) {
+  std::int64_t largest = 0;
+  for (const tensor_group& g : model_tensors)
+    if (g.role == tensor_role::parameter && g.elements() > largest) largest = g.elements();
+  return bytes{detail::checked_mul(4, zero_init ? largest : parameters(model_tensors))};
+}
+
+/// The model states of stage `stage`, from the model's own tensor ledger.
+constexpr memory_ledger model_states(const training& t, std::int64_t stage = 0) {
+  return model_states(t, tensors(t.model), stage);
+}
+
+}  // namespace vramfit

@@ -1,0 +1,290 @@
+// Unit tier: training model states against independent numbers: the seed articles' bytes per
+// parameter, the ZeRO paper's Table 1, DeepSpeed's estimator outputs for T0_3B, Megatron-LM's
+// bytes per parameter, and hand derivations.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vramfit/presets.hpp>
+#include <vramfit/training.hpp>
+
+using namespace vramfit;
+
+namespace {
+/// A ledger of one [rows, cols] linear weight: every parameter is a matmul weight.
+constexpr tensor_ledger one_matrix(std::int64_t rows, std::int64_t cols) {
+  tensor_ledger l{};
+  tensor_group g{};
+  detail::copy_name(g.name, "linear.weight");
+  g.shape[0] = rows;
+  g.shape[1] = cols;
+  g.rank = 2;
+  g.kind = tensor_kind::mlp;
+  l.push_back(g);
+  return l;
+}
+
+/// A stand-in model for ledgers built by hand (used only by the layout rules).
+constexpr model stand_in{.name = "stand-in",
+                         .hidden = 64,
+                         .layers = 1,
+                         .heads = 1,
+                         .kv_heads = 1,
+                         .head_dim = 64,
+                         .ffn = 64,
+                         .vocab = 64};
+
+/// Weights + gradients + master weights + optimizer states on the device.
+bytes states_on_device(const memory_ledger& l) {
+  return total(l, component::weights) + total(l, component::gradients) +
+         total(l, component::master_weights) + total(l, component::optimizer_states);
+}
+
+bytes entry(const memory_ledger& l, const char* name) {
+  for (const memory_entry& e : l)
+    if (std::string(e.name) == name) return e.size;
+  return bytes{};
+}
+}  // namespace
+
+TEST_CASE("bytes per parameter: the ZeRO paper's 16 and the seed articles' optimizer figures") {
+  const std::int64_t n = 1'000'000;  // one 1000 x 1000 weight
+  const tensor_ledger w = one_matrix(1000, 1000);
+  // ZeRO paper §3.1 / seed 000: fp16 weights 2 + fp16 gradients 2 + fp32 master, m, v 12 = 16.
+  const training zero_paper{stand_in, mixed<fp16, fp16>::value, adam<>::value};
+  CHECK(states_on_device(model_states(zero_paper, w, 0)) == bytes{16 * n});
+  CHECK(total(model_states(zero_paper, w, 0), component::optimizer_states) == bytes{8 * n});
+  // Seed 001 (after the HF docs): optimizer bytes per parameter in fp32 training: SGD 0,
+  // SGD with momentum 4, AdamW 8; seed 002: bitsandbytes 8-bit AdamW 2 (+ fp32 block scales,
+  // 2 x 4 B per 256 elements: 8000000/256 = 31250 bytes here).
+  const auto states = [&](const optimizer& o) {
+    return total(model_states(training{stand_in, fp32_training::value, o}, w, 0),
+                 component::optimizer_states);
+  };
+  CHECK(states(sgd<>::value) == bytes{0});
+  CHECK(states(sgd<optimizer_options{.momentum = true}>::value) == bytes{4 * n});
+  CHECK(states(adamw<>::value) == bytes{8 * n});
+  CHECK(states(adamw_8bit<>::value) == bytes{2 * n + 2 * 4 * (n / 256 + 1)});
+  // fp32 training: weights 4 + gradients 4.
+  const memory_ledger plain =
+      model_states(training{stand_in, fp32_training::value, sgd<>::value}, w, 0);
+  CHECK(states_on_device(plain) == bytes{8 * n});
+}
+
+TEST_CASE("the HF rule: mixed-precision AdamW is 18 bytes per parameter") {
+  // HF "Model training anatomy": weights 4 (fp32) + 2 (fp16 copy), gradients 4, AdamW 8 = 18, when
+  // every parameter is a matmul weight (autocast copies only those).
+  const std::int64_t n = 4096LL * 4096;
+  const memory_ledger l =
+      model_states(training{stand_in, amp<fp16>::value, adamw<>::value}, one_matrix(4096, 4096), 0);
+  CHECK(states_on_device(l) == bytes{18 * n});
+  CHECK(entry(l, "autocast / fp8 weight copies") == bytes{2 * n});
+  // Adam's step counter lives on the host unless fused (torch/optim/adam.py): 4 bytes.
+  CHECK(total(l, memory_space::host) == bytes{4});
+}
+
+TEST_CASE("Megatron-LM: 18 bytes per parameter, 6 + 12/d with the distributed optimizer") {
+  // megatron/training/theoretical_memory_usage.py and dist_optimizer.md: bf16 params 2, fp32 main
+  // grads 4, fp32 master + Adam 12 (sharded over d with the distributed optimizer).
+  const std::int64_t n = 8192LL * 8192;
+  const tensor_ledger w = one_matrix(8192, 8192);
+  const training megatron{stand_in, mixed<bf16, fp32>::value, adam<>::value};
+  CHECK(states_on_device(model_states(megatron, w, 0)) == bytes{18 * n});
+  for (std::int64_t d : {2, 4, 8, 64}) {
+    CAPTURE(d);
+    training sharded = megatron;
+    sharded.layout.data = d;
+    sharded.layout.zero = sharding::zero1;
+    sharded.layout.implementation = shard_implementation::megatron;
+    CHECK(states_on_device(model_states(sharded, w, 0)) == bytes{6 * n + 12 * n / d});
+  }
+  // The table's other rows: fp16 params and grads 20 / 4 + 16/d; fp32 16 / 8 + 8/d.
+  const training half{
+      stand_in,
+      mixed<fp16, fp16>::value,
+      adam<>::value,
+      full_finetune::value,
+      {.data = 8, .zero = sharding::zero1, .implementation = shard_implementation::megatron}};
+  CHECK(states_on_device(model_states(half, w, 0)) == bytes{4 * n + 16 * n / 8});
+  const training single{
+      stand_in,
+      fp32_training::value,
+      adam<>::value,
+      full_finetune::value,
+      {.data = 8, .zero = sharding::zero1, .implementation = shard_implementation::megatron}};
+  CHECK(states_on_device(model_states(single, w, 0)) == bytes{8 * n + 8 * n / 8});
+}
+
+TEST_CASE("ZeRO paper Table 1: every cell within its printed rounding") {
+  // Rajbhandari et al. 2019, Table 1: per-device model states in GB (10^9 B) for mixed-precision
+  // Adam (K = 12): P_os, P_os+g, P_os+g+p. Printed values as {value x 10^decimals, decimals}.
+  struct printed {
+    std::int64_t scaled;
+    int decimals;
+  };
+  struct row {
+    std::int64_t n_d;
+    printed cells[9];
+  };
+  const row table[] = {
+      {1,
+       {{120, 0},
+        {120, 0},
+        {120, 0},
+        {2048, 0},
+        {2048, 0},
+        {2048, 0},
+        {16000, 0},
+        {16000, 0},
+        {16000, 0}}},
+      {4,
+       {{525, 1},
+        {413, 1},
+        {30, 0},
+        {896, 0},
+        {704, 0},
+        {512, 0},
+        {7000, 0},
+        {5500, 0},
+        {4000, 0}}},
+      {16,
+       {{356, 1},
+        {216, 1},
+        {75, 1},
+        {608, 0},
+        {368, 0},
+        {128, 0},
+        {4750, 0},
+        {2875, 0},
+        {1000, 0}}},
+      {64,
+       {{314, 1}, {166, 1}, {188, 2}, {536, 0}, {284, 0}, {32, 0}, {4187, 0}, {2218, 0}, {250, 0}}},
+      {256,
+       {{304, 1}, {154, 1}, {47, 2}, {518, 0}, {263, 0}, {8, 0}, {4046, 0}, {2054, 0}, {625, 1}}},
+      {1024,
+       {{301, 1}, {151, 1}, {12, 2}, {513, 0}, {257, 0}, {2, 0}, {4011, 0}, {2013, 0}, {156, 1}}},
+  };
+  const std::int64_t models[] = {7'500'000'000, 128'000'000'000, 1'000'000'000'000};
+  for (const row& r : table) {
+    for (int m = 0; m < 3; ++m) {
+      for (int stage = 1; stage <= 3; ++stage) {
+        const printed cell = r.cells[m * 3 + stage - 1];
+        CAPTURE(r.n_d);
+        CAPTURE(models[m]);
+        CAPTURE(stage);
+        // Ψ as one [Ψ / 1000, 1000] matrix; the paper's ZeRO: exactly the policy's states / N_d.
+        const training t{stand_in,
+                         mixed<fp16, fp16>::value,
+                         adam<>::value,
+                         full_finetune::value,
+                         {.data = r.n_d,
+                          .zero = static_cast<sharding>(stage),
+                          .implementation = shard_implementation::paper}};
+        const bytes b = states_on_device(model_states(t, one_matrix(models[m] / 1000, 1000), 0));
+        const double gb = static_cast<double>(b.count) / 1e9;
+        const double scale = std::pow(10.0, cell.decimals);
+        // The paper both rounds and truncates: within one unit of the last printed digit.
+        CHECK(std::abs(gb * scale - static_cast<double>(cell.scaled)) <= 1.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("Megatron-LM without the distributed optimizer: fp16 params and grads are 20 B") {
+  const std::int64_t n = 1024LL * 1024;
+  const training t{stand_in,
+                   mixed<fp16, fp16>::value,
+                   adam<>::value,
+                   full_finetune::value,
+                   {.implementation = shard_implementation::megatron}};
+  CHECK(states_on_device(model_states(t, one_matrix(1024, 1024), 0)) == bytes{20 * n});
+}
+
+namespace {
+/// bigscience/T0_3B as AutoModel loads it (T5Model, no LM head), by hand from its config:
+/// d_model 2048, d_kv 64 x 32 heads, d_ff 5120 (gated-gelu), 24 encoder + 24 decoder layers,
+/// vocab 32128, 32 relative-position buckets.
+constexpr tensor_ledger t0_3b() {
+  tensor_ledger l{};
+  auto add = [&l](const char* name, std::int64_t rows, std::int64_t cols, std::int64_t layers) {
+    tensor_group g{};
+    detail::copy_name(g.name, name);
+    g.shape[0] = rows;
+    g.shape[1] = cols;
+    g.rank = cols > 0 ? 2 : 1;
+    if (cols == 0) g.shape[1] = 0;
+    g.kind = tensor_kind::mlp;
+    g.layer_count = layers;
+    l.push_back(g);
+  };
+  add("shared.weight", 32128, 2048, 0);
+  add("encoder.block.{layer}.layer.0.SelfAttention.q/k/v/o.weight", 4 * 2048, 2048, 24);
+  add("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 32, 0);
+  add("encoder.block.{layer}.layer.{0,1}.layer_norm.weight", 2 * 2048, 0, 24);
+  add("encoder.block.{layer}.layer.1.DenseReluDense.wi_0/wi_1/wo.weight", 3 * 5120, 2048, 24);
+  add("encoder.final_layer_norm.weight", 2048, 0, 0);
+  add("decoder.block.{layer}.layer.{0,1}.{Self,EncDec}Attention.q/k/v/o.weight", 8 * 2048, 2048,
+      24);
+  add("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 32, 0);
+  add("decoder.block.{layer}.layer.{0,1,2}.layer_norm.weight", 3 * 2048, 0, 24);
+  add("decoder.block.{layer}.layer.2.DenseReluDense.wi_0/wi_1/wo.weight", 3 * 5120, 2048, 24);
+  add("decoder.final_layer_norm.weight", 2048, 0, 0);
+  return l;
+}
+}  // namespace
+
+TEST_CASE("DeepSpeed's ZeRO-3 estimator for T0_3B, every cell") {
+  // HF Transformers DeepSpeed docs: estimate_zero3_model_states_mem_needs_all_live for
+  // bigscience/T0_3B: "2783M total params, 65M largest layer params"; "GB" there are GiB.
+  const tensor_ledger t5 = t0_3b();
+  REQUIRE(parameters(t5) == 2'783'959'040);
+  struct cell {
+    std::int64_t gpus;
+    offload_target optimizer, params;
+    bool zero_init;
+    const char* per_cpu;
+    const char* per_gpu;
+  };
+  const auto cpu = offload_target::cpu;
+  const auto none = offload_target::none;
+  const cell table[] = {
+      {1, cpu, cpu, true, "70.00 GiB", "0.25 GiB"},
+      {1, cpu, cpu, false, "70.00 GiB", "0.25 GiB"},
+      {1, cpu, none, true, "62.23 GiB", "5.43 GiB"},
+      {1, cpu, none, false, "62.23 GiB", "5.43 GiB"},
+      {1, none, none, true, "0.37 GiB", "46.91 GiB"},
+      {1, none, none, false, "15.56 GiB", "46.91 GiB"},
+      {2, cpu, cpu, true, "70.00 GiB", "0.25 GiB"},
+      {2, cpu, cpu, false, "70.00 GiB", "0.25 GiB"},
+      {2, cpu, none, true, "62.23 GiB", "2.84 GiB"},
+      {2, cpu, none, false, "62.23 GiB", "2.84 GiB"},
+      {2, none, none, true, "0.74 GiB", "23.58 GiB"},
+      {2, none, none, false, "31.11 GiB", "23.58 GiB"},
+  };
+  for (const cell& c : table) {
+    CAPTURE(c.gpus);
+    CAPTURE(static_cast<int>(c.optimizer));
+    CAPTURE(static_cast<int>(c.params));
+    CAPTURE(c.zero_init);
+    model t5_shape = stand_in;  // only its 24 layers matter here
+    t5_shape.layers = 24;
+    const training t{t5_shape,
+                     mixed<fp16, fp16>::value,
+                     adam<>::value,
+                     full_finetune::value,
+                     {.data = c.gpus,
+                      .zero = sharding::zero3,
+                      .implementation = shard_implementation::deepspeed,
+                      .optimizer_offload = c.optimizer,
+                      .parameter_offload = c.params}};
+    const memory_ledger l = model_states(t, t5, 0);
+    // The estimator leaves out the communication buckets that vramfit lists.
+    const bytes gpu = total(l) - entry(l, "ZeRO reduce bucket");
+    CHECK(to_string(gpu, GiB) == std::string(c.per_gpu));
+    // Per node: every process's host bytes, or the load-time peak if larger, times DeepSpeed's
+    // additional_buffer_factor of 1.5.
+    const bytes host = total(l, memory_space::host);
+    const bytes load = host_bytes_at_load(t5, c.zero_init);
+    const bytes node = (host > load ? host : load) * c.gpus * 3;
+    CHECK(to_string(divide_up(node, 2), GiB) == std::string(c.per_cpu));
+  }
+}
