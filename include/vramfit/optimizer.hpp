@@ -77,87 +77,87 @@ constexpr optimizer make_optimizer(const char* name, optimizer_kind kind, std::i
 
 // Each line: the state tensors the implementation creates for one parameter tensor.
 /// torch.optim.SGD: momentum_buffer when momentum > 0, nothing otherwise.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct sgd {
   static constexpr optimizer value = detail::make_optimizer(
       O.momentum ? "sgd+momentum" : "sgd", optimizer_kind::sgd, O.momentum ? 1 : 0, 0, O);
 };
 /// torch.optim.Adam: step, exp_avg, exp_avg_sq (+ max_exp_avg_sq with amsgrad).
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct adam {
   static constexpr optimizer value = detail::make_optimizer(
       O.amsgrad ? "adam+amsgrad" : "adam", optimizer_kind::adam, O.amsgrad ? 3 : 2, 1, O);
 };
 /// torch.optim.AdamW: the same states as Adam.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct adamw {
   static constexpr optimizer value = detail::make_optimizer(
       O.amsgrad ? "adamw+amsgrad" : "adamw", optimizer_kind::adam, O.amsgrad ? 3 : 2, 1, O);
 };
 /// torch.optim.Adagrad: step, sum.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct adagrad {
   static constexpr optimizer value =
       detail::make_optimizer("adagrad", optimizer_kind::adagrad, 1, 1, O);
 };
 /// torch.optim.RMSprop: step, square_avg (+ momentum_buffer, + grad_avg when centered).
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct rmsprop {
   static constexpr optimizer value = detail::make_optimizer(
       "rmsprop", optimizer_kind::rmsprop, 1 + (O.momentum ? 1 : 0) + (O.centered ? 1 : 0), 1, O);
 };
 /// torch.optim.Adadelta: step, square_avg, acc_delta.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct adadelta {
   static constexpr optimizer value =
       detail::make_optimizer("adadelta", optimizer_kind::adadelta, 2, 1, O);
 };
 /// torch.optim.Adamax: step, exp_avg, exp_inf.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct adamax {
   static constexpr optimizer value =
       detail::make_optimizer("adamax", optimizer_kind::adamax, 2, 1, O);
 };
 /// torch.optim.NAdam: step, mu_product, exp_avg, exp_avg_sq.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct nadam {
   static constexpr optimizer value =
       detail::make_optimizer("nadam", optimizer_kind::nadam, 2, 2, O);
 };
 /// torch.optim.RAdam: step, exp_avg, exp_avg_sq.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct radam {
   static constexpr optimizer value =
       detail::make_optimizer("radam", optimizer_kind::radam, 2, 1, O);
 };
 /// torch.optim.Rprop: step, prev, step_size.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct rprop {
   static constexpr optimizer value =
       detail::make_optimizer("rprop", optimizer_kind::rprop, 2, 1, O);
 };
 /// Lion (Chen et al. 2023; lion-pytorch): exp_avg only.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct lion {
   static constexpr optimizer value = detail::make_optimizer("lion", optimizer_kind::lion, 1, 0, O);
 };
 /// torch.optim.Adafactor: step, and a factored second moment: row_var and col_var for tensors
 /// of two or more dimensions, a full variance for vectors.
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct adafactor {
   static constexpr optimizer value =
       detail::make_optimizer("adafactor", optimizer_kind::adafactor, 0, 1, O);
 };
 /// bitsandbytes Adam8bit/AdamW8bit (Dettmers et al. 2022): uint8 state1 and state2 with one fp32
 /// absmax per 256 elements; tensors under 4096 elements keep fp32 states (min_8bit_size).
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct adamw_8bit {
   static constexpr optimizer value =
       detail::make_optimizer("adamw-8bit", optimizer_kind::adam_8bit, 2, 0, O);
 };
 /// Muon (Jordan et al. 2024, MuonWithAuxAdam): a momentum buffer for the hidden matrices; the
 /// embedding, head and vector parameters use the auxiliary Adam (exp_avg, exp_avg_sq).
-template <optimizer_options O = {}>
+template <optimizer_options O = optimizer_options{}>
 struct muon {
   static constexpr optimizer value = detail::make_optimizer("muon", optimizer_kind::muon, 1, 0, O);
 };

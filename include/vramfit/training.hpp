@@ -36,6 +36,17 @@ struct local_shape {
   }
 };
 
+/// Bytes of one tensor of shape `s` in format `f`.
+constexpr bytes stored(const element_format& f, const local_shape& s) {
+  return storage_bytes(f, s.second > 0 ? s.second : 1, s.last);
+}
+
+/// The shard of dim 0 that the first of `n` ranks holds: ceil(dim0 / n) (FSDP's chunking).
+constexpr local_shape dim0_shard(const local_shape& s, std::int64_t n) {
+  return s.second > 0 ? local_shape{ceil_div(s.second, n), s.last}
+                      : local_shape{0, ceil_div(s.last, n)};
+}
+
 /// KV heads a rank holds: split, or replicated when the degree exceeds them (Megatron-LM
 /// transformer/attention.py: num_query_groups_per_partition; llm-analysis L886-919).
 constexpr std::int64_t local_kv_heads(const model& m, std::int64_t tp) {
@@ -94,7 +105,8 @@ struct unsharded_states {
   bytes trained_weights{}, frozen_weights{}, state_buffers{}, gradients{}, master{};
   bytes device_states{}, host_states{}, cast_copies{}, largest_tensor_16bit{};
   // The same quantities sharded tensor by tensor along dim 0 (FSDP).
-  bytes fsdp_weights{}, fsdp_gradients{}, fsdp_master{}, fsdp_states{};
+  bytes fsdp_trained_weights{}, fsdp_frozen_weights{}, fsdp_gradients{}, fsdp_master{},
+      fsdp_states{};
   std::int64_t trained_elements = 0, trained_tensors = 0, weight_tensors = 0;
   std::int64_t device_state_tensors = 0, host_state_tensors = 0;
   std::int64_t largest_tensor_elements = 0;
@@ -132,13 +144,6 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
 
   const local_shape shape = tp_local_shape(g, m, l.tensor);
   const std::int64_t n = shape.elements();
-  const std::int64_t rows = shape.second > 0 ? shape.second : 1;
-  const std::int64_t cols = shape.last;
-  // FSDP shards every tensor along dim 0, the first ranks holding ceil(dim0 / N) rows.
-  const std::int64_t shard_rows = ceil_div(rows, shards);
-  auto stored = [&](const element_format& f) { return storage_bytes(f, rows, cols); };
-  auto stored_shard = [&](const element_format& f) { return storage_bytes(f, shard_rows, cols); };
-
   if (g.role == tensor_role::state) {
     acc.state_buffers += bytes_for_bits(checked_mul(n, g.state_bits)) * copies;
     return;
@@ -147,60 +152,58 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   const std::int64_t frozen = copies - trained;
   const precision& p = t.precision;
   acc.weight_tensors += copies;
-  acc.trained_weights += stored(p.weights) * trained;
-  acc.frozen_weights += stored(frozen_format(t, g)) * frozen;
-  acc.fsdp_weights +=
-      stored_shard(p.weights) * trained + stored_shard(frozen_format(t, g)) * frozen;
+  acc.frozen_weights += stored(frozen_format(t, g), shape) * frozen;
+  acc.fsdp_frozen_weights += stored(frozen_format(t, g), dim0_shard(shape, shards)) * frozen;
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
 
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a
   // tied embedding is the head's weight); FP8 keeps copies of the matmul weights.
   if (is_linear_parameter(g) || (g.split == tp_split::vocab && m.tied_embeddings)) {
-    if (p.autocast_weight_copies) acc.cast_copies += stored(p.compute) * copies;
+    if (p.autocast_weight_copies) acc.cast_copies += stored(p.compute, shape) * copies;
     if (p.fp8_weight_copies > 0 && g.rank == 2)
-      acc.cast_copies += stored(fp8_e4m3::value) * checked_mul(copies, p.fp8_weight_copies);
+      acc.cast_copies += stored(fp8_e4m3::value, shape) * checked_mul(copies, p.fp8_weight_copies);
   }
 
-  auto add_trained = [&](std::int64_t count, std::int64_t r, std::int64_t c, std::int64_t shard_r,
-                         bool matrix) {
+  // A trained tensor: its weight, gradient, master copy and optimizer states.
+  auto add_trained = [&](std::int64_t count, const local_shape& s, const element_format& weight) {
     if (count == 0) return;
-    acc.trained_elements += checked_mul(count, checked_mul(r, c));
+    const local_shape shard = dim0_shard(s, shards);
+    acc.trained_elements += checked_mul(count, s.elements());
     acc.trained_tensors += count;
-    acc.gradients += storage_bytes(p.gradients, r, c) * count;
-    acc.fsdp_gradients += storage_bytes(p.gradients, shard_r, c) * count;
+    acc.trained_weights += stored(weight, s) * count;
+    acc.fsdp_trained_weights += stored(weight, shard) * count;
+    acc.gradients += stored(p.gradients, s) * count;
+    acc.fsdp_gradients += stored(p.gradients, shard) * count;
     if (p.has_master()) {
-      acc.master += storage_bytes(p.master, r, c) * count;
-      acc.fsdp_master += storage_bytes(p.master, shard_r, c) * count;
+      acc.master += stored(p.master, s) * count;
+      acc.fsdp_master += stored(p.master, shard) * count;
     }
-    const tensor_shape ts{
-        checked_mul(r, c), c, matrix ? r : 0,
-        matrix && g.kind != tensor_kind::embedding && g.kind != tensor_kind::head};
-    const state_size s = optimizer_state(t.optimizer, ts, p.updated());
-    acc.device_states += s.device * count;
-    acc.host_states += s.host * count;
-    acc.device_state_tensors += s.device_tensors * count;
-    acc.host_state_tensors += s.host_tensors * count;
-    const tensor_shape shard_ts{checked_mul(shard_r, c), c, matrix ? shard_r : 0,
-                                ts.matrix_in_hidden_layers};
-    acc.fsdp_states += optimizer_state(t.optimizer, shard_ts, p.updated()).device * count;
+    const bool hidden_matrix =
+        s.second > 0 && g.kind != tensor_kind::embedding && g.kind != tensor_kind::head;
+    const state_size states =
+        optimizer_state(t.optimizer, {s.elements(), s.last, s.second, hidden_matrix}, p.updated());
+    acc.device_states += states.device * count;
+    acc.host_states += states.host * count;
+    acc.device_state_tensors += states.device_tensors * count;
+    acc.host_state_tensors += states.host_tensors * count;
+    acc.fsdp_states +=
+        optimizer_state(t.optimizer, {shard.elements(), shard.last, shard.second, hidden_matrix},
+                        p.updated())
+            .device *
+        count;
   };
-  add_trained(trained, rows, cols, shard_rows, shape.second > 0);
+  add_trained(trained, shape, p.weights);
 
-  // LoRA adapters: A [r, in] and B [out, r]; column-parallel layers split B, row-parallel A.
-  if (const std::int64_t r = lora_elements(t.finetune, g) > 0 ? t.finetune.lora.rank : 0; r > 0) {
+  // LoRA adapters: A [r, in] and B [out, r] on the layer's local shape.
+  if (lora_elements(t.finetune, g) > 0) {
+    const std::int64_t r = t.finetune.lora.rank;
     const std::int64_t out = g.input_major ? shape.last : shape.second;
     const std::int64_t in = g.input_major ? shape.second : shape.last;
     const element_format& adapter =
         t.finetune.lora.adapters.payload_bits > 0 ? t.finetune.lora.adapters : p.weights;
-    const bytes adapter_weights =
-        (storage_bytes(adapter, r, in) + storage_bytes(adapter, out, r)) * copies;
-    acc.trained_weights += adapter_weights;
-    acc.fsdp_weights += (storage_bytes(adapter, ceil_div(r, shards), in) +
-                         storage_bytes(adapter, ceil_div(out, shards), r)) *
-                        copies;
     acc.weight_tensors += 2 * copies;
-    add_trained(copies, r, in, ceil_div(r, shards), true);
-    add_trained(copies, out, r, ceil_div(out, shards), true);
+    add_trained(copies, {r, in}, adapter);
+    add_trained(copies, {out, r}, adapter);
   }
 }
 
@@ -277,11 +280,21 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
                             : l.parameter_offload == offload_target::cpu ? memory_space::host
                                                                          : memory_space::nvme;
 
-  // Weights.
-  const bytes all_weights = acc.trained_weights + acc.frozen_weights;
-  add_entry(ledger, shard_weights ? "weights (ZeRO-3 partition)" : "weights", component::weights,
-            weight_space, shard(all_weights, acc.fsdp_weights, shard_weights), acc.weight_tensors,
-            shard_weights ? "ZeRO paper §5.3 (P_os+g+p): 2Ψ/N_d" : "tensor ledger x weight format");
+  // Weights: one entry, or trained and frozen apart when part of the model is frozen.
+  const char* weights_source =
+      shard_weights ? "ZeRO paper §5.3 (P_os+g+p): 2Ψ/N_d" : "tensor ledger x weight format";
+  if (acc.frozen_weights == bytes{}) {
+    add_entry(ledger, shard_weights ? "weights (ZeRO-3 partition)" : "weights", component::weights,
+              weight_space, shard(acc.trained_weights, acc.fsdp_trained_weights, shard_weights),
+              acc.weight_tensors, weights_source);
+  } else {
+    add_entry(ledger, "weights (trained)", component::weights, weight_space,
+              shard(acc.trained_weights, acc.fsdp_trained_weights, shard_weights),
+              acc.trained_tensors, weights_source);
+    add_entry(ledger, "weights (frozen)", component::weights, weight_space,
+              shard(acc.frozen_weights, acc.fsdp_frozen_weights, shard_weights),
+              acc.weight_tensors - acc.trained_tensors, weights_source);
+  }
   add_entry(ledger, "model buffers (states)", component::weights, device, acc.state_buffers, 0,
             "tensor ledger: stored non-parameter tensors");
   add_entry(ledger, "autocast / fp8 weight copies", component::weights, device, acc.cast_copies, 0,

@@ -8,6 +8,7 @@
 #include <vramfit/training.hpp>
 
 using namespace vramfit;
+using namespace vramfit::literals;
 
 namespace {
 /// A ledger of one [rows, cols] linear weight: every parameter is a matmul weight.
@@ -287,4 +288,207 @@ TEST_CASE("DeepSpeed's ZeRO-3 estimator for T0_3B, every cell") {
     const bytes node = (host > load ? host : load) * c.gpus * 3;
     CHECK(to_string(divide_up(node, 2), GiB) == std::string(c.per_cpu));
   }
+}
+
+TEST_CASE("seed 003: Mixtral-8x7B fine-tuning cases A, B and C") {
+  // The article's accounting (bf16 weights and gradients, fp32 Adam m and v, fp32 master
+  // weights: 16 B per trained parameter) is mixed<bf16, bf16> with Adam; its GB are 10^9 B.
+  const model& mixtral = models::mixtral_8x7b::value;
+  const auto trained_states = [](const memory_ledger& l) {
+    return entry(l, "weights (trained)") + total(l, component::gradients) +
+           total(l, component::master_weights) + total(l, component::optimizer_states);
+  };
+
+  // Case A, routers only: 4096 x 8 per layer, 32 layers = 1,048,576 parameters ("MB level").
+  const memory_ledger a =
+      model_states(training{mixtral, mixed<bf16, bf16>::value, adam<>::value,
+                            partial<select::kinds(tensor_kind::router)>::value});
+  CHECK(entry(a, "weights (trained)") == bytes{2 * 1'048'576});
+  CHECK(trained_states(a) == bytes{16 * 1'048'576});  // 16.78 MB
+
+  // Case B, the bottom 6 layers x 2 experts + the routers: 6 x 2 x 176,160,768 + 1,048,576.
+  const std::int64_t b_params = 6 * 2 * 176'160'768LL + 1'048'576;
+  const memory_ledger b =
+      model_states(training{mixtral, mixed<bf16, bf16>::value, adam<>::value,
+                            partial<select::kinds(tensor_kind::expert).layers(0, 6).experts(0, 2),
+                                    select::kinds(tensor_kind::router)>::value});
+  CHECK(entry(b, "weights (trained)") == bytes{2 * b_params});
+  CHECK(to_string(entry(b, "weights (trained)"), GB) == "4.23 GB");           // article: 4.23
+  CHECK(to_string(total(b, component::gradients), GB) == "4.23 GB");          // 4.23
+  CHECK(to_string(total(b, component::optimizer_states), GB) == "16.92 GB");  // 16.9
+  CHECK(to_string(total(b, component::master_weights), GB) == "8.46 GB");     // 8.46
+  CHECK(to_string(trained_states(b), GB) == "33.84 GB");                      // 33.8
+  // Our stated assumption: the article leaves the frozen weights out. In bf16 they are
+  // 2 x (46,702,792,704 - b_params) bytes = 89.18 GB on their own, so case B needs them offloaded
+  // or quantized to fit the 44 GB card at all.
+  CHECK(entry(b, "weights (frozen)") == bytes{2 * (46'702'792'704 - b_params)});
+
+  // Case C, a 4-bit base and LoRA r = 16 on every expert's w1, w2, w3: per expert
+  // 16 x ((4096 + 14336) x 3) = 884,736 ("0.885M"), 8 x 32 experts: 226,492,416 ("226.6M").
+  const memory_ledger c = model_states(
+      training{mixtral, mixed<bf16, bf16>::value, adam<>::value, qlora<16, "w1,w2,w3">::value});
+  const std::int64_t lora_params = 884'736LL * 8 * 32;
+  CHECK(entry(c, "weights (trained)") == bytes{2 * lora_params});
+  CHECK(to_string(entry(c, "weights (trained)"), GB) == "0.45 GB");   // 0.45
+  CHECK(to_string(total(c, component::gradients), GB) == "0.45 GB");  // 0.45
+  CHECK(to_string(total(c, component::optimizer_states) + total(c, component::master_weights),
+                  GB) == "2.72 GB");                     // 2.72
+  CHECK(to_string(trained_states(c), GB) == "3.62 GB");  // 3.6
+  // The frozen base: NF4 + double quantization for every linear weight in the layers, bf16 for
+  // the embedding, the norms and the head, all well under 44 GB.
+  CHECK(entry(c, "weights (frozen)") < 44_GB - trained_states(c));
+}
+
+namespace {
+// A tiny Llama, by hand: embedding [10, 8]; per layer 2 norms [8], q [8, 8], k and v [4, 8],
+// o [8, 8], gate and up [16, 8], down [8, 16]; final norm [8]; head [10, 8].
+constexpr model tiny{.name = "tiny",
+                     .hidden = 8,
+                     .layers = 2,
+                     .heads = 4,
+                     .kv_heads = 2,
+                     .head_dim = 2,
+                     .ffn = 16,
+                     .vocab = 10};
+constexpr std::int64_t tiny_params =
+    80 + 2 * (8 + 8 + 64 + 32 + 32 + 64 + 128 + 128 + 128) + 8 + 80;
+constexpr std::int64_t tiny_tensors = 1 + 2 * 9 + 1 + 1;
+}  // namespace
+
+TEST_CASE("every optimizer's states on a tiny model, to the byte") {
+  static_assert(tiny_params == 1352 && tiny_tensors == 21);
+  const std::int64_t p = tiny_params;
+  const std::int64_t t = tiny_tensors;
+  // Adafactor: rows + columns per matrix (embedding 10 + 8, head 18, per layer q 16, k 12, v 12,
+  // o 16, gate 24, up 24, down 24), a full variance per vector (5 norms x 8).
+  const std::int64_t factored = 18 + 18 + 2 * (16 + 12 + 12 + 16 + 24 + 24 + 24) + 5 * 8;
+  // Muon: a momentum for the 14 hidden matrices (2 x 576 elements), the auxiliary Adam's two
+  // moments for the embedding, the head and the norms (80 + 80 + 40).
+  const std::int64_t muon_states = 2 * 576 + 2 * (80 + 80 + 40);
+  struct expected {
+    optimizer opt;
+    std::int64_t device;  // fp32 training: bytes on the device
+    std::int64_t host;    // 0-d step (and mu_product) tensors off the device
+  };
+  const expected table[] = {
+      {sgd<>::value, 0, 0},
+      {sgd<optimizer_options{.momentum = true}>::value, 4 * p, 0},
+      {adam<>::value, 8 * p, 4 * t},
+      {adamw<>::value, 8 * p, 4 * t},
+      {adamw<optimizer_options{.amsgrad = true}>::value, 12 * p, 4 * t},
+      {adamw<optimizer_options{.impl = optimizer_impl::fused}>::value, 8 * p + 4 * t, 0},
+      {adamw<optimizer_options{.capturable = true}>::value, 8 * p + 4 * t, 0},
+      {adagrad<>::value, 4 * p, 4 * t},
+      {rmsprop<>::value, 4 * p, 4 * t},
+      {rmsprop<optimizer_options{.momentum = true, .centered = true}>::value, 12 * p, 4 * t},
+      {adadelta<>::value, 8 * p, 4 * t},
+      {adamax<>::value, 8 * p, 4 * t},
+      {nadam<>::value, 8 * p, 8 * t},  // step and mu_product
+      {radam<>::value, 8 * p, 4 * t},
+      {rprop<>::value, 8 * p, 4 * t},
+      {lion<>::value, 4 * p, 0},
+      {adafactor<>::value, 4 * factored, 4 * t},
+      // Every tensor is under bitsandbytes' min_8bit_size (4096): fp32 states, no step tensor.
+      {adamw_8bit<>::value, 8 * p, 0},
+      {adamw_8bit<optimizer_options{.paged = true}>::value, 0, 8 * p},
+      {muon<>::value, 4 * muon_states, 0},
+  };
+  for (const expected& e : table) {
+    CAPTURE(e.opt.name);
+    const memory_ledger l = model_states(training{tiny, fp32_training::value, e.opt});
+    CHECK(total(l, component::optimizer_states) == bytes{e.device});
+    CHECK(total(l, component::optimizer_states, memory_space::host) == bytes{e.host});
+  }
+  // States follow the updated tensor: bf16 under pure bf16, fp32 on the master copy otherwise.
+  CHECK(total(model_states(training{tiny, pure<bf16>::value, adamw<>::value}),
+              component::optimizer_states) == bytes{4 * p});
+  CHECK(total(model_states(training{tiny, mixed<bf16>::value, adamw<>::value}),
+              component::optimizer_states) == bytes{8 * p});
+}
+
+TEST_CASE("8-bit AdamW on large tensors: one byte per state and an fp32 scale per 256") {
+  // A 4096 x 4096 weight: 2 x (16,777,216 + 4 x 65,536) bytes.
+  const memory_ledger l = model_states(
+      training{stand_in, fp32_training::value, adamw_8bit<>::value}, one_matrix(4096, 4096), 0);
+  CHECK(total(l, component::optimizer_states) == bytes{2 * (16'777'216 + 4 * 65'536)});
+}
+
+TEST_CASE("tensor and pipeline parallel: each stage's weights, by hand") {
+  // Llama-3-8B, TP 2, PP 4 (8 layers a stage), bf16 weights. One layer on a TP rank:
+  // q and o 4096 x 4096 / 2, k and v 1024 x 4096 / 2 (4 of 8 KV heads), gate, up, down
+  // 3 x 4096 x 14336 / 2, two norms of 4096 replicated = 109,060,096.
+  const std::int64_t layer =
+      (2 * 4096 * 4096 + 2 * 1024 * 4096) / 2 + 3 * 4096 * 14336 / 2 + 2 * 4096;
+  REQUIRE(layer == 109'060'096);
+  const std::int64_t vocab_half = 128'256 / 2 * 4096;  // the embedding or head on one TP rank
+  const training t{models::llama_3_8b::value, pure<bf16>::value, sgd<>::value, full_finetune::value,
+                   parallel<tensor_parallel<2>, pipeline_parallel<4>>::value};
+  CHECK(entry(model_states(t, 0), "weights") == bytes{2 * (8 * layer + vocab_half)});
+  CHECK(entry(model_states(t, 1), "weights") == bytes{2 * 8 * layer});
+  CHECK(entry(model_states(t, 3), "weights") == bytes{2 * (8 * layer + 4096 + vocab_half)});
+
+  // Uneven stages: 11, 11, 10 layers.
+  const training uneven{models::llama_3_8b::value, pure<bf16>::value, sgd<>::value,
+                        full_finetune::value, parallel<pipeline_parallel<3, 11, 11, 10>>::value};
+  CHECK(entry(model_states(uneven, 1), "weights") == bytes{2 * 11 * 218'112'000LL});
+  CHECK(entry(model_states(uneven, 2), "weights") ==
+        bytes{2 * (10 * 218'112'000LL + 4096 + 128'256LL * 4096)});
+}
+
+TEST_CASE("KV heads are replicated when the TP degree exceeds them") {
+  // Llama-2-70B has 8 KV heads; over 16 ranks each holds one whole head (128 rows), not half.
+  const training t{models::llama_2_70b::value, pure<bf16>::value, sgd<>::value,
+                   full_finetune::value, parallel<tensor_parallel<16>>::value};
+  const tensor_ledger ledger = tensors(t.model);
+  for (const tensor_group& g : ledger) {
+    if (std::string(g.name).find("k_proj.weight") != std::string::npos) {
+      const auto s = detail::tp_local_shape(g, t.model, 16);
+      CHECK(s.second == 128);
+      CHECK(s.last == 8192);
+    }
+  }
+}
+
+TEST_CASE("expert parallel: each rank holds its share of the experts") {
+  // Mixtral-8x7B over 8 expert-parallel ranks: one expert per layer per rank.
+  const training t{models::mixtral_8x7b::value, pure<bf16>::value, sgd<>::value,
+                   full_finetune::value, parallel<ddp<8>, expert_parallel<8>>::value};
+  const std::int64_t non_expert = 46'702'792'704 - 8LL * 32 * 176'160'768;
+  CHECK(entry(model_states(t), "weights") == bytes{2 * (non_expert + 32LL * 176'160'768)});
+}
+
+TEST_CASE("DDP keeps bucket copies of the gradients unless they are bucket views") {
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t p = 8'030'261'248;
+  const memory_ledger copies = model_states(
+      training{m, amp<bf16>::value, adamw<>::value, full_finetune::value, parallel<ddp<8>>::value});
+  CHECK(entry(copies, "DDP gradient buckets") == bytes{4 * p});
+  const memory_ledger views = model_states(training{
+      m, amp<bf16>::value, adamw<>::value, full_finetune::value, parallel<ddp<8, true>>::value});
+  CHECK(entry(views, "DDP gradient buckets") == bytes{0});
+}
+
+TEST_CASE("FSDP shards each tensor along dim 0 and gathers a whole unit") {
+  // Llama-3-8B, FSDP full shard over 8 ranks, amp: fp32 parameters sharded, bf16 compute.
+  const model& m = models::llama_3_8b::value;
+  const memory_ledger l = model_states(training{m, amp<bf16>::value, adamw<>::value,
+                                                full_finetune::value, parallel<fsdp<8>>::value});
+  // Every dim 0 here divides by 8: exactly 4 B x P / 8.
+  CHECK(entry(l, "weights (ZeRO-3 partition)") == bytes{4 * 8'030'261'248 / 8});
+  CHECK(total(l, component::optimizer_states) == bytes{8 * 8'030'261'248 / 8});
+  // The largest unit is the root: embedding + final norm + head = 1,050,677,248 elements, in
+  // bf16 twice (current + prefetched) plus its fp32 gradients.
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  CHECK(entry(l, "gathered FSDP units (current + prefetched)") == bytes{2 * 2 * root + 4 * root});
+}
+
+TEST_CASE("ZeRO-2 with the optimizer offloaded keeps only the 16-bit weights on the GPU") {
+  // DeepSpeed stage_1_and_2.py estimator: offload_optimizer=cpu: GPU = 2 P, CPU = 16 P in all.
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t p = 8'030'261'248;
+  const memory_ledger l =
+      model_states(training{m, mixed<fp16, fp16>::value, adam<>::value, full_finetune::value,
+                            parallel<zero<2, 4>, offload<offload_target::cpu>>::value});
+  CHECK(total(l) - entry(l, "ZeRO reduce bucket") == bytes{2 * p});
+  CHECK(total(l, memory_space::host) == bytes{(2 + 4 + 4 + 8) * p / 4});
 }
