@@ -30,8 +30,9 @@ struct precision {
 };
 
 namespace detail {
-constexpr precision named(precision p, const char* family, const char* detail_name) {
-  copy_name(p.name, family, detail_name);
+constexpr precision named(precision p, const char* family, const char* detail_name,
+                          const char* suffix = "") {
+  copy_name(p.name, family, detail_name, suffix);
   return p;
 }
 }  // namespace detail
@@ -71,8 +72,8 @@ struct pure {
 template <StorageDtype Half = bf16, StorageDtype Grad = fp32>
 struct mixed {
   static constexpr precision value =
-      detail::named({"", Half::value, Grad::value, fp32::value, Half::value}, Half::value.name,
-                    Grad::value.payload_bits == 32 ? "-fp32-master-fp32-grads" : "-fp32-master");
+      detail::named({"", Half::value, Grad::value, fp32::value, Half::value}, "mixed-",
+                    Half::value.name, Grad::value.payload_bits == 32 ? "" : "-16bit-grads");
 };
 
 /// FP8 compute with 16-bit master weights (Transformer Engine): bf16 weights updated directly,

@@ -107,7 +107,7 @@ struct unsharded_states {
   // The same quantities sharded tensor by tensor along dim 0 (FSDP).
   bytes fsdp_trained_weights{}, fsdp_frozen_weights{}, fsdp_gradients{}, fsdp_master{},
       fsdp_states{};
-  std::int64_t trained_elements = 0, trained_tensors = 0, weight_tensors = 0;
+  std::int64_t trained_elements = 0, frozen_elements = 0, trained_tensors = 0, weight_tensors = 0;
   std::int64_t device_state_tensors = 0, host_state_tensors = 0;
   std::int64_t largest_tensor_elements = 0;
 };
@@ -152,6 +152,7 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   const std::int64_t frozen = copies - trained;
   const precision& p = t.precision;
   acc.weight_tensors += copies;
+  acc.frozen_elements += checked_mul(n, frozen);
   acc.frozen_weights += stored(frozen_format(t, g), shape) * frozen;
   acc.fsdp_frozen_weights += stored(frozen_format(t, g), dim0_shard(shape, shards)) * frozen;
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
@@ -267,7 +268,9 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   const bool fsdp = l.implementation == shard_implementation::fsdp;
   const bool shard_optimizer = l.zero != sharding::none;
   const bool shard_grads = l.zero == sharding::zero2 || l.zero == sharding::zero3;
-  const bool shard_weights = l.zero == sharding::zero3;
+  // FSDP keeps sharded parameters at rest under both FULL_SHARD and SHARD_GRAD_OP; they differ
+  // in how long the gathered (compute-format) parameters live.
+  const bool shard_weights = l.zero == sharding::zero3 || (fsdp && l.zero == sharding::zero2);
   // Flat implementations pad one buffer to a multiple of N; FSDP shards tensor by tensor.
   auto shard = [&](bytes full, bytes fsdp_shard, bool sharded) {
     if (!sharded) return full;
@@ -297,7 +300,10 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   }
   add_entry(ledger, "model buffers (states)", component::weights, device, acc.state_buffers, 0,
             "tensor ledger: stored non-parameter tensors");
-  add_entry(ledger, "autocast / fp8 weight copies", component::weights, device, acc.cast_copies, 0,
+  // Under FSDP the gathered parameters are already in the compute format (MixedPrecision
+  // param_dtype): autocast finds nothing to cast.
+  add_entry(ledger, "autocast / fp8 weight copies", component::weights, device,
+            fsdp && shard_weights && p.autocast_weight_copies ? bytes{} : acc.cast_copies, 0,
             "torch.autocast weight cast cache; Transformer Engine Float8Tensor",
             p.fp8_weight_copies > 0 ? lifetime::persistent : lifetime::forward_backward);
 
@@ -356,7 +362,13 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
               1, "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)");
   }
   if (shard_weights) {
-    if (fsdp) {
+    if (fsdp && l.zero == sharding::zero2) {
+      const std::int64_t params = acc.trained_elements + acc.frozen_elements;
+      add_entry(ledger, "unsharded parameters (shard grad op)", component::buffers, device,
+                storage_bytes(p.compute, params), 0,
+                "PyTorch FSDP SHARD_GRAD_OP: parameters stay gathered from forward to backward",
+                lifetime::forward_backward);
+    } else if (fsdp) {
       const std::int64_t unit = detail::largest_unit(t, model_tensors, range, experts_per_rank);
       add_entry(
           ledger,
@@ -367,6 +379,12 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
           0, "FSDP paper (Zhao et al. 2023) §3.2: one unsharded unit plus its gradients",
           lifetime::forward_backward);
     } else {
+      if (deepspeed) {
+        add_entry(ledger, "ZeRO-3 prefetch bucket", component::buffers, device,
+                  storage_bytes(p.weights, 1) * l.zero3_prefetch_bucket_elements, 0,
+                  "DeepSpeed stage3_prefetch_bucket_size (default 5e7 elements)",
+                  lifetime::forward_backward);
+      }
       add_entry(ledger, "gathered largest layer (weights + gradients)", component::buffers, device,
                 (storage_bytes(p.weights, 1) + grad_16bit_element) * acc.largest_tensor_elements, 0,
                 "DeepSpeed stage3.py estimator: 4 x largest layer parameters",
@@ -402,6 +420,23 @@ constexpr bytes host_bytes_at_load(const tensor_ledger& model_tensors, bool zero
 /// The model states of stage `stage`, from the model's own tensor ledger.
 constexpr memory_ledger model_states(const training& t, std::int64_t stage = 0) {
   return model_states(t, tensors(t.model), stage);
+}
+
+/// A pipeline stage and its ledger.
+struct stage_states {
+  std::int64_t stage = 0;
+  memory_ledger ledger{};
+};
+
+/// The pipeline stage whose GPUs need the most (the first of equals): the most loaded rank.
+constexpr stage_states most_loaded_stage(const training& t) {
+  const tensor_ledger model_tensors = tensors(t.model);
+  stage_states most{0, model_states(t, model_tensors, 0)};
+  for (std::int64_t s = 1; s < t.layout.pipeline; ++s) {
+    memory_ledger l = model_states(t, model_tensors, s);
+    if (peak(l) > peak(most.ledger)) most = {s, l};
+  }
+  return most;
 }
 
 }  // namespace vramfit

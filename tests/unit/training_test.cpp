@@ -40,6 +40,14 @@ bytes states_on_device(const memory_ledger& l) {
          total(l, component::master_weights) + total(l, component::optimizer_states);
 }
 
+/// The communication buckets (entries named "... bucket"), which DeepSpeed's estimators omit.
+bytes buckets(const memory_ledger& l) {
+  bytes sum{};
+  for (const memory_entry& e : l)
+    if (std::string(e.name).find("bucket") != std::string::npos) sum += e.size;
+  return sum;
+}
+
 bytes entry(const memory_ledger& l, const char* name) {
   for (const memory_entry& e : l)
     if (std::string(e.name) == name) return e.size;
@@ -279,7 +287,7 @@ TEST_CASE("DeepSpeed's ZeRO-3 estimator for T0_3B, every cell") {
                       .parameter_offload = c.params}};
     const memory_ledger l = model_states(t, t5, 0);
     // The estimator leaves out the communication buckets that vramfit lists.
-    const bytes gpu = total(l) - entry(l, "ZeRO reduce bucket");
+    const bytes gpu = total(l) - buckets(l);
     CHECK(to_string(gpu, GiB) == std::string(c.per_gpu));
     // Per node: every process's host bytes, or the load-time peak if larger, times DeepSpeed's
     // additional_buffer_factor of 1.5.
@@ -489,6 +497,22 @@ TEST_CASE("ZeRO-2 with the optimizer offloaded keeps only the 16-bit weights on 
   const memory_ledger l =
       model_states(training{m, mixed<fp16, fp16>::value, adam<>::value, full_finetune::value,
                             parallel<zero<2, 4>, offload<offload_target::cpu>>::value});
-  CHECK(total(l) - entry(l, "ZeRO reduce bucket") == bytes{2 * p});
+  CHECK(total(l) - buckets(l) == bytes{2 * p});
   CHECK(total(l, memory_space::host) == bytes{(2 + 4 + 4 + 8) * p / 4});
+}
+
+TEST_CASE("the most loaded pipeline stage") {
+  // Llama-3-8B over 4 stages of 8 layers: the last stage also holds the final norm, so it is
+  // 4096 parameters heavier than the first (the embedding and the head are the same size): 18 B
+  // of model states each, plus 4 B of foreach AdamW's step temporary (exp_avg_sq_sqrt, fp32).
+  const training t{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value,
+                   full_finetune::value, parallel<pipeline_parallel<4>>::value};
+  const stage_states most = most_loaded_stage(t);
+  CHECK(most.stage == 3);
+  CHECK(peak(most.ledger) - peak(model_states(t, 0)) == bytes{(18 + 4) * 4096});
+  // Tied embeddings: GPT-2's last stage keeps its own copy of the word embedding for the head.
+  const training gpt2{models::gpt2::value, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+                      parallel<pipeline_parallel<2>>::value};
+  const bytes wte{2 * 50257 * 768};
+  CHECK(entry(model_states(gpt2, 1), "weights") == bytes{2 * (6 * 7'087'872 + 2 * 768)} + wte);
 }
