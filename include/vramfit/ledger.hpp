@@ -34,11 +34,13 @@ constexpr const char* to_string(component c) {
 /// Where the bytes live.
 enum class memory_space : unsigned char { device, host, nvme };
 
-/// When the bytes are allocated: the peak is the persistent bytes plus the largest phase.
+/// When the bytes are allocated (see peak() for the timeline).
 enum class lifetime : unsigned char {
   persistent,        ///< from set-up to the end of training
-  forward_backward,  ///< during forward and backward (gathered layers, autocast copies)
+  forward_backward,  ///< from forward to backward (saved activations, gathered layers, casts)
   optimizer_step,    ///< during the optimizer step (its temporaries)
+  backward,          ///< transient at the start of backward (the logits' gradient)
+  gradients,         ///< from backward through the optimizer step (gradients set to None)
 };
 
 /// One line of a ledger.
@@ -85,12 +87,39 @@ constexpr bytes total(const memory_ledger& ledger, component what,
   return sum;
 }
 
-/// The device peak: persistent bytes plus the larger of the forward/backward and step phases.
+/// The device peak of one training step. The timeline: the persistent bytes always; at the start
+/// of backward everything forward kept plus the backward transients; at the end of backward
+/// the gradients with what forward kept besides activations; in the optimizer step the gradients
+/// and the step's temporaries. The peak is the largest of these moments, not a sum of maxima.
 constexpr bytes peak(const memory_ledger& ledger) {
-  bytes phase[3] = {};
-  for (const memory_entry& e : ledger)
-    if (e.space == memory_space::device) phase[static_cast<int>(e.lifetime)] += e.size;
-  return phase[0] + (phase[1] > phase[2] ? phase[1] : phase[2]);
+  bytes persistent{}, kept{}, kept_not_activations{}, backward{}, gradients{}, step{};
+  for (const memory_entry& e : ledger) {
+    if (e.space != memory_space::device) continue;
+    switch (e.lifetime) {
+      case lifetime::persistent:
+        persistent += e.size;
+        break;
+      case lifetime::forward_backward:
+        kept += e.size;
+        if (e.component != component::activations) kept_not_activations += e.size;
+        break;
+      case lifetime::optimizer_step:
+        step += e.size;
+        break;
+      case lifetime::backward:
+        backward += e.size;
+        break;
+      case lifetime::gradients:
+        gradients += e.size;
+        break;
+    }
+  }
+  const bytes start_of_backward = kept + backward;
+  const bytes end_of_backward = gradients + kept_not_activations;
+  const bytes optimizer = gradients + step;
+  bytes largest = start_of_backward > end_of_backward ? start_of_backward : end_of_backward;
+  if (optimizer > largest) largest = optimizer;
+  return persistent + largest;
 }
 
 /// Appends every entry of `more`.

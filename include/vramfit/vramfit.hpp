@@ -3,6 +3,7 @@
 // The umbrella header: it includes the topical headers and nothing else.
 #pragma once
 
+#include "activations.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
 #include "finetune.hpp"

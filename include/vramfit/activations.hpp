@@ -1,0 +1,484 @@
+// SPDX-License-Identifier: MIT
+// Activation memory from what autograd saves for backward, operator by operator: a per-block
+// ledger of saved tensors, the recompute policies, the parallel splits, the pipeline's in-flight
+// micro-batches, and the embedding, logits and loss.
+#pragma once
+
+#include <cstdint>
+
+#include "detail/name.hpp"
+#include "detail/static_vector.hpp"
+#include "ledger.hpp"
+#include "training.hpp"
+
+namespace vramfit {
+
+enum class attention_kind : unsigned char {
+  eager,  ///< explicit scores: softmax output (and dropout) of b x heads x s x s saved
+  flash,  ///< FlashAttention-2 / SDPA: Q, K, V, output and an fp32 log-sum-exp per row
+};
+
+enum class recompute_kind : unsigned char {
+  none,
+  selective,  ///< the attention core is recomputed (Korthikanti et al. 2022 §5)
+  full,       ///< only each layer's input is kept; the layer is recomputed in backward
+};
+
+enum class loss_kind : unsigned char {
+  fp32_upcast,    ///< Hugging Face: logits.float(), then log_softmax saved in fp32
+  native,         ///< cross-entropy on the logits in their own format
+  fused_chunked,  ///< fused linear + cross-entropy over chunks: no full logits are kept
+};
+
+enum class pipeline_schedule : unsigned char { one_f_one_b, interleaved, gpipe };
+
+/// The batch shape and the choices that decide what autograd keeps.
+struct activation_options {
+  std::int64_t micro_batch = 1;
+  std::int64_t sequence = 2048;
+  std::int64_t micro_batches = 1;  ///< per optimizer step (gradient accumulation, pipeline)
+  attention_kind attention = attention_kind::flash;
+  bool attention_dropout = false;
+  bool hidden_dropout = false;
+  /// CUDA's dropout keeps a 1-byte mask; PyTorch's CPU kernel keeps one in the input's format.
+  std::int64_t dropout_mask_bits = 8;
+  recompute_kind recompute = recompute_kind::none;
+  std::int64_t recompute_layers = -1;  ///< full recompute of the first N layers of a stage; -1: all
+  bool offload = false;  ///< saved activations kept on the host (autograd save_on_cpu)
+  loss_kind loss = loss_kind::fp32_upcast;
+  std::int64_t loss_chunk_tokens = 1024;  ///< fused_chunked: tokens per chunk
+  /// Count the norms' per-row statistics (mean, rstd); Korthikanti's accounting leaves them out.
+  bool norm_statistics = true;
+  std::int64_t capacity_factor_percent = 0;  ///< MoE: tokens an expert takes; 0: dropless
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
+  std::int64_t virtual_stages = 1;  ///< interleaved schedule: model chunks per rank
+};
+
+/// One tensor (or set of tensors) autograd saves, per micro-batch, on one rank.
+struct saved_tensor {
+  char name[48] = {};
+  bytes size{};
+  bool recomputed_by_selective = false;  ///< part of the attention core
+};
+
+using saved_tensor_ledger = detail::static_vector<saved_tensor, 40>;
+
+namespace detail {
+namespace rules {
+[[noreturn]] inline void batch_shape_must_be_positive(const char* what, std::int64_t value) {
+  raise(std::string(what) + " must be positive, got " + str(value));
+}
+[[noreturn]] inline void context_parallel_must_divide_sequence(std::int64_t cp, std::int64_t s) {
+  raise("context parallel degree " + str(cp) + " must divide the sequence length (" + str(s) + ")");
+}
+[[noreturn]] inline void sequence_parallel_must_divide_sequence(std::int64_t tp, std::int64_t s) {
+  raise("sequence parallelism splits the sequence (" + str(s) + ") over the tensor degree " +
+        str(tp) + ": it must divide it");
+}
+}  // namespace rules
+
+constexpr void check(const activation_options& o, const layout& l) {
+  if (o.micro_batch <= 0) rules::batch_shape_must_be_positive("micro-batch", o.micro_batch);
+  if (o.sequence <= 0) rules::batch_shape_must_be_positive("sequence length", o.sequence);
+  if (o.micro_batches <= 0) rules::batch_shape_must_be_positive("micro-batches", o.micro_batches);
+  if (o.virtual_stages <= 0)
+    rules::batch_shape_must_be_positive("virtual stages", o.virtual_stages);
+  if (o.sequence % l.context != 0)
+    rules::context_parallel_must_divide_sequence(l.context, o.sequence);
+  if (l.sequence && (o.sequence / l.context) % l.tensor != 0)
+    rules::sequence_parallel_must_divide_sequence(l.tensor, o.sequence / l.context);
+}
+
+/// Builds the saved-tensor ledger of one block for one micro-batch on one rank.
+class block_builder {
+ public:
+  constexpr block_builder(const model& m, const precision& p, const activation_options& o,
+                          const layout& l)
+      : m_(m), o_(o), l_(l) {
+    tp_ = l.tensor;
+    tokens_ = checked_mul(o.micro_batch, o.sequence / l.context);
+    // FP8 GEMMs still save 16-bit activations around them (Transformer Engine keeps its FP8
+    // casts as well; not modelled).
+    beta_ = p.compute.payload_bits < 16 ? 16 : p.compute.payload_bits;
+    // The residual stream is in the weights' format when it is wider (fp32 models, AMP).
+    rho_ = p.weights.payload_bits > beta_ ? p.weights.payload_bits : beta_;
+  }
+
+  /// A tensor of `width` values per token that every tensor-parallel rank holds in full, or
+  /// 1/t of with sequence parallelism.
+  constexpr std::int64_t replicated(std::int64_t width) const {
+    const std::int64_t n = checked_mul(tokens_, width);
+    return l_.sequence ? n / tp_ : n;
+  }
+  /// A tensor of `width` values per token already split over the tensor-parallel ranks.
+  constexpr std::int64_t split(std::int64_t local_width) const {
+    return checked_mul(tokens_, local_width);
+  }
+
+  constexpr void add(const char* name, std::int64_t elements, std::int64_t bits,
+                     bool selective = false) {
+    if (elements == 0 || bits == 0) return;
+    saved_tensor t{};
+    copy_name(t.name, name);
+    t.size = bytes_for_bits(checked_mul(elements, bits));
+    t.recomputed_by_selective = selective;
+    ledger_.push_back(t);
+  }
+
+  /// A norm over `width` features: what its implementation saves, not its output.
+  constexpr void norm(const char* name, std::int64_t width) {
+    const std::int64_t rows = replicated(1);
+    if (m_.norm == norm_kind::layernorm) {
+      // aten native_layer_norm: input, mean and rstd (fp32 per row).
+      add(name, replicated(width), rho_);
+      if (o_.norm_statistics) add("norm mean and rstd (fp32)", 2 * rows, 32);
+    } else {
+      // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
+      // normalized x in the residual format (saved by the weight multiply).
+      add(name, replicated(width), 32);
+      if (o_.norm_statistics) add("norm rstd (fp32)", rows, 32);
+      add("norm normalized input", replicated(width), rho_);
+    }
+  }
+
+  constexpr void dropout_mask(const char* name, std::int64_t elements) {
+    add(name, elements, o_.dropout_mask_bits);
+  }
+
+  [[nodiscard]] constexpr saved_tensor_ledger result() const { return ledger_; }
+  [[nodiscard]] constexpr std::int64_t tokens() const { return tokens_; }
+  [[nodiscard]] constexpr std::int64_t beta() const { return beta_; }
+  [[nodiscard]] constexpr std::int64_t rho() const { return rho_; }
+  [[nodiscard]] constexpr std::int64_t tp() const { return tp_; }
+
+ private:
+  const model& m_;
+  const activation_options& o_;
+  const layout& l_;
+  std::int64_t tp_ = 1, tokens_ = 0, beta_ = 16, rho_ = 16;
+  saved_tensor_ledger ledger_{};
+};
+
+/// Attention scores kept by eager attention: the softmax output (fp32 in Hugging Face's Llama
+/// family, softmax(dtype=float32)), then either the dropout mask and output or, without dropout
+/// and with an fp32 softmax, the 16-bit copy the value matmul saves.
+constexpr void eager_scores(block_builder& b, const model& m, const activation_options& o,
+                            std::int64_t local_heads) {
+  const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, local_heads),
+                                          checked_mul(b.tokens() / o.micro_batch, o.sequence));
+  const bool fp32_softmax = m.family == family::llama || m.family == family::phi3;
+  const std::int64_t softmax_bits = fp32_softmax ? 32 : b.beta();
+  b.add("attention softmax output", scores, softmax_bits, true);
+  if (o.attention_dropout) {
+    b.add("attention dropout mask", scores, o.dropout_mask_bits, true);
+    b.add("attention dropout output", scores, b.beta(), true);
+  } else if (softmax_bits != b.beta()) {
+    b.add("attention probabilities (16-bit copy)", scores, b.beta(), true);
+  }
+}
+
+/// The attention sub-block's saved tensors (the input norm is added by the caller).
+constexpr void attention_block(block_builder& b, const model& m, const activation_options& o,
+                               const layout& l) {
+  const std::int64_t t = b.tp();
+  const std::int64_t beta = b.beta();
+  const std::int64_t heads = m.heads / t;
+  const std::int64_t b_rows = checked_mul(o.micro_batch, heads);
+  const std::int64_t rows = checked_mul(b_rows, b.tokens() / o.micro_batch);
+  b.add("attention input (norm output)", b.replicated(m.hidden), beta);
+  if (m.is_mla()) {
+    // DeepSeek-V2 MLA (modeling_deepseek): the low-rank paths' norms and inputs, then full-width
+    // Q and K (nope + rope parts) and V, which the attention saves.
+    const mla_config& a = m.mla;
+    if (a.q_lora_rank > 0) {
+      b.norm("q_a_layernorm input (fp32)", a.q_lora_rank);
+      b.add("q_b input (norm output)", b.replicated(a.q_lora_rank), beta);
+    }
+    b.norm("kv_a_layernorm input (fp32)", a.kv_lora_rank);
+    b.add("kv_b input (norm output)", b.replicated(a.kv_lora_rank), beta);
+    const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    b.add("query (nope + rope)", b.split(heads * qk), beta);
+    b.add("key (nope + rope)", b.split(heads * qk), beta);
+    b.add("kv_b output (holds the value)", b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)),
+          beta);
+    if (o.attention == attention_kind::eager) {
+      eager_scores(b, m, o, heads);
+      b.add("attention output (o_proj input)", b.split(heads * a.v_head_dim), beta);
+    } else {
+      b.add("attention output", b.split(heads * a.v_head_dim), beta);
+      b.add("softmax log-sum-exp (fp32)", rows, 32);
+    }
+  } else {
+    const std::int64_t d = m.head_dim;
+    const std::int64_t kv = detail::local_kv_heads(m, t);
+    const bool fused_qkv =
+        m.family == family::gpt2 || m.family == family::bert || m.family == family::vit;
+    if (fused_qkv) {
+      // Q, K and V are views of one projection output, which therefore stays whole.
+      b.add("QKV projection output", b.split((heads + 2 * kv) * d), beta);
+    } else {
+      b.add("query (after rotary)", b.split(heads * d), beta);
+      // Eager attention repeats the KV heads into new tensors (Hugging Face repeat_kv);
+      // flash attention keeps them un-repeated.
+      const std::int64_t kv_saved = o.attention == attention_kind::eager && kv < heads ? heads : kv;
+      b.add("key (after rotary)", b.split(kv_saved * d), beta);
+      b.add("value", b.split(kv_saved * d), beta);
+    }
+    if (o.attention == attention_kind::eager) {
+      eager_scores(b, m, o, heads);
+      b.add("attention output (merged heads, o_proj input)", b.split(heads * d), beta);
+    } else {
+      b.add("attention output (o_proj input)", b.split(heads * d), beta);
+      b.add("softmax log-sum-exp (fp32)", rows, 32);
+    }
+  }
+  if (o.hidden_dropout) b.dropout_mask("attention residual dropout mask", b.replicated(m.hidden));
+  (void)l;
+}
+
+/// A dense MLP of `width` (already split over tensor parallel) over `tokens` tokens.
+constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, std::int64_t width,
+                         const char* what) {
+  const std::int64_t n = checked_mul(tokens, width);
+  const std::int64_t beta = b.beta();
+  if (m.mlp == mlp_kind::gelu) {
+    b.add(what, n, beta);  // up output: the GELU input
+    b.add("GELU output (down input)", n, beta);
+  } else {
+    b.add(what, n, beta);  // gate output: the activation's input
+    b.add("activation output", n, beta);
+    b.add("up output", n, beta);
+    b.add("gate x up (down input)", n, beta);
+  }
+}
+
+/// The MLP sub-block's saved tensors (dense or mixture of experts).
+constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
+                                  const layout& l, bool moe_layer) {
+  const std::int64_t beta = b.beta();
+  const std::int64_t t = b.tp();
+  if (!m.parallel_block) b.add("MLP input (norm output)", b.replicated(m.hidden), beta);
+  if (!moe_layer) {
+    mlp_block(b, m, b.tokens(), m.ffn / t, "MLP up/gate output");
+  } else {
+    const moe_config& e = m.moe;
+    const std::int64_t tau = b.tokens();
+    // Hugging Face Mixtral/DeepSeek: router probabilities (fp32 softmax), top-k indices, the
+    // gathered input of every routed token, each expert's MLP over its tokens, and the
+    // weighted expert outputs. With a capacity factor, each expert takes
+    // ceil(cf x k x tokens / experts) tokens of its expert-parallel group (GShard §2.2).
+    b.add("router probabilities (fp32)", checked_mul(tau, e.routed_experts), 32);
+    b.add("top-k expert indices (int64)", checked_mul(tau, e.top_k), 64);
+    std::int64_t routed = checked_mul(tau, e.top_k);
+    if (o.capacity_factor_percent > 0) {
+      const std::int64_t group_tokens = checked_mul(tau, l.expert);
+      const std::int64_t capacity =
+          ceil_div(checked_mul(checked_mul(group_tokens, e.top_k), o.capacity_factor_percent),
+                   checked_mul(100, e.routed_experts));
+      routed = checked_mul(capacity, e.routed_experts / l.expert);
+    }
+    b.add("expert inputs (dispatched tokens)", checked_mul(routed, m.hidden), beta);
+    mlp_block(b, m, routed, e.expert_ffn, "expert gate/up output");
+    b.add("expert outputs (before weighting)", checked_mul(routed, m.hidden), beta);
+    if (e.shared_experts > 0)
+      mlp_block(b, m, tau, e.shared_experts * e.expert_ffn / t, "shared expert gate output");
+  }
+  if (o.hidden_dropout) b.dropout_mask("MLP residual dropout mask", b.replicated(m.hidden));
+}
+
+}  // namespace detail
+
+/// What autograd saves for one transformer layer (`moe_layer`: a mixture-of-experts layer) for
+/// one micro-batch on one rank, operator by operator. Tensors a layer shares with others (the
+/// rotary tables) are model-level and not here.
+constexpr saved_tensor_ledger layer_saved_tensors(const model& m, const precision& p,
+                                                  const activation_options& o, const layout& l,
+                                                  bool moe_layer = false) {
+  detail::check(o, l);
+  detail::block_builder b(m, p, o, l);
+  // Pre-LN blocks (and Falcon's one shared norm); BERT's post-LN saves the same inputs.
+  b.norm("attention norm input", m.hidden);
+  detail::attention_block(b, m, o, l);
+  if (m.norms_per_layer >= 4) b.norm("post-attention norm input", m.hidden);
+  if (!m.parallel_block) b.norm("MLP norm input", m.hidden);
+  detail::feed_forward_block(b, m, o, l, moe_layer);
+  if (m.norms_per_layer >= 4) b.norm("post-MLP norm input", m.hidden);
+  return b.result();
+}
+
+/// Bytes one layer keeps for backward under the recompute policy (`full`: only its input).
+constexpr bytes layer_activation_bytes(const model& m, const precision& p,
+                                       const activation_options& o, const layout& l, bool moe_layer,
+                                       recompute_kind recompute) {
+  if (recompute == recompute_kind::full) {
+    detail::block_builder b(m, p, o, l);
+    return bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), b.rho()));
+  }
+  bytes sum{};
+  for (const saved_tensor& s : layer_saved_tensors(m, p, o, l, moe_layer))
+    if (!(recompute == recompute_kind::selective && s.recomputed_by_selective)) sum += s.size;
+  return sum;
+}
+
+}  // namespace vramfit
+
+namespace vramfit {
+
+/// Micro-batches whose activations a pipeline stage holds at once, in units of the stage's
+/// layers, as a fraction num / den: 1F1B min(p - r, m) (Narayanan et al. 2021 §2.2); GPipe m;
+/// interleaved (p(v-1) + 2(p-r) - 1) chunks of 1/v of the layers (Megatron-LM; mbridge).
+struct in_flight {
+  std::int64_t num = 1;
+  std::int64_t den = 1;
+};
+
+constexpr in_flight micro_batches_in_flight(const layout& l, const activation_options& o,
+                                            std::int64_t stage) {
+  const std::int64_t p = l.pipeline;
+  const std::int64_t m = o.micro_batches;
+  if (p == 1) return {1, 1};  // gradient accumulation runs each micro-batch's backward first
+  switch (o.schedule) {
+    case pipeline_schedule::gpipe:
+      return {m, 1};
+    case pipeline_schedule::interleaved: {
+      const std::int64_t v = o.virtual_stages;
+      const std::int64_t chunks = p * (v - 1) + 2 * (p - stage) - 1;
+      return {chunks < m * v ? chunks : m * v, v};
+    }
+    case pipeline_schedule::one_f_one_b:
+      break;
+  }
+  return {p - stage < m ? p - stage : m, 1};
+}
+
+/// The activation ledger of one GPU of pipeline stage `stage`: saved activations of every layer
+/// and in-flight micro-batch, the embedding's and the loss's saved tensors, and the backward
+/// transients.
+constexpr memory_ledger activations(const training& t, const activation_options& o,
+                                    std::int64_t stage = 0) {
+  const model& m = t.model;
+  const layout& l = validated(t.layout, m);
+  detail::check(o, l);
+  const detail::stage_range range = stage_of(t, stage);
+  const in_flight flight = micro_batches_in_flight(l, o, stage);
+  auto held = [&](bytes per_micro_batch) {
+    return divide_up(per_micro_batch * flight.num, flight.den);
+  };
+  detail::block_builder b(m, t.precision, o, l);
+  const std::int64_t beta = b.beta();
+  const std::int64_t tau = b.tokens();
+
+  // The layers of this stage, by kind and recompute policy.
+  bytes layers{};
+  bytes largest_layer{};
+  std::int64_t recomputed = 0;
+  for (std::int64_t i = 0; i < range.layers; ++i) {
+    const std::int64_t layer = range.first_layer + i;
+    const bool moe = m.is_moe_layer(layer);
+    const bool full =
+        o.recompute == recompute_kind::full && (o.recompute_layers < 0 || i < o.recompute_layers);
+    recomputed += full ? 1 : 0;
+    layers += layer_activation_bytes(
+        m, t.precision, o, l, moe,
+        full ? recompute_kind::full
+             : (o.recompute == recompute_kind::selective ? recompute_kind::selective
+                                                         : recompute_kind::none));
+    const bytes whole = layer_activation_bytes(m, t.precision, o, l, moe, recompute_kind::none);
+    if (whole > largest_layer) largest_layer = whole;
+  }
+
+  memory_ledger ledger{};
+  const auto space = o.offload ? memory_space::host : memory_space::device;
+  const char* source = "autograd saved tensors, operator by operator (activations.hpp)";
+  add_entry(ledger, "saved activations (layers x micro-batches)", component::activations, space,
+            held(layers), 0, source, lifetime::forward_backward);
+
+  // Model-level tensors, per micro-batch in flight.
+  const std::int64_t tokens = tau;
+  bytes embedding{}, head{};
+  if (range.first) {
+    embedding += bytes{detail::checked_mul(8, tokens)};  // input ids (int64), embedding backward
+    if (m.family == family::bert) embedding += bytes{detail::checked_mul(8, tokens)};
+    if (m.family == family::vit) {
+      const encoder_config& e = m.encoder;
+      embedding += bytes_for_bits(detail::checked_mul(
+          detail::checked_mul(o.micro_batch, e.channels * e.image_size * e.image_size), beta));
+    }
+    if (o.hidden_dropout)
+      embedding += bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), o.dropout_mask_bits));
+  }
+  if (m.positions == position_kind::rotary && range.layers > 0) {
+    // Hugging Face computes cos and sin once per forward ([b, s, rotary dim]) and every layer's
+    // rotary multiply saves them.
+    const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
+    embedding += bytes_for_bits(detail::checked_mul(2 * tokens * rotary, beta));
+  }
+  bytes loss_gradient{};
+  if (range.last) {
+    detail::block_builder final_norm(m, t.precision, o, l);
+    final_norm.norm("final norm input", m.hidden);
+    for (const saved_tensor& s : final_norm.result()) head += s.size;
+    if (m.is_encoder()) {
+      head += bytes_for_bits(detail::checked_mul(2 * o.micro_batch * m.hidden, beta));
+    } else {
+      const std::int64_t vocab = detail::ceil_div(m.vocab, l.tensor);
+      const std::int64_t logits = detail::checked_mul(tokens, vocab);
+      head += bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), beta));  // head input
+      head += bytes{detail::checked_mul(8, tokens)};                              // labels
+      switch (o.loss) {
+        case loss_kind::fp32_upcast:  // logits (model output) + log_softmax of logits.float()
+          head += bytes_for_bits(detail::checked_mul(logits, beta + 32));
+          loss_gradient = bytes{detail::checked_mul(logits, 8)};  // two fp32 gradients
+          break;
+        case loss_kind::native:
+          head += bytes_for_bits(detail::checked_mul(logits, 2 * beta));
+          loss_gradient = bytes_for_bits(detail::checked_mul(logits, 2 * beta));
+          break;
+        case loss_kind::fused_chunked:  // one chunk's logits and their gradient at a time
+          loss_gradient = bytes{detail::checked_mul(
+              detail::checked_mul(o.loss_chunk_tokens < tokens ? o.loss_chunk_tokens : tokens,
+                                  vocab),
+              8)};
+          break;
+      }
+    }
+  }
+  add_entry(ledger, "embedding inputs and rotary tables", component::activations, space,
+            held(embedding), 0, "input ids (int64), dropout mask, HF rotary cos/sin",
+            lifetime::forward_backward);
+  add_entry(ledger, "final norm, logits and loss", component::activations, space, held(head), 0,
+            "logits, cross-entropy log_softmax output, labels (int64)", lifetime::forward_backward);
+
+  // Backward transients.
+  add_entry(ledger, "logits gradient", component::activations, memory_space::device, loss_gradient,
+            0, "cross-entropy backward: fp32 gradients of log_softmax", lifetime::backward);
+  add_entry(ledger, "activation gradients (one layer)", component::activations,
+            memory_space::device, largest_layer, 0, "Calculon: one block's activation gradients",
+            lifetime::backward);
+  if (recomputed > 0) {
+    add_entry(ledger, "recomputed layer (full recompute)", component::activations,
+              memory_space::device, largest_layer, 0,
+              "Korthikanti et al. 2022 §4.2: one layer recomputed in backward", lifetime::backward);
+  }
+  return ledger;
+}
+
+/// Everything one training step keeps on a GPU of pipeline stage `stage`: the model states and
+/// the activations, with the gradients' lifetime set: persistent where a framework keeps a flat
+/// gradient buffer (DeepSpeed, Megatron) or gradients accumulate over micro-batches, otherwise
+/// from backward through the optimizer step (PyTorch zero_grad(set_to_none=True)).
+constexpr memory_ledger training_step(const training& t, const activation_options& o,
+                                      std::int64_t stage = 0) {
+  memory_ledger ledger = model_states(t, stage);
+  const layout& l = t.layout;
+  const bool flat = l.implementation == shard_implementation::deepspeed ||
+                    l.implementation == shard_implementation::megatron;
+  if (!flat && o.micro_batches == 1 && l.pipeline == 1) {
+    for (memory_entry& e : ledger)
+      if (e.component == component::gradients) e.lifetime = lifetime::gradients;
+  }
+  append(ledger, activations(t, o, stage));
+  return ledger;
+}
+
+}  // namespace vramfit

@@ -1,0 +1,220 @@
+// Unit tier: activation memory: Korthikanti et al. 2022 Table 2 as special cases of the ledger,
+// hand-derived Llama-style blocks, recompute policies, pipeline in-flight micro-batches and the
+// timeline of a training step.
+#include <doctest/doctest.h>
+
+#include <vramfit/activations.hpp>
+#include <vramfit/presets.hpp>
+
+using namespace vramfit;
+
+namespace {
+/// A GPT block as Korthikanti et al. count it: 16-bit activations, 1-byte dropout masks,
+/// dropout after attention and both residual branches, eager attention, a 4h GELU MLP.
+constexpr model gpt(std::int64_t h, std::int64_t a) {
+  return model{.name = "gpt",
+               .family = family::gpt2,
+               .hidden = h,
+               .layers = 4,
+               .heads = a,
+               .kv_heads = a,
+               .head_dim = h / a,
+               .ffn = 4 * h,
+               .vocab = 51200,
+               .mlp = mlp_kind::gelu,
+               .norm = norm_kind::layernorm,
+               .bias = bias_kind::all,
+               .tied_embeddings = true,
+               .positions = position_kind::learned,
+               .max_positions = 2048};
+}
+
+constexpr activation_options korthikanti(std::int64_t s, std::int64_t b, recompute_kind r) {
+  // The paper leaves out the norms' per-row statistics; everything else is the ledger's own.
+  return {.micro_batch = b,
+          .sequence = s,
+          .attention = attention_kind::eager,
+          .attention_dropout = true,
+          .hidden_dropout = true,
+          .recompute = r,
+          .norm_statistics = false};
+}
+
+bytes per_layer(const model& m, const activation_options& o, const layout& l, recompute_kind r) {
+  return layer_activation_bytes(m, pure<fp16>::value, o, l, false, r);
+}
+}  // namespace
+
+TEST_CASE("Korthikanti et al. 2022 Table 2, row by row") {
+  struct shape {
+    std::int64_t s, b, h, a, t;
+  };
+  // The paper's GPT-3 175B and MT-NLG 530B layers at t = 8, and small shapes.
+  const shape shapes[] = {{2048, 1, 12288, 96, 8},
+                          {2048, 1, 20480, 128, 8},
+                          {1024, 4, 1024, 16, 2},
+                          {512, 2, 768, 12, 4}};
+  for (const shape& x : shapes) {
+    CAPTURE(x.h);
+    CAPTURE(x.t);
+    const model m = gpt(x.h, x.a);
+    const std::int64_t sbh = x.s * x.b * x.h;
+    const std::int64_t as2b = x.a * x.s * x.s * x.b;  // 5as/h x sbh = 5 a s^2 b
+    const layout none{};
+    const layout tp{.tensor = x.t};
+    const layout tp_sp{.tensor = x.t, .sequence = true};
+    const auto o = [&](recompute_kind r) { return korthikanti(x.s, x.b, r); };
+    // No parallelism: sbh (34 + 5as/h).
+    CHECK(per_layer(m, o(recompute_kind::none), none, recompute_kind::none) ==
+          bytes{34 * sbh + 5 * as2b});
+    // Tensor parallel: sbh (10 + 24/t + 5as/(ht)).
+    CHECK(per_layer(m, o(recompute_kind::none), tp, recompute_kind::none) ==
+          bytes{10 * sbh + 24 * sbh / x.t + 5 * as2b / x.t});
+    // Tensor + sequence parallel: sbh/t (34 + 5as/h).
+    CHECK(per_layer(m, o(recompute_kind::none), tp_sp, recompute_kind::none) ==
+          bytes{(34 * sbh + 5 * as2b) / x.t});
+    // Tensor parallel + selective recompute: sbh (10 + 24/t).
+    CHECK(per_layer(m, o(recompute_kind::selective), tp, recompute_kind::selective) ==
+          bytes{10 * sbh + 24 * sbh / x.t});
+    // Tensor + sequence parallel + selective recompute: 34 sbh / t.
+    CHECK(per_layer(m, o(recompute_kind::selective), tp_sp, recompute_kind::selective) ==
+          bytes{34 * sbh / x.t});
+    // Full recompute: the layer input, 2 sbh.
+    CHECK(per_layer(m, o(recompute_kind::full), tp, recompute_kind::full) == bytes{2 * sbh});
+  }
+  // The paper's own figures for GPT-3 175B at s = 2048, b = 1, t = 8: TP 0.539 GiB per layer,
+  // TP + SP 0.334, TP + selective 0.305 (0.3047), TP + SP + selective 0.0996
+  // (measurements.md C.1).
+  const model m = gpt(12288, 96);
+  const auto o = korthikanti(2048, 1, recompute_kind::none);
+  CHECK(to_string(per_layer(m, o, {.tensor = 8}, recompute_kind::none), GiB) == "0.54 GiB");
+  CHECK(to_string(per_layer(m, o, {.tensor = 8, .sequence = true}, recompute_kind::none), GiB) ==
+        "0.33 GiB");
+  CHECK(to_string(per_layer(m, o, {.tensor = 8}, recompute_kind::selective), GiB) == "0.30 GiB");
+  CHECK(to_string(per_layer(m, o, {.tensor = 8, .sequence = true}, recompute_kind::selective),
+                  GiB) == "0.10 GiB");
+}
+
+TEST_CASE("norm statistics: what the paper leaves out is 8 bytes per row per LayerNorm") {
+  const model m = gpt(1024, 16);
+  activation_options o = korthikanti(1024, 2, recompute_kind::none);
+  const bytes without = per_layer(m, o, {}, recompute_kind::none);
+  o.norm_statistics = true;
+  CHECK(per_layer(m, o, {}, recompute_kind::none) - without == bytes{2 * 8 * 1024 * 2});
+}
+
+namespace {
+// A Llama-style block by hand: hidden 4096, 32 heads, 8 KV heads of 128, SwiGLU 14336, RMSNorm,
+// rotary, no dropout, bf16 (Llama-3-8B's layer), s = 4096, b = 2.
+constexpr std::int64_t s = 4096, b = 2, h = 4096, H = 32, kv = 8, d = 128, f = 14336;
+constexpr std::int64_t tau = s * b;
+// Two Hugging Face RMSNorms: x.to(fp32) 4 tau h, rsqrt 4 tau, normalized x (bf16) 2 tau h; and
+// the norm outputs the next linears save, 2 tau h each.
+constexpr std::int64_t norms = 2 * (4 * tau * h + 4 * tau + 2 * tau * h) + 2 * 2 * tau * h;
+// SwiGLU: gate output, SiLU output, up output, their product: 4 x 2 tau f.
+constexpr std::int64_t swiglu = 4 * 2 * tau * f;
+}  // namespace
+
+TEST_CASE("a Llama-style block with eager attention, by hand") {
+  // Eager (Hugging Face eager_attention_forward): the query 2 tau h; K and V repeated to all 32
+  // heads (repeat_kv copies) 2 x 2 tau h; the fp32 softmax 4 b H s^2 and its bf16 copy, which
+  // the value matmul saves, 2 b H s^2; the merged heads (o_proj input) 2 tau h.
+  const std::int64_t attention = 2 * tau * h + 2 * 2 * tau * h + 6 * b * H * s * s + 2 * tau * h;
+  const activation_options o{.micro_batch = b, .sequence = s, .attention = attention_kind::eager};
+  CHECK(layer_activation_bytes(models::llama_3_8b::value, pure<bf16>::value, o, {}, false,
+                               recompute_kind::none) == bytes{norms + attention + swiglu});
+}
+
+TEST_CASE("a Llama-style block with flash attention, by hand") {
+  // Flash: the query 2 tau h, K and V un-repeated (8 heads) 2 x 2 tau kv d, the output 2 tau h
+  // (also the o_proj input), and an fp32 log-sum-exp per head and row: 4 b H s.
+  const std::int64_t attention = 2 * tau * h + 2 * 2 * tau * kv * d + 2 * tau * h + 4 * b * H * s;
+  const activation_options o{.micro_batch = b, .sequence = s, .attention = attention_kind::flash};
+  CHECK(layer_activation_bytes(models::llama_3_8b::value, pure<bf16>::value, o, {}, false,
+                               recompute_kind::none) == bytes{norms + attention + swiglu});
+  // Selective recompute has nothing to drop under flash attention; full keeps the input.
+  CHECK(layer_activation_bytes(models::llama_3_8b::value, pure<bf16>::value, o, {}, false,
+                               recompute_kind::full) == bytes{2 * tau * h});
+}
+
+TEST_CASE("recompute policies never add activation memory") {
+  const model& m = models::llama_3_8b::value;
+  const training t{m, mixed<bf16>::value, adamw<>::value};
+  for (attention_kind a : {attention_kind::eager, attention_kind::flash}) {
+    activation_options o{.micro_batch = 1, .sequence = 2048, .attention = a};
+    const bytes none = total(activations(t, o), component::activations);
+    o.recompute = recompute_kind::selective;
+    const bytes selective = total(activations(t, o), component::activations);
+    o.recompute = recompute_kind::full;
+    o.recompute_layers = 16;
+    const bytes half = total(activations(t, o), component::activations);
+    o.recompute_layers = -1;
+    const bytes full = total(activations(t, o), component::activations);
+    // Selective drops eager attention's scores and has nothing to drop under flash; full
+    // recompute of half the layers keeps the other half whole.
+    CHECK(selective <= none);
+    CHECK((a == attention_kind::eager ? selective < none : selective == none));
+    CHECK(half < none);
+    CHECK(full < half);
+  }
+}
+
+TEST_CASE("pipeline stages hold p - r micro-batches in 1F1B") {
+  // 4 stages, 8 micro-batches: stage 0 holds 4 micro-batches of its 8 layers, stage 3 one.
+  const model& m = models::llama_3_8b::value;
+  const training t{m, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+                   parallel<pipeline_parallel<4>>::value};
+  const activation_options o{.micro_batch = 1, .sequence = 2048, .micro_batches = 8};
+  const bytes layer =
+      layer_activation_bytes(m, mixed<bf16>::value, o, t.layout, false, recompute_kind::none);
+  auto saved = [&](std::int64_t stage) {
+    for (const memory_entry& e : activations(t, o, stage))
+      if (std::string(e.name) == "saved activations (layers x micro-batches)") return e.size;
+    return bytes{};
+  };
+  CHECK(saved(0) == layer * 8 * 4);
+  CHECK(saved(1) == layer * 8 * 3);
+  CHECK(saved(3) == layer * 8 * 1);
+  // GPipe keeps all 8; interleaved with 2 chunks keeps (4 + 8 - 1) / 2 chunks on stage 0.
+  activation_options gpipe = o;
+  gpipe.schedule = pipeline_schedule::gpipe;
+  CHECK(micro_batches_in_flight(t.layout, gpipe, 3).num == 8);
+  activation_options interleaved = o;
+  interleaved.schedule = pipeline_schedule::interleaved;
+  interleaved.virtual_stages = 2;
+  const in_flight f = micro_batches_in_flight(t.layout, interleaved, 0);
+  CHECK(f.num == 4 * (2 - 1) + 2 * 4 - 1);
+  CHECK(f.den == 2);
+}
+
+TEST_CASE("the step's peak is the largest moment, not a sum of maxima") {
+  // PyTorch without accumulation: gradients appear in backward as activations are freed. The
+  // peak is the start of backward (all activations + the logits' gradient), not weights +
+  // gradients + activations.
+  const model& m = models::llama_3_8b::value;
+  const training t{m, amp<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 4, .sequence = 4096};
+  const memory_ledger step = training_step(t, o);
+  const bytes persistent_states =
+      total(step, component::weights) - bytes{} + total(step, component::optimizer_states);
+  const bytes gradients = total(step, component::gradients);
+  const bytes acts = total(step, component::activations);
+  CHECK(peak(step) < persistent_states + gradients + acts);
+  CHECK(peak(step) >= persistent_states);
+  // With gradient accumulation the gradients persist and coexist with the activations.
+  activation_options accumulate = o;
+  accumulate.micro_batches = 4;
+  CHECK(peak(training_step(t, accumulate)) > peak(step));
+}
+
+TEST_CASE("bad batch shapes are errors") {
+  const training t{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value};
+  CHECK_THROWS_WITH(activations(t, {.micro_batch = 0}),
+                    "vramfit: micro-batch must be positive, got 0");
+  CHECK_THROWS_WITH(activations(t, {.sequence = -5}),
+                    "vramfit: sequence length must be positive, got -5");
+  const training cp{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value,
+                    full_finetune::value, parallel<context_parallel<3>>::value};
+  CHECK_THROWS_WITH(activations(cp, {.sequence = 4096}),
+                    doctest::Contains("context parallel degree 3 must divide"));
+}
