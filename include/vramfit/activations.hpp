@@ -449,6 +449,14 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   add_entry(ledger, "final norm, logits and loss", component::activations, space, held(head), 0,
             "logits, cross-entropy log_softmax output, labels (int64)", lifetime::forward_backward);
 
+  // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
+  // for eager attention; adding it saves nothing, so it is gone before backward.
+  if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
+    add_entry(ledger, "causal attention mask (eager)", component::activations, memory_space::device,
+              bytes_for_bits(detail::checked_mul(detail::checked_mul(tau, o.sequence), beta)), 1,
+              "transformers masking_utils: 4D float mask, forward only", lifetime::forward);
+  }
+
   // Backward transients.
   add_entry(ledger, "logits gradient", component::activations, memory_space::device, loss_gradient,
             0, "cross-entropy backward: fp32 gradients of log_softmax", lifetime::backward);

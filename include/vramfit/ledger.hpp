@@ -41,6 +41,7 @@ enum class lifetime : unsigned char {
   optimizer_step,    ///< during the optimizer step (its temporaries)
   backward,          ///< transient at the start of backward (the logits' gradient)
   gradients,         ///< from backward through the optimizer step (gradients set to None)
+  forward,           ///< transient during forward only (the eager attention mask)
 };
 
 /// One line of a ledger.
@@ -87,39 +88,31 @@ constexpr bytes total(const memory_ledger& ledger, component what,
   return sum;
 }
 
-/// The device peak of one training step. The timeline: the persistent bytes always; at the start
-/// of backward everything forward kept plus the backward transients; at the end of backward
+/// The device peak of one training step. The timeline: the persistent bytes always; at the end
+/// of forward everything forward kept plus its own transients; at the start of backward
+/// everything forward kept plus the backward transients; at the end of backward
 /// the gradients with what forward kept besides activations; in the optimizer step the gradients
 /// and the step's temporaries. The peak is the largest of these moments, not a sum of maxima.
 constexpr bytes peak(const memory_ledger& ledger) {
-  bytes persistent{}, kept{}, kept_not_activations{}, backward{}, gradients{}, step{};
+  bytes by[6] = {};  // device bytes by lifetime
+  bytes kept_activations{};
   for (const memory_entry& e : ledger) {
     if (e.space != memory_space::device) continue;
-    switch (e.lifetime) {
-      case lifetime::persistent:
-        persistent += e.size;
-        break;
-      case lifetime::forward_backward:
-        kept += e.size;
-        if (e.component != component::activations) kept_not_activations += e.size;
-        break;
-      case lifetime::optimizer_step:
-        step += e.size;
-        break;
-      case lifetime::backward:
-        backward += e.size;
-        break;
-      case lifetime::gradients:
-        gradients += e.size;
-        break;
-    }
+    by[static_cast<int>(e.lifetime)] += e.size;
+    if (e.lifetime == lifetime::forward_backward && e.component == component::activations)
+      kept_activations += e.size;
   }
-  const bytes start_of_backward = kept + backward;
-  const bytes end_of_backward = gradients + kept_not_activations;
-  const bytes optimizer = gradients + step;
-  bytes largest = start_of_backward > end_of_backward ? start_of_backward : end_of_backward;
-  if (optimizer > largest) largest = optimizer;
-  return persistent + largest;
+  const auto at = [&by](lifetime l) { return by[static_cast<int>(l)]; };
+  const bytes kept = at(lifetime::forward_backward);
+  const bytes moments[] = {
+      kept + at(lifetime::forward),                             // end of forward
+      kept + at(lifetime::backward),                            // start of backward
+      at(lifetime::gradients) + kept - kept_activations,        // end of backward
+      at(lifetime::gradients) + at(lifetime::optimizer_step)};  // optimizer step
+  bytes largest{};
+  for (const bytes& m : moments)
+    if (m > largest) largest = m;
+  return at(lifetime::persistent) + largest;
 }
 
 /// Appends every entry of `more`.

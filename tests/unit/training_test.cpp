@@ -516,3 +516,16 @@ TEST_CASE("the most loaded pipeline stage") {
   const bytes wte{2 * 50257 * 768};
   CHECK(entry(model_states(gpt2, 1), "weights") == bytes{2 * (6 * 7'087'872 + 2 * 768)} + wte);
 }
+
+TEST_CASE("hybrid FSDP shards within a group and replicates across groups") {
+  // 16 ranks in groups of 8: the states are sharded 8 ways, as full sharding over 8 would be.
+  const model& m = models::llama_3_8b::value;
+  const auto states = [&](const layout& l) {
+    return total(
+        model_states(training{m, amp<bf16>::value, adamw<>::value, full_finetune::value, l}),
+        component::optimizer_states);
+  };
+  CHECK(states(parallel<fsdp<16, fsdp_strategy::hybrid_shard, 8>>::value) ==
+        states(parallel<fsdp<8>>::value));
+  CHECK(states(parallel<fsdp<16>>::value) < states(parallel<fsdp<8>>::value));
+}
