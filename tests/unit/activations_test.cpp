@@ -103,7 +103,7 @@ TEST_CASE("norm statistics: what the paper leaves out is 8 bytes per row per Lay
   CHECK(per_layer(m, o, {}, recompute_kind::none) - without == bytes{2 * 8 * 1024 * 2});
 }
 
-namespace {
+namespace by_hand {
 // A Llama-style block by hand: hidden 4096, 32 heads, 8 KV heads of 128, SwiGLU 14336, RMSNorm,
 // rotary, no dropout, bf16 (Llama-3-8B's layer), s = 4096, b = 2.
 constexpr std::int64_t s = 4096, b = 2, h = 4096, H = 32, kv = 8, d = 128, f = 14336;
@@ -113,9 +113,10 @@ constexpr std::int64_t tau = s * b;
 constexpr std::int64_t norms = 2 * (4 * tau * h + 4 * tau + 2 * tau * h) + 2 * 2 * tau * h;
 // SwiGLU: gate output, SiLU output, up output, their product: 4 x 2 tau f.
 constexpr std::int64_t swiglu = 4 * 2 * tau * f;
-}  // namespace
+}  // namespace by_hand
 
 TEST_CASE("a Llama-style block with eager attention, by hand") {
+  using namespace by_hand;
   // Eager (Hugging Face eager_attention_forward): the query 2 tau h; K and V repeated to all 32
   // heads (repeat_kv copies) 2 x 2 tau h; the fp32 softmax 4 b H s^2 and its bf16 copy, which
   // the value matmul saves, 2 b H s^2; the merged heads (o_proj input) 2 tau h.
@@ -126,6 +127,7 @@ TEST_CASE("a Llama-style block with eager attention, by hand") {
 }
 
 TEST_CASE("a Llama-style block with flash attention, by hand") {
+  using namespace by_hand;
   // Flash: the query 2 tau h, K and V un-repeated (8 heads) 2 x 2 tau kv d, the output 2 tau h
   // (also the o_proj input), and an fp32 log-sum-exp per head and row: 4 b H s.
   const std::int64_t attention = 2 * tau * h + 2 * 2 * tau * kv * d + 2 * tau * h + 4 * b * H * s;
