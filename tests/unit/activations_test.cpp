@@ -225,8 +225,8 @@ TEST_CASE("eager attention's causal mask lives during forward only") {
   // Hugging Face's additive mask [b, 1, s, s] in bf16: 2 x 4096 x 4096 x 2 bytes; the add that
   // uses it saves nothing, so it is freed before backward and counts only at the end of forward.
   const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
-  const activation_options o{.micro_batch = 2, .sequence = 4096,
-                             .attention = attention_kind::eager};
+  const activation_options o{
+      .micro_batch = 2, .sequence = 4096, .attention = attention_kind::eager};
   bool found = false;
   for (const memory_entry& e : activations(t, o)) {
     if (std::string(e.name) == "causal attention mask (eager)") {
