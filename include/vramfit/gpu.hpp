@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+// GPUs with their real capacity in bytes: what the driver reports as total memory, not the
+// marketing figure ("80 GB" H100s report 81559 MiB). Each value names its source.
+#pragma once
+
+#include <concepts>
+#include <string_view>
+#include <type_traits>
+
+#include "detail/name.hpp"
+#include "units.hpp"
+
+namespace vramfit {
+
+enum class gpu_generation : unsigned char { volta, ampere, ada, hopper, blackwell, cdna, gaudi };
+
+/// A structural description of a GPU.
+struct gpu {
+  char name[32] = {};
+  bytes capacity{};  ///< total device memory as the driver reports it
+  gpu_generation generation = gpu_generation::hopper;
+  char source[96] = {};
+};
+
+template <class T>
+concept Gpu = requires {
+  { T::value } -> std::convertible_to<gpu>;
+}
+&&std::same_as<std::remove_cvref_t<decltype(T::value)>, gpu>;
+
+/// A custom GPU in one line: `using my_card = gpu_type<gpu{"My card", 48 * GiB}>;`.
+template <gpu G>
+struct gpu_type {
+  static constexpr gpu value = G;
+};
+
+namespace gpus {
+// clang-format off
+// nvidia-smi "Total" readings (MiB) as published in the issues cited; MI300X in bytes from
+// rocm-smi; the rest (marked "nominal") are vendor capacities without a driver reading found.
+struct h100_80gb : gpu_type<gpu{"H100 80GB SXM", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, modal-client#2797)"}> {};
+struct h100_pcie : gpu_type<gpu{"H100 80GB PCIe", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB as the SXM part (modal-client#2797: H100)"}> {};
+struct h100_nvl : gpu_type<gpu{"H100 NVL 94GB", bytes{99'961'274'368}, gpu_generation::hopper, "driver total 99961274368 B (fastfetch-cli/fastfetch#1658)"}> {};
+struct h200 : gpu_type<gpu{"H200 141GB", 143771 * MiB, gpu_generation::hopper, "nvidia-smi 143771MiB (public H200 nvidia-smi logs)"}> {};
+struct a100_80gb : gpu_type<gpu{"A100 80GB", 81920 * MiB, gpu_generation::ampere, "nvidia-smi 81920MiB (modal-client#2797)"}> {};
+struct a100_40gb : gpu_type<gpu{"A100 40GB", 40960 * MiB, gpu_generation::ampere, "nvidia-smi 40960MiB (modal-client#2797)"}> {};
+struct l40s : gpu_type<gpu{"L40S 48GB", 46068 * MiB, gpu_generation::ada, "nvidia-smi 46068MiB (modal-client#2797)"}> {};
+struct l4 : gpu_type<gpu{"L4 24GB", 23034 * MiB, gpu_generation::ada, "nvidia-smi 23034MiB (modal-client#2797)"}> {};
+struct rtx_a6000 : gpu_type<gpu{"RTX A6000 48GB", 49140 * MiB, gpu_generation::ampere, "nvidia-smi 49140MiB (public RTX A6000 nvidia-smi logs)"}> {};
+struct rtx_4090 : gpu_type<gpu{"RTX 4090 24GB", 24564 * MiB, gpu_generation::ada, "nvidia-smi 24564MiB (RLinf/RLinf#255)"}> {};
+struct rtx_3090 : gpu_type<gpu{"RTX 3090 24GB", 24576 * MiB, gpu_generation::ampere, "nvidia-smi 24576MiB (noonghunna/club-3090#1129)"}> {};
+struct v100_16gb : gpu_type<gpu{"V100 16GB", 16 * GiB, gpu_generation::volta, "nominal 16 GiB (no driver reading found)"}> {};
+struct v100_32gb : gpu_type<gpu{"V100 32GB", 32 * GiB, gpu_generation::volta, "nominal 32 GiB (no driver reading found)"}> {};
+struct mi300x : gpu_type<gpu{"MI300X 192GB", bytes{206'141'652'992}, gpu_generation::cdna, "rocm-smi VRAM Total 206141652992 B (ROCm legacy-rocm-build#4750)"}> {};
+struct mi250x_gcd : gpu_type<gpu{"MI250X (one GCD) 64GB", 64 * GiB, gpu_generation::cdna, "nominal 128 GB per MI250X = two 64 GiB GCDs"}> {};
+struct gaudi2 : gpu_type<gpu{"Gaudi 2 96GB", 96 * GiB, gpu_generation::gaudi, "nominal 96 GB HBM2E (Intel spec)"}> {};
+struct gaudi3 : gpu_type<gpu{"Gaudi 3 128GB", 128 * GiB, gpu_generation::gaudi, "nominal 128 GB HBM2E (Intel spec)"}> {};
+// clang-format on
+}  // namespace gpus
+
+/// A GPU preset by its command-line key.
+struct gpu_preset {
+  const char* key;
+  gpu value;
+};
+
+inline constexpr gpu_preset gpu_presets[] = {
+    {"h100", gpus::h100_80gb::value},      {"h100-pcie", gpus::h100_pcie::value},
+    {"h100-nvl", gpus::h100_nvl::value},   {"h200", gpus::h200::value},
+    {"a100-80gb", gpus::a100_80gb::value}, {"a100-40gb", gpus::a100_40gb::value},
+    {"l40s", gpus::l40s::value},           {"l4", gpus::l4::value},
+    {"a6000", gpus::rtx_a6000::value},     {"rtx-4090", gpus::rtx_4090::value},
+    {"rtx-3090", gpus::rtx_3090::value},   {"v100-16gb", gpus::v100_16gb::value},
+    {"v100-32gb", gpus::v100_32gb::value}, {"mi300x", gpus::mi300x::value},
+    {"mi250x", gpus::mi250x_gcd::value},   {"gaudi2", gpus::gaudi2::value},
+    {"gaudi3", gpus::gaudi3::value},
+};
+
+/// The GPU preset named `key`, or nullptr.
+constexpr const gpu* find_gpu(std::string_view key) {
+  for (const gpu_preset& g : gpu_presets)
+    if (key == g.key) return &g.value;
+  return nullptr;
+}
+
+}  // namespace vramfit

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+// Runtime overheads outside the tensors: the CUDA context, library workspaces, communication
+// buffers and the caching allocator's fragmentation, as explicit policies with stated defaults
+// rather than fudge factors. Every default is an assumption to calibrate; each says so.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu.hpp"
+#include "ledger.hpp"
+
+namespace vramfit {
+
+/// What a process needs on a GPU besides its tensors. A value of -1 takes the default for the
+/// GPU's generation.
+struct runtime_overheads {
+  /// The CUDA context with its kernels' code. Default: 1343 MiB on Volta (HF "Model training
+  /// anatomy", V100, CUDA 11.2, measured), 512 MiB from Ampere on (CUDA >= 11.7 loads kernels
+  /// lazily, about 300 MB plus PyTorch's own kernels: pytorch/pytorch#107667; an assumption).
+  std::int64_t cuda_context = -1;
+  /// cuBLAS workspaces: PyTorch's default 4096 KiB x 2 + 16 KiB x 8 per handle and stream, and
+  /// 32 MiB on Hopper and later (c10/cuda CublasHandlePool.cpp, getChosenWorkspaceSize).
+  std::int64_t cublas_workspace = -1;
+  /// NCCL's buffers when the job spans several GPUs (NCCL_BUFFSIZE 4 MiB per channel and peer;
+  /// assumed 512 MiB in all, calibrate for your topology).
+  std::int64_t nccl_buffers = -1;
+  /// The caching allocator's unused reserved memory, as a percentage of the tensors' peak.
+  /// Default 5 %, or 1 % with expandable segments (pytorch/pytorch#137151; assumptions).
+  std::int64_t fragmentation_percent = -1;
+  bool expandable_segments = false;  ///< PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+};
+
+/// The overheads of one process on `g` whose tensors peak at `tensors_peak`, in a job of `world`
+/// GPUs: ledger entries of component `overhead`, all persistent.
+constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& g, bytes tensors_peak,
+                                  std::int64_t world) {
+  const bool volta = g.generation == gpu_generation::volta;
+  const bool hopper_or_later =
+      g.generation == gpu_generation::hopper || g.generation == gpu_generation::blackwell;
+  const bytes context = o.cuda_context >= 0 ? bytes{o.cuda_context} : (volta ? 1343 : 512) * MiB;
+  const bytes cublas = o.cublas_workspace >= 0
+                           ? bytes{o.cublas_workspace}
+                           : (hopper_or_later ? 32 * MiB : bytes{4096 * 1024 * 2 + 16 * 1024 * 8});
+  const bytes nccl =
+      world <= 1 ? bytes{} : (o.nccl_buffers >= 0 ? bytes{o.nccl_buffers} : 512 * MiB);
+  const std::int64_t percent = o.fragmentation_percent >= 0 ? o.fragmentation_percent
+                               : o.expandable_segments      ? 1
+                                                            : 5;
+  memory_ledger l{};
+  const auto device = memory_space::device;
+  add_entry(l, "CUDA context", component::overhead, device, context, 0,
+            volta ? "HF Model training anatomy: 1343 MiB on a V100 (measured)"
+                  : "assumed 512 MiB with lazy loading (pytorch/pytorch#107667)");
+  add_entry(l, "cuBLAS workspace", component::overhead, device, cublas, 0,
+            "PyTorch CublasHandlePool.cpp default workspace size");
+  add_entry(l, "NCCL buffers", component::overhead, device, nccl, 0,
+            "assumed 512 MiB for multi-GPU jobs (NCCL_BUFFSIZE 4 MiB per channel)");
+  add_entry(l, "allocator fragmentation reserve", component::overhead, device,
+            divide_up(tensors_peak * percent, 100), 0,
+            "assumed share of reserved-but-unallocated memory (pytorch#137151)");
+  return l;
+}
+
+}  // namespace vramfit

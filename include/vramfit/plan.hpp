@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT
+// Training plans: a model, a precision policy, an optimizer, a fine-tuning mode, a parallel
+// layout, a batch shape and runtime overheads, composed as types; breakdown() is the per-rank
+// ledger of the most loaded rank and peak() its peak.
+#pragma once
+
+#include <cstdint>
+
+#include "activations.hpp"
+#include "gpu.hpp"
+#include "overheads.hpp"
+
+namespace vramfit {
+
+/// Everything that decides a training step's memory: structural, so it can be a template
+/// argument.
+struct training_plan_value {
+  training setup{};
+  activation_options batch{};
+  runtime_overheads overheads{};
+};
+
+/// The ledger of the most loaded rank (the pipeline stage whose step peaks highest), without
+/// runtime overheads.
+constexpr stage_states most_loaded_rank(const training_plan_value& p) {
+  stage_states most{0, training_step(p.setup, p.batch, 0)};
+  for (std::int64_t s = 1; s < p.setup.layout.pipeline; ++s) {
+    memory_ledger l = training_step(p.setup, p.batch, s);
+    if (peak(l) > peak(most.ledger)) most = {s, l};
+  }
+  return most;
+}
+
+/// The most loaded rank's ledger on `g`, runtime overheads included.
+constexpr memory_ledger breakdown(const training_plan_value& p, const gpu& g) {
+  memory_ledger l = most_loaded_rank(p).ledger;
+  append(l, overheads(p.overheads, g, peak(l), p.setup.layout.world()));
+  return l;
+}
+
+/// A training plan as a type: `training_plan<models::llama_3_8b, mixed<bf16>, adamw<>,
+/// full_finetune, parallel<fsdp<8>>, activation_options{.micro_batch = 2}>`.
+template <Model M, Precision P, Optimizer O, Finetuning F = full_finetune, Layout L = single_gpu,
+          activation_options Batch = activation_options{},
+          runtime_overheads Overheads = runtime_overheads{}>
+struct training_plan {
+  static constexpr training_plan_value value{
+      training{M::value, P::value, O::value, F::value, L::value}, Batch, Overheads};
+
+  /// The most loaded rank's ledger without runtime overheads.
+  static constexpr memory_ledger breakdown() { return most_loaded_rank(value).ledger; }
+  /// The most loaded rank's ledger on `G`, runtime overheads included.
+  template <Gpu G>
+  static constexpr memory_ledger breakdown_on() {
+    return vramfit::breakdown(value, G::value);
+  }
+  /// The peak of the most loaded rank, without runtime overheads.
+  static constexpr bytes peak() { return vramfit::peak(breakdown()); }
+};
+
+template <class T>
+concept TrainingPlan = requires {
+  { T::value } -> std::convertible_to<training_plan_value>;
+};
+
+}  // namespace vramfit

@@ -1,0 +1,68 @@
+// Unit tier: GPU presets, runtime overheads, plans and the fit check.
+#include <doctest/doctest.h>
+
+#include <vramfit/fit.hpp>
+#include <vramfit/presets.hpp>
+
+using namespace vramfit;
+using namespace vramfit::literals;
+
+TEST_CASE("GPU capacities are the driver's totals, not the marketing figures") {
+  // nvidia-smi: H100 81559 MiB, A100 80GB 81920 MiB (modal-client#2797); "80 GB" is neither.
+  CHECK(gpus::h100_80gb::value.capacity == bytes{85'520'809'984});
+  CHECK(gpus::a100_80gb::value.capacity == 80_GiB);
+  CHECK(gpus::h100_80gb::value.capacity > 80_GB);
+  CHECK(gpus::h100_80gb::value.capacity < 80_GiB);
+  CHECK(find_gpu("h200")->capacity == 143771 * MiB);
+  CHECK(find_gpu("nope") == nullptr);
+  for (const gpu_preset& g : gpu_presets) {
+    CAPTURE(g.key);
+    CHECK(g.value.capacity > 16_GB);
+    CHECK(std::string(g.value.source).size() > 10);
+  }
+}
+
+TEST_CASE("runtime overheads follow their stated defaults") {
+  const memory_ledger single = overheads({}, gpus::h100_80gb::value, 100_GiB, 1);
+  CHECK(total(single, component::overhead) == 512 * MiB + 32 * MiB + 5_GiB);
+  const memory_ledger volta =
+      overheads({.expandable_segments = true}, gpus::v100_16gb::value, bytes{100}, 8);
+  // 1343 MiB context (measured on a V100), 8 MiB cuBLAS, 512 MiB NCCL, 1 % of 100 B rounded up.
+  CHECK(total(volta, component::overhead) ==
+        1343 * MiB + bytes{4096 * 1024 * 2 + 16 * 1024 * 8} + 512 * MiB + bytes{1});
+  CHECK(total(overheads({.cuda_context = 0, .cublas_workspace = 0, .fragmentation_percent = 0},
+                        gpus::h100_80gb::value, 1_GiB, 1),
+              component::overhead) == bytes{0});
+}
+
+namespace {
+using qlora_plan = training_plan<models::llama_3_8b, pure<bf16>, adamw<>, qlora<16>, single_gpu,
+                                 activation_options{.micro_batch = 1, .sequence = 4096}>;
+using full_plan = training_plan<models::llama_3_8b, amp<bf16>, adamw<>, full_finetune, single_gpu,
+                                activation_options{.micro_batch = 1, .sequence = 4096}>;
+}  // namespace
+
+TEST_CASE("fits and the report behind it") {
+  static_assert(fits<qlora_plan, gpus::h100_80gb>);
+  static_assert(!fits<full_plan, gpus::h100_80gb>);
+  const fit_report r = fit(full_plan::value, gpus::h100_80gb::value);
+  CHECK(r.available == gpus::h100_80gb::value.capacity);
+  // required = the step's peak + the overheads; the components are their ledger totals.
+  const memory_ledger l = breakdown(full_plan::value, gpus::h100_80gb::value);
+  CHECK(r.required == peak(l));
+  CHECK(r.overhead == total(l, component::overhead));
+  CHECK(r.required == full_plan::peak() + r.overhead);
+  CHECK_FALSE(r.fits());
+}
+
+TEST_CASE("the most loaded rank of a pipeline is the one checked") {
+  using piped =
+      training_plan<models::llama_3_8b, mixed<bf16>, adamw<>, full_finetune,
+                    parallel<pipeline_parallel<4>>,
+                    activation_options{.micro_batch = 1, .sequence = 4096, .micro_batches = 8}>;
+  const stage_states most = most_loaded_rank(piped::value);
+  for (std::int64_t s = 0; s < 4; ++s)
+    CHECK(peak(training_step(piped::value.setup, piped::value.batch, s)) <= peak(most.ledger));
+  // Stage 0 holds 4 micro-batches of activations, the last stage one: stage 0 is the heaviest.
+  CHECK(most.stage == 0);
+}
