@@ -104,34 +104,46 @@ requires(sizeof...(Selected) >= 1 && sizeof...(Selected) <= 4) struct partial {
   }();
 };
 
-namespace detail {
-template <std::size_t N>
-constexpr finetuning lora_finetuning(const char* name, std::int64_t rank,
-                                     const fixed_string<N>& targets, const element_format& adapters,
-                                     const element_format& quantized,
-                                     const element_format& unquantized) {
+namespace detail::rules {
+[[noreturn]] inline void lora_rank_must_be_positive(std::int64_t rank) {
+  raise("LoRA rank must be positive, got " + str(rank));
+}
+}  // namespace detail::rules
+
+/// LoRA (or, with a quantized base, QLoRA) at run time: rank, comma-separated target modules,
+/// the adapters' format (payload 0: the weights'), the frozen linear weights' and the other
+/// frozen tensors' formats (payload 0: unchanged).
+constexpr finetuning lora_finetuning(std::int64_t rank, const char* targets,
+                                     const element_format& adapters = {},
+                                     const element_format& quantized = {},
+                                     const element_format& unquantized = {}) {
+  if (rank <= 0) detail::rules::lora_rank_must_be_positive(rank);
   finetuning f{{}, finetune_kind::lora};
-  copy_name(f.name, name);
+  detail::copy_name(f.name, quantized.payload_bits > 0 ? "qlora" : "lora");
   f.lora.rank = rank;
-  copy_name(f.lora.targets, targets.text);
+  detail::copy_name(f.lora.targets, targets);
   f.lora.adapters = adapters;
   f.quantized_base = quantized;
   f.unquantized_base = unquantized;
   return f;
 }
+
+namespace detail {
+template <class Adapters>
+constexpr element_format adapter_format() {
+  if constexpr (Dtype<Adapters>)
+    return Adapters::value;
+  else
+    return element_format{};
+}
 }  // namespace detail
 
 /// LoRA adapters of rank `Rank` on the `Targets` modules; the base stays in the training format.
+/// `Adapters` is the adapters' format (void: the weights').
 template <std::int64_t Rank, fixed_string Targets = "q_proj,v_proj", class Adapters = void>
 struct lora {
-  static constexpr finetuning value = detail::lora_finetuning("lora", Rank, Targets,
-                                                              [] {
-                                                                if constexpr (Dtype<Adapters>)
-                                                                  return Adapters::value;
-                                                                else
-                                                                  return element_format{};
-                                                              }(),
-                                                              {}, {});
+  static constexpr finetuning value =
+      lora_finetuning(Rank, Targets.text, detail::adapter_format<Adapters>());
 };
 
 /// QLoRA (Dettmers et al. 2023): the frozen linear weights in NF4 with double quantization, the
@@ -140,7 +152,7 @@ template <std::int64_t Rank, fixed_string Targets = "all-linear",
           StorageDtype Quantized = nf4_double_quant, StorageDtype Base = bf16>
 struct qlora {
   static constexpr finetuning value =
-      detail::lora_finetuning("qlora", Rank, Targets, {}, Quantized::value, Base::value);
+      lora_finetuning(Rank, Targets.text, {}, Quantized::value, Base::value);
 };
 
 // --- What trains. ---

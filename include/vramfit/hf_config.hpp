@@ -61,6 +61,15 @@ class hf_fields {
     return it->get<std::string>();
   }
 
+  /// Whether any of `names` is a dropout probability above 0.
+  [[nodiscard]] bool any_positive(std::initializer_list<const char*> names) const {
+    for (const char* name : names) {
+      const auto it = config_.find(name);
+      if (it != config_.end() && it->is_number() && it->get<double>() > 0) return true;
+    }
+    return false;
+  }
+
   [[nodiscard]] const nlohmann::json& json() const { return config_; }
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -256,6 +265,9 @@ inline model model_from_hf_config(const nlohmann::json& config, std::string_view
     detail::raise("config.json: model_type '" + type +
                   "' is not supported; supported: " + supported);
   }
+  m.dropout = fields.any_positive({"resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob",
+                                   "attention_probs_dropout_prob", "attention_dropout",
+                                   "hidden_dropout", "dropout"});
   detail::copy_name(m.name, std::string(name).c_str());
   return validated(m);
 }

@@ -88,31 +88,59 @@ constexpr bytes total(const memory_ledger& ledger, component what,
   return sum;
 }
 
-/// The device peak of one training step. The timeline: the persistent bytes always; at the end
-/// of forward everything forward kept plus its own transients; at the start of backward
-/// everything forward kept plus the backward transients; at the end of backward
-/// the gradients with what forward kept besides activations; in the optimizer step the gradients
-/// and the step's temporaries. The peak is the largest of these moments, not a sum of maxima.
-constexpr bytes peak(const memory_ledger& ledger) {
-  bytes by[6] = {};  // device bytes by lifetime
-  bytes kept_activations{};
-  for (const memory_entry& e : ledger) {
-    if (e.space != memory_space::device) continue;
-    by[static_cast<int>(e.lifetime)] += e.size;
-    if (e.lifetime == lifetime::forward_backward && e.component == component::activations)
-      kept_activations += e.size;
+/// The moments of a training step's timeline at which memory can peak.
+enum class moment : unsigned char {
+  end_of_forward,     ///< everything forward kept, plus its own transients
+  start_of_backward,  ///< everything forward kept, plus the backward transients
+  end_of_backward,    ///< the gradients, and what forward kept besides activations
+  optimizer_step,     ///< the gradients and the step's temporaries
+};
+
+constexpr const char* to_string(moment m) {
+  constexpr const char* names[] = {"end of forward", "start of backward", "end of backward",
+                                   "optimizer step"};
+  return names[static_cast<int>(m)];
+}
+
+/// Whether entry `e` is allocated at moment `m`.
+constexpr bool alive_at(const memory_entry& e, moment m) {
+  switch (e.lifetime) {
+    case lifetime::persistent:
+      return true;
+    case lifetime::forward_backward:
+      return m == moment::end_of_forward || m == moment::start_of_backward ||
+             (m == moment::end_of_backward && e.component != component::activations);
+    case lifetime::forward:
+      return m == moment::end_of_forward;
+    case lifetime::backward:
+      return m == moment::start_of_backward;
+    case lifetime::gradients:
+      return m == moment::end_of_backward || m == moment::optimizer_step;
+    case lifetime::optimizer_step:
+      return m == moment::optimizer_step;
   }
-  const auto at = [&by](lifetime l) { return by[static_cast<int>(l)]; };
-  const bytes kept = at(lifetime::forward_backward);
-  const bytes moments[] = {
-      kept + at(lifetime::forward),                             // end of forward
-      kept + at(lifetime::backward),                            // start of backward
-      at(lifetime::gradients) + kept - kept_activations,        // end of backward
-      at(lifetime::gradients) + at(lifetime::optimizer_step)};  // optimizer step
-  bytes largest{};
-  for (const bytes& m : moments)
-    if (m > largest) largest = m;
-  return at(lifetime::persistent) + largest;
+  return false;
+}
+
+/// Device bytes allocated at moment `m`.
+constexpr bytes total_at(const memory_ledger& ledger, moment m) {
+  bytes sum{};
+  for (const memory_entry& e : ledger)
+    if (e.space == memory_space::device && alive_at(e, m)) sum += e.size;
+  return sum;
+}
+
+/// The moment of the timeline with the most device bytes (the first of equals).
+constexpr moment peak_moment(const memory_ledger& ledger) {
+  moment most = moment::end_of_forward;
+  for (moment m : {moment::start_of_backward, moment::end_of_backward, moment::optimizer_step})
+    if (total_at(ledger, m) > total_at(ledger, most)) most = m;
+  return most;
+}
+
+/// The device peak of one training step: the bytes at its fullest moment, not a sum of maxima.
+constexpr bytes peak(const memory_ledger& ledger) {
+  return total_at(ledger, peak_moment(ledger));
 }
 
 /// Appends every entry of `more`.

@@ -108,6 +108,9 @@ struct model {
   moe_config moe{};
   mla_config mla{};
   encoder_config encoder{};
+  /// The reference configuration trains with dropout (GPT-2's and BERT's 0.1): activation
+  /// estimates keep the dropout masks unless told otherwise.
+  bool dropout = false;
   /// Checkpoints written by older transformers versions also store each layer's rotary inv_freq
   /// buffer (head_dim / 2 fp32 values), e.g. Llama-2's safetensors: a checkpoint fact, not one of
   /// the architecture, and config.json does not say it.

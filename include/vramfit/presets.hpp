@@ -25,7 +25,8 @@ constexpr model gpt2_preset(const char* name, std::int64_t hidden, std::int64_t 
           .bias = bias_kind::all,
           .tied_embeddings = true,
           .positions = position_kind::learned,
-          .max_positions = 1024};
+          .max_positions = 1024,
+          .dropout = true};
   copy_name(m.name, name);
   return m;
 }
@@ -46,7 +47,8 @@ constexpr model bert_preset(const char* name, std::int64_t hidden, std::int64_t 
           .tied_embeddings = true,
           .positions = position_kind::learned,
           .max_positions = 512,
-          .encoder = {.token_types = 2, .pooler = true}};
+          .encoder = {.token_types = 2, .pooler = true},
+          .dropout = true};
   copy_name(m.name, name);
   return m;
 }
@@ -133,7 +135,7 @@ struct falcon_7b : model_type<detail::edited(detail::gpt2_preset("Falcon-7B", 45
     [](model& m) {
       m.family = family::falcon; m.kv_heads = 1; m.vocab = 65024; m.bias = bias_kind::none;
       m.norms_per_layer = 1; m.parallel_block = true; m.positions = position_kind::rotary;
-      m.max_positions = 0;
+      m.max_positions = 0; m.dropout = false;
     })> {};
 
 // DeepSeek-V3 and V2 (deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json, config_236B.json):
@@ -163,6 +165,7 @@ struct bert_large_uncased : model_type<detail::bert_preset("BERT-large-uncased",
 struct vit_l_16 : model_type<detail::edited(detail::bert_preset("ViT-L/16", 1024, 24, 16),
     [](model& m) {
       m.family = family::vit; m.vocab = 0; m.max_positions = 197; m.tied_embeddings = false;
+      m.dropout = false;
       m.encoder = {.image_size = 224, .patch_size = 16, .channels = 3, .classes = 1000};
     })> {};
 // clang-format on

@@ -26,6 +26,13 @@ struct training {
 
 namespace detail {
 
+namespace rules {
+[[noreturn]] inline void lora_targets_match_no_weight(const char* targets, const char* model) {
+  raise(std::string("LoRA targets '") + targets + "' match no weight of model '" + model +
+        "' (module names such as q_proj,v_proj, or all-linear)");
+}
+}  // namespace rules
+
 /// One tensor's local shape on a rank after tensor parallelism: dims [second, last] of a matrix,
 /// or a vector of `last` elements (second = 0).
 struct local_shape {
@@ -259,9 +266,13 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   }
   const detail::stage_range range = stage_of(t, stage);
   detail::unsharded_states acc{};
+  bool lora_target_found = false;
   for (std::size_t i = 0; i < model_tensors.size(); ++i) {
     add_group(t, model_tensors[i], range, i < first_layer_group, experts_per_rank, n, acc);
+    lora_target_found = lora_target_found || lora_elements(t.finetune, model_tensors[i]) > 0;
   }
+  if (t.finetune.kind == finetune_kind::lora && !lora_target_found)
+    detail::rules::lora_targets_match_no_weight(t.finetune.lora.targets, m.name);
 
   memory_ledger ledger{};
   const auto device = memory_space::device;
@@ -404,6 +415,20 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
               "torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt", lifetime::optimizer_step);
   }
   return ledger;
+}
+
+/// Parameters the fine-tuning mode trains in the whole model: the selected tensors, or the LoRA
+/// adapters (r x (in + out) per targeted weight).
+constexpr std::int64_t trainable_parameters(const finetuning& f,
+                                            const tensor_ledger& model_tensors) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : model_tensors) {
+    const std::int64_t copies = g.tensor_count();
+    n = detail::checked_add(
+        n, detail::checked_mul(trained_tensors(f, g, detail::block_of(g)), g.elements()));
+    n = detail::checked_add(n, detail::checked_mul(lora_elements(f, g), copies));
+  }
+  return n;
 }
 
 /// Host bytes one process needs while the model is built, before sharding: the whole model in

@@ -23,7 +23,8 @@ json llama_config() {
 
 TEST_CASE("import and preset agree for every preset") {
   for (const preset& p : presets) {
-    CAPTURE(p.key);
+    const std::string key = p.key;
+    CAPTURE(key);
     model imported = load_hf_config(data_dir / "hf" / (std::string(p.key) + ".json"));
     CHECK(std::string(imported.name) == p.key);
     // What config.json cannot say: the display name, and whether an older transformers version

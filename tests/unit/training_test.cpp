@@ -529,3 +529,19 @@ TEST_CASE("hybrid FSDP shards within a group and replicates across groups") {
         states(parallel<fsdp<8>>::value));
   CHECK(states(parallel<fsdp<16>>::value) < states(parallel<fsdp<8>>::value));
 }
+
+TEST_CASE("trainable parameters of the whole model") {
+  const tensor_ledger mixtral = tensors(models::mixtral_8x7b::value);
+  CHECK(trainable_parameters(full_finetune::value, mixtral) == 46'702'792'704);
+  CHECK(trainable_parameters(partial<select::kinds(tensor_kind::router)>::value, mixtral) ==
+        32 * 8 * 4096);
+  // Seed 003 case C: 884,736 per expert x 8 experts x 32 layers.
+  CHECK(trainable_parameters(lora<16, "w1,w2,w3">::value, mixtral) == 884'736LL * 8 * 32);
+  // LoRA on Llama-3-8B's q and v: 32 x 16 x ((4096 + 4096) + (4096 + 1024)).
+  CHECK(trainable_parameters(lora<16>::value, tensors(models::llama_3_8b::value)) ==
+        32 * 16 * (8192 + 5120));
+  CHECK_THROWS_WITH(lora_finetuning(0, "q_proj"), "vramfit: LoRA rank must be positive, got 0");
+  CHECK_THROWS_WITH(model_states(training{models::llama_3_8b::value, pure<bf16>::value,
+                                          adamw<>::value, lora_finetuning(8, "w1")}),
+                    doctest::Contains("LoRA targets 'w1' match no weight of model 'Llama-3-8B'"));
+}

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+// The command-line names of the library's choices (precisions, optimizers, ...) and their
+// values. Unknown names are vramfit::error with the list of known ones.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vramfit/vramfit.hpp>
+
+namespace vramfit::cli {
+
+template <class Value>
+struct named {
+  const char* name;
+  Value value;
+};
+
+/// The value called `name` among `table`, or an error listing the names.
+template <class Value, std::size_t N>
+Value choose(const named<Value> (&table)[N], std::string_view name, const char* what) {
+  for (const named<Value>& n : table)
+    if (name == n.name) return n.value;
+  std::string known;
+  for (const named<Value>& n : table) known += std::string(known.empty() ? "" : ", ") + n.name;
+  detail::raise("unknown " + std::string(what) + " '" + std::string(name) + "'; known: " + known);
+}
+
+inline constexpr named<precision> precisions[] = {
+    {"fp32", fp32_training::value},
+    {"bf16", pure<bf16>::value},
+    {"fp16", pure<fp16>::value},
+    {"amp-bf16", amp<bf16>::value},
+    {"amp-fp16", amp<fp16>::value},
+    {"bf16-fp32-master", mixed<bf16>::value},
+    {"fp16-fp32-master", mixed<fp16, fp16>::value},
+    {"fp8", fp8_compute::value},
+};
+
+inline constexpr named<optimizer> optimizers[] = {
+    {"sgd", sgd<>::value},
+    {"sgd-momentum", sgd<optimizer_options{.momentum = true}>::value},
+    {"adam", adam<>::value},
+    {"adamw", adamw<>::value},
+    {"adamw-amsgrad", adamw<optimizer_options{.amsgrad = true}>::value},
+    {"adamw-fused", adamw<optimizer_options{.impl = optimizer_impl::fused}>::value},
+    {"adagrad", adagrad<>::value},
+    {"rmsprop", rmsprop<>::value},
+    {"adadelta", adadelta<>::value},
+    {"adamax", adamax<>::value},
+    {"nadam", nadam<>::value},
+    {"radam", radam<>::value},
+    {"rprop", rprop<>::value},
+    {"lion", lion<>::value},
+    {"adafactor", adafactor<>::value},
+    {"adamw-8bit", adamw_8bit<>::value},
+    {"paged-adamw-8bit", adamw_8bit<optimizer_options{.paged = true}>::value},
+    {"muon", muon<>::value},
+};
+
+inline constexpr named<attention_kind> attentions[] = {{"eager", attention_kind::eager},
+                                                       {"flash", attention_kind::flash}};
+
+inline constexpr named<recompute_kind> recomputes[] = {{"none", recompute_kind::none},
+                                                       {"selective", recompute_kind::selective},
+                                                       {"full", recompute_kind::full}};
+
+inline constexpr named<shard_implementation> zero_implementations[] = {
+    {"deepspeed", shard_implementation::deepspeed},
+    {"paper", shard_implementation::paper},
+    {"megatron", shard_implementation::megatron}};
+
+inline constexpr named<fsdp_strategy> fsdp_strategies[] = {
+    {"full", fsdp_strategy::full_shard},
+    {"grad-op", fsdp_strategy::shard_grad_op},
+    {"hybrid", fsdp_strategy::hybrid_shard},
+    {"none", fsdp_strategy::no_shard}};
+
+inline constexpr named<offload_target> offload_targets[] = {{"cpu", offload_target::cpu},
+                                                            {"nvme", offload_target::nvme}};
+
+inline constexpr named<loss_kind> losses[] = {{"fp32-upcast", loss_kind::fp32_upcast},
+                                              {"native", loss_kind::native},
+                                              {"fused-chunked", loss_kind::fused_chunked}};
+
+inline constexpr named<pipeline_schedule> schedules[] = {
+    {"1f1b", pipeline_schedule::one_f_one_b},
+    {"interleaved", pipeline_schedule::interleaved},
+    {"gpipe", pipeline_schedule::gpipe}};
+
+inline constexpr named<tensor_kind> kinds[] = {{"embedding", tensor_kind::embedding},
+                                               {"attention", tensor_kind::attention},
+                                               {"mlp", tensor_kind::mlp},
+                                               {"expert", tensor_kind::expert},
+                                               {"norm", tensor_kind::norm},
+                                               {"head", tensor_kind::head},
+                                               {"router", tensor_kind::router}};
+
+}  // namespace vramfit::cli

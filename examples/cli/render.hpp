@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: MIT
+// How the command-line tool prints a report: an aligned table, Markdown, the stable JSON of
+// ../shared/design.md, or SVG (a stacked bar against the capacity, or a sweep chart). Display
+// only: every number comes from the library.
+#pragma once
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#include "../report.hpp"
+
+namespace vramfit::cli {
+
+/// What one estimate found: the library's ledger of the most loaded GPU and the facts around it.
+struct estimate {
+  std::string title;  ///< the configuration in one line
+  std::string model_name;
+  std::int64_t parameters = 0;
+  std::int64_t trainable_parameters = 0;
+  gpu device{};
+  memory_ledger ledger{};  ///< runtime overheads included
+  fit_report fit{};
+  moment peak_at = moment::end_of_forward;
+  std::int64_t stage = 0;
+  bytes activations_per_layer{};
+};
+
+/// One point of a sweep: the swept value and the required bytes.
+struct sweep_point {
+  std::int64_t x = 0;
+  bytes required{};
+};
+
+inline const component shown_components[] = {component::weights,          component::gradients,
+                                             component::optimizer_states, component::master_weights,
+                                             component::activations,      component::kv_cache,
+                                             component::buffers,          component::overhead};
+
+inline bytes component_at_peak(const estimate& e, component c) {
+  bytes sum{};
+  for (const memory_entry& m : e.ledger)
+    if (m.space == memory_space::device && m.component == c && alive_at(m, e.peak_at))
+      sum += m.size;
+  return sum;
+}
+
+inline std::string verdict(const estimate& e) {
+  const fit_report& f = e.fit;
+  return f.fits() ? "fits, " + to_string(f.available - f.required) + " free"
+                  : "does not fit, " + to_string(f.required - f.available) + " over";
+}
+
+inline void print_table(std::ostream& out, const estimate& e) {
+  out << e.title << "\n"
+      << e.model_name << ": " << report::grouped(e.parameters) << " parameters, "
+      << report::grouped(e.trainable_parameters) << " trainable\n"
+      << "Most loaded GPU: pipeline stage " << e.stage << ", peak at the " << to_string(e.peak_at)
+      << "\n\n";
+  char line[128];
+  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "component", "allocated", "at peak");
+  out << line;
+  for (component c : shown_components) {
+    const bytes all = total(e.ledger, c);
+    if (all == bytes{}) continue;
+    std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", to_string(c), to_string(all).c_str(),
+                  to_string(component_at_peak(e, c)).c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "total (peak)", "",
+                to_string(e.fit.required).c_str());
+  out << line;
+  const bytes host = total(e.ledger, memory_space::host);
+  if (host > bytes{}) {
+    std::snprintf(line, sizeof line, "  %-18s %14s\n", "host memory", to_string(host).c_str());
+    out << line;
+  }
+  out << "\n  " << e.device.name << ": " << to_string(e.fit.available) << " -> " << verdict(e)
+      << "\n";
+}
+
+inline void print_markdown(std::ostream& out, const estimate& e) {
+  out << "### " << e.title << "\n\n"
+      << e.model_name << ": " << report::grouped(e.parameters) << " parameters, "
+      << report::grouped(e.trainable_parameters) << " trainable. Most loaded GPU: pipeline stage "
+      << e.stage << ", peak at the " << to_string(e.peak_at) << ".\n\n";
+  report::table t({"entry", "component", "where", "bytes", "source"});
+  const char* where[] = {"device", "host", "nvme"};
+  for (const memory_entry& m : e.ledger)
+    t.add({m.name, to_string(m.component), where[static_cast<int>(m.space)], to_string(m.size),
+           m.source});
+  t.add({"**peak per GPU**", "", "", "**" + to_string(e.fit.required) + "**", ""});
+  out << t << "\n"
+      << e.device.name << " (" << to_string(e.fit.available) << "): " << verdict(e) << ".\n";
+}
+
+/// The stable JSON interface (../shared/design.md); more keys may follow, none change.
+inline nlohmann::json to_json(const estimate& e) {
+  nlohmann::json memory;
+  for (component c : shown_components) memory[to_string(c)] = total(e.ledger, c).count;
+  memory["activations_per_layer"] = e.activations_per_layer.count;
+  memory["total"] = e.fit.required.count;
+  nlohmann::json at_peak;
+  for (component c : shown_components) at_peak[to_string(c)] = component_at_peak(e, c).count;
+  nlohmann::json entries = nlohmann::json::array();
+  const char* where[] = {"device", "host", "nvme"};
+  for (const memory_entry& m : e.ledger) {
+    entries.push_back({{"name", m.name},
+                       {"component", to_string(m.component)},
+                       {"space", where[static_cast<int>(m.space)]},
+                       {"bytes", m.size.count},
+                       {"tensors", m.tensors},
+                       {"source", m.source}});
+  }
+  return {{"model",
+           {{"name", e.model_name},
+            {"parameters", e.parameters},
+            {"trainable_parameters", e.trainable_parameters}}},
+          {"memory", memory},
+          {"device", {{"name", e.device.name}, {"capacity", e.device.capacity.count}}},
+          {"fits", e.fit.fits()},
+          {"configuration", e.title},
+          {"pipeline_stage", e.stage},
+          {"peak_moment", to_string(e.peak_at)},
+          {"at_peak", at_peak},
+          {"host", total(e.ledger, memory_space::host).count},
+          {"entries", entries}};
+}
+
+namespace svg {
+inline std::string escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
+inline const char* colors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                               "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
+}  // namespace svg
+
+/// A stacked bar of what is allocated at the peak, by component, against the GPU's capacity.
+inline void print_svg(std::ostream& out, const estimate& e) {
+  const double width = 760, left = 20, bar_width = 720, top = 70, bar_height = 48;
+  const double scale_max = static_cast<double>(
+      (e.fit.required > e.fit.available ? e.fit.required : e.fit.available).count);
+  auto x_of = [&](double b) { return left + bar_width * b / scale_max; };
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width
+      << "\" height=\"260\" font-family=\"sans-serif\" font-size=\"13\">\n"
+      << "<title>" << svg::escape(e.title) << "</title>\n"
+      << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\">" << svg::escape(e.title)
+      << "</text>\n"
+      << "<text x=\"" << left << "\" y=\"46\">Per GPU at the " << to_string(e.peak_at) << ": "
+      << svg::escape(to_string(e.fit.required)) << " of " << svg::escape(to_string(e.fit.available))
+      << " (" << svg::escape(e.device.name) << ") - " << svg::escape(verdict(e)) << "</text>\n";
+  double at = 0;
+  int legend = 0;
+  for (std::size_t i = 0; i < std::size(shown_components); ++i) {
+    const bytes b = component_at_peak(e, shown_components[i]);
+    if (b == bytes{}) continue;
+    const double x0 = x_of(at);
+    at += static_cast<double>(b.count);
+    out << "<rect x=\"" << x0 << "\" y=\"" << top << "\" width=\"" << x_of(at) - x0
+        << "\" height=\"" << bar_height << "\" fill=\"" << svg::colors[i] << "\"><title>"
+        << to_string(shown_components[i]) << ": " << svg::escape(to_string(b))
+        << "</title></rect>\n";
+    const double ly = top + bar_height + 28 + 20 * (legend / 3);
+    const double lx = left + 240 * (legend % 3);
+    out << "<rect x=\"" << lx << "\" y=\"" << ly - 11 << "\" width=\"12\" height=\"12\" fill=\""
+        << svg::colors[i] << "\"/>\n<text x=\"" << lx + 18 << "\" y=\"" << ly << "\">"
+        << to_string(shown_components[i]) << " " << svg::escape(to_string(b)) << "</text>\n";
+    ++legend;
+  }
+  const double cap = x_of(static_cast<double>(e.fit.available.count));
+  out << "<line x1=\"" << cap << "\" y1=\"" << top - 8 << "\" x2=\"" << cap << "\" y2=\""
+      << top + bar_height + 8
+      << "\" stroke=\"#000\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/>\n"
+      << "<text x=\"" << cap << "\" y=\"" << top - 12 << "\" text-anchor=\"end\">capacity "
+      << svg::escape(to_string(e.fit.available)) << "</text>\n</svg>\n";
+}
+
+/// Required memory against a swept value, with the capacity line.
+inline void print_sweep_svg(std::ostream& out, const std::string& title, const char* axis,
+                            const std::vector<sweep_point>& points, const gpu& device) {
+  const double left = 80, right = 30, top = 50, height = 300, width = 700;
+  double most = static_cast<double>(device.capacity.count);
+  for (const sweep_point& p : points) most = std::max(most, static_cast<double>(p.required.count));
+  most *= 1.05;
+  const std::size_t n = points.size();
+  auto x_of = [&](std::size_t i) {
+    return left +
+           (n > 1 ? (width - left - right) * static_cast<double>(i) / static_cast<double>(n - 1)
+                  : 0);
+  };
+  auto y_of = [&](double b) { return top + height - height * b / most; };
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
+      << top + height + 60 << "\" font-family=\"sans-serif\" font-size=\"13\">\n<title>"
+      << svg::escape(title) << "</title>\n<text x=\"" << left << "\" y=\"24\" font-size=\"15\">"
+      << svg::escape(title) << "</text>\n";
+  // Axes and a GiB scale.
+  out << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
+      << top + height << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << top + height
+      << "\" x2=\"" << width - right << "\" y2=\"" << top + height << "\" stroke=\"#000\"/>\n";
+  for (int tick = 0; tick <= 4; ++tick) {
+    const double b = most * tick / 4;
+    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(b) + 4 << "\" text-anchor=\"end\">"
+        << svg::escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
+  }
+  out << "<polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" points=\"";
+  for (std::size_t i = 0; i < n; ++i)
+    out << x_of(i) << "," << y_of(static_cast<double>(points[i].required.count)) << " ";
+  out << "\"/>\n";
+  for (std::size_t i = 0; i < n; ++i) {
+    out << "<circle cx=\"" << x_of(i) << "\" cy=\""
+        << y_of(static_cast<double>(points[i].required.count))
+        << "\" r=\"3\" fill=\"#4e79a7\"><title>" << axis << " " << points[i].x << ": "
+        << svg::escape(to_string(points[i].required)) << "</title></circle>\n<text x=\"" << x_of(i)
+        << "\" y=\"" << top + height + 18 << "\" text-anchor=\"middle\">" << points[i].x
+        << "</text>\n";
+  }
+  const double cap = y_of(static_cast<double>(device.capacity.count));
+  out << "<line x1=\"" << left << "\" y1=\"" << cap << "\" x2=\"" << width - right << "\" y2=\""
+      << cap << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << width - right
+      << "\" y=\"" << cap - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
+      << svg::escape(device.name) << " capacity " << svg::escape(to_string(device.capacity))
+      << "</text>\n<text x=\"" << (left + width - right) / 2 << "\" y=\"" << top + height + 44
+      << "\" text-anchor=\"middle\">" << axis << "</text>\n</svg>\n";
+}
+
+}  // namespace vramfit::cli

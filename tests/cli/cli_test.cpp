@@ -1,0 +1,169 @@
+// CLI tier: the `vramfit` tool as a user runs it: the stable JSON keys, exit statuses, one-line
+// errors for bad input, valid SVG (parsed with expat), and --help.
+#include <doctest/doctest.h>
+#include <expat.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+struct result {
+  int status;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Runs the tool with `args` (shell words).
+result run(const std::string& args) {
+  // ctest runs test cases in parallel processes: each call gets its own files.
+  static int calls = 0;
+  const std::string stem =
+      "vramfit_cli_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
+  const std::string out = stem + ".out", err = stem + ".err";
+  const int raw =
+      std::system((std::string(VRAMFIT_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+bool valid_xml(const std::string& text) {
+  XML_Parser parser = XML_ParserCreate(nullptr);
+  const bool ok = XML_Parse(parser, text.data(), static_cast<int>(text.size()), 1) == XML_STATUS_OK;
+  XML_ParserFree(parser);
+  return ok;
+}
+
+const std::string data_dir = VRAMFIT_TEST_DATA_DIR;
+}  // namespace
+
+TEST_CASE("train --format json has every stable key, bytes as integers") {
+  const result r = run("train --model llama-3-8b --format json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("model").at("name").is_string());
+  CHECK(j.at("model").at("parameters") == 8'030'261'248);
+  CHECK(j.at("model").at("trainable_parameters") == 8'030'261'248);
+  for (const char* key :
+       {"weights", "gradients", "optimizer_states", "master_weights", "activations",
+        "activations_per_layer", "kv_cache", "buffers", "overhead", "total"}) {
+    CAPTURE(key);
+    CHECK(j.at("memory").at(key).is_number_integer());
+    CHECK(j.at("memory").at(key) >= 0);
+  }
+  CHECK(j.at("device").at("name") == "H100 80GB SXM");
+  CHECK(j.at("device").at("capacity") == 85'520'809'984);
+  CHECK(j.at("fits").is_boolean());
+  // The peak is at most the sum of what is ever allocated, and the components at the peak sum
+  // to it.
+  std::int64_t at_peak = 0;
+  for (const auto& [key, value] : j.at("at_peak").items()) at_peak += value.get<std::int64_t>();
+  CHECK(at_peak == j.at("memory").at("total"));
+}
+
+TEST_CASE("a config.json gives the same estimate as its preset") {
+  const result preset = run("train --model mixtral-8x7b --format json");
+  const result file = run("train --model " + data_dir + "/hf/mixtral-8x7b.json --format json");
+  REQUIRE(preset.status == 0);
+  REQUIRE(file.status == 0);
+  CHECK(nlohmann::json::parse(preset.out).at("memory") ==
+        nlohmann::json::parse(file.out).at("memory"));
+}
+
+TEST_CASE("--check: 1 when the plan does not fit, 0 when it does") {
+  CHECK(run("train --model llama-3-8b --check").status == 1);
+  CHECK(run("train --model llama-3-8b --qlora --check").status == 0);
+  CHECK(run("train --model llama-3-8b").status == 0);  // without --check, only a report
+}
+
+TEST_CASE("bad input: one line on stderr, exit status 2") {
+  const std::string malformed = "vramfit_cli_malformed.json";  // only this test case writes these
+  std::ofstream(malformed) << "{\"model_type\": \"llama\",";
+  const std::string missing_field = "vramfit_cli_missing.json";
+  std::ofstream(missing_field) << R"({"model_type": "llama", "hidden_size": 64})";
+  const struct {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"train --no-such-option", "not expected: --no-such-option"},
+      {"train --model no-such-model", "'no-such-model' is neither a preset nor a config.json"},
+      {"train --model /no/such/config.json", "cannot read '/no/such/config.json'"},
+      {"train --model vramfit_cli_malformed.json", "is not valid JSON"},
+      {"train --model vramfit_cli_missing.json", "missing field 'num_hidden_layers'"},
+      {"train --micro-batch 0", "--micro-batch: must be a positive integer, got 0"},
+      {"train --seq-len -8", "--seq-len: must be a positive integer, got -8"},
+      {"train --dp 0", "--dp: must be a positive integer"},
+      {"train --tp 3", "tensor parallel degree 3 must divide the attention heads (32)"},
+      {"train --pp 2 --pp-stages 10,10", "sum to 20, the model has 32"},
+      {"train --dp 8 --zero 3 --pp 2", "forbids ZeRO stage 3 with pipeline parallelism"},
+      {"train --precision fp9", "unknown precision 'fp9'"},
+      {"train --optimizer sgdd", "unknown optimizer 'sgdd'"},
+      {"train --gpu h1000", "unknown GPU 'h1000'"},
+      {"train --zero 7", "--zero must be 0, 1, 2 or 3"},
+      {"train --fsdp hybrid --dp 8", "needs --fsdp-group"},
+      {"train --lora-rank 8 --lora-targets w9", "LoRA targets 'w9' match no weight"},
+      {"train --trainable router:x", "is not a range"},
+      {"train --dropout 2", "--dropout must be a probability"},
+      {"train --format pdf", "--format"},
+      {"train --sweep batch", "unknown --sweep 'batch'"},
+      {"", "A subcommand is required"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    const result r = run(c.args);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.rfind("vramfit: ", 0) == 0);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
+  }
+}
+
+TEST_CASE("SVG output is valid XML with the capacity drawn") {
+  const result bar = run("train --model llama-3-8b --dp 8 --fsdp full --format svg");
+  REQUIRE(bar.status == 0);
+  CHECK(valid_xml(bar.out));
+  CHECK(bar.out.find("capacity") != std::string::npos);
+  const result sweep =
+      run("train --model llama-3-8b --qlora --sweep micro-batch --sweep-max 16 --format svg");
+  REQUIRE(sweep.status == 0);
+  CHECK(valid_xml(sweep.out));
+  CHECK(sweep.out.find("<polyline") != std::string::npos);
+}
+
+TEST_CASE("markdown and table name the GPU and the verdict") {
+  const result table = run("train --model gpt2 --gpu rtx-4090");
+  CHECK(table.status == 0);
+  CHECK(table.out.find("RTX 4090 24GB") != std::string::npos);
+  CHECK(table.out.find("fits") != std::string::npos);
+  const result md = run("train --model gpt2 --format markdown");
+  CHECK(md.out.find("| entry | component |") != std::string::npos);
+}
+
+TEST_CASE("help lists every subcommand and option") {
+  const result top = run("--help");
+  CHECK(top.status == 0);
+  for (const char* sub : {"train", "models", "gpus"}) CHECK(top.out.find(sub) != std::string::npos);
+  const result train = run("train --help");
+  for (const char* option :
+       {"--model",      "--precision", "--optimizer", "--micro-batch", "--seq-len",
+        "--grad-accum", "--attention", "--dropout",   "--recompute",   "--dp",
+        "--zero",       "--fsdp",      "--tp",        "--sp",          "--pp",
+        "--cp",         "--ep",        "--offload",   "--lora-rank",   "--lora-targets",
+        "--qlora",      "--gpu",       "--format",    "--check"}) {
+    CAPTURE(option);
+    CHECK(train.out.find(option) != std::string::npos);
+  }
+  CHECK(run("models").out.find("mixtral-8x7b") != std::string::npos);
+  CHECK(run("gpus --format json").out.find("85520809984") != std::string::npos);
+}
