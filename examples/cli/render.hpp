@@ -4,6 +4,8 @@
 // only: every number comes from the library.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -147,24 +149,68 @@ inline std::string escape(const std::string& text) {
   }
   return out;
 }
+/// The title as lines of at most `width` characters, broken at " | ".
+inline std::vector<std::string> wrap(const std::string& title, std::size_t width = 92) {
+  std::vector<std::string> lines{""};
+  std::size_t at = 0;
+  while (at <= title.size()) {
+    const std::size_t bar = title.find(" | ", at);
+    const std::string piece =
+        title.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+    if (!lines.back().empty() && lines.back().size() + 3 + piece.size() > width)
+      lines.emplace_back();
+    lines.back() += (lines.back().empty() ? "" : " | ") + piece;
+    if (bar == std::string::npos) break;
+    at = bar + 3;
+  }
+  return lines;
+}
+
+/// Writes the wrapped title from y = 24 on and returns the y below it.
+inline double title(std::ostream& out, const std::string& text, double x) {
+  double y = 24;
+  for (const std::string& line : wrap(text)) {
+    out << "<text x=\"" << x << "\" y=\"" << y << "\" font-size=\"15\">" << escape(line)
+        << "</text>\n";
+    y += 20;
+  }
+  return y;
+}
+
+/// A round step for about five ticks up to `most` bytes: 1, 2 or 5 x 10^k GiB.
+inline double tick_step(double most) {
+  const double gib = static_cast<double>(GiB.size);
+  double step = gib;
+  for (double scale = 1; step * 5 < most; scale *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      step = m * scale * gib;
+      if (step * 5 >= most) break;
+    }
+  }
+  while (step / 2 * 5 >= most && step > gib / 4) step /= 2;
+  return step;
+}
+
 inline const char* colors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
 }  // namespace svg
 
 /// A stacked bar of what is allocated at the peak, by component, against the GPU's capacity.
 inline void print_svg(std::ostream& out, const estimate& e) {
-  const double width = 760, left = 20, bar_width = 720, top = 70, bar_height = 48;
+  const double width = 760, left = 20, bar_width = 720, bar_height = 48;
   const double scale_max = static_cast<double>(
       (e.fit.required > e.fit.available ? e.fit.required : e.fit.available).count);
   auto x_of = [&](double b) { return left + bar_width * b / scale_max; };
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width
-      << "\" height=\"260\" font-family=\"sans-serif\" font-size=\"13\">\n"
-      << "<title>" << svg::escape(e.title) << "</title>\n"
-      << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\">" << svg::escape(e.title)
-      << "</text>\n"
-      << "<text x=\"" << left << "\" y=\"46\">Per GPU at the " << to_string(e.peak_at) << ": "
-      << svg::escape(to_string(e.fit.required)) << " of " << svg::escape(to_string(e.fit.available))
-      << " (" << svg::escape(e.device.name) << ") - " << svg::escape(verdict(e)) << "</text>\n";
+  const double lines = static_cast<double>(svg::wrap(e.title).size());
+  const double top = 74 + 20 * lines;
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
+      << top + 140 << "\" font-family=\"sans-serif\" font-size=\"13\">\n"
+      << "<title>" << svg::escape(e.title) << "</title>\n";
+  const double below = svg::title(out, e.title, left);
+  out << "<text x=\"" << left << "\" y=\"" << below + 4 << "\">Per GPU at the "
+      << to_string(e.peak_at) << ": " << svg::escape(to_string(e.fit.required)) << " of "
+      << svg::escape(to_string(e.fit.available)) << " (" << svg::escape(e.device.name) << ") - "
+      << svg::escape(verdict(e)) << "</text>\n";
   double at = 0;
   int legend = 0;
   for (std::size_t i = 0; i < std::size(shown_components); ++i) {
@@ -194,10 +240,13 @@ inline void print_svg(std::ostream& out, const estimate& e) {
 /// Required memory against a swept value, with the capacity line.
 inline void print_sweep_svg(std::ostream& out, const std::string& title, const char* axis,
                             const std::vector<sweep_point>& points, const gpu& device) {
-  const double left = 80, right = 30, top = 50, height = 300, width = 700;
+  const double left = 80, right = 30, height = 300, width = 700;
+  const double top = 40 + 20 * static_cast<double>(svg::wrap(title).size());
   double most = static_cast<double>(device.capacity.count);
   for (const sweep_point& p : points) most = std::max(most, static_cast<double>(p.required.count));
-  most *= 1.05;
+  const double step = svg::tick_step(most);
+  const double ticks = std::ceil(most / step);
+  most = ticks * step;
   const std::size_t n = points.size();
   auto x_of = [&](std::size_t i) {
     return left +
@@ -207,14 +256,14 @@ inline void print_sweep_svg(std::ostream& out, const std::string& title, const c
   auto y_of = [&](double b) { return top + height - height * b / most; };
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
       << top + height + 60 << "\" font-family=\"sans-serif\" font-size=\"13\">\n<title>"
-      << svg::escape(title) << "</title>\n<text x=\"" << left << "\" y=\"24\" font-size=\"15\">"
-      << svg::escape(title) << "</text>\n";
+      << svg::escape(title) << "</title>\n";
+  svg::title(out, title, left);
   // Axes and a GiB scale.
   out << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
       << top + height << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << top + height
       << "\" x2=\"" << width - right << "\" y2=\"" << top + height << "\" stroke=\"#000\"/>\n";
-  for (int tick = 0; tick <= 4; ++tick) {
-    const double b = most * tick / 4;
+  for (double tick = 0; tick <= ticks; ++tick) {
+    const double b = step * tick;
     out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(b) + 4 << "\" text-anchor=\"end\">"
         << svg::escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
   }
