@@ -57,6 +57,29 @@ inline constexpr named<optimizer> optimizers[] = {
     {"muon", muon<>::value},
 };
 
+inline constexpr named<weight_layout> weight_layouts[] = {
+    {"fp32", plain_weights<fp32>::value},
+    {"bf16", plain_weights<bf16>::value},
+    {"fp16", plain_weights<fp16>::value},
+    {"int8", bnb_int8::value},
+    {"nf4", bnb_4bit<>::value},
+    {"gptq", gptq<>::value},
+    {"awq", awq<>::value},
+    {"fp8", fp8_weights<>::value},
+    {"fp8-per-channel", fp8_weights<true>::value},
+    {"mxfp4", mxfp4_experts::value},
+    {"nvfp4", nvfp4_weights::value},
+};
+
+inline constexpr named<element_format> kv_formats[] = {
+    {"bf16", bf16::value},
+    {"fp16", fp16::value},
+    {"fp32", fp32::value},
+    {"fp8", fp8_e4m3::value},
+    {"int8", group_quantized<8, 1 << 20, fp16, 0>::value},
+    {"int4", group_quantized<4, 1 << 20, fp16, 0>::value},
+};
+
 inline constexpr named<attention_kind> attentions[] = {{"eager", attention_kind::eager},
                                                        {"flash", attention_kind::flash}};
 

@@ -68,6 +68,13 @@ model load_model(const std::string& name) {
   detail::raise("'" + name + "' is neither a preset nor a config.json file; presets: " + keys);
 }
 
+const gpu& gpu_named(const std::string& key) {
+  if (const gpu* g = find_gpu(key)) return *g;
+  std::string keys;
+  for (const gpu_preset& p : gpu_presets) keys += std::string(keys.empty() ? "" : ", ") + p.key;
+  detail::raise("unknown GPU '" + key + "'; known: " + keys);
+}
+
 /// "kinds[:first-last layers[:first-last experts]]", e.g. "expert:0-5:0-1" or "router".
 tensor_selector parse_selector(const std::string& text) {
   std::vector<std::string> parts;
@@ -215,12 +222,7 @@ cli::estimate estimate_of(const train_options& o, const training_plan_value& p, 
 
 int run_train(const train_options& o) {
   const model m = load_model(o.model);
-  const gpu* g = find_gpu(o.gpu);
-  if (g == nullptr) {
-    std::string keys;
-    for (const gpu_preset& p : gpu_presets) keys += std::string(keys.empty() ? "" : ", ") + p.key;
-    detail::raise("unknown GPU '" + o.gpu + "'; known: " + keys);
-  }
+  const gpu* g = &gpu_named(o.gpu);
   const training_plan_value plan = build_plan(o, m);
   if (!o.sweep.empty()) {
     if (o.sweep != "micro-batch" && o.sweep != "seq-len")
@@ -263,6 +265,112 @@ int run_train(const train_options& o) {
     cli::print_svg(std::cout, e);
   else
     cli::print_table(std::cout, e);
+  return o.check && !e.fit.fits() ? 1 : 0;
+}
+
+/// Everything `vramfit infer` reads.
+struct infer_options {
+  std::string model = "llama-3-8b";
+  std::string weights = "bf16";
+  std::string kv_dtype = "bf16";
+  std::int64_t batch = 1;
+  std::int64_t beams = 1;
+  std::int64_t context = 4096;
+  std::int64_t generate = 0;
+  std::int64_t block = 0;
+  std::int64_t prefill_chunk = 0;
+  std::int64_t cuda_graphs_mib = 0;
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::string gpu = "h100";
+  std::int64_t utilization = 0;
+  std::string format = "table";
+  bool check = false;
+};
+
+int run_infer(const infer_options& o) {
+  const model m = load_model(o.model);
+  const gpu& g = gpu_named(o.gpu);
+  const weight_layout w = cli::choose(cli::weight_layouts, o.weights, "weight format");
+  // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
+  kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block};
+  if (kv.format.level1.block > 0)
+    kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
+  const layout l = validated(layout{.tensor = o.tp, .pipeline = o.pp}, m);
+  if (o.cuda_graphs_mib < 0) detail::raise("--cuda-graphs must not be negative");
+  const request_shape r{.batch = o.batch,
+                        .beams = o.beams,
+                        .prompt = o.context,
+                        .generated = o.generate,
+                        .prefill_chunk = o.prefill_chunk,
+                        .cuda_graphs = (o.cuda_graphs_mib * MiB).count};
+  if (o.utilization < 0 || o.utilization > 100)
+    detail::raise("--utilization must be a percentage from 1 to 100, got " +
+                  std::to_string(o.utilization));
+  std::ostringstream title;
+  title << "Inference " << m.name << " | weights " << w.name << " | KV " << o.kv_dtype << " | "
+        << l.world() << (l.world() == 1 ? " GPU" : " GPUs")
+        << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
+        << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
+        << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
+        << o.context + o.generate;
+  if (o.utilization > 0) {
+    const serving_budget b = serve(m, l, w, kv, r, g, o.utilization);
+    const nlohmann::json j{{"configuration", title.str()},
+                           {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                           {"requested", b.requested.count},
+                           {"weights", b.weights.count},
+                           {"forward_peak", b.forward_peak.count},
+                           {"non_torch", b.non_torch.count},
+                           {"kv_pool", b.kv_pool.count},
+                           {"kv_tokens", b.kv_tokens},
+                           {"sequences", b.sequences}};
+    if (o.format == "json") {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << title.str() << "\nServing budget at " << o.utilization << " % of " << g.name
+                << " (" << to_string(g.capacity) << ")\n\n"
+                << "  requested          " << to_string(b.requested) << "\n"
+                << "  - weights          " << to_string(b.weights) << "\n"
+                << "  - forward peak     " << to_string(b.forward_peak) << "\n"
+                << "  - non-torch        " << to_string(b.non_torch) << "\n"
+                << "  = KV pool          " << to_string(b.kv_pool) << "\n\n"
+                << "  " << report::grouped(b.kv_tokens) << " KV tokens, "
+                << report::grouped(b.sequences) << " concurrent sequences of "
+                << o.context + o.generate << " tokens\n";
+    }
+    return o.check && b.sequences < o.batch ? 1 : 0;
+  }
+  cli::estimate e;
+  e.title = title.str();
+  e.model_name = m.name;
+  e.parameters = parameters(tensors(m));
+  e.device = g;
+  bytes worst{};
+  for (std::int64_t s = 0; s < l.pipeline; ++s) {
+    memory_ledger ledger = inference_memory(m, l, w, kv, r, s);
+    append(ledger, overheads({}, g, peak(ledger), l.world()));
+    if (peak(ledger) > worst) {
+      worst = peak(ledger);
+      e.ledger = ledger;
+      e.stage = s;
+    }
+  }
+  e.peak_at = peak_moment(e.ledger);
+  e.fit.required = peak(e.ledger);
+  e.fit.available = g.capacity;
+  if (o.format == "json")
+    std::cout << cli::to_json(e).dump(2) << "\n";
+  else if (o.format == "markdown")
+    cli::print_markdown(std::cout, e);
+  else if (o.format == "svg")
+    cli::print_svg(std::cout, e);
+  else {
+    cli::print_table(std::cout, e);
+    std::cout << "  At this context, up to " << report::grouped(max_batch(m, l, w, kv, r, g, 65536))
+              << " sequences fit; at this batch, up to "
+              << report::grouped(max_context(m, l, w, kv, r, g)) << " tokens.\n";
+  }
   return o.check && !e.fit.fits() ? 1 : 0;
 }
 
@@ -401,6 +509,60 @@ int main(int argc, char** argv) {
   train_options train;
   CLI::App* train_cmd = app.add_subcommand("train", "Memory per GPU of a training step");
   add_train_options(*train_cmd, train);
+  infer_options infer;
+  CLI::App* infer_cmd =
+      app.add_subcommand("infer", "Memory per GPU of inference: weights, KV cache, working memory");
+  {
+    const CLI::Validator positive(
+        [](std::string& value) -> std::string {
+          try {
+            std::size_t used = 0;
+            if (std::stoll(value, &used) > 0 && used == value.size()) return {};
+          } catch (const std::logic_error&) {
+          }
+          return "must be a positive integer, got " + value;
+        },
+        "POSITIVE");
+    auto& c = *infer_cmd;
+    c.add_option("--model,-m", infer.model, "A preset or a config.json path")
+        ->capture_default_str();
+    c.add_option("--weights", infer.weights,
+                 "fp32, bf16, fp16, int8 (bitsandbytes), nf4, gptq, awq, fp8, fp8-per-channel, "
+                 "mxfp4 (experts), nvfp4")
+        ->capture_default_str();
+    c.add_option("--kv-dtype", infer.kv_dtype,
+                 "bf16, fp16, fp32, fp8, int8, int4 (int8/int4 with an fp16 scale per head)")
+        ->capture_default_str();
+    c.add_option("--batch,-b", infer.batch, "Sequences")->check(positive)->capture_default_str();
+    c.add_option("--beams", infer.beams, "Beams per sequence (each keeps its own cache)")
+        ->check(positive)
+        ->capture_default_str();
+    c.add_option("--context,-c", infer.context, "Prompt tokens per sequence")
+        ->check(positive)
+        ->capture_default_str();
+    c.add_option("--generate", infer.generate, "Tokens generated per sequence")
+        ->capture_default_str();
+    c.add_option("--block", infer.block, "Paged KV blocks of this many tokens (vLLM: 16; 0: none)")
+        ->capture_default_str();
+    c.add_option("--prefill-chunk", infer.prefill_chunk,
+                 "Chunked prefill: tokens per forward (0: whole prompt)")
+        ->capture_default_str();
+    c.add_option("--cuda-graphs", infer.cuda_graphs_mib, "MiB of captured CUDA graphs")
+        ->capture_default_str();
+    c.add_option("--tp", infer.tp, "Tensor-parallel degree")
+        ->check(positive)
+        ->capture_default_str();
+    c.add_option("--pp", infer.pp, "Pipeline-parallel degree")
+        ->check(positive)
+        ->capture_default_str();
+    c.add_option("--gpu,-g", infer.gpu, "A GPU preset")->capture_default_str();
+    c.add_option("--utilization", infer.utilization,
+                 "Serving budget in vLLM's style: gpu_memory_utilization in percent (e.g. 90)");
+    c.add_option("--format,-f", infer.format, "table, markdown, json or svg")
+        ->check(CLI::IsMember({"table", "markdown", "json", "svg"}))
+        ->capture_default_str();
+    c.add_flag("--check", infer.check, "Exit with status 1 when it does not fit");
+  }
   std::string list_format = "table";
   CLI::App* models_cmd = app.add_subcommand("models", "List the model presets");
   models_cmd->add_option("--format,-f", list_format, "table or json")
@@ -411,6 +573,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (train_cmd->parsed()) return run_train(train);
+    if (infer_cmd->parsed()) return run_infer(infer);
     if (models_cmd->parsed()) return run_models(list_format);
     if (gpus_cmd->parsed()) return run_gpus(list_format);
   } catch (const CLI::CallForHelp& e) {

@@ -57,10 +57,10 @@ inline std::string verdict(const estimate& e) {
 }
 
 inline void print_table(std::ostream& out, const estimate& e) {
-  out << e.title << "\n"
-      << e.model_name << ": " << report::grouped(e.parameters) << " parameters, "
-      << report::grouped(e.trainable_parameters) << " trainable\n"
-      << "Most loaded GPU: pipeline stage " << e.stage << ", peak at the " << to_string(e.peak_at)
+  out << e.title << "\n" << e.model_name << ": " << report::grouped(e.parameters) << " parameters";
+  if (e.trainable_parameters > 0)
+    out << ", " << report::grouped(e.trainable_parameters) << " trainable";
+  out << "\nMost loaded GPU: pipeline stage " << e.stage << ", peak at the " << to_string(e.peak_at)
       << "\n\n";
   char line[128];
   std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "component", "allocated", "at peak");

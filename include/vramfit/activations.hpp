@@ -278,7 +278,7 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
       routed = checked_mul(capacity, e.routed_experts / l.expert);
     }
     b.add("expert inputs (dispatched tokens)", checked_mul(routed, m.hidden), beta);
-    mlp_block(b, m, routed, e.expert_ffn, "expert gate/up output");
+    mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output");
     b.add("expert outputs (before weighting)", checked_mul(routed, m.hidden), beta);
     if (e.shared_experts > 0)
       mlp_block(b, m, tau, e.shared_experts * e.expert_ffn / t, "shared expert gate output");

@@ -151,6 +151,8 @@ constexpr const layout& validated(const layout& l, const model& m) {
       tensor_parallel_and_kv_heads_must_divide_one_another(l.tensor, m.kv_heads);
     const bool dense_layers = !m.is_moe() || m.moe.first_dense_layers > 0;
     if (dense_layers && m.ffn % l.tensor != 0) tensor_parallel_must_divide_ffn(l.tensor, m.ffn);
+    if (m.is_moe() && m.moe.expert_ffn % l.tensor != 0)
+      tensor_parallel_must_divide_ffn(l.tensor, m.moe.expert_ffn);
   }
   if (l.pipeline > m.layers) pipeline_stages_must_not_exceed_layers(l.pipeline, m.layers);
   if (!l.stage_layers.empty()) {

@@ -42,9 +42,11 @@ enum class tp_split : unsigned char {
   replicated,  ///< norms, routers, MLA's down-projections, row-parallel biases
   output,      ///< column-parallel: the output features (Q, MLP up/gate, their biases)
   input,       ///< row-parallel: the input features (attention output, MLP down)
-  vocab,       ///< vocabulary-parallel embedding and head rows
-  kv,          ///< K or V: whole heads, replicated when the TP degree exceeds the KV heads
-  qkv,         ///< fused Q, K, V: the Q part as `output`, the K and V parts as `kv`
+  // Routed experts split like MLPs: Megatron-Core's expert_tensor_parallel_size defaults to the
+  // tensor-parallel size, and vLLM shards every expert over its tensor-parallel ranks.
+  vocab,  ///< vocabulary-parallel embedding and head rows
+  kv,     ///< K or V: whole heads, replicated when the TP degree exceeds the KV heads
+  qkv,    ///< fused Q, K, V: the Q part as `output`, the K and V parts as `kv`
 };
 
 /// One tensor, or the same tensor repeated over a range of layers and experts. The name is the
@@ -252,11 +254,11 @@ constexpr void add_llama_moe(ledger_builder& b, const char* p) {
                  moe_layers);
     const char* ep = "block_sparse_moe.experts.{expert}.";
     b.add({p, ep, "w1.weight"}, {e.expert_ffn, h}, tensor_kind::expert, moe_layers,
-          e.routed_experts);
+          e.routed_experts, tp_split::output);
     b.add({p, ep, "w3.weight"}, {e.expert_ffn, h}, tensor_kind::expert, moe_layers,
-          e.routed_experts);
+          e.routed_experts, tp_split::output);
     b.add({p, ep, "w2.weight"}, {h, e.expert_ffn}, tensor_kind::expert, moe_layers,
-          e.routed_experts);
+          e.routed_experts, tp_split::input);
     return;
   }
   b.add_linear(p, "mlp.gate", e.routed_experts, h, tensor_kind::router, false, moe_layers);
@@ -267,11 +269,11 @@ constexpr void add_llama_moe(ledger_builder& b, const char* p) {
                 32, moe_layers, true);
   }
   b.add({p, "mlp.experts.{expert}.gate_proj.weight"}, {e.expert_ffn, h}, tensor_kind::expert,
-        moe_layers, e.routed_experts);
+        moe_layers, e.routed_experts, tp_split::output);
   b.add({p, "mlp.experts.{expert}.up_proj.weight"}, {e.expert_ffn, h}, tensor_kind::expert,
-        moe_layers, e.routed_experts);
+        moe_layers, e.routed_experts, tp_split::output);
   b.add({p, "mlp.experts.{expert}.down_proj.weight"}, {h, e.expert_ffn}, tensor_kind::expert,
-        moe_layers, e.routed_experts);
+        moe_layers, e.routed_experts, tp_split::input);
   if (e.shared_experts > 0) {
     // One MLP of width shared_experts x expert_ffn (DeepseekV3MoE.shared_experts).
     add_llama_mlp(b, "model.layers.{layer}.mlp.shared_experts.", e.shared_experts * e.expert_ffn,

@@ -9,6 +9,7 @@
 #include "finetune.hpp"
 #include "fit.hpp"
 #include "gpu.hpp"
+#include "inference.hpp"
 #include "ledger.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"

@@ -167,3 +167,27 @@ TEST_CASE("help lists every subcommand and option") {
   CHECK(run("models").out.find("mixtral-8x7b") != std::string::npos);
   CHECK(run("gpus --format json").out.find("85520809984") != std::string::npos);
 }
+
+TEST_CASE("infer: weights, KV cache and the serving budget") {
+  const result r =
+      run("infer --model llama-2-70b --weights gptq --gpu a6000 --context 4096 --format json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("fits") == true);
+  CHECK(j.at("memory").at("kv_cache") == 327'680LL * 4096);  // 320 KiB per token
+  CHECK(j.at("memory").at("gradients") == 0);
+  CHECK(run("infer --model llama-2-70b --weights bf16 --gpu a6000 --check").status == 1);
+  const result budget =
+      run("infer --model llama-3-8b --utilization 90 --block 16 --context 8192 --format json");
+  REQUIRE(budget.status == 0);
+  const nlohmann::json b = nlohmann::json::parse(budget.out);
+  CHECK(b.at("kv_tokens").get<std::int64_t>() % 16 == 0);
+  CHECK(b.at("sequences") == b.at("kv_tokens").get<std::int64_t>() / 8192);
+  for (const char* args : {"infer --batch 0", "infer --kv-dtype fp4", "infer --weights int3",
+                           "infer --utilization 150", "infer --tp 3", "infer --generate -5"}) {
+    CAPTURE(args);
+    const result bad = run(args);
+    CHECK(bad.status == 2);
+    CHECK(bad.err.rfind("vramfit: ", 0) == 0);
+  }
+}

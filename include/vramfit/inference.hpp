@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: MIT
+// Inference memory: weights in the layout a runtime keeps them (bitsandbytes, GPTQ/AWQ, FP8,
+// MXFP4 experts), the KV cache (GQA/MQA, MLA latents, sliding windows, paged blocks, quantized
+// KV), working memory, a vLLM-style serving budget, and the loading peak.
+#pragma once
+
+#include <cstdint>
+
+#include "detail/name.hpp"
+#include "gpu.hpp"
+#include "ledger.hpp"
+#include "overheads.hpp"
+#include "training.hpp"
+
+namespace vramfit {
+
+/// Which tensors a runtime quantizes, and to what.
+struct weight_layout {
+  char name[28] = {};
+  element_format linear{};    ///< the linear weights of the layers
+  element_format other{};     ///< embeddings, norms, biases, head (and routers unless quantized)
+  bool experts_only = false;  ///< only routed experts take `linear` (gpt-oss MXFP4)
+  bool quantize_routers = false;  ///< bitsandbytes converts every nn.Linear but the head
+  /// GPTQ with act-order keeps g_idx, one int32 per input column of each quantized weight.
+  bool act_order_index = false;
+};
+
+template <class T>
+concept WeightLayout = requires {
+  { T::value } -> std::convertible_to<weight_layout>;
+}
+&&std::same_as<std::remove_cvref_t<decltype(T::value)>, weight_layout>;
+
+namespace detail {
+constexpr weight_layout named_layout(const char* name, const element_format& linear,
+                                     const element_format& other, bool experts_only = false,
+                                     bool routers = false, bool act_order = false) {
+  weight_layout w{{}, linear, other, experts_only, routers, act_order};
+  copy_name(w.name, name);
+  return w;
+}
+/// One fp32 scale per row: blocks longer than any row.
+inline constexpr std::int64_t whole_row = std::int64_t{1} << 40;
+}  // namespace detail
+
+/// Every tensor in one format (bf16, fp16, fp32 checkpoints).
+template <StorageDtype D = bf16>
+struct plain_weights {
+  static constexpr weight_layout value = detail::named_layout(D::value.name, D::value, D::value);
+};
+
+/// bitsandbytes LLM.int8 (Dettmers et al. 2022): int8 weights with one fp32 scale per output row
+/// (Int8Params.SCB); everything that is not an nn.Linear stays in fp16.
+struct bnb_int8 {
+  static constexpr weight_layout value = detail::named_layout(
+      "bnb-int8",
+      element_format{"int8+SCB", 8, {detail::whole_row, 32, 0}, {}, 0, block_layout::per_row},
+      fp16::value, false, true);
+};
+
+/// bitsandbytes 4-bit: NF4 (with double quantization by default) for every nn.Linear but the
+/// head, bf16 for the rest (QLoRA's load_in_4bit with bnb_4bit_compute_dtype=bf16).
+template <StorageDtype Quantized = nf4_double_quant, StorageDtype Other = bf16>
+struct bnb_4bit {
+  static constexpr weight_layout value =
+      detail::named_layout("bnb-4bit", Quantized::value, Other::value, false, true);
+};
+
+/// GPTQ (AutoGPTQ QuantLinear): `Bits`-bit weights in groups of `Group` with fp16 scales and
+/// packed zeros, the attention and MLP linears only; with act-order also g_idx (int32 per
+/// input column).
+template <int Bits = 4, int Group = 128, bool ActOrder = false>
+struct gptq {
+  static constexpr weight_layout value = detail::named_layout(
+      "gptq", group_quantized<Bits, Group>::value, fp16::value, false, false, ActOrder);
+};
+
+/// AWQ (AutoAWQ WQLinear_GEMM): 4-bit weights, group 128, fp16 scales and packed zeros.
+template <int Group = 128>
+struct awq {
+  static constexpr weight_layout value =
+      detail::named_layout("awq", group_quantized<4, Group>::value, fp16::value);
+};
+
+/// FP8 E4M3 linears with one fp32 scale per tensor (per_channel = false) or per output row.
+template <bool PerChannel = false>
+struct fp8_weights {
+  static constexpr weight_layout value =
+      detail::named_layout(PerChannel ? "fp8-per-channel" : "fp8-per-tensor",
+                           PerChannel ? element_format{"fp8+row-scale",
+                                                       8,
+                                                       {detail::whole_row, 32, 0},
+                                                       {},
+                                                       0,
+                                                       block_layout::per_row}
+                                      : element_format{"fp8+tensor-scale", 8, {}, {}, 32},
+                           bf16::value);
+};
+
+/// MXFP4 routed experts, everything else bf16 (OpenAI gpt-oss checkpoints).
+struct mxfp4_experts {
+  static constexpr weight_layout value =
+      detail::named_layout("mxfp4-experts", mxfp4::value, bf16::value, true);
+};
+
+/// NVFP4 linears, bf16 for the rest (TensorRT Model Optimizer NVFP4 checkpoints).
+struct nvfp4_weights {
+  static constexpr weight_layout value = detail::named_layout("nvfp4", nvfp4::value, bf16::value);
+};
+
+/// The KV cache's storage.
+struct kv_cache_config {
+  /// Per token and head: plain 16-bit or fp8, or group-quantized along head_dim with its scales
+  /// (e.g. group_quantized<8, 128, fp16, 0> for int8 KV with an fp16 scale per head).
+  element_format format = bf16::value;
+  std::int64_t block_tokens = 0;  ///< paged attention blocks (vLLM: 16); 0: exactly the tokens
+};
+
+/// A batch of requests: sequences x beams, each with a prompt and generated tokens.
+struct request_shape {
+  std::int64_t batch = 1;
+  std::int64_t beams = 1;  ///< Hugging Face generate keeps a whole cache per beam
+  std::int64_t prompt = 2048;
+  std::int64_t generated = 0;
+  std::int64_t prefill_chunk = 0;  ///< chunked prefill: tokens per forward (0: the whole prompt)
+  std::int64_t cuda_graphs = 0;    ///< bytes of captured CUDA graphs (runtime-specific, explicit)
+};
+
+namespace detail::rules {
+[[noreturn]] inline void request_size_must_be_positive(const char* what, std::int64_t value) {
+  raise(std::string(what) + " must be positive, got " + str(value));
+}
+[[noreturn]] inline void request_size_must_not_be_negative(const char* what, std::int64_t value) {
+  raise(std::string(what) + " must not be negative, got " + str(value));
+}
+[[noreturn]] inline void kv_format_must_be_plain_or_scaled_per_head(const char* name) {
+  raise(std::string("KV cache format ") + name +
+        " cannot hold a growing cache: use a plain format (bf16, fp16, fp8) or one with "
+        "scales along head_dim (group_quantized)");
+}
+[[noreturn]] inline void kv_block_must_not_be_negative(std::int64_t block) {
+  raise("the KV block size must not be negative, got " + str(block));
+}
+}  // namespace detail::rules
+
+namespace detail {
+constexpr void check(const request_shape& r, const kv_cache_config& kv) {
+  if (r.batch <= 0) rules::request_size_must_be_positive("batch", r.batch);
+  if (r.beams <= 0) rules::request_size_must_be_positive("beams", r.beams);
+  if (r.prompt < 0) rules::request_size_must_not_be_negative("prompt length", r.prompt);
+  if (r.generated < 0) rules::request_size_must_not_be_negative("generated tokens", r.generated);
+  if (r.prompt + r.generated <= 0)
+    rules::request_size_must_be_positive("context", r.prompt + r.generated);
+  if (r.prefill_chunk < 0)
+    rules::request_size_must_not_be_negative("prefill chunk", r.prefill_chunk);
+  if (r.cuda_graphs < 0)
+    rules::request_size_must_not_be_negative("CUDA graph bytes", r.cuda_graphs);
+  if (kv.block_tokens < 0) rules::kv_block_must_not_be_negative(kv.block_tokens);
+  if (!kv.format.storable) rules::compute_only_format_has_no_storage(kv.format.name);
+  if (kv.format.layout == block_layout::flattened && kv.format.level1.block > 0)
+    rules::kv_format_must_be_plain_or_scaled_per_head(kv.format.name);
+}
+
+/// Whether layer `layer` attends through a sliding window.
+constexpr bool sliding(const model& m, std::int64_t layer) {
+  return m.sliding_window > 0 && layer % m.sliding_window_period == 0;
+}
+}  // namespace detail
+
+/// KV-cache bytes of one token in one layer on one tensor-parallel rank: K and V for each KV
+/// head the rank holds (replicated when the degree exceeds the heads), or MLA's latent plus its
+/// rope key, which every rank keeps whole (DeepSeek-V2 §2.1.2: (d_c + d_h^R) elements).
+constexpr bytes kv_bytes_per_token_layer(const model& m, const kv_cache_config& kv,
+                                         std::int64_t tp = 1) {
+  if (m.is_mla()) return storage_bytes(kv.format, 1, m.mla.kv_lora_rank + m.mla.qk_rope_head_dim);
+  return storage_bytes(kv.format, 2 * detail::local_kv_heads(m, tp), m.head_dim);
+}
+
+/// KV-cache bytes per token of the whole model on one rank, every layer at full length (the
+/// usual "bytes per token" figure; sliding windows cap it only for long contexts).
+constexpr bytes kv_bytes_per_token(const model& m, const kv_cache_config& kv, std::int64_t tp = 1) {
+  return kv_bytes_per_token_layer(m, kv, tp) * m.layers;
+}
+
+/// KV-cache bytes on one GPU of pipeline stage `stage` for the request shape: per sequence
+/// (batch x beams), per layer, the tokens it keeps (min(context, window) on sliding-window
+/// layers), rounded up to whole paged blocks.
+constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_config& kv,
+                               const request_shape& r, std::int64_t stage = 0) {
+  detail::check(r, kv);
+  const std::int64_t context = r.prompt + r.generated;
+  const std::int64_t first = l.first_layer_of_stage(m.layers, stage);
+  const std::int64_t layers = l.layers_of_stage(m.layers, stage);
+  bytes per_sequence{};
+  for (std::int64_t layer = first; layer < first + layers; ++layer) {
+    std::int64_t tokens =
+        detail::sliding(m, layer) && m.sliding_window < context ? m.sliding_window : context;
+    if (kv.block_tokens > 0) tokens = detail::ceil_div(tokens, kv.block_tokens) * kv.block_tokens;
+    per_sequence += kv_bytes_per_token_layer(m, kv, l.tensor) * tokens;
+  }
+  return per_sequence * detail::checked_mul(r.batch, r.beams);
+}
+
+/// Weight bytes on one GPU of pipeline stage `stage` in the runtime's layout: the same tensor
+/// ledger, tensor-parallel split and stage assignment as training.
+constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layout& w,
+                             std::int64_t stage = 0) {
+  const tensor_ledger ledger = tensors(m);
+  validated(l, m);
+  std::size_t first_layer_group = ledger.size();
+  for (std::size_t i = 0; i < ledger.size(); ++i)
+    if (ledger[i].layer_count > 0) {
+      first_layer_group = i;
+      break;
+    }
+  const std::int64_t first = l.first_layer_of_stage(m.layers, stage);
+  const std::int64_t count = l.layers_of_stage(m.layers, stage);
+  const bool first_stage = stage == 0, last_stage = stage == l.pipeline - 1;
+  bytes total{};
+  for (std::size_t i = 0; i < ledger.size(); ++i) {
+    const tensor_group& g = ledger[i];
+    std::int64_t copies = g.layer_count > 0
+                              ? detail::overlap(g.first_layer, g.layer_count, first, count)
+                              : ((i < first_layer_group ? first_stage : last_stage) ? 1 : 0);
+    if (g.kind == tensor_kind::expert) copies *= m.moe.routed_experts / l.expert;
+    if (copies == 0) continue;
+    const detail::local_shape s = detail::tp_local_shape(g, m, l.tensor);
+    if (g.role == tensor_role::state) {
+      total += bytes_for_bits(detail::checked_mul(s.elements(), g.state_bits)) * copies;
+      continue;
+    }
+    const bool linear =
+        g.rank == 2 &&
+        (w.experts_only ? g.kind == tensor_kind::expert
+                        : (g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
+                           g.kind == tensor_kind::expert ||
+                           (w.quantize_routers && g.kind == tensor_kind::router)));
+    total += detail::stored(linear ? w.linear : w.other, s) * copies;
+    if (linear && w.act_order_index)
+      total += bytes{4 * (g.input_major ? s.second : s.last)} * copies;
+  }
+  return total;
+}
+
+/// Working memory of the forward passes: the largest layer's transient tensors for the tokens of
+/// one forward (the prompt, or a prefill chunk, times the batch; no autograd keeps anything), and
+/// the logits with the sampler's probabilities (fp32) for the last position of each sequence.
+constexpr bytes inference_working_bytes(const model& m, const layout& l, const request_shape& r,
+                                        const element_format& compute = bf16::value) {
+  const std::int64_t chunk =
+      r.prefill_chunk > 0 && r.prefill_chunk < r.prompt ? r.prefill_chunk : r.prompt;
+  const std::int64_t tokens =
+      detail::checked_mul(detail::checked_mul(r.batch, r.beams), chunk > 0 ? chunk : 1);
+  const std::int64_t width = (m.is_moe() ? m.moe.expert_ffn * m.moe.top_k : m.ffn) / l.tensor;
+  const std::int64_t gated = m.mlp == mlp_kind::gelu ? 2 : 3;  // gate, up, product alive at once
+  // The residual stream, the normed input and the MLP's intermediates (flash attention: no
+  // scores; the MLP is the largest working set of a layer).
+  const bytes layer =
+      storage_bytes(compute, detail::checked_add(detail::checked_mul(tokens, 2 * m.hidden),
+                                                 detail::checked_mul(tokens, gated * width)));
+  const std::int64_t sequences = detail::checked_mul(r.batch, r.beams);
+  const bytes logits{detail::checked_mul(detail::checked_mul(sequences, m.vocab), 2 * 4)};
+  return layer + logits;
+}
+
+/// Everything one inference GPU of stage `stage` holds: weights, KV cache, working memory and
+/// the CUDA graphs (runtime overheads come from overheads()).
+constexpr memory_ledger inference_memory(const model& m, const layout& l, const weight_layout& w,
+                                         const kv_cache_config& kv, const request_shape& r,
+                                         std::int64_t stage = 0) {
+  memory_ledger ledger{};
+  const auto device = memory_space::device;
+  add_entry(ledger, "weights", component::weights, device, weight_bytes(m, l, w, stage), 0, w.name);
+  add_entry(ledger, "KV cache", component::kv_cache, device, kv_cache_bytes(m, l, kv, r, stage), 0,
+            "2 x KV heads x head_dim per token and layer (MLA: latent + rope key)");
+  add_entry(ledger, "forward working memory and logits", component::activations, device,
+            inference_working_bytes(m, l, r), 0,
+            "largest layer's transients for one forward; fp32 logits and probabilities",
+            lifetime::forward);
+  add_entry(ledger, "CUDA graphs", component::buffers, device, bytes{r.cuda_graphs}, 0,
+            "captured graphs, as configured");
+  return ledger;
+}
+
+/// A serving budget in vLLM's style: gpu_memory_utilization x capacity, less the weights, the
+/// forward pass's peak and what is not torch (the CUDA context, NCCL), is the KV pool
+/// (vllm/worker gpu_worker.py determine_num_available_blocks).
+struct serving_budget {
+  bytes requested{};  ///< utilization x capacity
+  bytes weights{};
+  bytes forward_peak{};
+  bytes non_torch{};
+  bytes kv_pool{};
+  std::int64_t kv_tokens = 0;  ///< tokens the pool holds (whole blocks)
+  std::int64_t sequences = 0;  ///< concurrent sequences of the profiled context length
+};
+
+/// The budget on `g` with `utilization_percent` of it, profiled with the request shape `r` (its
+/// prompt is vLLM's max_num_batched_tokens, its batch the concurrent sequences).
+constexpr serving_budget serve(const model& m, const layout& l, const weight_layout& w,
+                               const kv_cache_config& kv, const request_shape& r, const gpu& g,
+                               std::int64_t utilization_percent = 90,
+                               const runtime_overheads& o = {}) {
+  serving_budget b{};
+  // floor(capacity x utilization / 100) without overflowing.
+  b.requested = bytes{g.capacity.count / 100 * utilization_percent +
+                      g.capacity.count % 100 * utilization_percent / 100};
+  b.weights = weight_bytes(m, l, w);
+  b.forward_peak = inference_working_bytes(m, l, r) + bytes{r.cuda_graphs};
+  const memory_ledger extra = overheads({.cuda_context = o.cuda_context,
+                                         .cublas_workspace = o.cublas_workspace,
+                                         .nccl_buffers = o.nccl_buffers,
+                                         .fragmentation_percent = 0},
+                                        g, bytes{}, l.world());
+  b.non_torch = total(extra, component::overhead);
+  b.kv_pool = b.requested - b.weights - b.forward_peak - b.non_torch;
+  if (b.kv_pool < bytes{}) b.kv_pool = bytes{};
+  const std::int64_t block = kv.block_tokens > 0 ? kv.block_tokens : 1;
+  const bytes per_block = kv_bytes_per_token(m, kv, l.tensor) * block;
+  b.kv_tokens = b.kv_pool.count / per_block.count * block;
+  const std::int64_t context = r.prompt + r.generated;
+  const std::int64_t per_sequence = detail::ceil_div(context, block) * block;
+  b.sequences = b.kv_tokens / per_sequence;
+  return b;
+}
+
+// --- Solvers: the largest batch, the longest context, the smallest tensor-parallel degree. ---
+
+namespace detail {
+constexpr bytes inference_peak(const model& m, const layout& l, const weight_layout& w,
+                               const kv_cache_config& kv, const request_shape& r, const gpu& g,
+                               const runtime_overheads& o) {
+  bytes worst{};
+  for (std::int64_t s = 0; s < l.pipeline; ++s) {
+    const memory_ledger ledger = inference_memory(m, l, w, kv, r, s);
+    const bytes tensors_peak = peak(ledger);
+    const bytes with_overheads =
+        tensors_peak + total(overheads(o, g, tensors_peak, l.world()), component::overhead);
+    if (with_overheads > worst) worst = with_overheads;
+  }
+  return worst;
+}
+
+/// The largest n in [lo, hi] with fits(n), for a monotone fits; lo - 1 when none.
+template <class Fits>
+constexpr std::int64_t largest_fitting(std::int64_t lo, std::int64_t hi, Fits fits) {
+  if (!fits(lo)) return lo - 1;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+}  // namespace detail
+
+/// The most memory a request shape needs on the most loaded GPU, runtime overheads included.
+constexpr bytes inference_required(const model& m, const layout& l, const weight_layout& w,
+                                   const kv_cache_config& kv, const request_shape& r, const gpu& g,
+                                   const runtime_overheads& o = {}) {
+  return detail::inference_peak(m, l, w, kv, r, g, o);
+}
+
+/// The largest batch (up to `limit`) whose requests of the given context fit `g`; 0 when not even
+/// one does.
+constexpr std::int64_t max_batch(const model& m, const layout& l, const weight_layout& w,
+                                 const kv_cache_config& kv, request_shape r, const gpu& g,
+                                 std::int64_t limit = 65536, const runtime_overheads& o = {}) {
+  return detail::largest_fitting(1, limit, [&](std::int64_t batch) {
+    r.batch = batch;
+    return inference_required(m, l, w, kv, r, g, o) <= g.capacity;
+  });
+}
+
+/// The longest context (prompt tokens, up to `limit`) a batch fits on `g`; 0 when none.
+constexpr std::int64_t max_context(const model& m, const layout& l, const weight_layout& w,
+                                   const kv_cache_config& kv, request_shape r, const gpu& g,
+                                   std::int64_t limit = std::int64_t{1} << 24,
+                                   const runtime_overheads& o = {}) {
+  r.generated = 0;
+  return detail::largest_fitting(1, limit, [&](std::int64_t context) {
+    r.prompt = context;
+    return inference_required(m, l, w, kv, r, g, o) <= g.capacity;
+  });
+}
+
+/// The smallest tensor-parallel degree (1, 2, 4, ... up to `limit`) that fits, 0 when none does:
+/// degrees that break a layout rule (heads, KV heads, FFN) are skipped.
+constexpr std::int64_t min_tensor_parallel(const model& m, const weight_layout& w,
+                                           const kv_cache_config& kv, const request_shape& r,
+                                           const gpu& g, std::int64_t limit = 64,
+                                           const runtime_overheads& o = {}) {
+  for (std::int64_t tp = 1; tp <= limit; tp *= 2) {
+    const bool dense = !m.is_moe() || m.moe.first_dense_layers > 0;
+    const bool divides = m.heads % tp == 0 &&
+                         (m.is_mla() || m.kv_heads % tp == 0 || tp % m.kv_heads == 0) &&
+                         (!dense || m.ffn % tp == 0) && (!m.is_moe() || m.moe.expert_ffn % tp == 0);
+    if (!divides) continue;
+    const layout l{.tensor = tp};
+    if (inference_required(m, l, w, kv, r, g, o) <= g.capacity) return tp;
+  }
+  return 0;
+}
+
+/// How a model gets onto the GPU (seed article 004).
+enum class load_kind : unsigned char {
+  direct,  ///< created on the device in its final format (init_module, meta device)
+  fp32_on_device_then_cast,  ///< built in fp32 on the device, then cast tensor by tensor
+  fp32_on_host,              ///< built in fp32 on the host, cast and moved
+};
+
+/// The device bytes while loading: the final weights, or the fp32 model plus the largest tensor
+/// being cast; and the host bytes.
+struct loading_peak {
+  bytes device{};
+  bytes host{};
+};
+
+constexpr loading_peak load_peak(const model& m, const weight_layout& w, load_kind how) {
+  const bytes final_weights = weight_bytes(m, layout{}, w);
+  const tensor_ledger ledger = tensors(m);
+  const bytes fp32_model{detail::checked_mul(parameters(ledger), 4)};
+  std::int64_t largest = 0;
+  for (const tensor_group& g : ledger)
+    if (g.role == tensor_role::parameter && g.elements() > largest) largest = g.elements();
+  switch (how) {
+    case load_kind::fp32_on_device_then_cast:
+      return {fp32_model + storage_bytes(w.other, largest), bytes{}};
+    case load_kind::fp32_on_host:
+      return {final_weights, fp32_model};
+    case load_kind::direct:
+      break;
+  }
+  return {final_weights, bytes{}};
+}
+
+}  // namespace vramfit

@@ -1,0 +1,212 @@
+// Unit tier: inference memory: KV bytes per token of 21 models (measurements.md C.6), the vLLM
+// paper's OPT-13B figures, seed article 002's weights, sliding windows, paged blocks, tensor
+// parallel, quantized KV, the serving budget, the solvers against brute force, loading peaks.
+#include <doctest/doctest.h>
+
+#include <string_view>
+#include <vramfit/inference.hpp>
+#include <vramfit/presets.hpp>
+
+using namespace vramfit;
+using namespace vramfit::literals;
+
+TEST_CASE(
+    "KV-cache bytes per token, bf16, for 21 models (C.6: 2 x layers x KV heads x head_dim x 2)") {
+  const struct {
+    std::string_view key;
+    std::int64_t bytes;
+  } table[] = {
+      {"llama-2-7b", 524'288},    {"llama-2-13b", 819'200},
+      {"llama-2-70b", 327'680},   {"llama-3-8b", 131'072},
+      {"mistral-7b", 131'072},    {"mixtral-8x7b", 131'072},
+      {"llama-3-70b", 327'680},   {"llama-3.1-405b", 516'096},
+      {"mixtral-8x22b", 229'376}, {"falcon-7b", 8'192},
+      {"deepseek-v3", 70'272},    {"deepseek-v2", 69'120},
+      {"qwen2.5-0.5b", 12'288},   {"qwen2.5-7b", 57'344},
+      {"qwen2.5-72b", 327'680},   {"gemma-2-2b", 106'496},
+      {"gemma-2-9b", 344'064},    {"gemma-2-27b", 376'832},
+      {"phi-3-mini", 393'216},    {"gpt2", 36'864},
+      {"gpt2-xl", 307'200},
+  };
+  for (const auto& row : table) {
+    CAPTURE(row.key);
+    CHECK(kv_bytes_per_token(*find_preset(row.key), {}) == bytes{row.bytes});
+  }
+  // Llama-2-7B's 512 KiB per token, said in binary units.
+  CHECK(to_string(kv_bytes_per_token(models::llama_2_7b::value, {})) == "512.00 KiB");
+}
+
+TEST_CASE(
+    "the vLLM paper's OPT-13B: 800 KiB per token, 1.6 GB per request, 15.7K slots in 12 GiB") {
+  // Kwon et al. 2023 §3: 2 x 5120 x 40 x 2 bytes; Table 1: 12 GB of KV memory -> 15.7K slots
+  // (the slot count implies GiB).
+  const model opt13b{.name = "OPT-13B",
+                     .hidden = 5120,
+                     .layers = 40,
+                     .heads = 40,
+                     .kv_heads = 40,
+                     .head_dim = 128,
+                     .ffn = 20480,
+                     .vocab = 50272};
+  const bytes per_token = kv_bytes_per_token(opt13b, {});
+  CHECK(per_token == 800 * KiB);
+  CHECK(to_string(per_token * 2048, GiB) == "1.56 GiB");  // "1.6 GB"
+  CHECK((12 * GiB).count / per_token.count == 15'728);    // "15.7K"
+}
+
+TEST_CASE("seed 002: Llama-2-7B's weights in fp32, fp16, int8 and int4") {
+  // The article counts 7e9 parameters: 26.08 GiB in fp32, about 13, 6.5 and 3.26 GiB.
+  constexpr std::int64_t seven_billion = 7'000'000'000;
+  CHECK(to_string(storage_bytes<fp32>(seven_billion)) == "26.08 GiB");
+  CHECK(to_string(storage_bytes<fp16>(seven_billion)) == "13.04 GiB");
+  CHECK(to_string(storage_bytes<int8>(seven_billion)) == "6.52 GiB");
+  CHECK(to_string(storage_bytes<int4>(seven_billion)) == "3.26 GiB");
+  // The real model: 6,738,415,616 parameters (+ 32 x 64 fp32 rotary inv_freq buffers).
+  const model& m = models::llama_2_7b::value;
+  CHECK(weight_bytes(m, {}, plain_weights<fp32>::value) == bytes{4 * 6'738'415'616 + 32 * 64 * 4});
+  CHECK(weight_bytes(m, {}, plain_weights<fp16>::value) == bytes{2 * 6'738'415'616 + 32 * 64 * 4});
+}
+
+TEST_CASE("seed 002: Llama-2-70B in 4 bits runs on a 48 GB RTX A6000") {
+  const model& m = models::llama_2_70b::value;
+  const request_shape one{.batch = 1, .prompt = 2048};
+  const bytes need = inference_required(m, {}, gptq<>::value, {}, one, gpus::rtx_a6000::value);
+  CHECK(need < gpus::rtx_a6000::value.capacity);
+  // ... and not in bf16, nor on a 24 GB card in 4 bits.
+  CHECK(inference_required(m, {}, plain_weights<bf16>::value, {}, one, gpus::rtx_a6000::value) >
+        gpus::rtx_a6000::value.capacity);
+  CHECK(inference_required(m, {}, gptq<>::value, {}, one, gpus::rtx_4090::value) >
+        gpus::rtx_4090::value.capacity);
+}
+
+TEST_CASE("quantized weight layouts, by hand") {
+  // Llama-3-8B: the linear weights of the layers (32 x 218,103,808 = 6,979,321,856 parameters)
+  // in GPTQ int4 g128 (0.5 B + fp16 scale and 4-bit zero per 128 inputs per row), embedding and
+  // head (2 x 525,336,576) and norms (65 x 4096) in fp16.
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t per_layer_rows_cols[][2] = {{4096, 4096}, {1024, 4096},  {1024, 4096},
+                                                 {4096, 4096}, {14336, 4096}, {14336, 4096},
+                                                 {4096, 14336}};
+  std::int64_t linear = 0;
+  for (const auto& rc : per_layer_rows_cols)
+    linear += rc[0] * rc[1] / 2 + rc[0] * (rc[1] / 128) * (2 + 0) + rc[0] * (rc[1] / 128) / 2;
+  const std::int64_t other = 2 * (2 * 525'336'576 + 65 * 4096);
+  CHECK(weight_bytes(m, {}, gptq<>::value) == bytes{32 * linear + other});
+  // bitsandbytes int8: one fp32 scale per output row of every linear.
+  std::int64_t int8 = 0;
+  for (const auto& rc : per_layer_rows_cols) int8 += rc[0] * rc[1] + 4 * rc[0];
+  CHECK(weight_bytes(m, {}, bnb_int8::value) == bytes{32 * int8 + other});
+  // FP8 per tensor: one fp32 scale per weight.
+  std::int64_t fp8 = 0;
+  for (const auto& rc : per_layer_rows_cols) fp8 += rc[0] * rc[1] + 4;
+  CHECK(weight_bytes(m, {}, fp8_weights<>::value) == bytes{32 * fp8 + other});
+}
+
+TEST_CASE("sliding windows cap their layers' cache; paged blocks round up") {
+  // Mistral-7B: every layer windowed at 4096; an 8192-token request keeps 4096 tokens a layer.
+  const request_shape long_request{.batch = 1, .prompt = 8192};
+  CHECK(kv_cache_bytes(models::mistral_7b::value, {}, {}, long_request) == 128 * KiB * 4096);
+  // Gemma-2-2B: layers 0, 2, ... windowed (13 of 26); 4096 B per token and layer.
+  CHECK(kv_cache_bytes(models::gemma_2_2b::value, {}, {}, long_request) ==
+        bytes{13 * 4096 * 4096 + 13 * 4096LL * 8192});
+  // Paged blocks of 16: 1000 tokens take 63 blocks = 1008 tokens; 3 sequences x 2 beams.
+  const request_shape r{.batch = 3, .beams = 2, .prompt = 900, .generated = 100};
+  CHECK(kv_cache_bytes(models::llama_3_8b::value, {}, {.block_tokens = 16}, r) ==
+        128 * KiB * 1008 * 6);
+}
+
+TEST_CASE("tensor parallel splits KV heads, replicates them past their count, never splits MLA") {
+  // Llama-2-70B has 8 KV heads: over 16 ranks each rank keeps one whole head per layer.
+  CHECK(kv_bytes_per_token(models::llama_2_70b::value, {}, 16) == bytes{80 * 2 * 1 * 128 * 2});
+  CHECK(kv_bytes_per_token(models::llama_2_70b::value, {}, 4) == bytes{80 * 2 * 2 * 128 * 2});
+  CHECK(kv_bytes_per_token(models::deepseek_v3::value, {}, 8) == bytes{70'272});
+}
+
+TEST_CASE("quantized KV: fp8 halves it; int8 with an fp16 scale per head adds 2 bytes a head") {
+  const model& m = models::llama_3_8b::value;
+  CHECK(kv_bytes_per_token(m, {.format = fp8_e4m3::value}) == bytes{65'536});
+  CHECK(kv_bytes_per_token(m, {.format = group_quantized<8, 128, fp16, 0>::value}) ==
+        bytes{32 * 2 * 8 * (128 + 2)});
+}
+
+TEST_CASE("bad requests are errors that name the problem") {
+  const model& m = models::llama_3_8b::value;
+  CHECK_THROWS_WITH(kv_cache_bytes(m, {}, {}, {.batch = 0}),
+                    "vramfit: batch must be positive, got 0");
+  CHECK_THROWS_WITH(kv_cache_bytes(m, {}, {}, {.prompt = -1}),
+                    "vramfit: prompt length must not be negative, got -1");
+  CHECK_THROWS_WITH(kv_cache_bytes(m, {}, {.format = nf4::value}, {}),
+                    doctest::Contains("KV cache format nf4 cannot hold a growing cache"));
+  CHECK_THROWS_WITH(kv_cache_bytes(m, {}, {.format = tf32::value}, {}),
+                    doctest::Contains("tf32 is a compute-only format"));
+  CHECK_THROWS_AS(kv_cache_bytes(m, {}, {.block_tokens = -16}, {}), vramfit::error);
+}
+
+TEST_CASE("the serving budget, by hand") {
+  // Llama-3-8B in bf16 on one H100 at 90 %: profiled with 8192 tokens of one sequence.
+  const model& m = models::llama_3_8b::value;
+  const request_shape profile{.batch = 1, .prompt = 8192};
+  const serving_budget b = serve(m, {}, plain_weights<bf16>::value, {.block_tokens = 16}, profile,
+                                 gpus::h100_80gb::value);
+  CHECK(b.requested == bytes{76'968'728'985});  // floor(85,520,809,984 x 0.9)
+  CHECK(b.weights == bytes{2 * 8'030'261'248});
+  // 8192 tokens x (2 x 4096 + 3 x 14336) x 2 B, plus fp32 logits and probabilities (8 B x 128256).
+  CHECK(b.forward_peak == bytes{8192LL * (2 * 4096 + 3 * 14336) * 2 + 8 * 128'256});
+  CHECK(b.non_torch == 512 * MiB + 32 * MiB);
+  CHECK(b.kv_pool == b.requested - b.weights - b.forward_peak - b.non_torch);
+  CHECK(b.kv_tokens == b.kv_pool.count / (131'072 * 16) * 16);
+  CHECK(b.sequences == b.kv_tokens / 8192);
+}
+
+TEST_CASE("the solvers agree with brute force") {
+  const model& m = models::llama_3_8b::value;
+  const gpu& g = gpus::l4::value;
+  const request_shape r{.batch = 1, .prompt = 4096};
+  const std::int64_t batch = max_batch(m, {}, awq<>::value, {}, r, g, 512);
+  std::int64_t brute = 0;
+  for (std::int64_t n = 1; n <= 512; ++n) {
+    request_shape x = r;
+    x.batch = n;
+    if (inference_required(m, {}, awq<>::value, {}, x, g) <= g.capacity) brute = n;
+  }
+  CHECK(batch == brute);
+  CHECK(batch > 0);
+  // The longest context: it fits, one more token does not.
+  const std::int64_t context = max_context(m, {}, awq<>::value, {}, {.batch = 4}, g);
+  request_shape at{.batch = 4, .prompt = context};
+  CHECK(inference_required(m, {}, awq<>::value, {}, at, g) <= g.capacity);
+  at.prompt = context + 1;
+  CHECK(inference_required(m, {}, awq<>::value, {}, at, g) > g.capacity);
+  // The smallest tensor-parallel degree for Llama-3-70B in bf16 on H100s: the first that fits.
+  const model& big = models::llama_3_70b::value;
+  const std::int64_t tp =
+      min_tensor_parallel(big, plain_weights<bf16>::value, {}, r, gpus::h100_80gb::value);
+  std::int64_t first = 0;
+  for (std::int64_t t : {1, 2, 4, 8}) {
+    if (first == 0 && inference_required(big, {.tensor = t}, plain_weights<bf16>::value, {}, r,
+                                         gpus::h100_80gb::value) <= gpus::h100_80gb::value.capacity)
+      first = t;
+  }
+  CHECK(tp == first);
+  CHECK(tp == 2);
+}
+
+TEST_CASE("seed 004: creating the model in its final format halves the loading peak") {
+  // Raschka's ViT-L/16 with a 10-class head (303,311,882 parameters): "1.24 GB vs 0.65 GB" of
+  // max_memory_reserved, decimal GB, when built in fp32 on the GPU then cast to bf16 versus
+  // created in bf16 (Fabric init_module). vramfit counts the tensors (allocated), so reserved
+  // memory is a little higher.
+  model vit = models::vit_l_16::value;
+  vit.encoder.classes = 10;
+  REQUIRE(parameters(tensors(vit)) == 303'311'882);
+  const loading_peak cast =
+      load_peak(vit, plain_weights<bf16>::value, load_kind::fp32_on_device_then_cast);
+  const loading_peak direct = load_peak(vit, plain_weights<bf16>::value, load_kind::direct);
+  // fp32 model + the largest tensor (4096 x 1024) in bf16 while it is cast.
+  CHECK(cast.device == bytes{4 * 303'311'882 + 2 * 4096 * 1024});
+  CHECK(direct.device == bytes{2 * 303'311'882});
+  CHECK(to_string(cast.device, GB) == "1.22 GB");    // measured 1.24 GB reserved
+  CHECK(to_string(direct.device, GB) == "0.61 GB");  // measured 0.65 GB reserved
+  const loading_peak host = load_peak(vit, plain_weights<bf16>::value, load_kind::fp32_on_host);
+  CHECK(host.host == bytes{4 * 303'311'882});
+}
