@@ -62,7 +62,7 @@ int main() {
   tensor_ledger one{};
   {
     tensor_group g{};
-    detail::copy_name(g.name, "weight");
+    g.name.parts[0] = "weight";
     g.shape[0] = g.shape[1] = 4096;
     g.rank = 2;
     g.kind = tensor_kind::mlp;

@@ -374,6 +374,92 @@ int run_infer(const infer_options& o) {
   return o.check && !e.fit.fits() ? 1 : 0;
 }
 
+/// `vramfit plan`: the train options, and the space to search.
+struct plan_options {
+  std::int64_t gpus = 8;
+  std::int64_t max_tp = 8;
+  std::int64_t max_pp = 4;
+  bool no_offload = false;
+  std::string sharding = "deepspeed";
+};
+
+std::string describe_layout(const candidate& c) {
+  const layout& l = c.layout;
+  std::ostringstream s;
+  s << "DP " << l.data;
+  if (l.zero != sharding::none)
+    s << (l.implementation == shard_implementation::fsdp
+              ? (l.zero == sharding::zero3 ? " FSDP full" : " FSDP grad-op")
+              : " ZeRO-" + std::to_string(static_cast<int>(l.zero)));
+  if (l.tensor > 1) s << ", TP " << l.tensor;
+  if (l.pipeline > 1) s << ", PP " << l.pipeline;
+  const char* recompute[] = {"none", "selective", "full"};
+  s << ", recompute " << recompute[static_cast<int>(c.recompute)];
+  if (l.optimizer_offload != offload_target::none) s << ", optimizer offloaded";
+  return s.str();
+}
+
+int run_plan(const train_options& o, const plan_options& space) {
+  const model m = load_model(o.model);
+  const gpu& g = gpu_named(o.gpu);
+  const training_plan_value base = build_plan(o, m);
+  if (space.sharding != "deepspeed" && space.sharding != "fsdp")
+    detail::raise("unknown --sharding '" + space.sharding + "'; known: deepspeed, fsdp");
+  const search_result r =
+      search_layouts(base, g,
+                     {.gpus = space.gpus,
+                      .max_tensor = space.max_tp,
+                      .max_pipeline = space.max_pp,
+                      .try_offload = !space.no_offload,
+                      .sharding = space.sharding == "fsdp" ? shard_implementation::fsdp
+                                                           : shard_implementation::deepspeed});
+  const char* verdicts[] = {"chosen", "does not fit", "breaks a rule", "costlier (not evaluated)"};
+  nlohmann::json candidates = nlohmann::json::array();
+  report::table t({"layout", "required", "verdict"});
+  for (const candidate& c : r.candidates) {
+    const std::string verdict = c.verdict == rejection::breaks_a_rule
+                                    ? std::string("breaks a rule: ") + c.rule
+                                    : verdicts[static_cast<int>(c.verdict)];
+    candidates.push_back(
+        {{"layout", describe_layout(c)}, {"required", c.required.count}, {"verdict", verdict}});
+    if (c.verdict != rejection::costlier)
+      t.add({describe_layout(c), c.required == bytes{} ? "-" : to_string(c.required), verdict});
+  }
+  nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                        {"gpus", space.gpus},
+                        {"candidates", candidates}};
+  std::ostringstream text;
+  text << "Searching layouts of " << space.gpus << " x " << g.name << " for " << m.name << " | "
+       << base.setup.precision.name << " | " << base.setup.optimizer.name << " | micro-batch "
+       << o.micro_batch << " x " << o.seq_len << "\n"
+       << "Cost order: no offload, then less model parallelism, then less recompute, then a "
+          "lower ZeRO stage.\n\n";
+  if (r.chosen >= 0) {
+    const candidate& c = r.candidates[static_cast<std::size_t>(r.chosen)];
+    training_plan_value chosen = base;
+    chosen.setup.layout = c.layout;
+    chosen.batch.recompute = c.recompute;
+    const std::int64_t batch = max_micro_batch(chosen, g, 1024);
+    const std::int64_t sequence = max_sequence(chosen, g);
+    answer["chosen"] = {{"layout", describe_layout(c)},
+                        {"required", c.required.count},
+                        {"max_micro_batch", batch},
+                        {"max_sequence", sequence}};
+    text << "Chosen: " << describe_layout(c) << ", " << to_string(c.required) << " per GPU\n"
+         << "With it: micro-batch up to " << batch << " at " << o.seq_len
+         << " tokens; sequences up to " << report::grouped(sequence) << " tokens at micro-batch "
+         << o.micro_batch << "\n\n";
+  } else {
+    answer["chosen"] = nullptr;
+    text << "No layout of " << space.gpus << " GPUs fits.\n\n";
+  }
+  if (o.format == "json")
+    std::cout << answer.dump(2) << "\n";
+  else
+    std::cout << text.str() << (o.format == "markdown" ? "" : "Candidates evaluated:\n\n") << t;
+  return o.check && r.chosen < 0 ? 1 : 0;
+}
+
 int run_models(const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "parameters", "active per token", "layers", "hidden"});
@@ -509,6 +595,19 @@ int main(int argc, char** argv) {
   train_options train;
   CLI::App* train_cmd = app.add_subcommand("train", "Memory per GPU of a training step");
   add_train_options(*train_cmd, train);
+  train_options plan;
+  plan_options space;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "Search layouts (ZeRO stage, TP, PP, recompute, offload) for the cheapest that fits");
+  add_train_options(*plan_cmd, plan);
+  plan_cmd->add_option("--gpus", space.gpus, "GPUs every candidate uses")->capture_default_str();
+  plan_cmd->add_option("--max-tp", space.max_tp, "Largest tensor-parallel degree to try")
+      ->capture_default_str();
+  plan_cmd->add_option("--max-pp", space.max_pp, "Largest pipeline degree to try")
+      ->capture_default_str();
+  plan_cmd->add_flag("--no-offload", space.no_offload, "Do not try optimizer offload");
+  plan_cmd->add_option("--sharding", space.sharding, "deepspeed (ZeRO) or fsdp")
+      ->capture_default_str();
   infer_options infer;
   CLI::App* infer_cmd =
       app.add_subcommand("infer", "Memory per GPU of inference: weights, KV cache, working memory");
@@ -574,6 +673,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     if (train_cmd->parsed()) return run_train(train);
     if (infer_cmd->parsed()) return run_infer(infer);
+    if (plan_cmd->parsed()) {
+      if (space.gpus <= 0 || space.max_tp <= 0 || space.max_pp <= 0)
+        detail::raise("--gpus, --max-tp and --max-pp must be positive");
+      return run_plan(plan, space);
+    }
     if (models_cmd->parsed()) return run_models(list_format);
     if (gpus_cmd->parsed()) return run_gpus(list_format);
   } catch (const CLI::CallForHelp& e) {

@@ -56,7 +56,7 @@ struct activation_options {
 
 /// One tensor (or set of tensors) autograd saves, per micro-batch, on one rank.
 struct saved_tensor {
-  char name[48] = {};
+  const char* name = "";  ///< a string literal
   bytes size{};
   bool recomputed_by_selective = false;  ///< part of the attention core
 };
@@ -119,7 +119,7 @@ class block_builder {
                      bool selective = false) {
     if (elements == 0 || bits == 0) return;
     saved_tensor t{};
-    copy_name(t.name, name);
+    t.name = name;
     t.size = bytes_for_bits(checked_mul(elements, bits));
     t.recomputed_by_selective = selective;
     ledger_.push_back(t);
@@ -368,23 +368,32 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   const std::int64_t beta = b.beta();
   const std::int64_t tau = b.tokens();
 
-  // The layers of this stage, by kind and recompute policy.
+  // The layers of this stage, by kind (dense or MoE) and recompute policy: each kind's ledger
+  // is built once.
+  const recompute_kind kept_policy =
+      o.recompute == recompute_kind::selective ? recompute_kind::selective : recompute_kind::none;
+  bytes per_kind[2][2] = {};  // [moe][full recompute]
+  bool built[2] = {};
   bytes layers{};
   bytes largest_layer{};
   std::int64_t recomputed = 0;
   for (std::int64_t i = 0; i < range.layers; ++i) {
-    const std::int64_t layer = range.first_layer + i;
-    const bool moe = m.is_moe_layer(layer);
+    const int moe = m.is_moe_layer(range.first_layer + i) ? 1 : 0;
     const bool full =
         o.recompute == recompute_kind::full && (o.recompute_layers < 0 || i < o.recompute_layers);
+    if (!built[moe]) {
+      built[moe] = true;
+      per_kind[moe][0] = layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy);
+      per_kind[moe][1] =
+          layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::full);
+      const bytes whole =
+          kept_policy == recompute_kind::none
+              ? per_kind[moe][0]
+              : layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::none);
+      if (whole > largest_layer) largest_layer = whole;
+    }
     recomputed += full ? 1 : 0;
-    layers += layer_activation_bytes(
-        m, t.precision, o, l, moe,
-        full ? recompute_kind::full
-             : (o.recompute == recompute_kind::selective ? recompute_kind::selective
-                                                         : recompute_kind::none));
-    const bytes whole = layer_activation_bytes(m, t.precision, o, l, moe, recompute_kind::none);
-    if (whole > largest_layer) largest_layer = whole;
+    layers += per_kind[moe][full ? 1 : 0];
   }
 
   memory_ledger ledger{};

@@ -225,9 +225,8 @@ namespace detail {
 /// the comma-separated `targets` (its module name is the part before ".weight").
 constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
   if (g.role != tensor_role::parameter || g.rank != 2) return false;
-  const char* name = g.name;
-  std::size_t end = 0;
-  while (name[end] != '\0') ++end;
+  const tensor_name& name = g.name;
+  const std::size_t end = name.size();
   constexpr char suffix[] = ".weight";
   if (end < 7) return false;
   for (std::size_t i = 0; i < 7; ++i)

@@ -12,15 +12,14 @@ namespace vramfit {
 struct fit_report {
   bytes required{};   ///< the most loaded rank's peak plus runtime overheads
   bytes available{};  ///< the GPU's capacity
-  bytes weights{}, gradients{}, optimizer_states{}, master_weights{}, activations{}, buffers{},
-      overhead{};
+  bytes weights{}, gradients{}, optimizer_states{}, master_weights{}, activations{}, kv_cache{},
+      buffers{}, overhead{};
   friend constexpr bool operator==(const fit_report&, const fit_report&) = default;
   [[nodiscard]] constexpr bool fits() const { return required <= available; }
 };
 
-/// The fit of plan `p` on GPU `g`.
-constexpr fit_report fit(const training_plan_value& p, const gpu& g) {
-  const memory_ledger l = breakdown(p, g);
+/// The fit report of a ledger (overheads included) on `g`.
+constexpr fit_report fit(const memory_ledger& l, const gpu& g) {
   fit_report r{};
   r.required = peak(l);
   r.available = g.capacity;
@@ -29,14 +28,29 @@ constexpr fit_report fit(const training_plan_value& p, const gpu& g) {
   r.optimizer_states = total(l, component::optimizer_states);
   r.master_weights = total(l, component::master_weights);
   r.activations = total(l, component::activations);
+  r.kv_cache = total(l, component::kv_cache);
   r.buffers = total(l, component::buffers);
   r.overhead = total(l, component::overhead);
   return r;
 }
 
-/// Whether `Plan` fits `G`.
-template <TrainingPlan Plan, Gpu G>
-inline constexpr bool fits = fit(Plan::value, G::value).fits();
+/// The fit of a training plan on GPU `g`: its most loaded rank.
+constexpr fit_report fit(const training_plan_value& p, const gpu& g) {
+  return fit(breakdown(p, g), g);
+}
+
+/// The fit of an inference plan on GPU `g`: its most loaded GPU.
+constexpr fit_report fit(const inference_plan_value& p, const gpu& g) {
+  return fit(breakdown(p, g), g);
+}
+
+/// A training or an inference plan type.
+template <class T>
+concept Plan = TrainingPlan<T> || InferencePlan<T>;
+
+/// Whether plan `P` fits `G`.
+template <Plan P, Gpu G>
+inline constexpr bool fits = fit(P::value, G::value).fits();
 
 namespace detail {
 /// Instantiated with the numbers, so both g++ and clang++ print them in the error.
@@ -45,7 +59,7 @@ struct plan_must_fit_gpu_memory {
   static_assert(Report.fits(),
                 "vramfit: the plan does not fit the GPU. The numbers are in the template argument "
                 "above: fit_report{required, available, weights, gradients, optimizer_states, "
-                "master_weights, activations, buffers, overhead} in bytes "
+                "master_weights, activations, kv_cache, buffers, overhead} in bytes "
                 "(see docs/troubleshooting.md#does-not-fit)");
   static constexpr bool value = true;
 };
@@ -53,9 +67,9 @@ struct plan_must_fit_gpu_memory {
 
 /// A compile error naming vramfit and showing the required and available bytes unless `Plan`
 /// fits `G`: `static_assert(vramfit::check_fits<Plan, vramfit::gpus::h100_80gb>());`.
-template <TrainingPlan Plan, Gpu G>
+template <Plan P, Gpu G>
 constexpr bool check_fits() {
-  return detail::plan_must_fit_gpu_memory<fit(Plan::value, G::value)>::value;
+  return detail::plan_must_fit_gpu_memory<fit(P::value, G::value)>::value;
 }
 
 }  // namespace vramfit

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "detail/name.hpp"
+#include "detail/search.hpp"
 #include "gpu.hpp"
 #include "ledger.hpp"
 #include "overheads.hpp"
@@ -270,7 +271,8 @@ constexpr memory_ledger inference_memory(const model& m, const layout& l, const 
                                          std::int64_t stage = 0) {
   memory_ledger ledger{};
   const auto device = memory_space::device;
-  add_entry(ledger, "weights", component::weights, device, weight_bytes(m, l, w, stage), 0, w.name);
+  add_entry(ledger, "weights", component::weights, device, weight_bytes(m, l, w, stage), 0,
+            "inference.hpp: the tensor ledger in the runtime's weight layout");
   add_entry(ledger, "KV cache", component::kv_cache, device, kv_cache_bytes(m, l, kv, r, stage), 0,
             "2 x KV heads x head_dim per token and layer (MLA: latent + rope key)");
   add_entry(ledger, "forward working memory and logits", component::activations, device,
@@ -341,19 +343,6 @@ constexpr bytes inference_peak(const model& m, const layout& l, const weight_lay
   return worst;
 }
 
-/// The largest n in [lo, hi] with fits(n), for a monotone fits; lo - 1 when none.
-template <class Fits>
-constexpr std::int64_t largest_fitting(std::int64_t lo, std::int64_t hi, Fits fits) {
-  if (!fits(lo)) return lo - 1;
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo + 1) / 2;
-    if (fits(mid))
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
 }  // namespace detail
 
 /// The most memory a request shape needs on the most loaded GPU, runtime overheads included.

@@ -44,15 +44,16 @@ enum class lifetime : unsigned char {
   forward,           ///< transient during forward only (the eager attention mask)
 };
 
-/// One line of a ledger.
+/// One line of a ledger. Names and sources are string literals: a ledger is cheap to build in a
+/// constant expression and is never a template argument.
 struct memory_entry {
-  char name[56] = {};
+  const char* name = "";
   vramfit::component component = component::weights;
   memory_space space = memory_space::device;
   vramfit::lifetime lifetime = lifetime::persistent;
   bytes size{};
   std::int64_t tensors = 0;  ///< allocations behind the bytes (0 when not tensor-shaped)
-  char source[72] = {};      ///< where the formula comes from
+  const char* source = "";   ///< where the formula comes from
 };
 
 using memory_ledger = detail::static_vector<memory_entry, 40>;
@@ -63,13 +64,13 @@ constexpr void add_entry(memory_ledger& ledger, const char* name, component what
                          lifetime when = lifetime::persistent) {
   if (size == bytes{}) return;
   memory_entry e{};
-  detail::copy_name(e.name, name);
+  e.name = name;
   e.component = what;
   e.space = space;
   e.lifetime = when;
   e.size = size;
   e.tensors = tensors;
-  detail::copy_name(e.source, source);
+  e.source = source;
   ledger.push_back(e);
 }
 

@@ -135,49 +135,144 @@ namespace detail::rules {
 }
 }  // namespace detail::rules
 
-/// Checks the layout against the model; the first broken rule is an error.
-constexpr const layout& validated(const layout& l, const model& m) {
-  using namespace detail::rules;
+/// A layout rule, named as its error is.
+enum class layout_rule : unsigned char {
+  none,
+  parallel_degree_must_be_positive,
+  shard_group_must_divide_data_parallel,
+  sequence_parallel_needs_tensor_parallel,
+  tensor_parallel_must_divide_attention_heads,
+  tensor_parallel_and_kv_heads_must_divide_one_another,
+  tensor_parallel_must_divide_ffn,
+  pipeline_stages_must_not_exceed_layers,
+  stage_layers_must_match_pipeline_degree,
+  every_stage_needs_a_layer,
+  stage_layers_must_sum_to_layers,
+  expert_parallel_needs_a_moe_model,
+  expert_parallel_must_divide_experts,
+  expert_parallel_must_divide_data_times_context,
+  deepspeed_forbids_zero2_or_3_with_pipeline_parallel,
+  parameter_offload_needs_zero3,
+};
+
+/// The first rule a layout breaks for a model, with its numbers.
+struct layout_violation {
+  layout_rule rule = layout_rule::none;
+  std::int64_t a = 0, b = 0;  ///< the numbers the rule's message shows
+  const char* degree = "";    ///< parallel_degree_must_be_positive: which degree
+};
+
+/// The first rule `l` breaks for `m` (rule none when it is valid). The one place the rules are
+/// stated: validated() raises them, planners read them.
+constexpr layout_violation check_layout(const layout& l, const model& m) {
+  using enum layout_rule;
   const std::int64_t degrees[] = {l.data, l.tensor, l.pipeline, l.context, l.expert};
   const char* names[] = {"data", "tensor", "pipeline", "context", "expert"};
   for (int i = 0; i < 5; ++i)
-    if (degrees[i] <= 0) parallel_degree_must_be_positive(names[i], degrees[i]);
+    if (degrees[i] <= 0) return {parallel_degree_must_be_positive, degrees[i], 0, names[i]};
   if (l.shard_group > 0 && l.data % l.shard_group != 0)
-    shard_group_must_divide_data_parallel(l.shard_group, l.data);
-  if (l.sequence && l.tensor == 1) sequence_parallel_needs_tensor_parallel();
+    return {shard_group_must_divide_data_parallel, l.shard_group, l.data};
+  if (l.sequence && l.tensor == 1) return {sequence_parallel_needs_tensor_parallel};
   if (l.tensor > 1) {
-    if (m.heads % l.tensor != 0) tensor_parallel_must_divide_attention_heads(l.tensor, m.heads);
+    if (m.heads % l.tensor != 0)
+      return {tensor_parallel_must_divide_attention_heads, l.tensor, m.heads};
     if (!m.is_mla() && m.kv_heads % l.tensor != 0 && l.tensor % m.kv_heads != 0)
-      tensor_parallel_and_kv_heads_must_divide_one_another(l.tensor, m.kv_heads);
+      return {tensor_parallel_and_kv_heads_must_divide_one_another, l.tensor, m.kv_heads};
     const bool dense_layers = !m.is_moe() || m.moe.first_dense_layers > 0;
-    if (dense_layers && m.ffn % l.tensor != 0) tensor_parallel_must_divide_ffn(l.tensor, m.ffn);
+    if (dense_layers && m.ffn % l.tensor != 0)
+      return {tensor_parallel_must_divide_ffn, l.tensor, m.ffn};
     if (m.is_moe() && m.moe.expert_ffn % l.tensor != 0)
-      tensor_parallel_must_divide_ffn(l.tensor, m.moe.expert_ffn);
+      return {tensor_parallel_must_divide_ffn, l.tensor, m.moe.expert_ffn};
   }
-  if (l.pipeline > m.layers) pipeline_stages_must_not_exceed_layers(l.pipeline, m.layers);
+  if (l.pipeline > m.layers) return {pipeline_stages_must_not_exceed_layers, l.pipeline, m.layers};
   if (!l.stage_layers.empty()) {
-    if (static_cast<std::int64_t>(l.stage_layers.size()) != l.pipeline)
-      stage_layers_must_match_pipeline_degree(static_cast<std::int64_t>(l.stage_layers.size()),
-                                              l.pipeline);
+    const auto stages = static_cast<std::int64_t>(l.stage_layers.size());
+    if (stages != l.pipeline) return {stage_layers_must_match_pipeline_degree, stages, l.pipeline};
     std::int64_t sum = 0;
     for (std::int64_t s = 0; s < l.pipeline; ++s) {
-      if (l.stage_layers[static_cast<std::size_t>(s)] <= 0) every_stage_needs_a_layer(s);
+      if (l.stage_layers[static_cast<std::size_t>(s)] <= 0) return {every_stage_needs_a_layer, s};
       sum += l.stage_layers[static_cast<std::size_t>(s)];
     }
-    if (sum != m.layers) stage_layers_must_sum_to_layers(sum, m.layers);
+    if (sum != m.layers) return {stage_layers_must_sum_to_layers, sum, m.layers};
   }
   if (l.expert > 1) {
-    if (!m.is_moe()) expert_parallel_needs_a_moe_model(l.expert);
+    if (!m.is_moe()) return {expert_parallel_needs_a_moe_model, l.expert};
     if (m.moe.routed_experts % l.expert != 0)
-      expert_parallel_must_divide_experts(l.expert, m.moe.routed_experts);
+      return {expert_parallel_must_divide_experts, l.expert, m.moe.routed_experts};
     if ((l.data * l.context) % l.expert != 0)
-      expert_parallel_must_divide_data_times_context(l.expert, l.data * l.context);
+      return {expert_parallel_must_divide_data_times_context, l.expert, l.data * l.context};
   }
   if (l.implementation == shard_implementation::deepspeed && l.pipeline > 1 &&
       (l.zero == sharding::zero2 || l.zero == sharding::zero3))
-    deepspeed_forbids_zero2_or_3_with_pipeline_parallel(static_cast<int>(l.zero), l.pipeline);
+    return {deepspeed_forbids_zero2_or_3_with_pipeline_parallel, static_cast<int>(l.zero),
+            l.pipeline};
   if (l.parameter_offload != offload_target::none && l.zero != sharding::zero3)
-    parameter_offload_needs_zero3();
+    return {parameter_offload_needs_zero3};
+  return {};
+}
+
+/// The rule in a few words, for reports.
+constexpr const char* to_string(layout_rule r) {
+  constexpr const char* text[] = {
+      "valid",
+      "a parallel degree is not positive",
+      "the shard group does not divide data parallel",
+      "sequence parallelism needs tensor parallelism",
+      "tensor parallel must divide the attention heads",
+      "tensor parallel and the KV heads must divide one another",
+      "tensor parallel must divide the FFN size",
+      "more pipeline stages than layers",
+      "stage layer counts do not match the pipeline degree",
+      "a pipeline stage has no layer",
+      "the stages' layers do not sum to the model's",
+      "expert parallel needs a mixture-of-experts model",
+      "expert parallel must divide the experts",
+      "expert parallel must divide data x context",
+      "DeepSpeed forbids ZeRO-2/3 with pipeline parallelism",
+      "parameter offload needs ZeRO-3",
+  };
+  return text[static_cast<int>(r)];
+}
+
+/// Checks the layout against the model; the first broken rule is an error (a compile error
+/// naming the rule in a constant expression).
+constexpr const layout& validated(const layout& l, const model& m) {
+  using namespace detail::rules;
+  const layout_violation v = check_layout(l, m);
+  switch (v.rule) {
+    case layout_rule::none:
+      break;
+    case layout_rule::parallel_degree_must_be_positive:
+      parallel_degree_must_be_positive(v.degree, v.a);
+    case layout_rule::shard_group_must_divide_data_parallel:
+      shard_group_must_divide_data_parallel(v.a, v.b);
+    case layout_rule::sequence_parallel_needs_tensor_parallel:
+      sequence_parallel_needs_tensor_parallel();
+    case layout_rule::tensor_parallel_must_divide_attention_heads:
+      tensor_parallel_must_divide_attention_heads(v.a, v.b);
+    case layout_rule::tensor_parallel_and_kv_heads_must_divide_one_another:
+      tensor_parallel_and_kv_heads_must_divide_one_another(v.a, v.b);
+    case layout_rule::tensor_parallel_must_divide_ffn:
+      tensor_parallel_must_divide_ffn(v.a, v.b);
+    case layout_rule::pipeline_stages_must_not_exceed_layers:
+      pipeline_stages_must_not_exceed_layers(v.a, v.b);
+    case layout_rule::stage_layers_must_match_pipeline_degree:
+      stage_layers_must_match_pipeline_degree(v.a, v.b);
+    case layout_rule::every_stage_needs_a_layer:
+      every_stage_needs_a_layer(v.a);
+    case layout_rule::stage_layers_must_sum_to_layers:
+      stage_layers_must_sum_to_layers(v.a, v.b);
+    case layout_rule::expert_parallel_needs_a_moe_model:
+      expert_parallel_needs_a_moe_model(v.a);
+    case layout_rule::expert_parallel_must_divide_experts:
+      expert_parallel_must_divide_experts(v.a, v.b);
+    case layout_rule::expert_parallel_must_divide_data_times_context:
+      expert_parallel_must_divide_data_times_context(v.a, v.b);
+    case layout_rule::deepspeed_forbids_zero2_or_3_with_pipeline_parallel:
+      deepspeed_forbids_zero2_or_3_with_pipeline_parallel(static_cast<int>(v.a), v.b);
+    case layout_rule::parameter_offload_needs_zero3:
+      parameter_offload_needs_zero3();
+  }
   return l;
 }
 

@@ -8,6 +8,7 @@
 
 #include "activations.hpp"
 #include "gpu.hpp"
+#include "inference.hpp"
 #include "overheads.hpp"
 
 namespace vramfit {
@@ -61,6 +62,47 @@ struct training_plan {
 template <class T>
 concept TrainingPlan = requires {
   { T::value } -> std::convertible_to<training_plan_value>;
+};
+
+/// Everything that decides an inference GPU's memory.
+struct inference_plan_value {
+  vramfit::model model{};
+  weight_layout weights = plain_weights<bf16>::value;
+  kv_cache_config kv{};
+  request_shape requests{};
+  vramfit::layout layout{};
+  runtime_overheads overheads{};
+};
+
+/// The most loaded GPU's ledger on `g` (the pipeline stage that needs the most), runtime
+/// overheads included.
+constexpr memory_ledger breakdown(const inference_plan_value& p, const gpu& g) {
+  memory_ledger most{};
+  for (std::int64_t s = 0; s < p.layout.pipeline; ++s) {
+    memory_ledger l = inference_memory(p.model, p.layout, p.weights, p.kv, p.requests, s);
+    append(l, overheads(p.overheads, g, peak(l), p.layout.world()));
+    if (s == 0 || peak(l) > peak(most)) most = l;
+  }
+  return most;
+}
+
+/// An inference plan as a type: `inference_plan<models::llama_2_70b, gptq<>,
+/// request_shape{.batch = 4, .prompt = 4096}>`.
+template <Model M, WeightLayout W, request_shape Requests = request_shape{},
+          kv_cache_config KV = kv_cache_config{}, Layout L = single_gpu,
+          runtime_overheads Overheads = runtime_overheads{}>
+struct inference_plan {
+  static constexpr inference_plan_value value{M::value, W::value, KV,
+                                              Requests, L::value, Overheads};
+  template <Gpu G>
+  static constexpr memory_ledger breakdown_on() {
+    return vramfit::breakdown(value, G::value);
+  }
+};
+
+template <class T>
+concept InferencePlan = requires {
+  { T::value } -> std::convertible_to<inference_plan_value>;
 };
 
 }  // namespace vramfit

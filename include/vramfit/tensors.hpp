@@ -49,10 +49,35 @@ enum class tp_split : unsigned char {
   qkv,    ///< fused Q, K, V: the Q part as `output`, the K and V parts as `kv`
 };
 
+/// A tensor's name as up to three string literals joined, with "{layer}" and "{expert}" where the
+/// indices go: "model.layers.{layer}." "self_attn.q_proj" ".weight". Literals, not a copied
+/// string, keep ledgers cheap in constant expressions.
+struct tensor_name {
+  const char* parts[3] = {"", "", ""};
+
+  [[nodiscard]] constexpr std::size_t size() const {
+    std::size_t n = 0;
+    for (const char* part : parts)
+      for (; *part != '\0'; ++part) ++n;
+    return n;
+  }
+  /// The i-th character of the joined name.
+  [[nodiscard]] constexpr char operator[](std::size_t i) const {
+    for (const char* part : parts) {
+      std::size_t length = 0;
+      while (part[length] != '\0') ++length;
+      if (i < length) return part[i];
+      i -= length;
+    }
+    return '\0';
+  }
+  [[nodiscard]] std::string str() const { return std::string(parts[0]) + parts[1] + parts[2]; }
+};
+
 /// One tensor, or the same tensor repeated over a range of layers and experts. The name is the
 /// reference implementation's, with "{layer}" and "{expert}" where the indices go.
 struct tensor_group {
-  char name[80] = {};
+  tensor_name name{};
   std::int64_t shape[4] = {};
   std::int64_t rank = 0;
   tensor_kind kind = tensor_kind::attention;
@@ -106,13 +131,9 @@ class ledger_builder {
                      layer_range layers = {}, std::int64_t experts = 1,
                      tp_split split = tp_split::replicated) {
     tensor_group g{};
+    if (name_parts.size() > 3) rules::static_vector_capacity_exceeded(3);
     std::size_t end = 0;
-    for (const char* part : name_parts) {
-      for (; *part != '\0'; ++part) {
-        if (end + 1 >= sizeof g.name) rules::static_vector_capacity_exceeded(sizeof g.name);
-        g.name[end++] = *part;
-      }
-    }
+    for (const char* part : name_parts) g.name.parts[end++] = part;
     for (std::int64_t extent : shape) g.shape[g.rank++] = extent;
     g.kind = kind;
     g.first_layer = layers.first;
@@ -522,8 +543,9 @@ struct tensor {
 };
 
 namespace detail {
-inline std::string expand_name(const char* pattern, std::int64_t layer, std::int64_t expert) {
-  std::string name = pattern;
+inline std::string expand_name(const tensor_name& pattern, std::int64_t layer,
+                               std::int64_t expert) {
+  std::string name = pattern.str();
   auto fill = [&name](const std::string& key, std::int64_t value) {
     if (const auto at = name.find(key); at != std::string::npos)
       name.replace(at, key.size(), std::to_string(value));

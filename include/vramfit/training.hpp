@@ -351,7 +351,8 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   add_entry(ledger, shard_optimizer ? "optimizer states (partition)" : "optimizer states",
             component::optimizer_states, optimizer_space,
             shard(acc.device_states, acc.fsdp_states, shard_optimizer),
-            flat_optimizer ? 0 : acc.device_state_tensors, t.optimizer.name);
+            flat_optimizer ? 0 : acc.device_state_tensors,
+            "optimizer.hpp: the optimizer's state tensors per parameter tensor");
   if (!flat_optimizer) {
     add_entry(ledger, "optimizer states on the host", component::optimizer_states,
               memory_space::host, acc.host_states, acc.host_state_tensors,

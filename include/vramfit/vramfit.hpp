@@ -16,6 +16,7 @@
 #include "overheads.hpp"
 #include "parallel.hpp"
 #include "plan.hpp"
+#include "planner.hpp"
 #include "precision.hpp"
 #include "presets.hpp"
 #include "tensors.hpp"

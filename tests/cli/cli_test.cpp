@@ -191,3 +191,25 @@ TEST_CASE("infer: weights, KV cache and the serving budget") {
     CHECK(bad.err.rfind("vramfit: ", 0) == 0);
   }
 }
+
+TEST_CASE("plan: the cheapest layout that fits, and why the others were not chosen") {
+  const result r =
+      run("plan --model llama-3-8b --micro-batch 2 --seq-len 4096 --gpus 8 --format json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("chosen").is_object());
+  CHECK(j.at("chosen").at("required").get<std::int64_t>() <= 85'520'809'984);
+  CHECK(j.at("chosen").at("max_micro_batch").get<std::int64_t>() >= 2);
+  bool rule = false, too_big = false;
+  for (const auto& c : j.at("candidates")) {
+    const std::string verdict = c.at("verdict");
+    rule = rule || verdict.rfind("breaks a rule: ", 0) == 0;
+    too_big = too_big || verdict == "does not fit";
+  }
+  CHECK(rule);
+  CHECK(too_big);
+  CHECK(run("plan --model llama-3.1-405b --precision fp32 --gpu l4 --gpus 2 --no-offload --check")
+            .status == 1);
+  CHECK(run("plan --gpus 0").status == 2);
+  CHECK(run("plan --sharding megatron").status == 2);
+}

@@ -31,12 +31,8 @@ constexpr model tied = [] {
 }();
 static_assert(parameters(tensors(tiny::value)) - parameters(tensors(tied)) == 6400);
 
-// The ledger is structural: usable as a template argument.
-template <tensor_ledger L>
-struct ledger_size {
-  static constexpr std::size_t value = L.size();
-};
 // GPT-2: wte, wpe; per layer ln_1 (2), c_attn (2), c_proj (2), the mask state, ln_2 (2),
 // c_fc (2), mlp c_proj (2); ln_f (2): 17 groups.
-static_assert(ledger_size<tensors(models::gpt2::value)>::value == 17);
+static_assert(tensors(models::gpt2::value).size() == 17);
+static_assert(tensors(models::gpt2::value)[2].name[0] == 't');  // "transformer.h.{layer}.ln_1..."
 }  // namespace

@@ -66,3 +66,15 @@ TEST_CASE("the most loaded rank of a pipeline is the one checked") {
   // Stage 0 holds 4 micro-batches of activations, the last stage one: stage 0 is the heaviest.
   CHECK(most.stage == 0);
 }
+
+TEST_CASE("inference plans fit the same way") {
+  // Seed 002: Llama-2-70B in 4 bits on a 48 GB card, one 4096-token request.
+  using served = inference_plan<models::llama_2_70b, gptq<>, request_shape{.prompt = 4096}>;
+  static_assert(fits<served, gpus::rtx_a6000>);
+  static_assert(!fits<served, gpus::rtx_4090>);
+  const fit_report r = fit(served::value, gpus::rtx_a6000::value);
+  CHECK(r.kv_cache == bytes{327'680LL * 4096});
+  CHECK(r.weights == weight_bytes(models::llama_2_70b::value, {}, gptq<>::value));
+  CHECK(r.gradients == bytes{0});
+  CHECK(r.required == peak(served::breakdown_on<gpus::rtx_a6000>()));
+}

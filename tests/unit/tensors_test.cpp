@@ -129,7 +129,7 @@ TEST_CASE("families name and fuse tensors as their implementations do") {
                   "encoder.layers.encoder_layer_0.self_attention.in_proj_weight") != vit.end());
   // Falcon-7B's fused QKV: 71 query heads + 1 K + 1 V head of 64 -> 4672 x 4544.
   for (const tensor_group& g : tensors(models::falcon_7b::value)) {
-    if (std::string(g.name).find("query_key_value") != std::string::npos) {
+    if (g.name.str().find("query_key_value") != std::string::npos) {
       CHECK(g.shape[0] == 4672);
       CHECK(g.shape[1] == 4544);
     }

@@ -15,7 +15,7 @@ namespace {
 constexpr tensor_ledger one_matrix(std::int64_t rows, std::int64_t cols) {
   tensor_ledger l{};
   tensor_group g{};
-  detail::copy_name(g.name, "linear.weight");
+  g.name.parts[0] = "linear.weight";
   g.shape[0] = rows;
   g.shape[1] = cols;
   g.rank = 2;
@@ -216,7 +216,7 @@ constexpr tensor_ledger t0_3b() {
   tensor_ledger l{};
   auto add = [&l](const char* name, std::int64_t rows, std::int64_t cols, std::int64_t layers) {
     tensor_group g{};
-    detail::copy_name(g.name, name);
+    g.name.parts[0] = name;
     g.shape[0] = rows;
     g.shape[1] = cols;
     g.rank = cols > 0 ? 2 : 1;
@@ -449,7 +449,7 @@ TEST_CASE("KV heads are replicated when the TP degree exceeds them") {
                    full_finetune::value, parallel<tensor_parallel<16>>::value};
   const tensor_ledger ledger = tensors(t.model);
   for (const tensor_group& g : ledger) {
-    if (std::string(g.name).find("k_proj.weight") != std::string::npos) {
+    if (g.name.str().find("k_proj.weight") != std::string::npos) {
       const auto s = detail::tp_local_shape(g, t.model, 16);
       CHECK(s.second == 128);
       CHECK(s.last == 8192);

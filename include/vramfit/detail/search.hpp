@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: MIT
+// Binary search over a monotone predicate, for the solvers and planners.
+#pragma once
+
+#include <cstdint>
+
+namespace vramfit::detail {
+
+/// The largest n in [lo, hi] with fits(n), for a fits that holds up to some n and not after;
+/// lo - 1 when fits(lo) is false.
+template <class Fits>
+constexpr std::int64_t largest_fitting(std::int64_t lo, std::int64_t hi, Fits fits) {
+  if (!fits(lo)) return lo - 1;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+}  // namespace vramfit::detail
