@@ -669,6 +669,9 @@ int main(int argc, char** argv) {
   CLI::App* gpus_cmd = app.add_subcommand("gpus", "List the GPU presets and their capacities");
   gpus_cmd->add_option("--format,-f", list_format, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
+  // Help and errors say "vramfit", not the path the tool was started from.
+  char program_name[] = "vramfit";
+  if (argc > 0) argv[0] = program_name;
   try {
     app.parse(argc, argv);
     if (train_cmd->parsed()) return run_train(train);
