@@ -20,7 +20,7 @@ static_assert(peak(training_step(fsdp8, batch)) < 80_GB);
 // [end:step]
 
 namespace {
-void ledger_table(const saved_tensor_ledger& l) {
+void saved_tensor_table(const saved_tensor_ledger& l) {
   report::table t({"saved tensor", "bytes", "recomputed by selective"});
   bytes sum{};
   for (const saved_tensor& s : l) {
@@ -42,9 +42,9 @@ int main() {
       .micro_batch = 1, .sequence = 4096, .attention = attention_kind::eager};
   const activation_options flash{.micro_batch = 1, .sequence = 4096};
   std::cout << "## One Llama-3-8B layer, bf16, 1 x 4096 tokens, eager attention\n\n";
-  ledger_table(layer_saved_tensors(llama, pure<bf16>::value, eager, {}));
+  saved_tensor_table(layer_saved_tensors(llama, pure<bf16>::value, eager, {}));
   std::cout << "\n## The same layer with flash attention\n\n";
-  ledger_table(layer_saved_tensors(llama, pure<bf16>::value, flash, {}));
+  saved_tensor_table(layer_saved_tensors(llama, pure<bf16>::value, flash, {}));
 
   std::cout << "\n## Korthikanti et al. 2022, Table 2, for GPT-3 175B (s 2048, b 1, t 8)\n\n"
                "A GPT block with dropout, eager attention, 16-bit activations and 1-byte masks,\n"
@@ -119,12 +119,7 @@ int main() {
   }
   std::cout << steps;
   std::cout << "\n## The FSDP step of the snippet, entry by entry\n\n";
-  report::table t({"entry", "component", "phase", "bytes"});
-  const char* phase[] = {"persistent", "forward/backward", "optimizer step", "backward",
-                         "gradients"};
   const memory_ledger l = training_step(fsdp8, batch);
-  for (const memory_entry& e : l)
-    t.add({e.name, to_string(e.component), phase[static_cast<int>(e.lifetime)], to_string(e.size)});
-  t.add({"**peak**", "", "", to_string(peak(l))});
-  std::cout << t;
+  std::cout << report::ledger_table(l) << "\nPeak: " << to_string(peak(l)) << " at the "
+            << to_string(peak_moment(l)) << ".\n";
 }

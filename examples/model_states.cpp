@@ -32,18 +32,6 @@ std::string cell(bytes b) {
   return b == bytes{} ? "-" : to_string(b);
 }
 
-void print_ledger(const memory_ledger& l) {
-  report::table t({"entry", "component", "where", "phase", "bytes", "tensors", "source"});
-  const char* where[] = {"device", "host", "nvme"};
-  const char* phase[] = {"persistent", "forward/backward", "optimizer step"};
-  for (const memory_entry& e : l) {
-    t.add({e.name, to_string(e.component), where[static_cast<int>(e.space)],
-           phase[static_cast<int>(e.lifetime)],
-           report::grouped(e.size.count) + " (" + to_string(e.size) + ")",
-           report::grouped(e.tensors), e.source});
-  }
-  std::cout << t;
-}
 }  // namespace
 
 int main() {
@@ -130,7 +118,7 @@ int main() {
   std::cout << sharded << "\n";
 
   std::cout << "### The ledger of the ZeRO-3 row\n\n";
-  print_ledger(
+  std::cout << report::ledger_table(
       model_states(training{models::llama_3_8b::value, mixed<fp16, fp16>::value, adamw<>::value,
                             full_finetune::value, parallel<zero<3, 8>>::value}));
 
