@@ -54,6 +54,12 @@ constexpr local_shape dim0_shard(const local_shape& s, std::int64_t n) {
                       : local_shape{0, ceil_div(s.last, n)};
 }
 
+/// What rounding a tensor of `b` bytes up to the caching allocator's 512-byte blocks adds
+/// (c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512).
+constexpr bytes allocator_rounding(bytes b) {
+  return bytes{ceil_div(b.count, 512) * 512} - b;
+}
+
 /// KV heads a rank holds: split, or replicated when the degree exceeds them (Megatron-LM
 /// transformer/attention.py: num_query_groups_per_partition; llm-analysis L886-919).
 constexpr std::int64_t local_kv_heads(const model& m, std::int64_t tp) {
@@ -112,6 +118,8 @@ struct unsharded_states {
   bytes trained_weights{}, frozen_weights{}, state_buffers{}, gradients{}, master{};
   bytes device_states{}, host_states{}, cast_copies{}, largest_tensor_16bit{};
   // The same quantities sharded tensor by tensor along dim 0 (FSDP).
+  /// What PyTorch's caching allocator adds by rounding each tensor up to 512 bytes.
+  bytes rounding{};
   bytes fsdp_trained_weights{}, fsdp_frozen_weights{}, fsdp_gradients{}, fsdp_master{},
       fsdp_states{};
   std::int64_t trained_elements = 0, frozen_elements = 0, trained_tensors = 0, weight_tensors = 0;
@@ -161,6 +169,7 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   acc.weight_tensors += copies;
   acc.frozen_elements += checked_mul(n, frozen);
   acc.frozen_weights += stored(frozen_format(t, g), shape) * frozen;
+  acc.rounding += allocator_rounding(stored(frozen_format(t, g), shape)) * frozen;
   acc.fsdp_frozen_weights += stored(frozen_format(t, g), dim0_shard(shape, shards)) * frozen;
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
 
@@ -179,11 +188,14 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     acc.trained_elements += checked_mul(count, s.elements());
     acc.trained_tensors += count;
     acc.trained_weights += stored(weight, s) * count;
+    acc.rounding += allocator_rounding(stored(weight, s)) * count;
     acc.fsdp_trained_weights += stored(weight, shard) * count;
     acc.gradients += stored(p.gradients, s) * count;
+    acc.rounding += allocator_rounding(stored(p.gradients, s)) * count;
     acc.fsdp_gradients += stored(p.gradients, shard) * count;
     if (p.has_master()) {
       acc.master += stored(p.master, s) * count;
+      acc.rounding += allocator_rounding(stored(p.master, s)) * count;
       acc.fsdp_master += stored(p.master, shard) * count;
     }
     const bool hidden_matrix =
@@ -191,6 +203,18 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     const state_size states =
         optimizer_state(t.optimizer, {s.elements(), s.last, s.second, hidden_matrix}, p.updated());
     acc.device_states += states.device * count;
+    // Each state tensor is its own allocation; they are equal in size but for the 0-d scalars.
+    if (states.device_tensors > 0) {
+      const std::int64_t scalars =
+          t.optimizer.options.impl == optimizer_impl::fused || t.optimizer.options.capturable
+              ? t.optimizer.scalars
+              : 0;
+      const std::int64_t moments = states.device_tensors - scalars;
+      const bytes moment =
+          moments > 0 ? divide_up(states.device - bytes{4 * scalars}, moments) : bytes{};
+      acc.rounding +=
+          (allocator_rounding(moment) * moments + allocator_rounding(bytes{4}) * scalars) * count;
+    }
     acc.host_states += states.host * count;
     acc.device_state_tensors += states.device_tensors * count;
     acc.host_state_tensors += states.host_tensors * count;
@@ -357,6 +381,13 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
     add_entry(ledger, "optimizer states on the host", component::optimizer_states,
               memory_space::host, acc.host_states, acc.host_state_tensors,
               "torch.optim step counters off-device unless fused/capturable; paged states");
+  }
+
+  // PyTorch allocates each tensor on its own: the caching allocator rounds each up to 512 bytes.
+  // DeepSpeed and Megatron keep flat buffers, and sharded tensors are counted as shards.
+  if (l.implementation == shard_implementation::paper && l.zero == sharding::none) {
+    add_entry(ledger, "allocator rounding (512 B blocks)", component::overhead, device,
+              acc.rounding, 0, "c10 CUDACachingAllocator: every block a multiple of 512 bytes");
   }
 
   // Buffers.

@@ -545,3 +545,24 @@ TEST_CASE("trainable parameters of the whole model") {
                                           adamw<>::value, lora_finetuning(8, "w1")}),
                     doctest::Contains("LoRA targets 'w1' match no weight of model 'Llama-3-8B'"));
 }
+
+TEST_CASE("the caching allocator rounds every tensor up to 512 bytes") {
+  // One 1000 x 1000 fp32 weight: 4,000,000 B is 7812.5 blocks, so each of the weight, its
+  // gradient and AdamW's two moments gains 256 B; the fused optimizer's 0-d step on the device
+  // takes a whole 512 B block for its 4 B (+508).
+  const memory_ledger l =
+      model_states(training{stand_in, fp32_training::value,
+                            adamw<optimizer_options{.impl = optimizer_impl::fused}>::value},
+                   one_matrix(1000, 1000), 0);
+  CHECK(entry(l, "allocator rounding (512 B blocks)") == bytes{4 * 256 + 508});
+  // Flat buffers (DeepSpeed) have no per-tensor rounding.
+  const memory_ledger flat = model_states(
+      training{
+          stand_in,
+          mixed<fp16, fp16>::value,
+          adam<>::value,
+          full_finetune::value,
+          {.data = 2, .zero = sharding::zero1, .implementation = shard_implementation::deepspeed}},
+      one_matrix(1000, 1000), 0);
+  CHECK(entry(flat, "allocator rounding (512 B blocks)") == bytes{0});
+}
