@@ -199,6 +199,16 @@ inline model read_bert(const hf_fields& f) {
   m.max_positions = f.integer({"max_position_embeddings"});
   m.encoder.token_types = f.integer({"type_vocab_size"});
   m.encoder.pooler = true;  // BertModel(add_pooling_layer=True)
+  // A sequence-classification checkpoint (architectures: BertForSequenceClassification) has a
+  // classifier over its labels.
+  const auto architectures = f.json().find("architectures");
+  if (architectures != f.json().end() && architectures->is_array() &&
+      architectures->dump().find("ForSequenceClassification") != std::string::npos) {
+    const auto labels = f.json().find("id2label");
+    m.encoder.classes = labels != f.json().end() && labels->is_object()
+                            ? static_cast<std::int64_t>(labels->size())
+                            : f.integer_or({"num_labels"}, 2);
+  }
   return m;
 }
 

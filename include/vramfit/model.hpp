@@ -72,7 +72,8 @@ struct mla_config {
   friend constexpr bool operator==(const mla_config&, const mla_config&) = default;
 };
 
-/// Encoder-only extras: BERT's token types and pooler, ViT's image geometry and class head.
+/// Encoder-only extras: BERT's token types, pooler and classifier (classes > 0:
+/// BertForSequenceClassification), ViT's image geometry and class head.
 struct encoder_config {
   std::int64_t token_types = 0;
   bool pooler = false;

@@ -399,6 +399,9 @@ constexpr tensor_ledger bert_tensors(const model& m) {
   b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
   b.add_norm(p, "output.LayerNorm", h, all);
   if (m.encoder.pooler) b.add_linear("", "pooler.dense", h, h, tensor_kind::head, true);
+  // BertForSequenceClassification's head, when the model has classes.
+  if (m.encoder.classes > 0)
+    b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, true);
   return b.result();
 }
 

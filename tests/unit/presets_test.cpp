@@ -95,3 +95,11 @@ TEST_CASE("checkpoints store more than the parameters where the reference says s
   CHECK(checkpoint_tensors(tensors(models::deepseek_v3::value)) ==
         parameter_tensors(tensors(models::deepseek_v3::value)) + 58);
 }
+
+TEST_CASE("BERT with a classification head") {
+  // HF model_memory_anatomy: AutoModelForSequenceClassification("bert-large-uncased") with 2
+  // labels has 335,143,938 parameters (BertModel's 335,141,888 + a 1024 x 2 classifier + 2).
+  model m = models::bert_large_uncased::value;
+  m.encoder.classes = 2;
+  CHECK(parameters(tensors(m)) == 335'143'938);
+}

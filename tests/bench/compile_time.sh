@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Compile-time benchmarks (tests/bench): the umbrella header with one static_assert'ed plan
+# against a TU with only the Boost.Units headers vramfit uses, and a layout search at compile
+# time with the constexpr steps clang needs for it. Run from the repository root:
+#   bash tests/bench/compile_time.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds() {  # best of 3 wall-clock seconds for one syntax-only compile
+  local best=999
+  for _ in 1 2 3; do
+    local start end
+    start=$(date +%s.%N)
+    "$@" >/dev/null 2>&1
+    end=$(date +%s.%N)
+    best=$(echo "$end - $start" | bc -l | awk -v b="$best" '{ print ($1 < b) ? $1 : b }')
+  done
+  printf '%.2f' "$best"
+}
+echo "| compiler | Boost.Units only (s) | umbrella + one plan (s) | ratio | layout search (s) |"
+echo "|---|---:|---:|---:|---:|"
+for cxx in g++ clang++; do
+  flags=(-std=c++20 -fsyntax-only -Iinclude)
+  base=$(seconds "$cxx" "${flags[@]}" tests/bench/boost_units_only.cpp)
+  plan=$(seconds "$cxx" "${flags[@]}" tests/bench/plan.cpp)
+  search=$(seconds "$cxx" "${flags[@]}" tests/bench/search.cpp)
+  ratio=$(echo "$plan / $base" | bc -l)
+  printf '| %s | %s | %s | %.1f | %s |\n' "$cxx" "$base" "$plan" "$ratio" "$search"
+done
+# The smallest -fconstexpr-steps with which clang evaluates the search (default 1,048,576).
+lo=1; hi=1048576
+while [ $((hi - lo)) -gt 1024 ]; do
+  mid=$(((lo + hi) / 2))
+  if clang++ -std=c++20 -fsyntax-only -Iinclude -fconstexpr-steps=$mid tests/bench/search.cpp >/dev/null 2>&1; then
+    hi=$mid
+  else
+    lo=$mid
+  fi
+done
+echo
+echo "clang constexpr steps for the layout search: about $hi of the default 1,048,576"

@@ -1,0 +1,77 @@
+// Run-time benchmarks (Google Benchmark): evaluations per second of the same constexpr formulas.
+#include <benchmark/benchmark.h>
+
+#include <vramfit/vramfit.hpp>
+
+namespace {
+using namespace vramfit;
+
+const training_plan_value llama{
+    training{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+             parallel<fsdp<8>>::value},
+    activation_options{.micro_batch = 2, .sequence = 4096, .recompute = recompute_kind::full}};
+
+// Inputs go through DoNotOptimize so that the compiler cannot fold the constexpr work away.
+void tensor_ledger(benchmark::State& state) {
+  model m = models::deepseek_v3::value;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(m);
+    benchmark::DoNotOptimize(tensors(m));
+  }
+}
+BENCHMARK(tensor_ledger);
+
+void training_fit(benchmark::State& state) {
+  training_plan_value plan = llama;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan);
+    benchmark::DoNotOptimize(fit(plan, gpus::h100_80gb::value));
+  }
+}
+BENCHMARK(training_fit);
+
+/// A sweep: every preset x micro-batch 1..8 x 3 recompute policies, one fit each.
+void sweep(benchmark::State& state) {
+  std::int64_t evaluations = 0;
+  for (auto _ : state) {
+    for (const preset& p : presets) {
+      if (p.value.is_encoder()) continue;
+      for (std::int64_t b = 1; b <= 8; b *= 2) {
+        for (recompute_kind r :
+             {recompute_kind::none, recompute_kind::selective, recompute_kind::full}) {
+          training_plan_value plan{
+              training{p.value, mixed<bf16>::value, adamw<>::value},
+              activation_options{.micro_batch = b, .sequence = 2048, .recompute = r}};
+          benchmark::DoNotOptimize(plan);
+          benchmark::DoNotOptimize(fit(plan, gpus::h100_80gb::value));
+          ++evaluations;
+        }
+      }
+    }
+  }
+  state.counters["evaluations/s"] =
+      benchmark::Counter(static_cast<double>(evaluations), benchmark::Counter::kIsRate);
+}
+BENCHMARK(sweep);
+
+void layout_search(benchmark::State& state) {
+  training_plan_value plan = llama;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan);
+    benchmark::DoNotOptimize(search_layouts(plan, gpus::h100_80gb::value, {.gpus = 8}));
+  }
+}
+BENCHMARK(layout_search);
+
+void inference_max_batch(benchmark::State& state) {
+  model m = models::llama_3_8b::value;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(m);
+    benchmark::DoNotOptimize(
+        max_batch(m, {}, plain_weights<bf16>::value, {}, {.prompt = 4096}, gpus::h100_80gb::value));
+  }
+}
+BENCHMARK(inference_max_batch);
+}  // namespace
+
+BENCHMARK_MAIN();

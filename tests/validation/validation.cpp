@@ -1,0 +1,374 @@
+// Validation against published measurements (../shared/reference/measurements.md): every fully
+// specified case as a vramfit configuration, with the statistic its source measured, vramfit's
+// prediction and error, and the errors of Megatron-LM's, DeepSpeed's, accelerate's and
+// llm-analysis's formulas (re-implemented below from ../shared/reference/estimators.md).
+// Prints docs/validation.md; with --check it fails when an error grows past its recorded bound.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#include "../../examples/report.hpp"
+
+using namespace vramfit;
+
+namespace {
+
+/// The anchors' formulas, from ../shared/reference/estimators.md.
+namespace anchors {
+/// accelerate estimate-memory: "Training using Adam" = 4 x the model's size in the chosen dtype
+/// (estimators.md §3.1); no activations.
+double accelerate(std::int64_t params, std::int64_t dtype_bytes) {
+  return 4.0 * static_cast<double>(params * dtype_bytes);
+}
+/// DeepSpeed estimate_zero2_model_states_mem_needs (stage_1_and_2.py): 2P + 18P/G on the GPU;
+/// estimate_zero3 (stage3.py): 4 x largest layer + 18P/G, or 4 x largest layer with everything
+/// offloaded (estimators.md §2.1-2.2). Model states only.
+double deepspeed(std::int64_t params, std::int64_t largest_layer, std::int64_t gpus, bool stage3,
+                 bool offload) {
+  const double p = static_cast<double>(params);
+  if (!stage3) return 2 * p + 18 * p / static_cast<double>(gpus);
+  return 4.0 * static_cast<double>(largest_layer) +
+         (offload ? 0 : 18 * p / static_cast<double>(gpus));
+}
+/// Megatron-LM theoretical_memory_usage.py: 18 bytes per parameter (no distributed optimizer)
+/// plus activations s b h (34 + 5 a s / h) per layer (no SP, t = 1), 2 s b h with full
+/// recompute, and 4 s b h (1 + V/h) for the output layer and loss (estimators.md §1.1-1.3).
+double megatron(std::int64_t params, const model& m, std::int64_t s, std::int64_t b, bool full) {
+  const double sbh = static_cast<double>(s * b * m.hidden);
+  const double layer =
+      full ? 2 * sbh
+           : sbh * (34 + 5.0 * static_cast<double>(m.heads * s) / static_cast<double>(m.hidden));
+  const double vocab = m.is_encoder() ? 0 : static_cast<double>(m.vocab);
+  return 18.0 * static_cast<double>(params) + layer * static_cast<double>(m.layers) +
+         4 * sbh * (1 + vocab / static_cast<double>(m.hidden));
+}
+/// llm-analysis analysis.py: weights, gradients and optimizer states by dtype (Adam 8 B and a
+/// 4 B master copy below fp32), activations per layer (flash attention by default): attention
+/// (s b h + 4 s b h) B + (2 s b h + 4 a s b) B, MLP s b h B + 2 (f/h) s b h B, two fp32
+/// LayerNorm inputs 8 s b h; full recompute s b h B; plus logits s b V B (estimators.md §4).
+double llm_analysis(std::int64_t params, const model& m, std::int64_t s, std::int64_t b,
+                    std::int64_t bytes_per_value, bool full, bool master) {
+  const double p = static_cast<double>(params), B = static_cast<double>(bytes_per_value);
+  const double sbh = static_cast<double>(s * b * m.hidden);
+  const double f_over_h = static_cast<double>(m.ffn) / static_cast<double>(m.hidden);
+  const double layer = full ? sbh * B
+                            : (sbh + 4 * sbh) * B +
+                                  (2 * sbh + 4.0 * static_cast<double>(m.heads * s * b)) * B +
+                                  sbh * B + 2 * f_over_h * sbh * B + 8 * sbh;
+  const double vocab = m.is_encoder() ? 0 : static_cast<double>(m.vocab);
+  return p * B * 2 + p * (8 + (master ? 4 : 0)) + layer * static_cast<double>(m.layers) +
+         static_cast<double>(s * b) * vocab * B;
+}
+}  // namespace anchors
+
+struct measured_case {
+  std::string source;     ///< measurements.md section and row
+  std::string config;     ///< the configuration in words
+  std::string statistic;  ///< what was measured, in which unit
+  double measured = 0;    ///< bytes
+  double predicted = 0;   ///< vramfit, bytes
+  double megatron = -1, deepspeed = -1, accelerate = -1, llm_analysis = -1;  ///< -1: n/a
+  double bound = 0;  ///< |vramfit's error| must stay below this (fraction)
+  std::string assumptions;
+};
+
+measured_case make_case(std::string source, std::string config, std::string statistic,
+                        double measured, double predicted) {
+  measured_case c;
+  c.source = std::move(source);
+  c.config = std::move(config);
+  c.statistic = std::move(statistic);
+  c.measured = measured;
+  c.predicted = predicted;
+  return c;
+}
+
+double relative_error(double predicted, double measured) {
+  return predicted < 0 ? std::nan("") : (predicted - measured) / measured;
+}
+
+std::string percent(double e) {
+  if (std::isnan(e)) return "n/a";
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.1f %%", 100 * e);
+  return text;
+}
+
+std::string gib(double b) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", b / static_cast<double>(GiB.size));
+  return text;
+}
+
+/// The device bytes a training plan predicts for a statistic: the peak, plus what the statistic
+/// also counts.
+double predict(const training_plan_value& p, const gpu& g) {
+  return static_cast<double>(fit(p, g).required.count);
+}
+
+std::int64_t largest_tensor(const model& m) {
+  std::int64_t n = 0;
+  for (const tensor_group& g : tensors(m))
+    if (g.role == tensor_role::parameter) n = std::max(n, g.elements());
+  return n;
+}
+
+std::vector<measured_case> cases() {
+  std::vector<measured_case> out;
+
+  // B.3: HF "Model training anatomy", bert-large-uncased + 2-label classifier, seq 512, V100
+  // 16 GB, nvidia-smi "used" (MiB) after trainer.train(): the CUDA context measured in the same
+  // doc (1343 MiB), cuBLAS, and the allocator's cache (vramfit's 5 % reserve).
+  model bert = models::bert_large_uncased::value;
+  bert.encoder.classes = 2;
+  const std::int64_t bert_params = parameters(tensors(bert));
+  const runtime_overheads v100_smi{.cuda_context = 1343 * MiB.size};
+  struct ladder_row {
+    const char* name;
+    precision p;
+    optimizer o;
+    std::int64_t micro_batch, accumulate;
+    bool checkpointing;
+    double mib;
+  };
+  const optimizer hf_adamw = adamw<optimizer_options{.impl = optimizer_impl::for_loop}>::value;
+  const ladder_row ladder[] = {
+      {"batch 4", fp32_training::value, hf_adamw, 4, 1, false, 14949},
+      {"batch 1, accumulation 4", fp32_training::value, hf_adamw, 1, 4, false, 8681},
+      {"batch 1, accumulation 4, checkpointing", fp32_training::value, hf_adamw, 1, 4, true, 6775},
+      {"batch 4, fp16 AMP", amp<fp16>::value, hf_adamw, 4, 1, false, 13939},
+      {"batch 1, acc. 4, checkpointing, fp16", amp<fp16>::value, hf_adamw, 1, 4, true, 7275},
+      {"batch 4, Adafactor", fp32_training::value, adafactor<>::value, 4, 1, false, 12295},
+      {"batch 1, acc. 4, ckpt., fp16, Adafactor", amp<fp16>::value, adafactor<>::value, 1, 4, true,
+       4847},
+      {"batch 4, 8-bit Adam", fp32_training::value, adamw_8bit<>::value, 4, 1, false, 13085},
+      {"batch 1, acc. 4, ckpt., fp16, 8-bit Adam", amp<fp16>::value, adamw_8bit<>::value, 1, 4,
+       true, 5363},
+  };
+  for (const ladder_row& r : ladder) {
+    const training_plan_value plan{
+        training{bert, r.p, r.o},
+        activation_options{
+            .micro_batch = r.micro_batch,
+            .sequence = 512,
+            .micro_batches = r.accumulate,
+            .attention = attention_kind::eager,
+            .attention_dropout = true,
+            .hidden_dropout = true,
+            .recompute = r.checkpointing ? recompute_kind::full : recompute_kind::none},
+        v100_smi};
+    measured_case c =
+        make_case("B.3 HF bert-large ladder", std::string("bert-large, ") + r.name,
+                  "nvidia-smi used after train (MiB)", r.mib * static_cast<double>(MiB.size),
+                  predict(plan, gpus::v100_16gb::value));
+    const std::int64_t context = 1343 * MiB.size;  // the anchors leave it out: add it for them
+    const bool fp16 = r.p.compute.payload_bits == 16;
+    c.megatron =
+        anchors::megatron(bert_params, bert, 512, r.micro_batch, r.checkpointing) + context;
+    c.deepspeed = anchors::deepspeed(bert_params, 0, 1, false, false) + context;
+    c.accelerate = anchors::accelerate(bert_params, 4) + context;
+    c.llm_analysis = anchors::llm_analysis(bert_params, bert, 512, r.micro_batch, fp16 ? 2 : 4,
+                                           r.checkpointing, fp16) +
+                     context;
+    c.bound = 0.30;  // recorded: today's worst is 27 % (batch 4, fp16: the cache holds more)
+    c.assumptions =
+        "HF AdamW (for-loop, fp32 states); eager attention; dropout 0.1; 5 % cache reserve";
+    out.push_back(c);
+  }
+
+  // B.5: Raschka's ViT-L/16 (10-class head), 224 px, Adam, torch.cuda.max_memory_reserved() in
+  // decimal GB (no CUDA context). nn.MultiheadAttention with need_weights=False runs SDPA:
+  // flash-style saved tensors.
+  model vit = models::vit_l_16::value;
+  vit.encoder.classes = 10;
+  const std::int64_t vit_params = parameters(tensors(vit));
+  const runtime_overheads reserved{.cuda_context = 0, .nccl_buffers = 0};
+  struct vit_row {
+    const char* name;
+    precision p;
+    optimizer o;
+    std::int64_t batch, accumulate;
+    layout l;
+    bool checkpointing;
+    double gb;
+  };
+  const vit_row vit_rows[] = {
+      {"fp32, batch 64", fp32_training::value, adam<>::value, 64, 1, {}, false, 26.84},
+      {"16-mixed, batch 64", amp<fp16>::value, adam<>::value, 64, 1, {}, false, 18.21},
+      {"bf16-true, batch 64", pure<bf16>::value, adam<>::value, 64, 1, {}, false, 13.82},
+      {"bf16-true, batch 16", pure<bf16>::value, adam<>::value, 16, 1, {}, false, 5.69},
+      {"bf16-true, 4 x 4 accumulation", pure<bf16>::value, adam<>::value, 4, 4, {}, false, 3.91},
+      {"bf16-true, 4 x 4, SGD", pure<bf16>::value, sgd<>::value, 4, 4, {}, false, 2.02},
+      {"FSDP x 4, fp32, checkpointing, batch 64", fp32_training::value, adam<>::value, 64, 1,
+       parallel<fsdp<4>>::value, true, 6.59},
+      {"FSDP x 4 + CPU offload", fp32_training::value, adam<>::value, 64, 1,
+       parallel<fsdp<4>, offload<offload_target::cpu, offload_target::cpu>>::value, true, 6.03},
+  };
+  for (const vit_row& r : vit_rows) {
+    const training_plan_value plan{
+        training{vit, r.p, r.o, full_finetune::value, r.l},
+        activation_options{
+            .micro_batch = r.batch,
+            .sequence = 197,
+            .micro_batches = r.accumulate,
+            .recompute = r.checkpointing ? recompute_kind::full : recompute_kind::none},
+        reserved};
+    measured_case c = make_case("B.5 Raschka ViT-L/16 ladder", std::string("ViT-L/16, ") + r.name,
+                                "max_memory_reserved (decimal GB)", r.gb * 1e9,
+                                predict(plan, gpus::a100_80gb::value));
+    const bool low = r.p.compute.payload_bits == 16;
+    const std::int64_t gpus = r.l.data;
+    c.megatron = anchors::megatron(vit_params / gpus, vit, 197, r.batch, r.checkpointing);
+    c.deepspeed = anchors::deepspeed(vit_params, largest_tensor(vit), gpus, gpus > 1,
+                                     r.l.parameter_offload != offload_target::none);
+    c.accelerate = anchors::accelerate(vit_params, r.p.weights.payload_bits / 8);
+    c.llm_analysis = anchors::llm_analysis(vit_params / gpus, vit, 197, r.batch, low ? 2 : 4,
+                                           r.checkpointing, false);
+    // Recorded bounds: 20 % for one GPU (today's worst 18 %), 50 % for FSDP, which vramfit
+    // under-predicts by 35-45 %: FSDP1's flat parameters and its allocator behaviour are not
+    // modelled.
+    c.bound = gpus > 1 ? 0.50 : 0.20;
+    c.assumptions =
+        "SDPA saved tensors; no dropout; 5 % reserve; the GPU is not stated (A100 assumed)";
+    out.push_back(c);
+  }
+
+  // B.2: torchtune, Llama 3.1 8B on an RTX 4090, batch 2 packed to 2048 tokens, activation
+  // checkpointing, bf16, LoRA/QLoRA rank 8 on q, v, output and the MLP, fused AdamW, chunked
+  // linear cross-entropy; "peak memory per GPU" in GiB (torchtune logs allocated memory).
+  const runtime_overheads allocated{
+      .cuda_context = 0, .cublas_workspace = 0, .nccl_buffers = 0, .fragmentation_percent = 0};
+  const model& llama = models::llama_3_8b::value;
+  const char* targets = "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+  struct tune_row {
+    const char* name;
+    finetuning f;
+    double gib;
+  };
+  const tune_row tune[] = {
+      {"LoRA r=8", lora_finetuning(8, targets), 16.2},
+      {"QLoRA r=8", lora_finetuning(8, targets, {}, nf4_double_quant::value, bf16::value), 7.4},
+  };
+  for (const tune_row& r : tune) {
+    const training_plan_value plan{
+        training{llama, pure<bf16>::value,
+                 adamw<optimizer_options{.impl = optimizer_impl::fused}>::value, r.f},
+        activation_options{.micro_batch = 2,
+                           .sequence = 2048,
+                           .recompute = recompute_kind::full,
+                           .loss = loss_kind::fused_chunked},
+        allocated};
+    measured_case c =
+        make_case("B.2 torchtune README", std::string("Llama 3.1 8B, ") + r.name + ", RTX 4090",
+                  "peak memory per GPU (GiB)", r.gib * static_cast<double>(GiB.size),
+                  predict(plan, gpus::rtx_4090::value));
+    c.accelerate = anchors::accelerate(parameters(tensors(llama)), 2);
+    c.bound = 0.25;
+    c.assumptions = "torch.compile's savings not modelled; statistic taken as allocated";
+    out.push_back(c);
+  }
+
+  // B.8: accelerate's bert-base-cased (BertModel, vocab 28996) loaded on CUDA in fp32: 413.68 MB
+  // (MiB) measured.
+  model bert_cased = models::bert_base_uncased::value;
+  bert_cased.vocab = 28996;
+  const std::int64_t cased_params = parameters(tensors(bert_cased));
+  measured_case load = make_case(
+      "B.8 accelerate estimate-memory", "bert-base-cased loaded in fp32",
+      "memory after loading on CUDA (MiB)", 413.68 * static_cast<double>(MiB.size),
+      static_cast<double>(weight_bytes(bert_cased, {}, plain_weights<fp32>::value).count));
+  load.accelerate = 4.0 * static_cast<double>(cased_params);
+  load.bound = 0.01;
+  load.assumptions = "weights only";
+  out.push_back(load);
+
+  // B.9: the QLoRA paper's Figure 6, LLaMA-65B's 4-bit base model: 37,074 MB (transcribed; the
+  // unit is not stated, MiB assumed).
+  const model llama_65b{.name = "LLaMA-65B",
+                        .hidden = 8192,
+                        .layers = 80,
+                        .heads = 64,
+                        .kv_heads = 64,
+                        .head_dim = 128,
+                        .ffn = 22016,
+                        .vocab = 32000};
+  measured_case base =
+      make_case("B.9 QLoRA paper Fig. 6", "LLaMA-65B, 4-bit base model",
+                "figure label (MB, taken as MiB; transcription unconfirmed)",
+                37074 * static_cast<double>(MiB.size),
+                static_cast<double>(weight_bytes(llama_65b, {}, bnb_4bit<>::value).count));
+  base.accelerate = 0.5 * static_cast<double>(parameters(tensors(llama_65b)));
+  base.bound = 0.15;  // recorded: -11 %; the figure's accounting (and unit) is not known
+  base.assumptions = "NF4 + double quantization, embeddings, norms and head in bf16";
+  out.push_back(base);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool check = argc > 1 && std::string(argv[1]) == "--check";
+  const std::vector<measured_case> all = cases();
+  int failures = 0;
+  report::table t({"source", "configuration", "statistic", "measured", "vramfit", "error",
+                   "Megatron", "DeepSpeed", "accelerate", "llm-analysis", "bound"});
+  std::vector<double> errors[5];
+  for (const measured_case& c : all) {
+    const double e[5] = {
+        relative_error(c.predicted, c.measured), relative_error(c.megatron, c.measured),
+        relative_error(c.deepspeed, c.measured), relative_error(c.accelerate, c.measured),
+        relative_error(c.llm_analysis, c.measured)};
+    for (int i = 0; i < 5; ++i) errors[i].push_back(std::abs(e[i]));
+    t.add({c.source, c.config, c.statistic, gib(c.measured), gib(c.predicted), percent(e[0]),
+           percent(e[1]), percent(e[2]), percent(e[3]), percent(e[4]), percent(c.bound)});
+    if (!(std::abs(e[0]) < c.bound)) {
+      ++failures;
+      std::cerr << "validation: " << c.config << ": error " << percent(e[0]) << " exceeds "
+                << percent(c.bound) << "\n";
+    }
+  }
+  if (check) return failures == 0 ? 0 : 1;
+
+  std::cout
+      << "# Validation\n\n"
+         "Generated by `tests/validation/validation.cpp`; do not edit. Every fully specified\n"
+         "measurement of `../shared/reference/measurements.md`, as a vramfit configuration,\n"
+         "with the statistic the source measured, and the errors of vramfit and of four\n"
+         "estimators on the same work (their formulas re-implemented in that file from\n"
+         "`../shared/reference/estimators.md`; n/a where the tool cannot express the case).\n"
+         "A test fails when vramfit's error grows past the bound recorded for its case.\n\n"
+      << t << "\n| absolute error | vramfit | Megatron | DeepSpeed | accelerate | llm-analysis |\n"
+      << "|---|---:|---:|---:|---:|---:|\n";
+  for (const char* stat : {"median", "max"}) {
+    std::cout << "| " << stat;
+    for (auto& v : errors) {
+      double value = median(v);
+      if (std::string(stat) == "max") {
+        value = 0;
+        for (double x : v)
+          if (!std::isnan(x)) value = std::max(value, x);
+      }
+      std::cout << " | " << (std::isnan(value) ? "n/a" : percent(value).substr(1));
+    }
+    std::cout << " |\n";
+  }
+  std::cout << "\nAssumptions per case:\n\n";
+  for (const measured_case& c : all)
+    std::cout << "- " << c.config << ": " << c.assumptions << ".\n";
+  std::cout
+      << "\nThe ZeRO paper's Table 1, DeepSpeed's T0_3B estimator outputs and Megatron's bytes\n"
+         "per parameter are formulas rather than measurements: the unit tests reproduce them\n"
+         "exactly (`tests/unit/training_test.cpp`). No GPU was available to this project's\n"
+         "sessions so far; `tests/validation/gpu_measure.py` is ready to record peak\n"
+         "allocated and reserved memory on one.\n";
+}
