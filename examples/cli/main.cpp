@@ -584,7 +584,8 @@ void add_train_options(CLI::App& cmd, train_options& o) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+/// The whole tool; main() is a call of it, and the option-parsing fuzzer calls it too.
+int vramfit_cli_main(int argc, char** argv) {
   CLI::App app{
       "vramfit: how much memory each GPU needs to train a large language model, and whether it "
       "fits.\n"
@@ -699,3 +700,9 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+#ifndef VRAMFIT_CLI_NO_MAIN
+int main(int argc, char** argv) {
+  return vramfit_cli_main(argc, argv);
+}
+#endif
