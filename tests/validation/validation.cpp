@@ -131,23 +131,31 @@ std::vector<measured_case> cases() {
     const char* name;
     precision p;
     optimizer o;
+    const char* optimizer_note;
     std::int64_t micro_batch, accumulate;
     bool checkpointing;
     double mib;
   };
   const optimizer hf_adamw = adamw<optimizer_options{.impl = optimizer_impl::for_loop}>::value;
+  const char* const adamw_note = "HF AdamW (for-loop, fp32 states)";
+  const char* const adafactor_note = "Adafactor (factored second moment, no first moment)";
+  const char* const adam8_note = "bitsandbytes 8-bit Adam (int8 states, fp32 absmax per 256)";
   const ladder_row ladder[] = {
-      {"batch 4", fp32_training::value, hf_adamw, 4, 1, false, 14949},
-      {"batch 1, accumulation 4", fp32_training::value, hf_adamw, 1, 4, false, 8681},
-      {"batch 1, accumulation 4, checkpointing", fp32_training::value, hf_adamw, 1, 4, true, 6775},
-      {"batch 4, fp16 AMP", amp<fp16>::value, hf_adamw, 4, 1, false, 13939},
-      {"batch 1, acc. 4, checkpointing, fp16", amp<fp16>::value, hf_adamw, 1, 4, true, 7275},
-      {"batch 4, Adafactor", fp32_training::value, adafactor<>::value, 4, 1, false, 12295},
-      {"batch 1, acc. 4, ckpt., fp16, Adafactor", amp<fp16>::value, adafactor<>::value, 1, 4, true,
-       4847},
-      {"batch 4, 8-bit Adam", fp32_training::value, adamw_8bit<>::value, 4, 1, false, 13085},
-      {"batch 1, acc. 4, ckpt., fp16, 8-bit Adam", amp<fp16>::value, adamw_8bit<>::value, 1, 4,
-       true, 5363},
+      {"batch 4", fp32_training::value, hf_adamw, adamw_note, 4, 1, false, 14949},
+      {"batch 1, accumulation 4", fp32_training::value, hf_adamw, adamw_note, 1, 4, false, 8681},
+      {"batch 1, accumulation 4, checkpointing", fp32_training::value, hf_adamw, adamw_note, 1, 4,
+       true, 6775},
+      {"batch 4, fp16 AMP", amp<fp16>::value, hf_adamw, adamw_note, 4, 1, false, 13939},
+      {"batch 1, acc. 4, checkpointing, fp16", amp<fp16>::value, hf_adamw, adamw_note, 1, 4, true,
+       7275},
+      {"batch 4, Adafactor", fp32_training::value, adafactor<>::value, adafactor_note, 4, 1, false,
+       12295},
+      {"batch 1, acc. 4, ckpt., fp16, Adafactor", amp<fp16>::value, adafactor<>::value,
+       adafactor_note, 1, 4, true, 4847},
+      {"batch 4, 8-bit Adam", fp32_training::value, adamw_8bit<>::value, adam8_note, 4, 1, false,
+       13085},
+      {"batch 1, acc. 4, ckpt., fp16, 8-bit Adam", amp<fp16>::value, adamw_8bit<>::value,
+       adam8_note, 1, 4, true, 5363},
   };
   for (const ladder_row& r : ladder) {
     const training_plan_value plan{
@@ -176,7 +184,7 @@ std::vector<measured_case> cases() {
                      context;
     c.bound = 0.30;  // recorded: today's worst is 27 % (batch 4, fp16: the cache holds more)
     c.assumptions =
-        "HF AdamW (for-loop, fp32 states); eager attention; dropout 0.1; 5 % cache reserve";
+        std::string(r.optimizer_note) + "; eager attention; dropout 0.1; 5 % cache reserve";
     out.push_back(c);
   }
 
