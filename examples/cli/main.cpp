@@ -498,17 +498,26 @@ int run_gpus(const std::string& format) {
   return 0;
 }
 
+/// An option that takes a positive integer, named as such in the error.
+const CLI::Validator positive(
+    [](std::string& value) -> std::string {
+      try {
+        std::size_t used = 0;
+        if (std::stoll(value, &used) > 0 && used == value.size()) return {};
+      } catch (const std::logic_error&) {
+      }
+      return "must be a positive integer, got " + value;
+    },
+    "POSITIVE");
+
+/// The formats of one estimate (train and infer).
+void add_estimate_format(CLI::App& cmd, std::string& format) {
+  cmd.add_option("--format,-f", format, "table, markdown, json or svg")
+      ->check(CLI::IsMember({"table", "markdown", "json", "svg"}))
+      ->capture_default_str();
+}
+
 void add_train_options(CLI::App& cmd, train_options& o) {
-  const CLI::Validator positive(
-      [](std::string& value) -> std::string {
-        try {
-          std::size_t used = 0;
-          if (std::stoll(value, &used) > 0 && used == value.size()) return {};
-        } catch (const std::logic_error&) {
-        }
-        return "must be a positive integer, got " + value;
-      },
-      "POSITIVE");
   cmd.add_option("--model,-m", o.model, "A preset (see `vramfit models`) or a config.json path")
       ->capture_default_str();
   cmd.add_option("--precision", o.precision,
@@ -574,13 +583,43 @@ void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--gpu,-g", o.gpu, "A GPU preset (see `vramfit gpus`)")->capture_default_str();
   cmd.add_flag("--expandable-segments", o.expandable_segments,
                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (smaller fragmentation reserve)");
-  cmd.add_option("--format,-f", o.format, "table, markdown, json or svg")
-      ->check(CLI::IsMember({"table", "markdown", "json", "svg"}))
-      ->capture_default_str();
+  add_estimate_format(cmd, o.format);
   cmd.add_option("--sweep", o.sweep,
                  "Repeat for doubling micro-batch or seq-len: micro-batch or seq-len");
   cmd.add_option("--sweep-max", o.sweep_max, "Last value of the sweep (default: 64 x the first)");
   cmd.add_flag("--check", o.check, "Exit with status 1 when the plan does not fit");
+}
+void add_infer_options(CLI::App& c, infer_options& o) {
+  c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
+  c.add_option("--weights", o.weights,
+               "fp32, bf16, fp16, int8 (bitsandbytes), nf4, gptq, awq, fp8, fp8-per-channel, "
+               "mxfp4 (experts), nvfp4")
+      ->capture_default_str();
+  c.add_option("--kv-dtype", o.kv_dtype,
+               "bf16, fp16, fp32, fp8, int8, int4 (int8/int4 with an fp16 scale per head)")
+      ->capture_default_str();
+  c.add_option("--batch,-b", o.batch, "Sequences")->check(positive)->capture_default_str();
+  c.add_option("--beams", o.beams, "Beams per sequence (each keeps its own cache)")
+      ->check(positive)
+      ->capture_default_str();
+  c.add_option("--context,-c", o.context, "Prompt tokens per sequence")
+      ->check(positive)
+      ->capture_default_str();
+  c.add_option("--generate", o.generate, "Tokens generated per sequence")->capture_default_str();
+  c.add_option("--block", o.block, "Paged KV blocks of this many tokens (vLLM: 16; 0: none)")
+      ->capture_default_str();
+  c.add_option("--prefill-chunk", o.prefill_chunk,
+               "Chunked prefill: tokens per forward (0: whole prompt)")
+      ->capture_default_str();
+  c.add_option("--cuda-graphs", o.cuda_graphs_mib, "MiB of captured CUDA graphs")
+      ->capture_default_str();
+  c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
+  c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
+  c.add_option("--gpu,-g", o.gpu, "A GPU preset")->capture_default_str();
+  c.add_option("--utilization", o.utilization,
+               "Serving budget in vLLM's style: gpu_memory_utilization in percent (e.g. 90)");
+  add_estimate_format(c, o.format);
+  c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
 }
 }  // namespace
 
@@ -612,57 +651,7 @@ int vramfit_cli_main(int argc, char** argv) {
   infer_options infer;
   CLI::App* infer_cmd =
       app.add_subcommand("infer", "Memory per GPU of inference: weights, KV cache, working memory");
-  {
-    const CLI::Validator positive(
-        [](std::string& value) -> std::string {
-          try {
-            std::size_t used = 0;
-            if (std::stoll(value, &used) > 0 && used == value.size()) return {};
-          } catch (const std::logic_error&) {
-          }
-          return "must be a positive integer, got " + value;
-        },
-        "POSITIVE");
-    auto& c = *infer_cmd;
-    c.add_option("--model,-m", infer.model, "A preset or a config.json path")
-        ->capture_default_str();
-    c.add_option("--weights", infer.weights,
-                 "fp32, bf16, fp16, int8 (bitsandbytes), nf4, gptq, awq, fp8, fp8-per-channel, "
-                 "mxfp4 (experts), nvfp4")
-        ->capture_default_str();
-    c.add_option("--kv-dtype", infer.kv_dtype,
-                 "bf16, fp16, fp32, fp8, int8, int4 (int8/int4 with an fp16 scale per head)")
-        ->capture_default_str();
-    c.add_option("--batch,-b", infer.batch, "Sequences")->check(positive)->capture_default_str();
-    c.add_option("--beams", infer.beams, "Beams per sequence (each keeps its own cache)")
-        ->check(positive)
-        ->capture_default_str();
-    c.add_option("--context,-c", infer.context, "Prompt tokens per sequence")
-        ->check(positive)
-        ->capture_default_str();
-    c.add_option("--generate", infer.generate, "Tokens generated per sequence")
-        ->capture_default_str();
-    c.add_option("--block", infer.block, "Paged KV blocks of this many tokens (vLLM: 16; 0: none)")
-        ->capture_default_str();
-    c.add_option("--prefill-chunk", infer.prefill_chunk,
-                 "Chunked prefill: tokens per forward (0: whole prompt)")
-        ->capture_default_str();
-    c.add_option("--cuda-graphs", infer.cuda_graphs_mib, "MiB of captured CUDA graphs")
-        ->capture_default_str();
-    c.add_option("--tp", infer.tp, "Tensor-parallel degree")
-        ->check(positive)
-        ->capture_default_str();
-    c.add_option("--pp", infer.pp, "Pipeline-parallel degree")
-        ->check(positive)
-        ->capture_default_str();
-    c.add_option("--gpu,-g", infer.gpu, "A GPU preset")->capture_default_str();
-    c.add_option("--utilization", infer.utilization,
-                 "Serving budget in vLLM's style: gpu_memory_utilization in percent (e.g. 90)");
-    c.add_option("--format,-f", infer.format, "table, markdown, json or svg")
-        ->check(CLI::IsMember({"table", "markdown", "json", "svg"}))
-        ->capture_default_str();
-    c.add_flag("--check", infer.check, "Exit with status 1 when it does not fit");
-  }
+  add_infer_options(*infer_cmd, infer);
   std::string list_format = "table";
   CLI::App* models_cmd = app.add_subcommand("models", "List the model presets");
   models_cmd->add_option("--format,-f", list_format, "table or json")
