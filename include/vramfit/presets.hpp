@@ -31,25 +31,15 @@ constexpr model gpt2_preset(const char* name, std::int64_t hidden, std::int64_t 
   return m;
 }
 
+/// BERT's encoder has GPT-2's block shapes (GELU MLP of 4 x hidden, LayerNorm, biases, learned
+/// positions, tied head); it adds token types and a pooler.
 constexpr model bert_preset(const char* name, std::int64_t hidden, std::int64_t layers,
                             std::int64_t heads) {
-  model m{.family = family::bert,
-          .hidden = hidden,
-          .layers = layers,
-          .heads = heads,
-          .kv_heads = heads,
-          .head_dim = hidden / heads,
-          .ffn = 4 * hidden,
-          .vocab = 30522,
-          .mlp = mlp_kind::gelu,
-          .norm = norm_kind::layernorm,
-          .bias = bias_kind::all,
-          .tied_embeddings = true,
-          .positions = position_kind::learned,
-          .max_positions = 512,
-          .encoder = {.token_types = 2, .pooler = true},
-          .dropout = true};
-  copy_name(m.name, name);
+  model m = gpt2_preset(name, hidden, layers, heads);
+  m.family = family::bert;
+  m.vocab = 30522;
+  m.max_positions = 512;
+  m.encoder = {.token_types = 2, .pooler = true};
   return m;
 }
 
