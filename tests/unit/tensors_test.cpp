@@ -7,19 +7,10 @@
 #include <vramfit/presets.hpp>
 #include <vramfit/tensors.hpp>
 
-using namespace vramfit;
+#include "tiny_llama.hpp"
 
-namespace {
-// A tiny Llama: hidden 8, 2 layers, 4 heads of 2 with 2 KV heads, FFN 16, vocab 10, untied.
-constexpr model tiny_llama{.name = "tiny-llama",
-                           .hidden = 8,
-                           .layers = 2,
-                           .heads = 4,
-                           .kv_heads = 2,
-                           .head_dim = 2,
-                           .ffn = 16,
-                           .vocab = 10};
-}  // namespace
+using namespace vramfit;
+using vramfit::testing::tiny_llama;
 
 TEST_CASE("a tiny Llama's ledger, tensor by tensor") {
   const tensor_ledger ledger = tensors(tiny_llama);
@@ -29,14 +20,11 @@ TEST_CASE("a tiny Llama's ledger, tensor by tensor") {
     names.push_back(t.name);
     elements[t.name] = t.group->elements();
   });
-  // Per layer: 2 norms (8), q 8x8, k 4x8, v 4x8, o 8x8, gate 16x8, up 16x8, down 8x16.
-  const std::int64_t per_layer = 8 + 8 + 64 + 32 + 32 + 64 + 128 + 128 + 128;  // 592
-  CHECK(layer_parameters(ledger, 0) == per_layer);
-  CHECK(layer_parameters(ledger, 1) == per_layer);
+  CHECK(layer_parameters(ledger, 0) == testing::tiny_llama_layer_parameters);
+  CHECK(layer_parameters(ledger, 1) == testing::tiny_llama_layer_parameters);
   CHECK(layer_parameters(ledger, 2) == 0);
-  // Embedding 10x8, final norm 8, lm_head 10x8.
-  CHECK(parameters(ledger) == 80 + 2 * per_layer + 8 + 80);
-  CHECK(parameter_tensors(ledger) == 1 + 2 * 9 + 1 + 1);
+  CHECK(parameters(ledger) == testing::tiny_llama_parameters);
+  CHECK(parameter_tensors(ledger) == testing::tiny_llama_tensors);
   CHECK(names.size() == 21);
   CHECK(names.front() == "model.embed_tokens.weight");
   CHECK(names.back() == "lm_head.weight");

@@ -7,6 +7,8 @@
 #include <vramfit/presets.hpp>
 #include <vramfit/training.hpp>
 
+#include "tiny_llama.hpp"
+
 using namespace vramfit;
 using namespace vramfit::literals;
 
@@ -347,26 +349,11 @@ TEST_CASE("seed 003: Mixtral-8x7B fine-tuning cases A, B and C") {
   CHECK(entry(c, "weights (frozen)") < 44_GB - trained_states(c));
 }
 
-namespace {
-// A tiny Llama, by hand: embedding [10, 8]; per layer 2 norms [8], q [8, 8], k and v [4, 8],
-// o [8, 8], gate and up [16, 8], down [8, 16]; final norm [8]; head [10, 8].
-constexpr model tiny{.name = "tiny",
-                     .hidden = 8,
-                     .layers = 2,
-                     .heads = 4,
-                     .kv_heads = 2,
-                     .head_dim = 2,
-                     .ffn = 16,
-                     .vocab = 10};
-constexpr std::int64_t tiny_params =
-    80 + 2 * (8 + 8 + 64 + 32 + 32 + 64 + 128 + 128 + 128) + 8 + 80;
-constexpr std::int64_t tiny_tensors = 1 + 2 * 9 + 1 + 1;
-}  // namespace
-
 TEST_CASE("every optimizer's states on a tiny model, to the byte") {
-  static_assert(tiny_params == 1352 && tiny_tensors == 21);
-  const std::int64_t p = tiny_params;
-  const std::int64_t t = tiny_tensors;
+  using testing::tiny_llama;
+  static_assert(testing::tiny_llama_parameters == 1352 && testing::tiny_llama_tensors == 21);
+  const std::int64_t p = testing::tiny_llama_parameters;
+  const std::int64_t t = testing::tiny_llama_tensors;
   // Adafactor: rows + columns per matrix (embedding 10 + 8, head 18, per layer q 16, k 12, v 12,
   // o 16, gate 24, up 24, down 24), a full variance per vector (5 norms x 8).
   const std::int64_t factored = 18 + 18 + 2 * (16 + 12 + 12 + 16 + 24 + 24 + 24) + 5 * 8;
@@ -403,14 +390,14 @@ TEST_CASE("every optimizer's states on a tiny model, to the byte") {
   };
   for (const expected& e : table) {
     CAPTURE(e.opt.name);
-    const memory_ledger l = model_states(training{tiny, fp32_training::value, e.opt});
+    const memory_ledger l = model_states(training{tiny_llama, fp32_training::value, e.opt});
     CHECK(total(l, component::optimizer_states) == bytes{e.device});
     CHECK(total(l, component::optimizer_states, memory_space::host) == bytes{e.host});
   }
   // States follow the updated tensor: bf16 under pure bf16, fp32 on the master copy otherwise.
-  CHECK(total(model_states(training{tiny, pure<bf16>::value, adamw<>::value}),
+  CHECK(total(model_states(training{tiny_llama, pure<bf16>::value, adamw<>::value}),
               component::optimizer_states) == bytes{4 * p});
-  CHECK(total(model_states(training{tiny, mixed<bf16>::value, adamw<>::value}),
+  CHECK(total(model_states(training{tiny_llama, mixed<bf16>::value, adamw<>::value}),
               component::optimizer_states) == bytes{8 * p});
 }
 
