@@ -640,10 +640,14 @@ int vramfit_cli_main(int argc, char** argv) {
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "Search layouts (ZeRO stage, TP, PP, recompute, offload) for the cheapest that fits");
   add_train_options(*plan_cmd, plan);
-  plan_cmd->add_option("--gpus", space.gpus, "GPUs every candidate uses")->capture_default_str();
+  plan_cmd->add_option("--gpus", space.gpus, "GPUs every candidate uses")
+      ->check(positive)
+      ->capture_default_str();
   plan_cmd->add_option("--max-tp", space.max_tp, "Largest tensor-parallel degree to try")
+      ->check(positive)
       ->capture_default_str();
   plan_cmd->add_option("--max-pp", space.max_pp, "Largest pipeline degree to try")
+      ->check(positive)
       ->capture_default_str();
   plan_cmd->add_flag("--no-offload", space.no_offload, "Do not try optimizer offload");
   plan_cmd->add_option("--sharding", space.sharding, "deepspeed (ZeRO) or fsdp")
@@ -666,11 +670,7 @@ int vramfit_cli_main(int argc, char** argv) {
     app.parse(argc, argv);
     if (train_cmd->parsed()) return run_train(train);
     if (infer_cmd->parsed()) return run_infer(infer);
-    if (plan_cmd->parsed()) {
-      if (space.gpus <= 0 || space.max_tp <= 0 || space.max_pp <= 0)
-        detail::raise("--gpus, --max-tp and --max-pp must be positive");
-      return run_plan(plan, space);
-    }
+    if (plan_cmd->parsed()) return run_plan(plan, space);
     if (models_cmd->parsed()) return run_models(list_format);
     if (gpus_cmd->parsed()) return run_gpus(list_format);
   } catch (const CLI::CallForHelp& e) {

@@ -210,6 +210,11 @@ TEST_CASE("plan: the cheapest layout that fits, and why the others were not chos
   CHECK(too_big);
   CHECK(run("plan --model llama-3.1-405b --precision fp32 --gpu l4 --gpus 2 --no-offload --check")
             .status == 1);
-  CHECK(run("plan --gpus 0").status == 2);
+  for (const char* option : {"--gpus", "--max-tp", "--max-pp"}) {
+    const result bad = run(std::string("plan ") + option + " 0");
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find(std::string(option) + ": must be a positive integer, got 0") !=
+          std::string::npos);
+  }
   CHECK(run("plan --sharding megatron").status == 2);
 }
