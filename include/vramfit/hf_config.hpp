@@ -77,7 +77,11 @@ class hf_fields {
   }
 
  private:
-  static bool is_whole(double v) { return v == static_cast<double>(static_cast<std::int64_t>(v)); }
+  // In int64's range first: converting a double outside it is undefined behaviour ([conv.fpint]);
+  // found by the config fuzzer with 1.29e93.
+  static bool is_whole(double v) {
+    return v >= -0x1p63 && v < 0x1p63 && v == static_cast<double>(static_cast<std::int64_t>(v));
+  }
 
   const nlohmann::json& config_;
   std::string model_type_;

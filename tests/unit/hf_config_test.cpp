@@ -62,6 +62,12 @@ TEST_CASE("bad configs are errors that name the field or the rule") {
       "vramfit: model 'odd': attention heads (32) must be a multiple of KV heads (5)");
 
   c = llama_config();
+  c["hidden_size"] = 1.29e93;  // a whole number no int64 holds (the config fuzzer's find)
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    "vramfit: config.json (model_type 'llama'): field 'hidden_size' must be an "
+                    "integer, got 1.29e+93");
+
+  c = llama_config();
   c["num_hidden_layers"] = -2;
   CHECK_THROWS_WITH(model_from_hf_config(c, "neg"),
                     "vramfit: model 'neg': layers must be positive, got -2");
