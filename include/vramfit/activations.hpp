@@ -131,7 +131,7 @@ class block_builder {
     if (m_.norm == norm_kind::layernorm) {
       // aten native_layer_norm: input, mean and rstd (fp32 per row).
       add(name, replicated(width), rho_);
-      if (o_.norm_statistics) add("norm mean and rstd (fp32)", 2 * rows, 32);
+      if (o_.norm_statistics) add("norm mean and rstd (fp32)", checked_mul(2, rows), 32);
     } else {
       // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
       // normalized x in the residual format (saved by the weight multiply).
@@ -342,8 +342,10 @@ constexpr in_flight micro_batches_in_flight(const layout& l, const activation_op
       return {m, 1};
     case pipeline_schedule::interleaved: {
       const std::int64_t v = o.virtual_stages;
-      const std::int64_t chunks = p * (v - 1) + 2 * (p - stage) - 1;
-      return {chunks < m * v ? chunks : m * v, v};
+      using detail::checked_add, detail::checked_mul;
+      const std::int64_t chunks = checked_add(checked_mul(p, v - 1), 2 * (p - stage) - 1);
+      const std::int64_t all = checked_mul(m, v);
+      return {chunks < all ? chunks : all, v};
     }
     case pipeline_schedule::one_f_one_b:
       break;
@@ -372,29 +374,30 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   // is built once.
   const recompute_kind kept_policy =
       o.recompute == recompute_kind::selective ? recompute_kind::selective : recompute_kind::none;
-  bytes per_kind[2][2] = {};  // [moe][full recompute]
-  bool built[2] = {};
+  // Layers [0, dense) of the stage are dense, the rest MoE; layers [0, full) are fully
+  // recomputed: four counts in closed form, whatever the number of layers.
+  const std::int64_t n = range.layers;
+  auto clamp = [n](std::int64_t x) { return x < 0 ? 0 : x > n ? n : x; };
+  const std::int64_t dense = m.is_moe() ? clamp(m.moe.first_dense_layers - range.first_layer) : n;
+  const std::int64_t full =
+      o.recompute != recompute_kind::full ? 0 : o.recompute_layers < 0 ? n : clamp(o.recompute_layers);
+  const std::int64_t dense_full = dense < full ? dense : full;
+  const std::int64_t count[2][2] = {{dense - dense_full, dense_full},           // [moe][full]
+                                    {n - dense - (full - dense_full), full - dense_full}};
   bytes layers{};
   bytes largest_layer{};
-  std::int64_t recomputed = 0;
-  for (std::int64_t i = 0; i < range.layers; ++i) {
-    const int moe = m.is_moe_layer(range.first_layer + i) ? 1 : 0;
-    const bool full =
-        o.recompute == recompute_kind::full && (o.recompute_layers < 0 || i < o.recompute_layers);
-    if (!built[moe]) {
-      built[moe] = true;
-      per_kind[moe][0] = layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy);
-      per_kind[moe][1] =
-          layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::full);
-      const bytes whole =
-          kept_policy == recompute_kind::none
-              ? per_kind[moe][0]
-              : layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::none);
-      if (whole > largest_layer) largest_layer = whole;
-    }
-    recomputed += full ? 1 : 0;
-    layers += per_kind[moe][full ? 1 : 0];
+  for (const int moe : {0, 1}) {
+    if (count[moe][0] + count[moe][1] == 0) continue;
+    const bytes kept = layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy);
+    const bytes input = layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::full);
+    layers += kept * count[moe][0] + input * count[moe][1];
+    const bytes whole = kept_policy == recompute_kind::none
+                            ? kept
+                            : layer_activation_bytes(m, t.precision, o, l, moe == 1,
+                                                     recompute_kind::none);
+    if (whole > largest_layer) largest_layer = whole;
   }
+  const std::int64_t recomputed = full;
 
   memory_ledger ledger{};
   const auto space = o.offload ? memory_space::host : memory_space::device;
@@ -420,7 +423,8 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     // Hugging Face computes cos and sin once per forward ([b, s, rotary dim]) and every layer's
     // rotary multiply saves them.
     const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
-    embedding += bytes_for_bits(detail::checked_mul(2 * tokens * rotary, beta));
+    embedding += bytes_for_bits(
+        detail::checked_mul(detail::checked_mul(2 * rotary, tokens), beta));
   }
   bytes loss_gradient{};
   if (range.last) {
@@ -428,7 +432,8 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     final_norm.norm("final norm input", m.hidden);
     for (const saved_tensor& s : final_norm.result()) head += s.size;
     if (m.is_encoder()) {
-      head += bytes_for_bits(detail::checked_mul(2 * o.micro_batch * m.hidden, beta));
+      head += bytes_for_bits(
+          detail::checked_mul(detail::checked_mul(2 * m.hidden, o.micro_batch), beta));
     } else {
       const std::int64_t vocab = detail::ceil_div(m.vocab, l.tensor);
       const std::int64_t logits = detail::checked_mul(tokens, vocab);

@@ -3,10 +3,12 @@
 // format the frozen base is kept (QLoRA's NF4).
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "detail/name.hpp"
 #include "dtype.hpp"
@@ -260,6 +262,67 @@ constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
 constexpr std::int64_t lora_elements(const finetuning& f, const tensor_group& g) {
   if (f.kind != finetune_kind::lora || !detail::is_lora_target(g, f.lora.targets)) return 0;
   return detail::checked_mul(f.lora.rank, detail::checked_add(g.shape[0], g.shape[1]));
+}
+
+namespace detail {
+namespace rules {
+/// The module names of the rank-2 parameter weights ("q_proj, k_proj, ..."), for messages.
+inline std::string linear_modules(const tensor_ledger& tensors) {
+  std::vector<std::string> names;
+  for (const tensor_group& g : tensors) {
+    std::string name = g.name.str();
+    if (g.role != tensor_role::parameter || g.rank != 2 || !name.ends_with(".weight")) continue;
+    name.resize(name.size() - 7);
+    name.erase(0, name.rfind('.') + 1);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+  return list;
+}
+[[noreturn]] inline void lora_targets_match_no_weight(const char* target, const char* model,
+                                                     const tensor_ledger& tensors) {
+  raise(std::string("LoRA target '") + target + "' matches no weight of model '" + model +
+        "'; its linear modules: " + linear_modules(tensors) + ", or all-linear");
+}
+[[noreturn]] inline void trainable_selection_matches_no_tensor(std::size_t selection,
+                                                               const model& m) {
+  raise("trainable selection " + str(static_cast<std::int64_t>(selection) + 1) +
+        " matches no tensor of model '" + m.name + "': its layers are 0-" + str(m.layers - 1) +
+        (m.is_moe() ? ", its experts 0-" + str(m.moe.routed_experts - 1) : std::string()) +
+        ", and the kinds must be among the model's tensors");
+}
+}  // namespace rules
+}  // namespace detail
+
+/// Checks that every LoRA target names a weight of the model and every trainable selection
+/// selects at least one tensor: a misspelt module or a layer range past the model would
+/// otherwise train nothing without a word.
+constexpr void check_finetuning(const finetuning& f, const model& m, const tensor_ledger& tensors) {
+  if (f.kind == finetune_kind::lora) {
+    const char* targets = f.lora.targets;
+    for (std::size_t at = 0; targets[at] != '\0';) {
+      char target[sizeof f.lora.targets] = {};
+      std::size_t length = 0;
+      for (; targets[at + length] != '\0' && targets[at + length] != ','; ++length)
+        target[length] = targets[at + length];
+      bool found = false;
+      for (const tensor_group& g : tensors) found = found || detail::is_lora_target(g, target);
+      if (!found) detail::rules::lora_targets_match_no_weight(target, m.name, tensors);
+      at += length + (targets[at + length] == ',' ? 1 : 0);
+    }
+  }
+  if (f.kind == finetune_kind::partial) {
+    for (std::size_t i = 0; i < f.trainable.size(); ++i) {
+      std::int64_t selected = 0;
+      for (const tensor_group& g : tensors) {
+        if (g.role != tensor_role::parameter) continue;
+        const detail::tensor_block b = detail::selected_block(g, detail::block_of(g), f.trainable[i]);
+        selected += b.layer_count > 0 && b.expert_count > 0 ? 1 : 0;
+      }
+      if (selected == 0) detail::rules::trainable_selection_matches_no_tensor(i, m);
+    }
+  }
 }
 
 }  // namespace vramfit

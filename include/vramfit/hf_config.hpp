@@ -3,6 +3,7 @@
 // vramfit::hf_config); not part of the umbrella header, which depends on Boost only.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,10 +11,64 @@
 #include <string>
 #include <string_view>
 
+#include "detail/name.hpp"
 #include "model.hpp"
 
 namespace vramfit {
+
+/// The largest config.json read, and its deepest nesting: real ones are a few KiB (a ViT's with
+/// its 1,000 labels 30 KiB) and 3 levels deep.
+inline constexpr std::size_t max_config_bytes = std::size_t{16} << 20;
+inline constexpr int max_config_depth = 64;
+
 namespace detail {
+
+/// A JSON value as an error message shows it: a scalar as written (a string cut to 40 bytes at a
+/// character boundary), a container by its kind and size, never the whole of it.
+inline std::string shown(const nlohmann::json& value) {
+  if (value.is_array()) return "an array of " + std::to_string(value.size());
+  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " fields";
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    char cut[41];
+    copy_name(cut, text.c_str());
+    std::string quoted(1, '"');
+    quoted.append(cut).append(text.size() > 40 ? "...\"" : "\"");
+    return quoted;
+  }
+  return value.dump();
+}
+
+/// Parses config.json text, refusing more than max_config_bytes or max_config_depth before the
+/// parser sees it (writing a value back recurses on nesting: 100,000 brackets overflowed the
+/// stack).
+inline nlohmann::json parse_config(std::string_view text, const std::string& what) {
+  if (text.size() > max_config_bytes)
+    raise(what + " is larger than " + std::to_string(max_config_bytes >> 20) +
+          " MiB: not a config.json");
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if ((c == '[' || c == '{') && ++depth > max_config_depth) {
+      raise(what + " nests deeper than " + std::to_string(max_config_depth) +
+            " levels: not a config.json");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
+  if (config.is_discarded()) raise(what + " is not valid JSON");
+  return config;
+}
 
 /// Reads fields of one config.json with messages that name the field and the model_type.
 class hf_fields {
@@ -28,7 +83,10 @@ class hf_fields {
       const auto it = config_.find(name);
       if (it == config_.end() || it->is_null()) continue;
       if (!it->is_number_integer() && !(it->is_number_float() && is_whole(it->get<double>())))
-        fail(std::string("field '") + name + "' must be an integer, got " + it->dump());
+        fail(std::string("field '") + name + "' must be an integer, got " + shown(*it));
+      if (it->is_number_unsigned() && it->get<std::uint64_t>() > 0x7fff'ffff'ffff'ffffu)
+        fail(std::string("field '") + name + "' must be at most 9223372036854775807, got " +
+             it->dump());
       return it->is_number_integer() ? it->get<std::int64_t>()
                                      : static_cast<std::int64_t>(it->get<double>());
     }
@@ -49,7 +107,7 @@ class hf_fields {
     const auto it = config_.find(name);
     if (it == config_.end() || it->is_null()) return fallback;
     if (!it->is_boolean())
-      fail(std::string("field '") + name + "' must be true or false, got " + it->dump());
+      fail(std::string("field '") + name + "' must be true or false, got " + shown(*it));
     return it->get<bool>();
   }
 
@@ -57,7 +115,7 @@ class hf_fields {
     const auto it = config_.find(name);
     if (it == config_.end() || it->is_null()) return fallback;
     if (!it->is_string())
-      fail(std::string("field '") + name + "' must be a string, got " + it->dump());
+      fail(std::string("field '") + name + "' must be a string, got " + shown(*it));
     return it->get<std::string>();
   }
 
@@ -206,8 +264,12 @@ inline model read_bert(const hf_fields& f) {
   // A sequence-classification checkpoint (architectures: BertForSequenceClassification) has a
   // classifier over its labels.
   const auto architectures = f.json().find("architectures");
+  auto classifier = [](const nlohmann::json& name) {
+    return name.is_string() && name.get_ref<const std::string&>().find(
+                                   "ForSequenceClassification") != std::string::npos;
+  };
   if (architectures != f.json().end() && architectures->is_array() &&
-      architectures->dump().find("ForSequenceClassification") != std::string::npos) {
+      std::any_of(architectures->begin(), architectures->end(), classifier)) {
     const auto labels = f.json().find("id2label");
     m.encoder.classes = labels != f.json().end() && labels->is_object()
                             ? static_cast<std::int64_t>(labels->size())
@@ -289,10 +351,22 @@ inline model model_from_hf_config(const nlohmann::json& config, std::string_view
 /// A model from a config.json file. Throws vramfit::error when the file cannot be read, is not
 /// valid JSON, or does not describe a supported model.
 inline model load_hf_config(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) detail::raise("cannot read '" + path.string() + "'");
-  const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
-  if (config.is_discarded()) detail::raise("'" + path.string() + "' is not valid JSON");
+  std::string what(1, '\'');  // built by appends: g++ 12 warns wrongly on "'" + string
+  what.append(path.string()).append(1, '\'');
+  // A regular file only: a named pipe would block, a directory cannot be read.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    detail::raise(what + (std::filesystem::exists(path, ec) ? " is not a regular file"
+                                                            : " does not exist"));
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_config_bytes)
+    detail::raise(what + " is larger than " + std::to_string(max_config_bytes >> 20) +
+                  " MiB: not a config.json");
+  std::ifstream in(path, std::ios::binary);
+  std::string text(ec ? 0 : static_cast<std::size_t>(size), '\0');
+  if (!in || !in.read(text.data(), static_cast<std::streamsize>(text.size())))
+    detail::raise("cannot read " + what);
+  const nlohmann::json config = detail::parse_config(text, what);
   // ".../Llama-3-8B/config.json" is named after its folder, "llama-3-8b.json" after itself.
   std::string name = path.stem().string();
   if (name == "config" && path.has_parent_path()) name = path.parent_path().filename().string();

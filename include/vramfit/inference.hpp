@@ -139,6 +139,9 @@ namespace detail::rules {
         " cannot hold a growing cache: use a plain format (bf16, fp16, fp8) or one with "
         "scales along head_dim (group_quantized)");
 }
+[[noreturn]] inline void gpu_memory_utilization_must_be_1_to_100_percent(std::int64_t percent) {
+  raise("GPU memory utilization must be 1 to 100 percent, got " + str(percent));
+}
 [[noreturn]] inline void kv_block_must_not_be_negative(std::int64_t block) {
   raise("the KV block size must not be negative, got " + str(block));
 }
@@ -150,7 +153,7 @@ constexpr void check(const request_shape& r, const kv_cache_config& kv) {
   if (r.beams <= 0) rules::request_size_must_be_positive("beams", r.beams);
   if (r.prompt < 0) rules::request_size_must_not_be_negative("prompt length", r.prompt);
   if (r.generated < 0) rules::request_size_must_not_be_negative("generated tokens", r.generated);
-  if (r.prompt + r.generated <= 0)
+  if (checked_add(r.prompt, r.generated) <= 0)
     rules::request_size_must_be_positive("context", r.prompt + r.generated);
   if (r.prefill_chunk < 0)
     rules::request_size_must_not_be_negative("prefill chunk", r.prefill_chunk);
@@ -162,9 +165,12 @@ constexpr void check(const request_shape& r, const kv_cache_config& kv) {
     rules::kv_format_must_be_plain_or_scaled_per_head(kv.format.name);
 }
 
-/// Whether layer `layer` attends through a sliding window.
-constexpr bool sliding(const model& m, std::int64_t layer) {
-  return m.sliding_window > 0 && layer % m.sliding_window_period == 0;
+/// How many of layers [first, first + count) attend through a sliding window: every
+/// period-th layer from layer 0, the multiples of the period in the range.
+constexpr std::int64_t sliding_layers(const model& m, std::int64_t first, std::int64_t count) {
+  if (m.sliding_window <= 0) return 0;
+  const std::int64_t period = m.sliding_window_period;
+  return ceil_div(first + count, period) - ceil_div(first, period);
 }
 }  // namespace detail
 
@@ -190,15 +196,18 @@ constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_c
                                const request_shape& r, std::int64_t stage = 0) {
   detail::check(r, kv);
   const std::int64_t context = r.prompt + r.generated;
-  const std::int64_t first = l.first_layer_of_stage(m.layers, stage);
   const std::int64_t layers = l.layers_of_stage(m.layers, stage);
-  bytes per_sequence{};
-  for (std::int64_t layer = first; layer < first + layers; ++layer) {
-    std::int64_t tokens =
-        detail::sliding(m, layer) && m.sliding_window < context ? m.sliding_window : context;
-    if (kv.block_tokens > 0) tokens = detail::ceil_div(tokens, kv.block_tokens) * kv.block_tokens;
-    per_sequence += kv_bytes_per_token_layer(m, kv, l.tensor) * tokens;
-  }
+  const std::int64_t windowed =
+      m.sliding_window < context
+          ? detail::sliding_layers(m, l.first_layer_of_stage(m.layers, stage), layers)
+          : 0;
+  auto kept = [&kv](std::int64_t tokens) {  // whole paged blocks
+    if (kv.block_tokens == 0) return tokens;
+    return detail::checked_mul(detail::ceil_div(tokens, kv.block_tokens), kv.block_tokens);
+  };
+  const bytes per_token = kv_bytes_per_token_layer(m, kv, l.tensor);
+  const bytes per_sequence = per_token * kept(context) * (layers - windowed) +
+                             per_token * kept(m.sliding_window) * windowed;
   return per_sequence * detail::checked_mul(r.batch, r.beams);
 }
 
@@ -223,7 +232,8 @@ constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layou
     std::int64_t copies = g.layer_count > 0
                               ? detail::overlap(g.first_layer, g.layer_count, first, count)
                               : ((i < first_layer_group ? first_stage : last_stage) ? 1 : 0);
-    if (g.kind == tensor_kind::expert) copies *= m.moe.routed_experts / l.expert;
+    if (g.kind == tensor_kind::expert)
+      copies = detail::checked_mul(copies, m.moe.routed_experts / l.expert);
     if (copies == 0) continue;
     const detail::local_shape s = detail::tp_local_shape(g, m, l.tensor);
     if (g.role == tensor_role::state) {
@@ -252,6 +262,7 @@ constexpr bytes inference_working_bytes(const model& m, const layout& l, const r
       r.prefill_chunk > 0 && r.prefill_chunk < r.prompt ? r.prefill_chunk : r.prompt;
   const std::int64_t tokens =
       detail::checked_mul(detail::checked_mul(r.batch, r.beams), chunk > 0 ? chunk : 1);
+  // Sizes within the model's bounds (model.hpp): their products fit.
   const std::int64_t width = (m.is_moe() ? m.moe.expert_ffn * m.moe.top_k : m.ffn) / l.tensor;
   const std::int64_t gated = m.mlp == mlp_kind::gelu ? 2 : 3;  // gate, up, product alive at once
   // The residual stream, the normed input and the MLP's intermediates (flash attention: no
@@ -303,6 +314,8 @@ constexpr serving_budget serve(const model& m, const layout& l, const weight_lay
                                const kv_cache_config& kv, const request_shape& r, const gpu& g,
                                std::int64_t utilization_percent = 90,
                                const runtime_overheads& o = {}) {
+  if (utilization_percent < 1 || utilization_percent > 100)
+    detail::rules::gpu_memory_utilization_must_be_1_to_100_percent(utilization_percent);
   serving_budget b{};
   // floor(capacity x utilization / 100) without overflowing.
   b.requested = bytes{g.capacity.count / 100 * utilization_percent +
@@ -320,27 +333,30 @@ constexpr serving_budget serve(const model& m, const layout& l, const weight_lay
   const std::int64_t block = kv.block_tokens > 0 ? kv.block_tokens : 1;
   const bytes per_block = kv_bytes_per_token(m, kv, l.tensor) * block;
   b.kv_tokens = b.kv_pool.count / per_block.count * block;
-  const std::int64_t context = r.prompt + r.generated;
-  const std::int64_t per_sequence = detail::ceil_div(context, block) * block;
+  const std::int64_t context = detail::checked_add(r.prompt, r.generated);
+  const std::int64_t per_sequence = detail::checked_mul(detail::ceil_div(context, block), block);
   b.sequences = b.kv_tokens / per_sequence;
   return b;
 }
 
 // --- Solvers: the largest batch, the longest context, the smallest tensor-parallel degree. ---
 
+/// The pipeline stage whose GPUs need the most, with its ledger, runtime overheads included.
+constexpr stage_states most_loaded_gpu(const model& m, const layout& l, const weight_layout& w,
+                                       const kv_cache_config& kv, const request_shape& r,
+                                       const gpu& g, const runtime_overheads& o = {}) {
+  return most_loaded(l, m, edges_of(tensors(m)), [&](std::int64_t s) {
+    memory_ledger ledger = inference_memory(m, l, w, kv, r, s);
+    append(ledger, overheads(o, g, peak(ledger), l.world()));
+    return ledger;
+  });
+}
+
 namespace detail {
 constexpr bytes inference_peak(const model& m, const layout& l, const weight_layout& w,
                                const kv_cache_config& kv, const request_shape& r, const gpu& g,
                                const runtime_overheads& o) {
-  bytes worst{};
-  for (std::int64_t s = 0; s < l.pipeline; ++s) {
-    const memory_ledger ledger = inference_memory(m, l, w, kv, r, s);
-    const bytes tensors_peak = peak(ledger);
-    const bytes with_overheads =
-        tensors_peak + total(overheads(o, g, tensors_peak, l.world()), component::overhead);
-    if (with_overheads > worst) worst = with_overheads;
-  }
-  return worst;
+  return peak(most_loaded_gpu(m, l, w, kv, r, g, o).ledger);
 }
 
 }  // namespace detail
@@ -386,9 +402,9 @@ constexpr std::int64_t min_tensor_parallel(const model& m, const weight_layout& 
     const bool divides = m.heads % tp == 0 &&
                          (m.is_mla() || m.kv_heads % tp == 0 || tp % m.kv_heads == 0) &&
                          (!dense || m.ffn % tp == 0) && (!m.is_moe() || m.moe.expert_ffn % tp == 0);
-    if (!divides) continue;
-    const layout l{.tensor = tp};
-    if (inference_required(m, l, w, kv, r, g, o) <= g.capacity) return tp;
+    if (divides && inference_required(m, layout{.tensor = tp}, w, kv, r, g, o) <= g.capacity)
+      return tp;
+    if (tp > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }
   return 0;
 }

@@ -163,6 +163,10 @@ inline std::string in_model(const model& m) {
   raise(in_model(m) + "first dense layers (" + str(dense) + ") must not exceed the layers (" +
         str(layers) + ")");
 }
+[[noreturn]] inline void model_size_must_not_exceed_its_bound(const model& m, const char* field,
+                                                         std::int64_t value, std::int64_t bound) {
+  raise(in_model(m) + field + " must be at most " + str(bound) + ", got " + str(value));
+}
 [[noreturn]] inline void model_count_must_not_be_negative(const model& m, const char* field,
                                                           std::int64_t value) {
   raise(in_model(m) + field + " must not be negative, got " + str(value));
@@ -187,31 +191,55 @@ inline std::string in_model(const model& m) {
 }
 }  // namespace detail::rules
 
+/// Upper bounds on a model's sizes. They admit every real model with a wide margin (the largest
+/// published: hidden 18,432, FFN 53,248, vocabulary 262,144, 256 experts, 128 heads, 126 layers,
+/// 10M-token contexts) and keep every product of two or three sizes that a formula forms (a
+/// weight's rows x columns, heads x head_dim, patches x channels) far below 2^63; longer
+/// products (x layers, x experts, x tokens) are checked where they are formed.
+namespace bounds {
+inline constexpr std::int64_t width = std::int64_t{1} << 24;   ///< hidden, FFN, vocab, dims: 16,777,216
+inline constexpr std::int64_t layers = std::int64_t{1} << 24;  ///< 16,777,216
+inline constexpr std::int64_t heads = std::int64_t{1} << 16;   ///< heads, KV heads, experts: 65,536
+inline constexpr std::int64_t image = std::int64_t{1} << 20;   ///< image side in pixels
+inline constexpr std::int64_t positions = std::int64_t{1} << 30;  ///< learned positions, windows
+/// Sliding windows every period-th layer: pipeline stages are compared per residue of the period.
+inline constexpr std::int64_t sliding_window_period = 64;
+}  // namespace bounds
+
 /// Checks every validity rule and returns the model; the first broken rule is an error.
 constexpr const model& validated(const model& m) {
   using namespace detail::rules;
-  auto positive = [&m](const char* field, std::int64_t value) {
-    if (value <= 0) model_size_must_be_positive(m, field, value);
+  auto at_most = [&m](const char* field, std::int64_t value, std::int64_t bound) {
+    if (value > bound) model_size_must_not_exceed_its_bound(m, field, value, bound);
   };
-  auto non_negative = [&m](const char* field, std::int64_t value) {
+  auto positive = [&m, &at_most](const char* field, std::int64_t value,
+                                 std::int64_t bound = bounds::width) {
+    if (value <= 0) model_size_must_be_positive(m, field, value);
+    at_most(field, value, bound);
+  };
+  auto non_negative = [&m, &at_most](const char* field, std::int64_t value,
+                                     std::int64_t bound = bounds::width) {
     if (value < 0) model_count_must_not_be_negative(m, field, value);
+    at_most(field, value, bound);
   };
   positive("hidden size", m.hidden);
-  positive("layers", m.layers);
-  positive("attention heads", m.heads);
-  positive("KV heads", m.kv_heads);
+  positive("layers", m.layers, bounds::layers);
+  positive("attention heads", m.heads, bounds::heads);
+  positive("KV heads", m.kv_heads, bounds::heads);
   positive("head_dim", m.head_dim);
   // Dense layers need an FFN width; in an all-MoE model only the experts' width matters.
   if (!m.is_moe() || m.moe.first_dense_layers > 0) positive("FFN size", m.ffn);
+  non_negative("FFN size", m.ffn);
   if (m.family != family::vit) positive("vocabulary size", m.vocab);
+  non_negative("vocabulary size", m.vocab);
   if (m.heads % m.kv_heads != 0)
     attention_heads_must_be_a_multiple_of_kv_heads(m, m.heads, m.kv_heads);
   if (m.norms_per_layer < 1 || m.norms_per_layer > 4)
     norms_per_layer_must_be_1_to_4(m, m.norms_per_layer);
   if (m.positions == position_kind::learned)
-    positive("max positions of learned positions", m.max_positions);
-  non_negative("sliding window", m.sliding_window);
-  positive("sliding-window period", m.sliding_window_period);
+    positive("max positions of learned positions", m.max_positions, bounds::positions);
+  non_negative("sliding window", m.sliding_window, bounds::positions);
+  positive("sliding-window period", m.sliding_window_period, bounds::sliding_window_period);
 
   const bool fused_classic = m.family == family::gpt2 || m.family == family::falcon ||
                              m.family == family::bert || m.family == family::vit;
@@ -225,9 +253,12 @@ constexpr const model& validated(const model& m) {
   if (m.family != family::falcon && m.parallel_block)
     family_has_a_fixed_layout(m, "sequential attention and MLP (parallel blocks are Falcon's)");
 
-  non_negative("routed experts", m.moe.routed_experts);
-  non_negative("shared experts", m.moe.shared_experts);
-  non_negative("first dense layers", m.moe.first_dense_layers);
+  non_negative("routed experts", m.moe.routed_experts, bounds::heads);
+  non_negative("shared experts", m.moe.shared_experts, bounds::heads);
+  non_negative("first dense layers", m.moe.first_dense_layers, bounds::layers);
+  non_negative("expert FFN size", m.moe.expert_ffn);
+  non_negative("q LoRA rank", m.mla.q_lora_rank);
+  non_negative("KV LoRA rank", m.mla.kv_lora_rank);
   if (m.is_moe()) {
     if (m.moe.top_k < 1 || m.moe.top_k > m.moe.routed_experts)
       top_k_must_be_between_1_and_routed_experts(m, m.moe.top_k, m.moe.routed_experts);
@@ -236,16 +267,17 @@ constexpr const model& validated(const model& m) {
       dense_layers_must_not_exceed_layers(m, m.moe.first_dense_layers, m.layers);
   }
   if (m.is_mla()) {
-    non_negative("q LoRA rank", m.mla.q_lora_rank);
     positive("MLA qk_nope_head_dim", m.mla.qk_nope_head_dim);
     positive("MLA qk_rope_head_dim", m.mla.qk_rope_head_dim);
     positive("MLA v_head_dim", m.mla.v_head_dim);
   }
+  non_negative("token types", m.encoder.token_types);
+  non_negative("classes", m.encoder.classes);
   if (m.family == family::bert) positive("token types", m.encoder.token_types);
   if (m.family == family::vit) {
-    positive("image size", m.encoder.image_size);
-    positive("patch size", m.encoder.patch_size);
-    positive("image channels", m.encoder.channels);
+    positive("image size", m.encoder.image_size, bounds::image);
+    positive("patch size", m.encoder.patch_size, bounds::image);
+    positive("image channels", m.encoder.channels, bounds::heads);
     positive("classes", m.encoder.classes);
     if (m.encoder.image_size % m.encoder.patch_size != 0)
       image_size_must_be_a_multiple_of_patch_size(m, m.encoder.image_size, m.encoder.patch_size);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "detail/checked.hpp"
 #include "detail/static_vector.hpp"
 #include "model.hpp"
 
@@ -31,6 +32,13 @@ enum class shard_implementation : unsigned char {
 
 enum class offload_target : unsigned char { none, cpu, nvme };
 
+/// The most pipeline stages whose layers a layout can list one by one (layout::stage_layers);
+/// even stages have no such limit.
+inline constexpr std::size_t max_listed_stages = 64;
+
+/// The most GPUs a layout may span: data x tensor x pipeline x context.
+inline constexpr std::int64_t max_world_size = std::int64_t{1} << 24;  // 16,777,216
+
 /// A structural description of the parallel layout. World size = data x tensor x pipeline x
 /// context; experts are spread over `expert` ranks within data x context.
 struct layout {
@@ -44,7 +52,7 @@ struct layout {
   shard_implementation implementation = shard_implementation::paper;
   std::int64_t shard_group = 0;  ///< hybrid sharding: shard within groups of this size (0: all)
   /// Layers per pipeline stage, first to last; empty: as even as possible, earlier stages first.
-  detail::static_vector<std::int64_t, 64> stage_layers{};
+  detail::static_vector<std::int64_t, max_listed_stages> stage_layers{};
   offload_target optimizer_offload = offload_target::none;  ///< master, states, grad partitions
   offload_target parameter_offload = offload_target::none;  ///< ZeRO-3 weight partitions
   // Communication buffers (defaults are the frameworks' defaults).
@@ -54,7 +62,10 @@ struct layout {
   std::int64_t zero3_prefetch_bucket_elements = 50'000'000;  ///< stage3_prefetch_bucket_size
   bool fsdp_prefetch = true;  ///< FSDP backward/forward prefetch: the next unit is gathered early
 
-  [[nodiscard]] constexpr std::int64_t world() const { return data * tensor * pipeline * context; }
+  [[nodiscard]] constexpr std::int64_t world() const {
+    using detail::checked_mul;
+    return checked_mul(checked_mul(data, tensor), checked_mul(pipeline, context));
+  }
   /// Ranks one shard of the model states is divided over.
   [[nodiscard]] constexpr std::int64_t shard_degree() const {
     return shard_group > 0 ? shard_group : data;
@@ -67,8 +78,14 @@ struct layout {
   }
   [[nodiscard]] constexpr std::int64_t first_layer_of_stage(std::int64_t layers,
                                                             std::int64_t stage) const {
+    if (stage_layers.empty()) {  // stages [0, r) hold one layer more than the rest
+      const std::int64_t r = layers % pipeline;
+      return detail::checked_add(detail::checked_mul(stage, layers / pipeline),
+                                 stage < r ? stage : r);
+    }
     std::int64_t first = 0;
-    for (std::int64_t s = 0; s < stage; ++s) first += layers_of_stage(layers, s);
+    for (std::int64_t s = 0; s < stage; ++s)
+      first = detail::checked_add(first, stage_layers[static_cast<std::size_t>(s)]);
     return first;
   }
 };
@@ -95,7 +112,8 @@ namespace detail::rules {
   raise("pipeline parallel degree " + str(pp) + " exceeds the layers (" + str(layers) + ")");
 }
 [[noreturn]] inline void stage_layers_must_sum_to_layers(std::int64_t sum, std::int64_t layers) {
-  raise("the pipeline stages' layers sum to " + str(sum) + ", the model has " + str(layers));
+  raise("the pipeline stages' layers sum to " +
+        (sum < 0 ? "more than the model's " + str(layers) : str(sum) + ", the model has " + str(layers)));
 }
 [[noreturn]] inline void stage_layers_must_match_pipeline_degree(std::int64_t stages,
                                                                  std::int64_t pp) {
@@ -125,6 +143,11 @@ namespace detail::rules {
 [[noreturn]] inline void parameter_offload_needs_zero3() {
   raise("offloading parameters needs ZeRO-3 (or FSDP full sharding)");
 }
+[[noreturn]] inline void world_size_must_not_exceed_the_limit(std::int64_t gpus_so_far,
+                                                              std::int64_t limit) {
+  raise("the layout spans more than " + str(limit) +
+        " GPUs (data x tensor x pipeline x context reaches " + str(gpus_so_far) + ")");
+}
 [[noreturn]] inline void shard_group_must_divide_data_parallel(std::int64_t group,
                                                                std::int64_t dp) {
   raise("the shard group (" + str(group) + ") must divide the data parallel degree (" + str(dp) +
@@ -139,6 +162,7 @@ namespace detail::rules {
 enum class layout_rule : unsigned char {
   none,
   parallel_degree_must_be_positive,
+  world_size_must_not_exceed_the_limit,
   shard_group_must_divide_data_parallel,
   sequence_parallel_needs_tensor_parallel,
   tensor_parallel_must_divide_attention_heads,
@@ -170,6 +194,12 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
   const char* names[] = {"data", "tensor", "pipeline", "context", "expert"};
   for (int i = 0; i < 5; ++i)
     if (degrees[i] <= 0) return {parallel_degree_must_be_positive, degrees[i], 0, names[i]};
+  std::int64_t world = 1;
+  for (int i = 0; i < 4; ++i) {  // each factor is positive, so the product stays below 2^48
+    if (degrees[i] > max_world_size) return {world_size_must_not_exceed_the_limit, degrees[i]};
+    world *= degrees[i];
+    if (world > max_world_size) return {world_size_must_not_exceed_the_limit, world};
+  }
   if (l.shard_group > 0 && l.data % l.shard_group != 0)
     return {shard_group_must_divide_data_parallel, l.shard_group, l.data};
   if (l.sequence && l.tensor == 1) return {sequence_parallel_needs_tensor_parallel};
@@ -190,8 +220,11 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
     if (stages != l.pipeline) return {stage_layers_must_match_pipeline_degree, stages, l.pipeline};
     std::int64_t sum = 0;
     for (std::int64_t s = 0; s < l.pipeline; ++s) {
-      if (l.stage_layers[static_cast<std::size_t>(s)] <= 0) return {every_stage_needs_a_layer, s};
-      sum += l.stage_layers[static_cast<std::size_t>(s)];
+      const std::int64_t layers = l.stage_layers[static_cast<std::size_t>(s)];
+      if (layers <= 0) return {every_stage_needs_a_layer, s};
+      // -1: more than the model has (the sum itself may not fit in 64 bits).
+      if (layers > m.layers - sum) return {stage_layers_must_sum_to_layers, -1, m.layers};
+      sum += layers;
     }
     if (sum != m.layers) return {stage_layers_must_sum_to_layers, sum, m.layers};
   }
@@ -199,7 +232,7 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
     if (!m.is_moe()) return {expert_parallel_needs_a_moe_model, l.expert};
     if (m.moe.routed_experts % l.expert != 0)
       return {expert_parallel_must_divide_experts, l.expert, m.moe.routed_experts};
-    if ((l.data * l.context) % l.expert != 0)
+    if ((l.data * l.context) % l.expert != 0)  // below max_world_size
       return {expert_parallel_must_divide_data_times_context, l.expert, l.data * l.context};
   }
   if (l.implementation == shard_implementation::deepspeed && l.pipeline > 1 &&
@@ -216,6 +249,7 @@ constexpr const char* to_string(layout_rule r) {
   constexpr const char* text[] = {
       "valid",
       "a parallel degree is not positive",
+      "more GPUs than the world-size limit",
       "the shard group does not divide data parallel",
       "sequence parallelism needs tensor parallelism",
       "tensor parallel must divide the attention heads",
@@ -244,6 +278,8 @@ constexpr const layout& validated(const layout& l, const model& m) {
       break;
     case layout_rule::parallel_degree_must_be_positive:
       parallel_degree_must_be_positive(v.degree, v.a);
+    case layout_rule::world_size_must_not_exceed_the_limit:
+      world_size_must_not_exceed_the_limit(v.a, max_world_size);
     case layout_rule::shard_group_must_divide_data_parallel:
       shard_group_must_divide_data_parallel(v.a, v.b);
     case layout_rule::sequence_parallel_needs_tensor_parallel:
@@ -334,6 +370,9 @@ struct tensor_parallel {
 /// Pipeline parallel over N stages; `Layers...` gives each stage's layers (uneven stages).
 template <std::int64_t N, std::int64_t... Layers>
 requires(sizeof...(Layers) == 0 || sizeof...(Layers) == N) struct pipeline_parallel {
+  static_assert(sizeof...(Layers) <= max_listed_stages,
+                "vramfit: at most max_listed_stages (64) pipeline stages can be listed layer by "
+                "layer; leave the list out for even stages");
   static constexpr void apply(layout& l) {
     l.pipeline = N;
     (l.stage_layers.push_back(Layers), ...);

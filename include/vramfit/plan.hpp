@@ -24,12 +24,9 @@ struct training_plan_value {
 /// The ledger of the most loaded rank (the pipeline stage whose step peaks highest), without
 /// runtime overheads.
 constexpr stage_states most_loaded_rank(const training_plan_value& p) {
-  stage_states most{0, training_step(p.setup, p.batch, 0)};
-  for (std::int64_t s = 1; s < p.setup.layout.pipeline; ++s) {
-    memory_ledger l = training_step(p.setup, p.batch, s);
-    if (peak(l) > peak(most.ledger)) most = {s, l};
-  }
-  return most;
+  const training& t = p.setup;
+  return most_loaded(t.layout, t.model, edges_of(tensors(t.model), t.finetune),
+                     [&](std::int64_t s) { return training_step(t, p.batch, s); });
 }
 
 /// The most loaded rank's ledger on `g`, runtime overheads included.
@@ -77,13 +74,7 @@ struct inference_plan_value {
 /// The most loaded GPU's ledger on `g` (the pipeline stage that needs the most), runtime
 /// overheads included.
 constexpr memory_ledger breakdown(const inference_plan_value& p, const gpu& g) {
-  memory_ledger most{};
-  for (std::int64_t s = 0; s < p.layout.pipeline; ++s) {
-    memory_ledger l = inference_memory(p.model, p.layout, p.weights, p.kv, p.requests, s);
-    append(l, overheads(p.overheads, g, peak(l), p.layout.world()));
-    if (s == 0 || peak(l) > peak(most)) most = l;
-  }
-  return most;
+  return most_loaded_gpu(p.model, p.layout, p.weights, p.kv, p.requests, g, p.overheads).ledger;
 }
 
 /// An inference plan as a type: `inference_plan<models::llama_2_70b, gptq<>,

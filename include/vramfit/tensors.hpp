@@ -510,12 +510,21 @@ struct layer_size {
   friend constexpr bool operator==(const layer_size&, const layer_size&) = default;
 };
 
-/// The layer with the most parameters (the first of equals).
+/// The layer with the most parameters (the first of equals). A layer's parameters change only at
+/// the edges of the ledger's layer groups, so only layer 0 and the edges are compared.
 constexpr layer_size largest_layer(const tensor_ledger& ledger, std::int64_t layers) {
   layer_size largest{};
-  for (std::int64_t layer = 0; layer < layers; ++layer) {
+  auto consider = [&](std::int64_t layer) {
+    if (layer < 0 || layer >= layers) return;
     const std::int64_t n = layer_parameters(ledger, layer);
-    if (n > largest.parameters) largest = {layer, n};
+    if (n > largest.parameters || (n == largest.parameters && n > 0 && layer < largest.layer))
+      largest = {layer, n};
+  };
+  consider(0);
+  for (const tensor_group& g : ledger) {
+    if (g.layer_count == 0) continue;
+    consider(g.first_layer);
+    consider(detail::checked_add(g.first_layer, g.layer_count));
   }
   return largest;
 }

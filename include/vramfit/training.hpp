@@ -11,6 +11,7 @@
 #include "optimizer.hpp"
 #include "parallel.hpp"
 #include "precision.hpp"
+#include "stages.hpp"
 #include "tensors.hpp"
 
 namespace vramfit {
@@ -25,13 +26,6 @@ struct training {
 };
 
 namespace detail {
-
-namespace rules {
-[[noreturn]] inline void lora_targets_match_no_weight(const char* targets, const char* model) {
-  raise(std::string("LoRA targets '") + targets + "' match no weight of model '" + model +
-        "' (module names such as q_proj,v_proj, or all-linear)");
-}
-}  // namespace rules
 
 /// One tensor's local shape on a rank after tensor parallelism: dims [second, last] of a matrix,
 /// or a vector of `last` elements (second = 0).
@@ -57,7 +51,7 @@ constexpr local_shape dim0_shard(const local_shape& s, std::int64_t n) {
 /// What rounding a tensor of `b` bytes up to the caching allocator's 512-byte blocks adds
 /// (c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512).
 constexpr bytes allocator_rounding(bytes b) {
-  return bytes{ceil_div(b.count, 512) * 512} - b;
+  return bytes{checked_mul(ceil_div(b.count, 512), 512)} - b;
 }
 
 /// KV heads a rank holds: split, or replicated when the degree exceeds them (Megatron-LM
@@ -154,7 +148,7 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     block.layer_count = here || tied_copy ? 1 : 0;
   }
   if (g.kind == tensor_kind::expert) block.expert_count = experts_per_rank;
-  const std::int64_t copies = block.layer_count * block.expert_count;
+  const std::int64_t copies = checked_mul(block.layer_count, block.expert_count);
   if (copies == 0) return;
 
   const local_shape shape = tp_local_shape(g, m, l.tensor);
@@ -166,8 +160,8 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   const std::int64_t trained = trained_tensors(t.finetune, g, block);
   const std::int64_t frozen = copies - trained;
   const precision& p = t.precision;
-  acc.weight_tensors += copies;
-  acc.frozen_elements += checked_mul(n, frozen);
+  acc.weight_tensors = checked_add(acc.weight_tensors, copies);
+  acc.frozen_elements = checked_add(acc.frozen_elements, checked_mul(n, frozen));
   acc.frozen_weights += stored(frozen_format(t, g), shape) * frozen;
   acc.rounding += allocator_rounding(stored(frozen_format(t, g), shape)) * frozen;
   acc.fsdp_frozen_weights += stored(frozen_format(t, g), dim0_shard(shape, shards)) * frozen;
@@ -185,8 +179,8 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   auto add_trained = [&](std::int64_t count, const local_shape& s, const element_format& weight) {
     if (count == 0) return;
     const local_shape shard = dim0_shard(s, shards);
-    acc.trained_elements += checked_mul(count, s.elements());
-    acc.trained_tensors += count;
+    acc.trained_elements = checked_add(acc.trained_elements, checked_mul(count, s.elements()));
+    acc.trained_tensors = checked_add(acc.trained_tensors, count);
     acc.trained_weights += stored(weight, s) * count;
     acc.rounding += allocator_rounding(stored(weight, s)) * count;
     acc.fsdp_trained_weights += stored(weight, shard) * count;
@@ -216,8 +210,10 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
           (allocator_rounding(moment) * moments + allocator_rounding(bytes{4}) * scalars) * count;
     }
     acc.host_states += states.host * count;
-    acc.device_state_tensors += states.device_tensors * count;
-    acc.host_state_tensors += states.host_tensors * count;
+    acc.device_state_tensors =
+        checked_add(acc.device_state_tensors, checked_mul(states.device_tensors, count));
+    acc.host_state_tensors =
+        checked_add(acc.host_state_tensors, checked_mul(states.host_tensors, count));
     acc.fsdp_states +=
         optimizer_state(t.optimizer, {shard.elements(), shard.last, shard.second, hidden_matrix},
                         p.updated())
@@ -233,28 +229,41 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     const std::int64_t in = g.input_major ? shape.second : shape.last;
     const element_format& adapter =
         t.finetune.lora.adapters.payload_bits > 0 ? t.finetune.lora.adapters : p.weights;
-    acc.weight_tensors += 2 * copies;
+    acc.weight_tensors = checked_add(acc.weight_tensors, checked_mul(2, copies));
     add_trained(copies, {r, in}, adapter);
     add_trained(copies, {out, r}, adapter);
   }
 }
 
 /// Elements of the largest FSDP unit on a stage: each transformer layer is a unit
-/// (transformer_auto_wrap_policy), and the tensors outside the layers form the root unit.
+/// (transformer_auto_wrap_policy), and the tensors outside the layers form the root unit. A
+/// layer's unit changes only at the edges of the ledger's layer groups, so only the stage's first
+/// layer and the edges inside it are compared.
 constexpr std::int64_t largest_unit(const training& t, const tensor_ledger& tensors,
                                     const stage_range& stage, std::int64_t experts_per_rank) {
-  std::int64_t largest = 0;
-  for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers + 1;
-       ++layer) {
-    const bool root = layer == stage.first_layer + stage.layers;
-    std::int64_t unit = 0;
+  auto unit = [&](std::int64_t layer, bool root) {
+    std::int64_t elements = 0;
     for (const tensor_group& g : tensors) {
       if (g.role != tensor_role::parameter) continue;
       if (root ? g.layer_count > 0 : !g.in_layer(layer)) continue;
       const std::int64_t copies = g.kind == tensor_kind::expert ? experts_per_rank : 1;
-      unit += checked_mul(tp_local_shape(g, t.model, t.layout.tensor).elements(), copies);
+      elements = checked_add(
+          elements, checked_mul(tp_local_shape(g, t.model, t.layout.tensor).elements(), copies));
     }
-    if (unit > largest) largest = unit;
+    return elements;
+  };
+  const std::int64_t end = stage.first_layer + stage.layers;
+  std::int64_t largest = unit(0, true);
+  auto consider = [&](std::int64_t layer) {
+    if (layer < stage.first_layer || layer >= end) return;
+    const std::int64_t n = unit(layer, false);
+    if (n > largest) largest = n;
+  };
+  consider(stage.first_layer);
+  for (const tensor_group& g : tensors) {
+    if (g.layer_count == 0) continue;
+    consider(g.first_layer);
+    consider(g.first_layer + g.layer_count);
   }
   return largest;
 }
@@ -290,13 +299,9 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   }
   const detail::stage_range range = stage_of(t, stage);
   detail::unsharded_states acc{};
-  bool lora_target_found = false;
-  for (std::size_t i = 0; i < model_tensors.size(); ++i) {
+  check_finetuning(t.finetune, m, model_tensors);
+  for (std::size_t i = 0; i < model_tensors.size(); ++i)
     add_group(t, model_tensors[i], range, i < first_layer_group, experts_per_rank, n, acc);
-    lora_target_found = lora_target_found || lora_elements(t.finetune, model_tensors[i]) > 0;
-  }
-  if (t.finetune.kind == finetune_kind::lora && !lora_target_found)
-    detail::rules::lora_targets_match_no_weight(t.finetune.lora.targets, m.name);
 
   memory_ledger ledger{};
   const auto device = memory_space::device;
@@ -479,21 +484,11 @@ constexpr memory_ledger model_states(const training& t, std::int64_t stage = 0) 
   return model_states(t, tensors(t.model), stage);
 }
 
-/// A pipeline stage and its ledger.
-struct stage_states {
-  std::int64_t stage = 0;
-  memory_ledger ledger{};
-};
-
 /// The pipeline stage whose GPUs need the most (the first of equals): the most loaded rank.
 constexpr stage_states most_loaded_stage(const training& t) {
   const tensor_ledger model_tensors = tensors(t.model);
-  stage_states most{0, model_states(t, model_tensors, 0)};
-  for (std::int64_t s = 1; s < t.layout.pipeline; ++s) {
-    memory_ledger l = model_states(t, model_tensors, s);
-    if (peak(l) > peak(most.ledger)) most = {s, l};
-  }
-  return most;
+  return most_loaded(t.layout, t.model, edges_of(model_tensors, t.finetune),
+                     [&](std::int64_t s) { return model_states(t, model_tensors, s); });
 }
 
 }  // namespace vramfit

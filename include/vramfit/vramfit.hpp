@@ -15,6 +15,7 @@
 #include "optimizer.hpp"
 #include "overheads.hpp"
 #include "parallel.hpp"
+#include "stages.hpp"
 #include "plan.hpp"
 #include "planner.hpp"
 #include "precision.hpp"

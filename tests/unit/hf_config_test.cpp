@@ -98,7 +98,7 @@ TEST_CASE("bad configs are errors that name the field or the rule") {
 
 TEST_CASE("unreadable and malformed files are errors") {
   CHECK_THROWS_WITH(load_hf_config(data_dir / "no-such-file.json"),
-                    doctest::Contains("cannot read"));
+                    doctest::Contains("no-such-file.json' does not exist"));
   const auto bad = std::filesystem::temp_directory_path() / "vramfit-test-bad.json";
   std::ofstream(bad) << "{\"model_type\": \"llama\", ";
   CHECK_THROWS_WITH(load_hf_config(bad), doctest::Contains("is not valid JSON"));

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// Pipeline stages in closed form: which stage holds a layer, and the few stages that can be the
+// most loaded, so that no cost grows with the number of layers or stages.
+#pragma once
+
+#include <cstdint>
+
+#include "detail/checked.hpp"
+#include "detail/static_vector.hpp"
+#include "finetune.hpp"
+#include "ledger.hpp"
+#include "parallel.hpp"
+#include "tensors.hpp"
+
+namespace vramfit {
+
+/// The pipeline stage that holds `layer`: even stages give the first layers % pipeline stages one
+/// layer more (layout::layers_of_stage); listed stages are searched (at most 64 of them).
+constexpr std::int64_t stage_of_layer(const layout& l, std::int64_t layers, std::int64_t layer) {
+  if (!l.stage_layers.empty()) {
+    std::int64_t end = 0;
+    for (std::size_t s = 0; s < l.stage_layers.size(); ++s) {
+      end = detail::checked_add(end, l.stage_layers[s]);
+      if (layer < end) return static_cast<std::int64_t>(s);
+    }
+    return l.pipeline - 1;
+  }
+  const std::int64_t q = layers / l.pipeline;
+  const std::int64_t r = layers % l.pipeline;
+  const std::int64_t long_layers = detail::checked_mul(r, q + 1);  // stages [0, r) hold q + 1
+  return layer < long_layers ? layer / (q + 1) : r + (layer - long_layers) / q;
+}
+
+/// Layers at which what a layer holds can change: the edges of the tensor ledger's layer groups
+/// (dense and MoE layers) and of the layer ranges a partial fine-tuning trains.
+struct layer_edges {
+  detail::static_vector<std::int64_t, 2 * 48 + 2 * 4> at{};  // two per ledger group and selector
+};
+
+constexpr layer_edges edges_of(const tensor_ledger& tensors, const finetuning& f = {}) {
+  layer_edges e{};
+  for (const tensor_group& g : tensors) {
+    if (g.layer_count == 0) continue;
+    e.at.push_back(g.first_layer);
+    e.at.push_back(detail::checked_add(g.first_layer, g.layer_count));
+  }
+  for (const tensor_selector& s : f.trainable) {
+    if (s.layer_count < 0) continue;
+    e.at.push_back(s.first_layer);
+    e.at.push_back(detail::checked_add(s.first_layer, s.layer_count));
+  }
+  return e;
+}
+
+/// Calls `visit(stage)` for each pipeline stage that can need the most memory, in closed form:
+/// stages form runs that hold the same kinds and numbers of layers (a run ends at the first and
+/// last stages, where the stage length changes, and around each layer edge), and within a run an
+/// earlier stage holds at least as much (1F1B, interleaved and GPipe keep as many or more
+/// micro-batches in flight on earlier stages). With sliding-window layers every
+/// `sliding_window_period`-th layer differs, so the first `period` stages of each run are
+/// visited. A stage may be visited more than once; at most a few hundred are.
+template <class Visit>
+constexpr void for_each_distinct_stage(const layout& l, const model& m, const layer_edges& edges,
+                                       Visit&& visit) {
+  const std::int64_t stages = l.pipeline;
+  if (!l.stage_layers.empty()) {  // listed stages: at most the list's capacity
+    for (std::int64_t s = 0; s < stages; ++s) visit(s);
+    return;
+  }
+  const std::int64_t period = m.sliding_window > 0 ? m.sliding_window_period : 1;
+  auto run_from = [&](std::int64_t first) {
+    for (std::int64_t s = first; s < stages && s < first + period; ++s)
+      if (s >= 0) visit(s);
+  };
+  run_from(0);
+  run_from(1);
+  run_from(m.layers % stages);  // the first of the shorter stages
+  run_from(stages - 1);
+  for (const std::int64_t edge : edges.at) {
+    if (edge <= 0 || edge >= m.layers) continue;
+    const std::int64_t s = stage_of_layer(l, m.layers, edge);
+    run_from(s);
+    run_from(s + 1);
+  }
+}
+
+/// A pipeline stage and its ledger.
+struct stage_states {
+  std::int64_t stage = 0;
+  memory_ledger ledger{};
+};
+
+/// The stage whose `ledger_of(stage)` peaks highest (the first of equals), over the distinct
+/// stages only.
+template <class LedgerOf>
+constexpr stage_states most_loaded(const layout& l, const model& m, const layer_edges& edges,
+                                   LedgerOf&& ledger_of) {
+  stage_states most{-1, {}};
+  bytes most_peak{};
+  for_each_distinct_stage(l, m, edges, [&](std::int64_t s) {
+    if (s == most.stage) return;
+    memory_ledger ledger = ledger_of(s);
+    const bytes p = peak(ledger);
+    if (most.stage < 0 || p > most_peak || (p == most_peak && s < most.stage)) {
+      most = {s, ledger};
+      most_peak = p;
+    }
+  });
+  return most;
+}
+
+}  // namespace vramfit
