@@ -107,6 +107,8 @@ tensor_selector parse_selector(const std::string& text) {
 training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
+  if (o.lora_rank < 0)
+    detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.qlora || o.lora_rank > 0) {
     const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
     t.finetune =
@@ -115,6 +117,8 @@ training_plan_value build_plan(const train_options& o, const model& m) {
                   rank, o.lora_targets == "q_proj,v_proj" ? "all-linear" : o.lora_targets.c_str(),
                   {}, nf4_double_quant::value, bf16::value)
             : lora_finetuning(rank, o.lora_targets.c_str());
+  } else if (o.lora_targets != "q_proj,v_proj") {
+    detail::raise("--lora-targets applies with --lora-rank or --qlora only");
   } else if (!o.trainable.empty()) {
     if (o.trainable.size() > 4) detail::raise("at most 4 --trainable selections");
     t.finetune = finetuning{"partial", finetune_kind::partial};
@@ -127,6 +131,10 @@ training_plan_value build_plan(const train_options& o, const model& m) {
   l.pipeline = o.pp;
   l.context = o.cp;
   l.expert = o.ep;
+  if (o.pp_stages.size() > max_listed_stages)
+    detail::raise("--pp-stages lists at most " + std::to_string(max_listed_stages) +
+                  " stages, got " + std::to_string(o.pp_stages.size()) +
+                  "; leave it out for even stages");
   for (std::int64_t layers : o.pp_stages) l.stage_layers.push_back(layers);
   if (o.zero) {
     if (*o.zero < 0 || *o.zero > 3)
@@ -147,6 +155,8 @@ training_plan_value build_plan(const train_options& o, const model& m) {
       l.shard_group = o.fsdp_group;
     }
   }
+  if (o.fsdp_group != 0 && l.shard_group == 0)
+    detail::raise("--fsdp-group applies to --fsdp hybrid only");
   const offload_target target = cli::choose(cli::offload_targets, o.offload_to, "offload target");
   if (o.offload == "optimizer" || o.offload == "all") l.optimizer_offload = target;
   if (o.offload == "all") l.parameter_offload = target;
@@ -155,8 +165,13 @@ training_plan_value build_plan(const train_options& o, const model& m) {
   validated(l, m);
 
   const bool dropout = o.dropout ? *o.dropout > 0 : m.dropout;
-  if (o.dropout && (*o.dropout < 0 || *o.dropout >= 1))
+  if (o.dropout && !(*o.dropout >= 0 && *o.dropout < 1))  // NaN fails both comparisons
     detail::raise("--dropout must be a probability in [0, 1), got " + std::to_string(*o.dropout));
+  if (o.recompute_layers < -1)
+    detail::raise("--recompute-layers must be a layer count or -1 (all), got " +
+                  std::to_string(o.recompute_layers));
+  if (o.recompute_layers != -1 && o.recompute != "full")
+    detail::raise("--recompute-layers applies to --recompute full only");
   activation_options a{.micro_batch = o.micro_batch,
                        .sequence = o.seq_len,
                        .micro_batches = o.grad_accum,
@@ -228,12 +243,21 @@ int run_train(const train_options& o) {
     if (o.sweep != "micro-batch" && o.sweep != "seq-len")
       detail::raise("unknown --sweep '" + o.sweep + "'; known: micro-batch, seq-len");
     const std::int64_t start = o.sweep == "micro-batch" ? o.micro_batch : o.seq_len;
-    const std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : start * 64;
-    std::vector<cli::sweep_point> points;
-    for (std::int64_t x = start; x <= stop; x *= 2) {
+    if (o.sweep_max != 0 && o.sweep_max < start)
+      detail::raise("--sweep-max must be at least the first value (" + std::to_string(start) +
+                    "), got " + std::to_string(o.sweep_max));
+    const std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : detail::checked_mul(start, 64);
+    std::vector<cli::sweep_point> points;  // doubling: at most 63 points
+    for (std::int64_t x = start;; x *= 2) {
       train_options swept = o;
       (o.sweep == "micro-batch" ? swept.micro_batch : swept.seq_len) = x;
-      points.push_back({x, fit(build_plan(swept, m), *g).required});
+      try {
+        points.push_back({x, fit(build_plan(swept, m), *g).required});
+      } catch (const overflow_error&) {
+        detail::raise("--sweep-max: at " + o.sweep + " " + std::to_string(x) +
+                      " the memory no longer fits in 64 bits; choose a smaller --sweep-max");
+      }
+      if (x > stop / 2) break;  // the next value passes the last (and may not fit in 64 bits)
     }
     const std::string title = describe(o, plan) + " | sweep " + o.sweep;
     if (o.format == "svg") {
@@ -283,7 +307,7 @@ struct infer_options {
   std::int64_t tp = 1;
   std::int64_t pp = 1;
   std::string gpu = "h100";
-  std::int64_t utilization = 0;
+  std::optional<std::int64_t> utilization;
   std::string format = "table";
   bool check = false;
 };
@@ -304,9 +328,9 @@ int run_infer(const infer_options& o) {
                         .generated = o.generate,
                         .prefill_chunk = o.prefill_chunk,
                         .cuda_graphs = (o.cuda_graphs_mib * MiB).count};
-  if (o.utilization < 0 || o.utilization > 100)
+  if (o.utilization && (*o.utilization < 1 || *o.utilization > 100))
     detail::raise("--utilization must be a percentage from 1 to 100, got " +
-                  std::to_string(o.utilization));
+                  std::to_string(*o.utilization));
   std::ostringstream title;
   title << "Inference " << m.name << " | weights " << w.name << " | KV " << o.kv_dtype << " | "
         << l.world() << (l.world() == 1 ? " GPU" : " GPUs")
@@ -314,8 +338,8 @@ int run_infer(const infer_options& o) {
         << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
         << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
         << o.context + o.generate;
-  if (o.utilization > 0) {
-    const serving_budget b = serve(m, l, w, kv, r, g, o.utilization);
+  if (o.utilization) {
+    const serving_budget b = serve(m, l, w, kv, r, g, *o.utilization);
     const nlohmann::json j{{"configuration", title.str()},
                            {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
                            {"requested", b.requested.count},
@@ -328,7 +352,7 @@ int run_infer(const infer_options& o) {
     if (o.format == "json") {
       std::cout << j.dump(2) << "\n";
     } else {
-      std::cout << title.str() << "\nServing budget at " << o.utilization << " % of " << g.name
+      std::cout << title.str() << "\nServing budget at " << *o.utilization << " % of " << g.name
                 << " (" << to_string(g.capacity) << ")\n\n"
                 << "  requested          " << to_string(b.requested) << "\n"
                 << "  - weights          " << to_string(b.weights) << "\n"
@@ -346,16 +370,9 @@ int run_infer(const infer_options& o) {
   e.model_name = m.name;
   e.parameters = parameters(tensors(m));
   e.device = g;
-  bytes worst{};
-  for (std::int64_t s = 0; s < l.pipeline; ++s) {
-    memory_ledger ledger = inference_memory(m, l, w, kv, r, s);
-    append(ledger, overheads({}, g, peak(ledger), l.world()));
-    if (peak(ledger) > worst) {
-      worst = peak(ledger);
-      e.ledger = ledger;
-      e.stage = s;
-    }
-  }
+  const stage_states most = most_loaded_gpu(m, l, w, kv, r, g);
+  e.ledger = most.ledger;
+  e.stage = most.stage;
   e.peak_at = peak_moment(e.ledger);
   e.fit.required = peak(e.ledger);
   e.fit.available = g.capacity;
@@ -403,6 +420,9 @@ int run_plan(const train_options& o, const plan_options& space) {
   const model m = load_model(o.model);
   const gpu& g = gpu_named(o.gpu);
   const training_plan_value base = build_plan(o, m);
+  if (space.gpus > max_world_size)
+    detail::raise("--gpus must be at most " + std::to_string(max_world_size) + ", got " +
+                  std::to_string(space.gpus));
   if (space.sharding != "deepspeed" && space.sharding != "fsdp")
     detail::raise("unknown --sharding '" + space.sharding + "'; known: deepspeed, fsdp");
   const search_result r =
@@ -427,7 +447,8 @@ int run_plan(const train_options& o, const plan_options& space) {
   }
   nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
                         {"gpus", space.gpus},
-                        {"candidates", candidates}};
+                        {"candidates", candidates},
+                        {"unlisted_candidates", r.unlisted}};
   std::ostringstream text;
   text << "Searching layouts of " << space.gpus << " x " << g.name << " for " << m.name << " | "
        << base.setup.precision.name << " | " << base.setup.optimizer.name << " | micro-batch "
@@ -456,7 +477,10 @@ int run_plan(const train_options& o, const plan_options& space) {
   if (o.format == "json")
     std::cout << answer.dump(2) << "\n";
   else
-    std::cout << text.str() << (o.format == "markdown" ? "" : "Candidates evaluated:\n\n") << t;
+    std::cout << text.str() << (o.format == "markdown" ? "" : "Candidates evaluated:\n\n") << t
+              << (r.unlisted > 0 ? "\n... and " + std::to_string(r.unlisted) +
+                                       " more candidates, not listed\n"
+                                 : std::string());
   return o.check && r.chosen < 0 ? 1 : 0;
 }
 

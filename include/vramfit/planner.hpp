@@ -38,8 +38,8 @@ constexpr std::int64_t min_data_parallel(training_plan_value p, const gpu& g,
                                          std::int64_t limit = 1024) {
   for (std::int64_t n = 1; n <= limit; n *= 2) {
     p.setup.layout.data = n;
-    if (p.setup.layout.shard_group > n) continue;
-    if (fit(p, g).fits()) return n;
+    if (p.setup.layout.shard_group <= n && fit(p, g).fits()) return n;
+    if (n > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }
   return 0;
 }
@@ -75,8 +75,23 @@ struct search_space {
 /// less model parallelism (TP x PP, with less TP first) before more; no recompute before
 /// selective before full; a lower ZeRO stage before a higher one.
 struct search_result {
-  detail::static_vector<candidate, 160> candidates{};
+  /// The first candidates in cost order, as many as a constant expression keeps cheaply; the
+  /// chosen one is always among them (it takes the last place when the list is full).
+  static constexpr std::size_t listed = 160;
+  detail::static_vector<candidate, listed> candidates{};
+  std::int64_t unlisted = 0;  ///< candidates tried but not listed
   std::int64_t chosen = -1;
+
+  constexpr void add(const candidate& c) {
+    if (candidates.size() < listed) {
+      candidates.push_back(c);
+    } else {
+      ++unlisted;
+      if (c.verdict != rejection::chosen) return;
+      candidates[candidates.size() - 1] = c;
+    }
+    if (c.verdict == rejection::chosen) chosen = static_cast<std::int64_t>(candidates.size()) - 1;
+  }
 };
 
 /// Searches layouts of `space.gpus` GPUs for `plan` (its model, precision, optimizer, fine-tuning
@@ -89,8 +104,11 @@ constexpr search_result search_layouts(const training_plan_value& plan, const gp
                                        recompute_kind::full};
   for (const bool offloaded : {false, true}) {
     if (offloaded && !space.try_offload) continue;
-    for (std::int64_t model_parallel = 1; model_parallel <= space.gpus; model_parallel *= 2) {
-      for (std::int64_t tp = 1; tp <= model_parallel && tp <= space.max_tensor; tp *= 2) {
+    // Powers of two 2^k up to the GPUs: at most 63 of them, none past 2^62.
+    for (int k = 0; k < 63 && (std::int64_t{1} << k) <= space.gpus; ++k) {
+      const std::int64_t model_parallel = std::int64_t{1} << k;
+      for (int j = 0; j <= k && (std::int64_t{1} << j) <= space.max_tensor; ++j) {
+        const std::int64_t tp = std::int64_t{1} << j;
         const std::int64_t pp = model_parallel / tp;
         if (pp > space.max_pipeline || space.gpus % model_parallel != 0) continue;
         for (const recompute_kind rc : recomputes) {
@@ -120,11 +138,9 @@ constexpr search_result search_layouts(const training_plan_value& plan, const gp
               } else {
                 c.required = fit(p, g).required;
                 c.verdict = c.required > g.capacity ? rejection::does_not_fit : rejection::chosen;
-                if (c.verdict == rejection::chosen)
-                  r.chosen = static_cast<std::int64_t>(r.candidates.size());
               }
             }
-            r.candidates.push_back(c);
+            r.add(c);
           }
         }
       }

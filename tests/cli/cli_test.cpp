@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 #include <expat.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -32,8 +34,9 @@ result run(const std::string& args) {
   const std::string stem =
       "vramfit_cli_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
   const std::string out = stem + ".out", err = stem + ".err";
-  const int raw =
-      std::system((std::string(VRAMFIT_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
+  // A hang is a failure (status 124), not a stuck test run.
+  const int raw = std::system(
+      ("timeout 20 " + std::string(VRAMFIT_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
 }
 
@@ -97,7 +100,7 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
   } cases[] = {
       {"train --no-such-option", "not expected: --no-such-option"},
       {"train --model no-such-model", "'no-such-model' is neither a preset nor a config.json"},
-      {"train --model /no/such/config.json", "cannot read '/no/such/config.json'"},
+      {"train --model /no/such/config.json", "'/no/such/config.json' does not exist"},
       {"train --model vramfit_cli_malformed.json", "is not valid JSON"},
       {"train --model vramfit_cli_missing.json", "missing field 'num_hidden_layers'"},
       {"train --micro-batch 0", "--micro-batch: must be a positive integer, got 0"},
@@ -111,7 +114,7 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
       {"train --gpu h1000", "unknown GPU 'h1000'"},
       {"train --zero 7", "--zero must be 0, 1, 2 or 3"},
       {"train --fsdp hybrid --dp 8", "needs --fsdp-group"},
-      {"train --lora-rank 8 --lora-targets w9", "LoRA targets 'w9' match no weight"},
+      {"train --lora-rank 8 --lora-targets w9", "LoRA target 'w9' matches no weight"},
       {"train --trainable router:x", "is not a range"},
       {"train --dropout 2", "--dropout must be a probability"},
       {"train --format pdf", "--format"},
@@ -217,4 +220,83 @@ TEST_CASE("plan: the cheapest layout that fits, and why the others were not chos
           std::string::npos);
   }
   CHECK(run("plan --sharding megatron").status == 2);
+}
+
+TEST_CASE("hostile input: each reproducer ends in a right answer or one line naming the field") {
+  const std::string llama = slurp(data_dir + "/hf/llama-3-8b.json");
+  auto with = [&llama](const char* field, const nlohmann::json& value) {
+    nlohmann::json c = nlohmann::json::parse(llama);
+    c[field] = value;
+    return c.dump();
+  };
+  std::string nested = with("hidden_size", "NESTED");
+  nested.replace(nested.find("\"NESTED\""), 8,
+                 std::string(100'000, '[') + std::string(100'000, ']'));
+  std::ofstream("vramfit_cli_nested.json") << nested;
+  std::ofstream("vramfit_cli_head_dim.json") << with("head_dim", 576460752303423489LL);
+  std::ofstream("vramfit_cli_layers.json") << with("num_hidden_layers", 1e13);
+  std::ofstream("vramfit_cli_u64.json") << with("num_hidden_layers", 18446744073709551615ULL);
+  std::filesystem::create_directories("vramfit_cli_dir");
+  std::filesystem::remove("vramfit_cli_pipe");
+  REQUIRE(mkfifo("vramfit_cli_pipe", 0600) == 0);
+  std::string pp126 = "--pp 126 --pp-stages 1";
+  for (int i = 1; i < 126; ++i) pp126 += ",1";
+  const struct {
+    std::string args;
+    const char* message;
+  } cases[] = {
+      {"train --model vramfit_cli_nested.json", "nests deeper than 64 levels"},
+      {"train --model vramfit_cli_head_dim.json", "head_dim must be at most 16777216"},
+      {"train --model vramfit_cli_layers.json", "layers must be at most 16777216"},
+      {"train --model vramfit_cli_u64.json",
+       "'num_hidden_layers' must be at most 9223372036854775807, got 18446744073709551615"},
+      {"train --model vramfit_cli_dir", "is not a regular file"},
+      {"train --model vramfit_cli_pipe", "is not a regular file"},
+      {"train --dp 2305843009213693952 --tp 4", "the layout spans more than 16777216 GPUs"},
+      {"train --pp 2 --pp-stages 9223372036854775807,9223372036854775807",
+       "sum to more than the model's 32"},
+      {"train " + pp126, "--pp-stages lists at most 64 stages, got 126"},
+      {"plan --gpus 4611686018427387904", "--gpus must be at most 16777216"},
+      {"train --dropout nan", "--dropout must be a probability in [0, 1), got nan"},
+      {"train --lora-rank -5", "--lora-rank must be positive"},
+      {"train --recompute-layers -5", "--recompute-layers must be a layer count or -1"},
+      {"train --recompute-layers 4", "--recompute-layers applies to --recompute full only"},
+      {"train --sweep micro-batch --sweep-max -5", "--sweep-max must be at least the first"},
+      {"train --sweep seq-len --sweep-max 9223372036854775807", "--sweep-max: at seq-len"},
+      {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},
+      {"train --fsdp-group 4", "--fsdp-group applies to --fsdp hybrid only"},
+      {"train --lora-targets q_proj,foo", "--lora-targets applies with --lora-rank"},
+      {"train --lora-rank 8 --lora-targets q_proj,foo",
+       "LoRA target 'foo' matches no weight of model 'Llama-3-8B'; its linear modules: "
+       "embed_tokens, q_proj"},
+      {"train --trainable mlp:100-200", "its layers are 0-31"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    const result r = run(c.args);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
+  }
+
+  // Right answers where the input is large but valid: a million layers, 100,000 stages, the
+  // planner past its listed candidates, a name of multi-byte characters cut whole.
+  std::ofstream("vramfit_cli_million.json")
+      << R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "vocab_size": 8,
+            "num_attention_heads": 1, "num_key_value_heads": 1, "num_hidden_layers": 1000000})";
+  const result million = run("train --model vramfit_cli_million.json --pp 100000 --format json");
+  REQUIRE(million.status == 0);
+  CHECK(nlohmann::json::parse(million.out).at("model").at("parameters") == 464'000'136);
+  const result planned = run("plan --gpus 16 --format json");
+  REQUIRE(planned.status == 0);
+  const nlohmann::json plan = nlohmann::json::parse(planned.out);
+  CHECK(plan.at("chosen").is_object());
+  CHECK(plan.at("candidates").size() + plan.at("unlisted_candidates").get<std::size_t>() > 160);
+  std::string e_acute;
+  for (int i = 0; i < 40; ++i) e_acute += "\xC3\xA9";
+  std::ofstream(e_acute + ".json") << llama;
+  const result json_out = run("train --format json --model " + e_acute + ".json");
+  REQUIRE(json_out.status == 0);
+  CHECK(nlohmann::json::parse(json_out.out).at("model").at("name") == e_acute.substr(0, 38));
+  CHECK(valid_xml(run("train --format svg --model " + e_acute + ".json").out));
 }
