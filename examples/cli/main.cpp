@@ -92,11 +92,12 @@ tensor_selector parse_selector(const std::string& text) {
     try {
       const std::int64_t a = std::stoll(r.substr(0, dash));
       const std::int64_t b = dash == std::string::npos ? a : std::stoll(r.substr(dash + 1));
-      if (a < 0 || b < a) throw std::invalid_argument(r);
+      if (a < 0 || b < a || b >= bounds::layers) throw std::invalid_argument(r);
       first = a;
       count = b - a + 1;
     } catch (const std::logic_error&) {
-      detail::raise("--trainable '" + text + "': '" + r + "' is not a range such as 0-5");
+      detail::raise("--trainable '" + text + "': '" + r + "' is not a range such as 0-5 (below " +
+                    std::to_string(bounds::layers) + ")");
     }
   };
   if (parts.size() > 1) range(parts[1], s.first_layer, s.layer_count);
