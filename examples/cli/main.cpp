@@ -708,7 +708,10 @@ int vramfit_cli_main(int argc, char** argv) {
     std::cerr << "vramfit: " << e.what() << " (see vramfit --help)\n";
     return 2;
   } catch (const std::exception& e) {
-    const std::string what = e.what();
+    std::string what = e.what();
+    // One line whatever the message carries (a model named after a file name with a newline).
+    for (char& c : what)
+      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
     std::cerr << (what.rfind("vramfit:", 0) == 0 ? what : "vramfit: " + what) << "\n";
     return 2;
   }

@@ -426,7 +426,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     embedding += bytes_for_bits(
         detail::checked_mul(detail::checked_mul(2 * rotary, tokens), beta));
   }
-  bytes loss_gradient{};
+  bytes loss_gradient{}, logits_alive{};
   if (range.last) {
     detail::block_builder final_norm(m, t.precision, o, l);
     final_norm.norm("final norm input", m.hidden);
@@ -439,13 +439,21 @@ constexpr memory_ledger activations(const training& t, const activation_options&
       const std::int64_t logits = detail::checked_mul(tokens, vocab);
       head += bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), beta));  // head input
       head += bytes{detail::checked_mul(8, tokens)};                              // labels
+      // The logits live while the loss is computed: the model's output is dropped before
+      // backward (transformers Trainer.compute_loss returns the loss alone; likewise
+      // `loss = model(...).loss`), so only what cross_entropy saves is kept for backward.
       switch (o.loss) {
-        case loss_kind::fp32_upcast:  // logits (model output) + log_softmax of logits.float()
-          head += bytes_for_bits(detail::checked_mul(logits, beta + 32));
+        case loss_kind::fp32_upcast:
+          // transformers loss_utils ForCausalLMLoss: logits.float() (a copy unless already
+          // fp32), cross_entropy keeps log_softmax's fp32 output (aten _log_softmax_backward_data
+          // needs the output only); its backward holds the nll_loss and log_softmax gradients.
+          head += bytes{detail::checked_mul(logits, 4)};
+          logits_alive = bytes_for_bits(detail::checked_mul(logits, beta == 32 ? 32 : beta + 32));
           loss_gradient = bytes{detail::checked_mul(logits, 8)};  // two fp32 gradients
           break;
-        case loss_kind::native:
-          head += bytes_for_bits(detail::checked_mul(logits, 2 * beta));
+        case loss_kind::native:  // log_softmax in the logits' format
+          head += bytes_for_bits(detail::checked_mul(logits, beta));
+          logits_alive = bytes_for_bits(detail::checked_mul(logits, beta));
           loss_gradient = bytes_for_bits(detail::checked_mul(logits, 2 * beta));
           break;
         case loss_kind::fused_chunked:  // one chunk's logits and their gradient at a time
@@ -460,8 +468,12 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   add_entry(ledger, "embedding inputs and rotary tables", component::activations, space,
             held(embedding), 0, "input ids (int64), dropout mask, HF rotary cos/sin",
             lifetime::forward_backward);
-  add_entry(ledger, "final norm, logits and loss", component::activations, space, held(head), 0,
-            "logits, cross-entropy log_softmax output, labels (int64)", lifetime::forward_backward);
+  add_entry(ledger, "final norm, head input and loss", component::activations, space, held(head),
+            0, "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
+            lifetime::until_head_backward);
+  add_entry(ledger, "logits (loss forward)", component::activations, memory_space::device,
+            logits_alive, 0, "the model's logits and their fp32 copy, freed after the loss",
+            lifetime::forward);
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
   // for eager attention; adding it saves nothing, so it is gone before backward.
@@ -476,11 +488,12 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             0, "cross-entropy backward: fp32 gradients of log_softmax", lifetime::backward);
   add_entry(ledger, "activation gradients (one layer)", component::activations,
             memory_space::device, largest_layer, 0, "Calculon: one block's activation gradients",
-            lifetime::backward);
+            lifetime::layer_backward);
   if (recomputed > 0) {
     add_entry(ledger, "recomputed layer (full recompute)", component::activations,
               memory_space::device, largest_layer, 0,
-              "Korthikanti et al. 2022 §4.2: one layer recomputed in backward", lifetime::backward);
+              "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
+              lifetime::layer_backward);
   }
   return ledger;
 }

@@ -71,11 +71,14 @@ struct lora_config {
   element_format adapters{};  ///< payload 0: the precision policy's weight format
 };
 
+inline constexpr char trainable_selections[] = "trainable selections";
+
 /// A structural description of what trains and how the frozen base is stored.
 struct finetuning {
   char name[24] = {};
   finetune_kind kind = finetune_kind::full;
-  detail::static_vector<tensor_selector, 4> trainable{};  ///< partial: the union of these
+  /// partial: the union of these (inclusion-exclusion over them costs 2^4 terms)
+  detail::static_vector<tensor_selector, 4, trainable_selections> trainable{};
   lora_config lora{};
   /// QLoRA: the frozen linear weights' format (NF4 + double quantization); payload 0: unchanged.
   element_format quantized_base{};

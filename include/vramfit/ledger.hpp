@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 
 #include "detail/static_vector.hpp"
 #include "model.hpp"
@@ -42,6 +43,10 @@ enum class lifetime : unsigned char {
   backward,          ///< transient at the start of backward (the logits' gradient)
   gradients,         ///< from backward through the optimizer step (gradients set to None)
   forward,           ///< transient during forward only (the eager attention mask)
+  /// From forward to the backward of the loss and the head, which comes before every layer's
+  /// (what the final norm, the head and the loss saved).
+  until_head_backward,
+  layer_backward,  ///< transient while a layer's backward runs (its gradients, its recompute)
 };
 
 /// One line of a ledger. Names and sources are string literals: a ledger is cheap to build in a
@@ -91,15 +96,25 @@ constexpr bytes total(const memory_ledger& ledger, component what,
 
 /// The moments of a training step's timeline at which memory can peak.
 enum class moment : unsigned char {
-  end_of_forward,     ///< everything forward kept, plus its own transients
-  start_of_backward,  ///< everything forward kept, plus the backward transients
-  end_of_backward,    ///< the gradients, and what forward kept besides activations
-  optimizer_step,     ///< the gradients and the step's temporaries
+  end_of_forward,     ///< everything forward kept, plus its own transients (the loss's logits)
+  start_of_backward,  ///< everything forward kept, plus the loss's gradients
+  /// The first layer's backward: the layers' saved activations, one layer's gradients and its
+  /// recompute; the loss and the head have freed what they kept. Later layers hold fewer saved
+  /// activations and more gradients: that end of the range is end_of_backward.
+  layer_backward,
+  end_of_backward,  ///< the gradients, and what forward kept besides activations
+  optimizer_step,   ///< the gradients and the step's temporaries
 };
 
+/// Every moment, in the order of the step.
+inline constexpr moment moments[] = {moment::end_of_forward, moment::start_of_backward,
+                                     moment::layer_backward, moment::end_of_backward,
+                                     moment::optimizer_step};
+
 constexpr const char* to_string(moment m) {
-  constexpr const char* names[] = {"end of forward", "start of backward", "end of backward",
-                                   "optimizer step"};
+  constexpr const char* names[std::size(moments)] = {"end of forward", "start of backward",
+                                                     "layers' backward", "end of backward",
+                                                     "optimizer step"};
   return names[static_cast<int>(m)];
 }
 
@@ -110,7 +125,12 @@ constexpr bool alive_at(const memory_entry& e, moment m) {
       return true;
     case lifetime::forward_backward:
       return m == moment::end_of_forward || m == moment::start_of_backward ||
+             m == moment::layer_backward ||
              (m == moment::end_of_backward && e.component != component::activations);
+    case lifetime::until_head_backward:
+      return m == moment::end_of_forward || m == moment::start_of_backward;
+    case lifetime::layer_backward:
+      return m == moment::layer_backward;
     case lifetime::forward:
       return m == moment::end_of_forward;
     case lifetime::backward:
@@ -133,8 +153,8 @@ constexpr bytes total_at(const memory_ledger& ledger, moment m) {
 
 /// The moment of the timeline with the most device bytes (the first of equals).
 constexpr moment peak_moment(const memory_ledger& ledger) {
-  moment most = moment::end_of_forward;
-  for (moment m : {moment::start_of_backward, moment::end_of_backward, moment::optimizer_step})
+  moment most = moments[0];
+  for (moment m : moments)
     if (total_at(ledger, m) > total_at(ledger, most)) most = m;
   return most;
 }

@@ -35,6 +35,7 @@ enum class offload_target : unsigned char { none, cpu, nvme };
 /// The most pipeline stages whose layers a layout can list one by one (layout::stage_layers);
 /// even stages have no such limit.
 inline constexpr std::size_t max_listed_stages = 64;
+inline constexpr char listed_stages[] = "pipeline stages can be listed one by one";
 
 /// The most GPUs a layout may span: data x tensor x pipeline x context.
 inline constexpr std::int64_t max_world_size = std::int64_t{1} << 24;  // 16,777,216
@@ -52,7 +53,7 @@ struct layout {
   shard_implementation implementation = shard_implementation::paper;
   std::int64_t shard_group = 0;  ///< hybrid sharding: shard within groups of this size (0: all)
   /// Layers per pipeline stage, first to last; empty: as even as possible, earlier stages first.
-  detail::static_vector<std::int64_t, max_listed_stages> stage_layers{};
+  detail::static_vector<std::int64_t, max_listed_stages, listed_stages> stage_layers{};
   offload_target optimizer_offload = offload_target::none;  ///< master, states, grad partitions
   offload_target parameter_offload = offload_target::none;  ///< ZeRO-3 weight partitions
   // Communication buffers (defaults are the frameworks' defaults).

@@ -26,6 +26,7 @@ constexpr std::int64_t max_micro_batch(training_plan_value p, const gpu& g,
 constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
                                     std::int64_t limit = std::int64_t{1} << 22,
                                     std::int64_t step = 128) {
+  if (step <= 0) detail::rules::batch_shape_must_be_positive("sequence step", step);
   return step * detail::largest_fitting(1, limit / step, [&](std::int64_t n) {
            p.batch.sequence = n * step;
            return fit(p, g).fits();

@@ -95,6 +95,7 @@ struct stage_states {
 template <class LedgerOf>
 constexpr stage_states most_loaded(const layout& l, const model& m, const layer_edges& edges,
                                    LedgerOf&& ledger_of) {
+  validated(l, m);  // the stage arithmetic needs a valid layout
   stage_states most{-1, {}};
   bytes most_peak{};
   for_each_distinct_stage(l, m, edges, [&](std::int64_t s) {

@@ -72,6 +72,59 @@ void inference_max_batch(benchmark::State& state) {
   }
 }
 BENCHMARK(inference_max_batch);
+
+// Cost independent of config values (issue 17): the same evaluation as `vramfit train` and
+// `vramfit infer` on a model with tiny dimensions and 2, 1,000,000 and 2^24 layers. The three
+// times should be alike; a time that grows with the layers is a loop over them.
+model tiny_with_layers(std::int64_t layers) {
+  return model{.name = "tiny",
+               .hidden = 8,
+               .layers = layers,
+               .heads = 2,
+               .kv_heads = 2,
+               .head_dim = 4,
+               .ffn = 16,
+               .vocab = 32};
+}
+
+/// What `vramfit train` evaluates: the most loaded rank, its breakdown on the GPU, the fit.
+void train_by_layers(benchmark::State& state) {
+  training_plan_value plan{
+      training{tiny_with_layers(state.range(0)), mixed<bf16>::value, adamw<>::value,
+               full_finetune::value, parallel<fsdp<8>>::value},
+      activation_options{.micro_batch = 2, .sequence = 4096, .recompute = recompute_kind::full}};
+  const gpu& g = gpus::h100_80gb::value;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan);
+    benchmark::DoNotOptimize(most_loaded_rank(plan));
+    benchmark::DoNotOptimize(breakdown(plan, g));
+    benchmark::DoNotOptimize(fit(plan, g));
+  }
+}
+BENCHMARK(train_by_layers)
+    ->Arg(2)
+    ->Arg(1'000'000)
+    ->Arg(std::int64_t{1} << 24)
+    ->Unit(benchmark::kMicrosecond);
+
+/// What `vramfit infer` evaluates: each stage's ledger, then the largest batch and context.
+void infer_by_layers(benchmark::State& state) {
+  model m = tiny_with_layers(state.range(0));
+  const request_shape r{.prompt = 4096};
+  const gpu& g = gpus::h100_80gb::value;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(m);
+    const inference_plan_value p{m, plain_weights<bf16>::value, {}, r, {}, {}};
+    benchmark::DoNotOptimize(breakdown(p, g));
+    benchmark::DoNotOptimize(max_batch(m, {}, plain_weights<bf16>::value, {}, r, g, 65536));
+    benchmark::DoNotOptimize(max_context(m, {}, plain_weights<bf16>::value, {}, r, g));
+  }
+}
+BENCHMARK(infer_by_layers)
+    ->Arg(2)
+    ->Arg(1'000'000)
+    ->Arg(std::int64_t{1} << 24)
+    ->Unit(benchmark::kMicrosecond);
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -237,3 +237,37 @@ TEST_CASE("eager attention's causal mask lives during forward only") {
   }
   CHECK(found);
 }
+
+TEST_CASE("Hugging Face's loss: the logits live during the loss, the log-probabilities until its backward") {
+  // Llama-3-8B in bf16, one sequence of 1,024 tokens, vocabulary 128,256 (transformers
+  // loss_utils ForCausalLMLoss: logits.float(), then cross_entropy).
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 1, .sequence = 1024};
+  const std::int64_t logits = 1024LL * 128256;
+  auto entry = [&](const char* name) {
+    for (const memory_entry& e : activations(t, o))
+      if (std::string(e.name) == name) return e;
+    FAIL("no entry " << name);
+    return memory_entry{};
+  };
+  // The bf16 logits and their fp32 copy, 2 + 4 bytes each, freed when the loss returns.
+  const memory_entry alive = entry("logits (loss forward)");
+  CHECK(alive.size == bytes{logits * 6});
+  CHECK(alive.lifetime == lifetime::forward);
+  // Kept for the head's backward: the final RMSNorm's fp32 input, rstd and normalized input,
+  // the head's bf16 input, the int64 labels and log_softmax's fp32 output.
+  const memory_entry kept = entry("final norm, head input and loss");
+  CHECK(kept.size == bytes{1024LL * 4096 * 4 + 1024 * 4 + 1024LL * 4096 * 2 + 1024LL * 4096 * 2 +
+                           1024 * 8 + logits * 4});
+  CHECK(kept.lifetime == lifetime::until_head_backward);
+  // nll_loss's and log_softmax's fp32 gradients, at once, before any layer's backward.
+  const memory_entry gradient = entry("logits gradient");
+  CHECK(gradient.size == bytes{logits * 8});
+  CHECK(alive_at(gradient, moment::start_of_backward));
+  CHECK_FALSE(alive_at(gradient, moment::layer_backward));
+  CHECK_FALSE(alive_at(kept, moment::layer_backward));
+  // A layer's backward (and a recompute) starts after the loss's gradients are freed.
+  const memory_entry layer = entry("activation gradients (one layer)");
+  CHECK(alive_at(layer, moment::layer_backward));
+  CHECK_FALSE(alive_at(layer, moment::start_of_backward));
+}

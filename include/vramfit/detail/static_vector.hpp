@@ -13,15 +13,24 @@ namespace rules {
 [[noreturn]] inline void static_vector_capacity_exceeded(std::size_t capacity) {
   raise("internal ledger capacity of " + std::to_string(capacity) + " entries exceeded");
 }
+[[noreturn]] inline void list_must_not_exceed_its_capacity(const char* what,
+                                                           std::size_t capacity) {
+  raise("at most " + std::to_string(capacity) + " " + what);
+}
 }  // namespace rules
 
-template <class T, std::size_t Capacity>
+/// `What` names the items for users ("pipeline stages listed one by one") where the capacity is
+/// a documented limit of the API rather than an internal size.
+template <class T, std::size_t Capacity, const char* What = nullptr>
 struct static_vector {
   T items[Capacity] = {};
   std::size_t count = 0;
 
   constexpr void push_back(const T& item) {
-    if (count == Capacity) rules::static_vector_capacity_exceeded(Capacity);
+    if (count == Capacity) {
+      if constexpr (What != nullptr) rules::list_must_not_exceed_its_capacity(What, Capacity);
+      rules::static_vector_capacity_exceeded(Capacity);
+    }
     items[count++] = item;
   }
   [[nodiscard]] constexpr std::size_t size() const { return count; }
