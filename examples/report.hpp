@@ -51,11 +51,8 @@ template <class Ledger>
 table ledger_table(const Ledger& ledger) {
   table t({"entry", "component", "where", "phase", "bytes", "source"});
   const char* where[] = {"device", "host", "nvme"};
-  const char* phase[] = {"persistent", "forward/backward", "optimizer step",
-                         "backward",   "gradients",        "forward"};
   for (const auto& e : ledger)
-    t.add({e.name, to_string(e.component), where[static_cast<int>(e.space)],
-           phase[static_cast<int>(e.lifetime)],
+    t.add({e.name, to_string(e.component), where[static_cast<int>(e.space)], to_string(e.lifetime),
            grouped(e.size.count) + " (" + to_string(e.size) + ")", e.source});
   return t;
 }

@@ -479,9 +479,9 @@ int run_plan(const train_options& o, const plan_options& space) {
     std::cout << answer.dump(2) << "\n";
   else
     std::cout << text.str() << (o.format == "markdown" ? "" : "Candidates evaluated:\n\n") << t
-              << (r.unlisted > 0 ? "\n... and " + std::to_string(r.unlisted) +
-                                       " more candidates, not listed\n"
-                                 : std::string());
+              << (r.unlisted > 0
+                      ? "\n... and " + std::to_string(r.unlisted) + " more candidates, not listed\n"
+                      : std::string());
   return o.check && r.chosen < 0 ? 1 : 0;
 }
 
@@ -708,10 +708,7 @@ int vramfit_cli_main(int argc, char** argv) {
     std::cerr << "vramfit: " << e.what() << " (see vramfit --help)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    // One line whatever the message carries (a model named after a file name with a newline).
-    for (char& c : what)
-      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    const std::string what = e.what();
     std::cerr << (what.rfind("vramfit:", 0) == 0 ? what : "vramfit: " + what) << "\n";
     return 2;
   }

@@ -379,22 +379,24 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   const std::int64_t n = range.layers;
   auto clamp = [n](std::int64_t x) { return x < 0 ? 0 : x > n ? n : x; };
   const std::int64_t dense = m.is_moe() ? clamp(m.moe.first_dense_layers - range.first_layer) : n;
-  const std::int64_t full =
-      o.recompute != recompute_kind::full ? 0 : o.recompute_layers < 0 ? n : clamp(o.recompute_layers);
+  const std::int64_t full = o.recompute != recompute_kind::full ? 0
+                            : o.recompute_layers < 0            ? n
+                                                                : clamp(o.recompute_layers);
   const std::int64_t dense_full = dense < full ? dense : full;
-  const std::int64_t count[2][2] = {{dense - dense_full, dense_full},           // [moe][full]
+  const std::int64_t count[2][2] = {{dense - dense_full, dense_full},  // [moe][full]
                                     {n - dense - (full - dense_full), full - dense_full}};
   bytes layers{};
   bytes largest_layer{};
   for (const int moe : {0, 1}) {
     if (count[moe][0] + count[moe][1] == 0) continue;
     const bytes kept = layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy);
-    const bytes input = layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::full);
+    const bytes input =
+        layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::full);
     layers += kept * count[moe][0] + input * count[moe][1];
-    const bytes whole = kept_policy == recompute_kind::none
-                            ? kept
-                            : layer_activation_bytes(m, t.precision, o, l, moe == 1,
-                                                     recompute_kind::none);
+    const bytes whole =
+        kept_policy == recompute_kind::none
+            ? kept
+            : layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::none);
     if (whole > largest_layer) largest_layer = whole;
   }
   const std::int64_t recomputed = full;
@@ -423,8 +425,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     // Hugging Face computes cos and sin once per forward ([b, s, rotary dim]) and every layer's
     // rotary multiply saves them.
     const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
-    embedding += bytes_for_bits(
-        detail::checked_mul(detail::checked_mul(2 * rotary, tokens), beta));
+    embedding += bytes_for_bits(detail::checked_mul(detail::checked_mul(2 * rotary, tokens), beta));
   }
   bytes loss_gradient{}, logits_alive{};
   if (range.last) {
@@ -468,8 +469,8 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   add_entry(ledger, "embedding inputs and rotary tables", component::activations, space,
             held(embedding), 0, "input ids (int64), dropout mask, HF rotary cos/sin",
             lifetime::forward_backward);
-  add_entry(ledger, "final norm, head input and loss", component::activations, space, held(head),
-            0, "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
+  add_entry(ledger, "final norm, head input and loss", component::activations, space, held(head), 0,
+            "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
   add_entry(ledger, "logits (loss forward)", component::activations, memory_space::device,
             logits_alive, 0, "the model's logits and their fp32 copy, freed after the loss",

@@ -29,7 +29,10 @@ namespace detail {
 /// and both g++ and clang++ print that function's name (the rule) with the call trace (the
 /// numbers). At run time the rule throws with a message that names the rule and shows the numbers.
 template <class Error = error>
-[[noreturn]] inline void raise(const std::string& message) {
+[[noreturn]] inline void raise(std::string message) {
+  // One line, whatever names and targets the message quotes (a model named after a file).
+  for (char& c : message)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
   throw Error("vramfit: " + message);
 }
 

@@ -285,7 +285,7 @@ inline std::string linear_modules(const tensor_ledger& tensors) {
   return list;
 }
 [[noreturn]] inline void lora_targets_match_no_weight(const char* target, const char* model,
-                                                     const tensor_ledger& tensors) {
+                                                      const tensor_ledger& tensors) {
   raise(std::string("LoRA target '") + target + "' matches no weight of model '" + model +
         "'; its linear modules: " + linear_modules(tensors) + ", or all-linear");
 }
@@ -321,7 +321,8 @@ constexpr void check_finetuning(const finetuning& f, const model& m, const tenso
       std::int64_t selected = 0;
       for (const tensor_group& g : tensors) {
         if (g.role != tensor_role::parameter) continue;
-        const detail::tensor_block b = detail::selected_block(g, detail::block_of(g), f.trainable[i]);
+        const detail::tensor_block b =
+            detail::selected_block(g, detail::block_of(g), f.trainable[i]);
         selected += b.layer_count > 0 && b.expert_count > 0 ? 1 : 0;
       }
       if (selected == 0) detail::rules::trainable_selection_matches_no_tensor(i, m);

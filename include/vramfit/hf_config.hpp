@@ -356,8 +356,8 @@ inline model load_hf_config(const std::filesystem::path& path) {
   // A regular file only: a named pipe would block, a directory cannot be read.
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    detail::raise(what + (std::filesystem::exists(path, ec) ? " is not a regular file"
-                                                            : " does not exist"));
+    detail::raise(
+        what + (std::filesystem::exists(path, ec) ? " is not a regular file" : " does not exist"));
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (!ec && size > max_config_bytes)
     detail::raise(what + " is larger than " + std::to_string(max_config_bytes >> 20) +

@@ -179,6 +179,7 @@ constexpr std::int64_t sliding_layers(const model& m, std::int64_t first, std::i
 /// rope key, which every rank keeps whole (DeepSeek-V2 §2.1.2: (d_c + d_h^R) elements).
 constexpr bytes kv_bytes_per_token_layer(const model& m, const kv_cache_config& kv,
                                          std::int64_t tp = 1) {
+  if (tp <= 0) detail::rules::parallel_degree_must_be_positive("tensor", tp);
   if (m.is_mla()) return storage_bytes(kv.format, 1, m.mla.kv_lora_rank + m.mla.qk_rope_head_dim);
   return storage_bytes(kv.format, 2 * detail::local_kv_heads(m, tp), m.head_dim);
 }
@@ -314,6 +315,7 @@ constexpr serving_budget serve(const model& m, const layout& l, const weight_lay
                                const kv_cache_config& kv, const request_shape& r, const gpu& g,
                                std::int64_t utilization_percent = 90,
                                const runtime_overheads& o = {}) {
+  detail::check(r, kv);
   if (utilization_percent < 1 || utilization_percent > 100)
     detail::rules::gpu_memory_utilization_must_be_1_to_100_percent(utilization_percent);
   serving_budget b{};

@@ -49,6 +49,15 @@ enum class lifetime : unsigned char {
   layer_backward,  ///< transient while a layer's backward runs (its gradients, its recompute)
 };
 
+constexpr const char* to_string(lifetime l) {
+  constexpr const char* names[] = {
+      "persistent", "forward/backward",          "optimizer step",  "backward", "gradients",
+      "forward",    "until the head's backward", "layers' backward"};
+  static_assert(std::size(names) == static_cast<std::size_t>(lifetime::layer_backward) + 1,
+                "a name for every lifetime");
+  return names[static_cast<int>(l)];
+}
+
 /// One line of a ledger. Names and sources are string literals: a ledger is cheap to build in a
 /// constant expression and is never a template argument.
 struct memory_entry {

@@ -164,7 +164,8 @@ inline std::string in_model(const model& m) {
         str(layers) + ")");
 }
 [[noreturn]] inline void model_size_must_not_exceed_its_bound(const model& m, const char* field,
-                                                         std::int64_t value, std::int64_t bound) {
+                                                              std::int64_t value,
+                                                              std::int64_t bound) {
   raise(in_model(m) + field + " must be at most " + str(bound) + ", got " + str(value));
 }
 [[noreturn]] inline void model_count_must_not_be_negative(const model& m, const char* field,
@@ -197,7 +198,8 @@ inline std::string in_model(const model& m) {
 /// weight's rows x columns, heads x head_dim, patches x channels) far below 2^63; longer
 /// products (x layers, x experts, x tokens) are checked where they are formed.
 namespace bounds {
-inline constexpr std::int64_t width = std::int64_t{1} << 24;   ///< hidden, FFN, vocab, dims: 16,777,216
+inline constexpr std::int64_t width = std::int64_t{1}
+                                      << 24;  ///< hidden, FFN, vocab, dims: 16,777,216
 inline constexpr std::int64_t layers = std::int64_t{1} << 24;  ///< 16,777,216
 inline constexpr std::int64_t heads = std::int64_t{1} << 16;   ///< heads, KV heads, experts: 65,536
 inline constexpr std::int64_t image = std::int64_t{1} << 20;   ///< image side in pixels

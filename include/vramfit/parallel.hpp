@@ -114,7 +114,8 @@ namespace detail::rules {
 }
 [[noreturn]] inline void stage_layers_must_sum_to_layers(std::int64_t sum, std::int64_t layers) {
   raise("the pipeline stages' layers sum to " +
-        (sum < 0 ? "more than the model's " + str(layers) : str(sum) + ", the model has " + str(layers)));
+        (sum < 0 ? "more than the model's " + str(layers)
+                 : str(sum) + ", the model has " + str(layers)));
 }
 [[noreturn]] inline void stage_layers_must_match_pipeline_degree(std::int64_t stages,
                                                                  std::int64_t pp) {
@@ -149,6 +150,9 @@ namespace detail::rules {
   raise("the layout spans more than " + str(limit) +
         " GPUs (data x tensor x pipeline x context reaches " + str(gpus_so_far) + ")");
 }
+[[noreturn]] inline void buffer_size_must_not_be_negative(const char* what, std::int64_t value) {
+  raise(std::string(what) + " must not be negative, got " + str(value));
+}
 [[noreturn]] inline void shard_group_must_divide_data_parallel(std::int64_t group,
                                                                std::int64_t dp) {
   raise("the shard group (" + str(group) + ") must divide the data parallel degree (" + str(dp) +
@@ -164,6 +168,7 @@ enum class layout_rule : unsigned char {
   none,
   parallel_degree_must_be_positive,
   world_size_must_not_exceed_the_limit,
+  buffer_size_must_not_be_negative,
   shard_group_must_divide_data_parallel,
   sequence_parallel_needs_tensor_parallel,
   tensor_parallel_must_divide_attention_heads,
@@ -184,7 +189,7 @@ enum class layout_rule : unsigned char {
 struct layout_violation {
   layout_rule rule = layout_rule::none;
   std::int64_t a = 0, b = 0;  ///< the numbers the rule's message shows
-  const char* degree = "";    ///< parallel_degree_must_be_positive: which degree
+  const char* degree = "";    ///< which degree or buffer the rule is about
 };
 
 /// The first rule `l` breaks for `m` (rule none when it is valid). The one place the rules are
@@ -201,6 +206,12 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
     world *= degrees[i];
     if (world > max_world_size) return {world_size_must_not_exceed_the_limit, world};
   }
+  const std::int64_t buffers[] = {l.ddp_bucket_bytes, l.zero_reduce_bucket_elements,
+                                  l.zero3_prefetch_bucket_elements};
+  const char* buffer_names[] = {"the DDP bucket", "the ZeRO reduce bucket",
+                                "the ZeRO-3 prefetch bucket"};
+  for (int i = 0; i < 3; ++i)
+    if (buffers[i] < 0) return {buffer_size_must_not_be_negative, buffers[i], 0, buffer_names[i]};
   if (l.shard_group > 0 && l.data % l.shard_group != 0)
     return {shard_group_must_divide_data_parallel, l.shard_group, l.data};
   if (l.sequence && l.tensor == 1) return {sequence_parallel_needs_tensor_parallel};
@@ -251,6 +262,7 @@ constexpr const char* to_string(layout_rule r) {
       "valid",
       "a parallel degree is not positive",
       "more GPUs than the world-size limit",
+      "a communication buffer size is negative",
       "the shard group does not divide data parallel",
       "sequence parallelism needs tensor parallelism",
       "tensor parallel must divide the attention heads",
@@ -281,6 +293,8 @@ constexpr const layout& validated(const layout& l, const model& m) {
       parallel_degree_must_be_positive(v.degree, v.a);
     case layout_rule::world_size_must_not_exceed_the_limit:
       world_size_must_not_exceed_the_limit(v.a, max_world_size);
+    case layout_rule::buffer_size_must_not_be_negative:
+      buffer_size_must_not_be_negative(v.degree, v.a);
     case layout_rule::shard_group_must_divide_data_parallel:
       shard_group_must_divide_data_parallel(v.a, v.b);
     case layout_rule::sequence_parallel_needs_tensor_parallel:

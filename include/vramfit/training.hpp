@@ -411,8 +411,7 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   }
   if (shard_weights) {
     if (fsdp && l.zero == sharding::zero2) {
-      const std::int64_t params =
-          detail::checked_add(acc.trained_elements, acc.frozen_elements);
+      const std::int64_t params = detail::checked_add(acc.trained_elements, acc.frozen_elements);
       add_entry(ledger, "unsharded parameters (shard grad op)", component::buffers, device,
                 storage_bytes(p.compute, params), 0,
                 "PyTorch FSDP SHARD_GRAD_OP: parameters stay gathered from forward to backward",

@@ -1,5 +1,6 @@
-// A fine-tuning mode holds at most four selections: a fifth is an error, not an overflow.
-// expect: static_vector_capacity_exceeded
+// A fine-tuning mode holds at most four selections: a fifth is an error naming the limit, not an
+// overflow.
+// expect: list_must_not_exceed_its_capacity
 #include <vramfit/finetune.hpp>
 
 using namespace vramfit;

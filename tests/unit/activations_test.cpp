@@ -238,7 +238,9 @@ TEST_CASE("eager attention's causal mask lives during forward only") {
   CHECK(found);
 }
 
-TEST_CASE("Hugging Face's loss: the logits live during the loss, the log-probabilities until its backward") {
+TEST_CASE(
+    "Hugging Face's loss: the logits live during the loss, the log-probabilities until its "
+    "backward") {
   // Llama-3-8B in bf16, one sequence of 1,024 tokens, vocabulary 128,256 (transformers
   // loss_utils ForCausalLMLoss: logits.float(), then cross_entropy).
   const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};

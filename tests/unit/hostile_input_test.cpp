@@ -75,8 +75,8 @@ TEST_CASE("only regular, shallow, small files are read as config.json") {
 
   // 100,000 nested arrays overflowed the stack when a message wrote the value back.
   const auto nested = dir / "nested.json";
-  std::ofstream(nested) << R"({"model_type": "llama", "hidden_size": )"
-                        << std::string(100'000, '[') << std::string(100'000, ']') << "}";
+  std::ofstream(nested) << R"({"model_type": "llama", "hidden_size": )" << std::string(100'000, '[')
+                        << std::string(100'000, ']') << "}";
   CHECK_THROWS_WITH(load_hf_config(nested), doctest::Contains("nests deeper than 64 levels"));
   // Brackets inside strings do not nest.
   CHECK_NOTHROW(detail::parse_config(R"({"a": ")" + std::string(100, '[') + R"("})", "text"));
@@ -150,8 +150,7 @@ TEST_CASE("closed forms agree with the per-layer and per-stage definitions they 
     CHECK(most_loaded_stage(t).stage ==
           most_loaded_by_search(pp, [&](std::int64_t s) { return model_states(t, s); }));
     const training_plan_value plan{t, {.micro_batch = 1, .sequence = 512, .micro_batches = 8}};
-    CHECK(most_loaded_rank(plan).stage ==
-          most_loaded_by_search(pp, [&](std::int64_t s) {
+    CHECK(most_loaded_rank(plan).stage == most_loaded_by_search(pp, [&](std::int64_t s) {
             return training_step(plan.setup, plan.batch, s);
           }));
     const model gemma = models::gemma_2_9b::value;  // sliding window on every other layer

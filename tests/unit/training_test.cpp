@@ -528,11 +528,12 @@ TEST_CASE("trainable parameters of the whole model") {
   CHECK(trainable_parameters(lora<16>::value, tensors(models::llama_3_8b::value)) ==
         32 * 16 * (8192 + 5120));
   CHECK_THROWS_WITH(lora_finetuning(0, "q_proj"), "vramfit: LoRA rank must be positive, got 0");
-  CHECK_THROWS_WITH(model_states(training{models::llama_3_8b::value, pure<bf16>::value,
-                                          adamw<>::value, lora_finetuning(8, "w1")}),
-                    doctest::Contains("LoRA target 'w1' matches no weight of model 'Llama-3-8B'; its "
-                                      "linear modules: embed_tokens, q_proj, k_proj, v_proj, "
-                                      "o_proj, gate_proj, up_proj, down_proj, lm_head"));
+  CHECK_THROWS_WITH(
+      model_states(training{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value,
+                            lora_finetuning(8, "w1")}),
+      doctest::Contains("LoRA target 'w1' matches no weight of model 'Llama-3-8B'; its "
+                        "linear modules: embed_tokens, q_proj, k_proj, v_proj, "
+                        "o_proj, gate_proj, up_proj, down_proj, lm_head"));
 }
 
 TEST_CASE("the caching allocator rounds every tensor up to 512 bytes") {

@@ -7,10 +7,10 @@
 namespace vramfit::detail {
 
 /// The largest n in [lo, hi] with fits(n), for a fits that holds up to some n and not after;
-/// lo - 1 when fits(lo) is false.
+/// lo - 1 when fits(lo) is false or the range is empty.
 template <class Fits>
 constexpr std::int64_t largest_fitting(std::int64_t lo, std::int64_t hi, Fits fits) {
-  if (!fits(lo)) return lo - 1;
+  if (hi < lo || !fits(lo)) return lo - 1;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo + 1) / 2;
     if (fits(mid))

@@ -13,8 +13,7 @@ namespace rules {
 [[noreturn]] inline void static_vector_capacity_exceeded(std::size_t capacity) {
   raise("internal ledger capacity of " + std::to_string(capacity) + " entries exceeded");
 }
-[[noreturn]] inline void list_must_not_exceed_its_capacity(const char* what,
-                                                           std::size_t capacity) {
+[[noreturn]] inline void list_must_not_exceed_its_capacity(const char* what, std::size_t capacity) {
   raise("at most " + std::to_string(capacity) + " " + what);
 }
 }  // namespace rules

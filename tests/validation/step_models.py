@@ -1,0 +1,1470 @@
+"""Hugging Face-faithful small Llama and GPT-2 models, LoRA, optimizers and checkpointing for
+tests/validation/step_trace.py, written in plain PyTorch so that they run on Debian's CPU PyTorch
+1.13 (no transformers, peft or torch >= 2 needed) and allocate what the CUDA code does.
+
+Sources followed (line for line where memory is concerned):
+  transformers 5.17  models/llama/modeling_llama.py, models/gpt2/modeling_gpt2.py,
+                     masking_utils.py (create_causal_mask, sdpa_mask, eager_mask,
+                     find_packed_sequence_indices), integrations/sdpa_attention.py,
+                     loss/loss_utils.py (ForCausalLMLoss), pytorch_utils.py (Conv1D),
+                     activations.py (NewGELUActivation), modeling_layers.py
+                     (GradientCheckpointingLayer), modeling_utils.py
+                     (gradient_checkpointing_enable, enable_input_require_grads)
+  peft 0.21          tuners/lora/layer.py (Linear.forward), tuners/tuners_utils.py
+                     (_cast_input_dtype)
+  torch 2.11         optim/adam.py (_single_tensor_adam, _multi_tensor_adam, _fused_adam, _init_group),
+                     optim/sgd.py, optim/_adafactor.py, optim/optimizer.py (zero_grad),
+                     utils/checkpoint.py (CheckpointFunction, _checkpoint_without_reentrant_generator),
+                     aten/src/ATen/autocast_mode.cpp (the CUDA autocast op lists)
+
+Two modes, chosen by set_mode():
+  "emulate" (CPU, the committed data): every place where PyTorch 1.13's CPU kernels or Python code
+      allocate differently from torch 2.11 on CUDA goes through a wrapper below that allocates what
+      CUDA does (see docs/step-trace.md, "CUDA emulations", E1..E11).
+  "native" (any device, torch >= 2.5): the wrappers call the real torch functions (F.dropout,
+      F.scaled_dot_product_attention, torch.optim, torch.utils.checkpoint, torch.autocast); used on a
+      GPU to check the emulation against the real CUDA allocator.
+"""
+
+import contextlib
+import math
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+try:
+    from torch.overrides import TorchFunctionMode
+except ImportError:  # pragma: no cover
+    TorchFunctionMode = object
+
+MODE = "emulate"
+
+
+def set_mode(mode):
+    global MODE
+    assert mode in ("emulate", "native")
+    MODE = mode
+
+
+def emulating():
+    return MODE == "emulate"
+
+
+# --------------------------------------------------------------------------------------------
+# Hooks the tracer installs: untracked() hides allocations that live on the host under CUDA or
+# that are the CPU's arithmetic for an emulated kernel; the others mark regions.
+# --------------------------------------------------------------------------------------------
+class _Hooks:
+    untracked = staticmethod(contextlib.nullcontext)  # replaced by the tracer
+    recompute = staticmethod(contextlib.nullcontext)  # a checkpoint recompute is running
+    label = staticmethod(lambda name: contextlib.nullcontext())  # name an emulated kernel's allocations
+    layer_output = staticmethod(lambda module, out: None)  # a decoder layer returned (outer call)
+    layer_input = staticmethod(lambda module, inp: None)
+    workspace = staticmethod(lambda name, nbytes: None)  # a kernel's own transient buffer
+
+
+HOOKS = _Hooks()
+
+
+# --------------------------------------------------------------------------------------------
+# E5: CUDA autocast, emulated at the Python-function level (torch 1.13's CPU autocast has other
+# op lists). aten/src/ATen/autocast_mode.cpp: lower_precision_fp ops cast floating CUDA inputs to
+# the autocast dtype, caching the casts of leaf fp32 tensors that require grad (weights) until
+# the outermost autocast exits; fp32 ops cast to float32 (never cached); fp32_set_opt_dtype ops
+# run in float32 unless a dtype is given; promote ops cast to the widest input type.
+# --------------------------------------------------------------------------------------------
+_LOWER = {"linear", "matmul", "__matmul__", "addmm", "mm", "bmm", "baddbmm", "addbmm", "einsum",
+          "scaled_dot_product_attention"}
+_FP32 = {"pow", "__pow__", "__rpow__", "rsqrt", "exp", "log", "log2", "log10", "log1p", "expm1",
+         "reciprocal", "acos", "asin", "cosh", "sinh", "tan", "erfinv", "softplus", "layer_norm",
+         "group_norm", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div",
+         "binary_cross_entropy_with_logits", "logsumexp", "cdist", "dist", "renorm"}
+_FP32_OPT_DTYPE = {"softmax", "log_softmax", "sum", "prod", "cumsum", "cumprod"}
+_PROMOTE = {"cat", "stack", "addcdiv", "addcmul", "atan2", "cross", "dot", "index_put",
+            "scatter_add", "tensordot", "bilinear"}
+
+
+class _AutocastState:
+    def __init__(self):
+        self.enabled = False
+        self.dtype = torch.bfloat16
+        self.depth = 0
+        self.cache = {}
+
+
+AUTOCAST = _AutocastState()
+
+
+class EmulatedCudaAutocast(TorchFunctionMode):
+    """The casts CUDA autocast inserts, applied to the torch functions the models call."""
+
+    def _cast(self, x, dtype, cache_ok):
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64
+                and x.dtype != dtype):
+            return x
+        if cache_ok and x.dtype == torch.float32 and x.requires_grad and x.is_leaf and not x._is_view():
+            key = id(x)
+            hit = AUTOCAST.cache.get(key)
+            if hit is not None and hit[0]() is x:
+                return hit[1]
+            y = x.to(dtype)
+            AUTOCAST.cache[key] = (weakref.ref(x), y)
+            return y
+        return x.to(dtype)
+
+    def _map(self, args, kwargs, fn):
+        """Casts the arguments last to first: autocast's WrapFunction_::call expands
+        cached_cast(args)... into the call's arguments, which GCC evaluates right to left (the
+        weight and bias of a linear are cast before its input). No recursive closure here: a
+        reference cycle would keep the tensors alive until the garbage collector runs."""
+        kw = {k: _map_one(v, fn) for k, v in reversed(list(kwargs.items()))}
+        pos = [_map_one(a, fn) for a in reversed(args)]
+        return tuple(reversed(pos)), dict(reversed(list(kw.items())))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if not AUTOCAST.enabled or not any(_is_cuda_like(a) for a in _flat(args, kwargs)):
+            return func(*args, **kwargs)
+        if name in _LOWER:
+            args, kwargs = self._map(args, kwargs, lambda a: self._cast(a, AUTOCAST.dtype, True))
+        elif name in _FP32:
+            args, kwargs = self._map(args, kwargs, lambda a: self._cast(a, torch.float32, False))
+        elif name in _FP32_OPT_DTYPE:
+            if kwargs.get("dtype") is None and not (len(args) > 2 and args[2] is not None):
+                first = args[0] if args else None
+                if isinstance(first, torch.Tensor) and first.is_floating_point() and first.dtype != torch.float32:
+                    kwargs = dict(kwargs, dtype=torch.float32)
+        elif name in _PROMOTE:
+            ts = [a for a in _flat(args, kwargs) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+            if ts:
+                widest = max(ts, key=lambda t: torch.finfo(t.dtype).bits).dtype
+                args, kwargs = self._map(args, kwargs, lambda a: self._cast(a, widest, False))
+        return func(*args, **kwargs)
+
+
+def _map_one(a, fn):
+    if isinstance(a, (list, tuple)):
+        return type(a)(_map_one(b, fn) for b in a)
+    return fn(a)
+
+
+def _flat_into(a, out):
+    if isinstance(a, (list, tuple)):
+        for b in a:
+            _flat_into(b, out)
+    else:
+        out.append(a)
+    return out
+
+
+def _flat(args, kwargs):
+    return _flat_into(list(kwargs.values()), _flat_into(args, []))
+
+
+def _is_cuda_like(a):
+    return isinstance(a, torch.Tensor)  # every tensor of the emulation is a CUDA tensor
+
+
+_EMU_MODE = None
+
+
+@contextlib.contextmanager
+def autocast(enabled=True, dtype=torch.bfloat16):
+    """torch.autocast("cuda", dtype) in native mode; the emulation on the CPU."""
+    if MODE == "native":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            yield
+        return
+    global _EMU_MODE
+    prev = (AUTOCAST.enabled, AUTOCAST.dtype)
+    AUTOCAST.enabled, AUTOCAST.dtype = enabled, dtype
+    AUTOCAST.depth += 1
+    pushed = False
+    if _EMU_MODE is None:
+        _EMU_MODE = EmulatedCudaAutocast()
+        _EMU_MODE.__enter__()
+        pushed = True
+    try:
+        yield
+    finally:
+        if pushed:
+            _EMU_MODE.__exit__(None, None, None)
+            _EMU_MODE = None
+        AUTOCAST.depth -= 1
+        AUTOCAST.enabled, AUTOCAST.dtype = prev
+        if AUTOCAST.depth == 0:
+            AUTOCAST.cache.clear()  # autocast's clear_cache() when the outermost region exits
+
+
+def autocast_state():
+    if MODE == "native":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        return (torch.is_autocast_enabled(dev) if hasattr(torch, "is_autocast_enabled") else False,
+                torch.get_autocast_dtype(dev))
+    return (AUTOCAST.enabled, AUTOCAST.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels whose CPU implementation in torch 1.13 allocates differently from CUDA in torch 2.11
+# --------------------------------------------------------------------------------------------
+def dropout(x, p, training):
+    """F.dropout. E1: CUDA runs native_dropout (a bool mask and the output; the backward
+    allocates one gradient); the CPU's composite keeps a mask in the input's dtype."""
+    if MODE == "native" or not training or p == 0.0 or x.numel() == 0:
+        return F.dropout(x, p, training)  # p == 0 returns the input itself on both
+    with HOOKS.label("native_dropout"):
+        return torch.native_dropout(x, p, True)[0]
+
+
+class _MeanLastDim(torch.autograd.Function):
+    """E3: torch 2.x mean.dim saves only its input's sizes (derivatives.yaml, mean_backward:
+    sum_backward(grad, sizes).div_(numel)); torch 1.13's formula also saved the input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.mean(-1, keepdim=True)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.expand(ctx.shape) / ctx.shape[-1]
+
+
+def mean_last_keepdim(x):
+    if MODE == "native":
+        return x.mean(-1, keepdim=True)
+    return _MeanLastDim.apply(x)
+
+
+class _SoftmaxHalfToFloat(torch.autograd.Function):
+    """E4: softmax(x, dim, dtype=float32) with an fp16 x. CUDA (aten/src/ATen/native/SoftMax.cpp,
+    softmax): _softmax(x, dim, half_to_float=True) writes fp32 from the fp16 input and its backward
+    writes the fp16 gradient directly; the CPU converts the input first. Only for Half: a bf16
+    input is converted with _to_copy on CUDA too (checked on an H100), as on the CPU."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        out = torch.empty(x.shape, dtype=torch.float32)
+        with HOOKS.untracked():
+            tmp = torch.softmax(x.float(), dim)
+        out.copy_(tmp)
+        ctx.save_for_backward(out)
+        ctx.dim, ctx.in_dtype = dim, x.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        gi = torch.empty(out.shape, dtype=ctx.in_dtype)
+        with HOOKS.untracked():
+            tmp = torch._softmax_backward_data(g, out, ctx.dim, torch.float32)
+        gi.copy_(tmp)
+        return gi, None
+
+
+def softmax(x, dim, dtype=None):
+    """nn.functional.softmax, with the CUDA half_to_float path emulated."""
+    if MODE == "native":
+        return F.softmax(x, dim=dim, dtype=dtype)
+    if dtype is None and AUTOCAST.enabled and x.dtype != torch.float32:
+        dtype = torch.float32  # autocast's fp32_set_opt_dtype policy
+    if dtype == torch.float32 and x.dtype == torch.float16:
+        with HOOKS.label("_softmax(half_to_float)"):
+            return _SoftmaxHalfToFloat.apply(x, dim)
+    return F.softmax(x, dim=dim, dtype=dtype)
+
+
+def _round_up(x, m):
+    return (x + m - 1) // m * m
+
+
+# cuDNN attention's own buffers measured inside the kernels (torch 2.11, cuDNN 9, H100), by
+# (batch, heads, kv heads, sequence, head dim): forward and backward bytes. Other shapes: none.
+CUDNN_WORKSPACE = {(2, 4, 2, 64, 32): (512, 133632)}
+
+
+class _CudnnAttention(torch.autograd.Function):
+    """E6: F.scaled_dot_product_attention on an H100 with 16-bit inputs and no mask runs cuDNN
+    attention in torch 2.11 (aten _scaled_dot_product_cudnn_attention; enable_gqa keeps K and V
+    un-repeated). Forward allocates the output, an fp32 softmax statistic [b, h, s, 1] and the
+    philox seed and offset (one int64 each, on the device), and saves q, k, v, out, the
+    statistic, seed and offset. Backward allocates dq, dk, dv (K/V-sized, not expanded). Each
+    kernel also takes a workspace from the caching allocator (CUDNN_WORKSPACE). The CPU computes
+    the values with the math path, untracked."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal, scale):
+        b, h, s, d = q.shape
+        kvh = k.shape[1]
+        out = torch.empty((b, s, h, d), dtype=q.dtype).transpose(1, 2)
+        stats = torch.empty((b, h, s, 1), dtype=torch.float32)
+        seed = torch.empty((), dtype=torch.int64)
+        offset = torch.empty((), dtype=torch.int64)
+        ws = CUDNN_WORKSPACE.get((b, h, kvh, s, d), (0, 0))
+        HOOKS.workspace("_scaled_dot_product_cudnn_attention workspace", ws[0])
+        with HOOKS.untracked():
+            kk = k.repeat_interleave(h // kvh, dim=1) if kvh != h else k
+            vv = v.repeat_interleave(h // kvh, dim=1) if kvh != h else v
+            scores = torch.matmul(q.float(), kk.float().transpose(-1, -2)) * scale
+            if is_causal:
+                mask = torch.ones(s, s, dtype=torch.bool).tril()
+                scores = scores.masked_fill(~mask, float("-inf"))
+            lse_v = torch.logsumexp(scores, dim=-1, keepdim=True)
+            o = torch.matmul(torch.softmax(scores, -1), vv.float())
+            out.copy_(o)
+            stats.copy_(lse_v)
+        ctx.save_for_backward(q, k, v, out, stats, seed, offset)
+        ctx.is_causal, ctx.scale, ctx.ws = is_causal, scale, ws
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, out, stats, seed, offset = ctx.saved_tensors
+        b, h, s, d = q.shape
+        kvh = k.shape[1]
+        with HOOKS.label("_scaled_dot_product_cudnn_attention_backward"):
+            dq = torch.empty((b, s, h, d), dtype=q.dtype).transpose(1, 2)
+            dk = torch.empty((b, s, kvh, d), dtype=k.dtype).transpose(1, 2)
+            dv = torch.empty((b, s, kvh, d), dtype=v.dtype).transpose(1, 2)
+        HOOKS.workspace("_scaled_dot_product_cudnn_attention_backward workspace", ctx.ws[1])
+        with HOOKS.untracked():
+            qq = q.detach().float().requires_grad_()
+            kk = k.detach().float().requires_grad_()
+            vv = v.detach().float().requires_grad_()
+            with torch.enable_grad():
+                ke = kk.repeat_interleave(h // kvh, dim=1) if kvh != h else kk
+                ve = vv.repeat_interleave(h // kvh, dim=1) if kvh != h else vv
+                sc = torch.matmul(qq, ke.transpose(-1, -2)) * ctx.scale
+                if ctx.is_causal:
+                    mask = torch.ones(s, s, dtype=torch.bool).tril()
+                    sc = sc.masked_fill(~mask, float("-inf"))
+                o = torch.matmul(torch.softmax(sc, -1), ve)
+                gq, gk, gv = torch.autograd.grad(o, (qq, kk, vv), g.float())
+            dq.copy_(gq)
+            dk.copy_(gk)
+            dv.copy_(gv)
+        return dq, dk, dv, None, None
+
+
+def scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=False):
+    if MODE == "native":
+        kw = {"enable_gqa": True} if enable_gqa else {}
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, scale=scale,
+                                              is_causal=is_causal, **kw)
+    if AUTOCAST.enabled:  # a lower-precision autocast op: inputs cast last to first (v, k, q)
+        v, k, q = (x.to(AUTOCAST.dtype) if x.dtype != AUTOCAST.dtype else x for x in (v, k, q))
+    assert q.dtype in (torch.bfloat16, torch.float16), "the cuDNN emulation needs 16-bit inputs"
+    with HOOKS.label("_scaled_dot_product_cudnn_attention"):
+        return _CudnnAttention.apply(q, k, v, is_causal, scale)
+
+
+# --------------------------------------------------------------------------------------------
+# Model configuration
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Config:
+    family: str  # "llama" or "gpt2"
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    layers: int
+    vocab: int
+    head_dim: int = 0
+    tied: bool = False
+    attn: str = "eager"  # "eager" or "sdpa"
+    dropout: float = 0.0  # GPT-2: attn_pdrop = resid_pdrop = embd_pdrop
+    max_positions: int = 512
+    rms_eps: float = 1e-6
+    ln_eps: float = 1e-5
+
+    def __post_init__(self):
+        if not self.head_dim:
+            self.head_dim = self.hidden // self.heads
+
+
+# --------------------------------------------------------------------------------------------
+# Llama (transformers/models/llama/modeling_llama.py)
+# --------------------------------------------------------------------------------------------
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):  # LlamaRMSNorm.forward
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = mean_last_keepdim(hidden_states.pow(2))  # .mean(-1, keepdim=True), E3
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        dim = cfg.head_dim
+        base = 10000.0
+        # compute_default_rope_parameters
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        self.attention_scaling = 1.0
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):  # LlamaRotaryEmbedding.forward: cos/sin with batch dim 1
+        inv_freq_expanded = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).to(
+            dtype=torch.float, device=x.device)
+        position_ids_expanded = position_ids[:, None, :].float()
+        with autocast(enabled=False):  # maybe_autocast(device_type, enabled=False)
+            freqs = (inv_freq_expanded @ position_ids_expanded).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos = emb.cos() * self.attention_scaling
+            sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+        self.act_fn = nn.SiLU()  # ACT2FN["silu"] = SiLUActivation: nn.functional.silu
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def index_none_dim2(x):
+    """x[:, :, None, :, :]. E10: torch 2.x skips the full slices (an unsqueeze view whose backward
+    is a view); torch 1.13 records four slices whose backwards each allocate a zeroed gradient."""
+    if MODE == "native":
+        return x[:, :, None, :, :]
+    return x.unsqueeze(2)
+
+
+def repeat_kv(hidden_states, n_rep):
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = index_none_dim2(hidden_states).expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+def llama_eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0):
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = dropout_fn(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    attn_output = attn_output.transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+def dropout_fn(x, p, training):
+    return dropout(x, p, training)
+
+
+def sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                           is_causal=None):
+    """integrations/sdpa_attention.py: GQA goes to SDPA (enable_gqa) when there is no mask."""
+    enable_gqa = False
+    if getattr(module, "num_key_value_groups", 1) > 1:
+        if not (attention_mask is None and key.shape[-1] == value.shape[-1] <= 256):
+            key = repeat_kv(key, module.num_key_value_groups)
+            value = repeat_kv(value, module.num_key_value_groups)
+        else:
+            enable_gqa = True
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    is_causal = query.shape[2] > 1 and attention_mask is None and is_causal
+    assert dropout == 0.0
+    attn_output = scaled_dot_product_attention(query, key, value, is_causal, scaling, enable_gqa)
+    attn_output = attn_output.transpose(1, 2).contiguous()
+    return attn_output, None
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.cfg = cfg
+        self.head_dim = cfg.head_dim
+        self.num_key_value_groups = cfg.heads // cfg.kv_heads
+        self.scaling = self.head_dim ** -0.5
+        self.attention_dropout = 0.0
+        self.is_causal = True
+        self.q_proj = nn.Linear(cfg.hidden, cfg.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.heads * self.head_dim, cfg.hidden, bias=False)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        attention_interface = sdpa_attention_forward if self.cfg.attn == "sdpa" else llama_eager_attention_forward
+        attn_output, attn_weights = attention_interface(
+            self, query_states, key_states, value_states, attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, attn_weights
+
+
+class GradientCheckpointingLayer(nn.Module):
+    """modeling_layers.GradientCheckpointingLayer: the layer call goes through
+    self._gradient_checkpointing_func(partial(super().__call__, **kwargs), *args) when enabled."""
+
+    gradient_checkpointing = False
+    _gradient_checkpointing_func = None
+
+    def __call__(self, *args, **kwargs):
+        HOOKS.layer_input(self, args[0])
+        if self.gradient_checkpointing and self.training:
+            out = self._gradient_checkpointing_func(partial(super().__call__, **kwargs), *args)
+        else:
+            out = super().__call__(*args, **kwargs)
+        HOOKS.layer_output(self, out)
+        return out
+
+
+class LlamaDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.self_attn = LlamaAttention(cfg, layer_idx)
+        self.mlp = LlamaMLP(cfg)
+        self.input_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, position_embeddings=None):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
+                                          attention_mask=attention_mask)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        hidden_states = residual + hidden_states
+        return hidden_states
+
+
+def find_packed_sequence_indices(position_ids):  # masking_utils.find_packed_sequence_indices
+    first_dummy_value = position_ids[:, :1] - 1
+    position_diff = torch.diff(position_ids, prepend=first_dummy_value, dim=-1)
+    packed_sequence_mask = (position_diff != 1).cumsum(-1)
+    if bool((packed_sequence_mask[:, -1] == 0).all()):
+        return None
+    return packed_sequence_mask
+
+
+def create_causal_mask(cfg, inputs_embeds, position_ids):
+    """masking_utils.create_causal_mask without padding or cache: sdpa returns None
+    (is_causal), eager builds sdpa_mask's bool [b,1,s,s] (an expanded [1,1,s,s]) and
+    eager_mask's torch.where into the embeddings' dtype."""
+    batch_size, q_length = inputs_embeds.shape[0], inputs_embeds.shape[1]
+    kv_length = q_length
+    pos = position_ids
+    if batch_size != pos.shape[0]:
+        pos = pos.expand(batch_size, -1)
+    packed = find_packed_sequence_indices(pos)
+    assert packed is None
+    del pos
+    if cfg.attn == "sdpa":
+        return None  # _ignore_causal_mask_sdpa: q_length == kv_length and no padding
+    dtype, device = inputs_embeds.dtype, inputs_embeds.device
+    batch_arange = torch.arange(batch_size, device=device)
+    head_arange = torch.arange(1, device=device)
+    q_arange = torch.arange(q_length, device=device) + 0
+    kv_arange = torch.arange(kv_length, device=device) + 0
+    # causal_mask_function(b, h, q, kv) = kv_idx <= q_idx over _non_vmap_expansion_sdpa's broadcast
+    mask = kv_arange[None, None, None, :] <= q_arange[None, None, :, None]
+    mask = mask.expand(batch_size, -1, q_length, kv_length)
+    del batch_arange, head_arange, q_arange, kv_arange
+    min_dtype = torch.finfo(dtype).min
+    return torch.where(mask, torch.tensor(0.0, device=device, dtype=dtype), min_dtype)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, i) for i in range(cfg.layers)])
+        self.norm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(cfg)
+
+    def forward(self, input_ids):
+        inputs_embeds = self.embed_tokens(input_ids)
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + 0
+        position_ids = position_ids.unsqueeze(0)
+        causal_mask = create_causal_mask(self.cfg, inputs_embeds, position_ids)
+        hidden_states = inputs_embeds
+        position_embeddings = self.rotary_emb(hidden_states, position_ids=position_ids)
+        for decoder_layer in self.layers:
+            hidden_states = decoder_layer(hidden_states, attention_mask=causal_mask,
+                                          position_embeddings=position_embeddings, position_ids=position_ids)
+        hidden_states = self.norm(hidden_states)
+        return hidden_states
+
+
+def full_slice(hidden_states):
+    """hidden_states[:, slice(-logits_to_keep, None), :] with logits_to_keep = 0. E10: torch 2.x's
+    indexing returns the tensor itself for slices covering a whole dimension (applySlice); torch
+    1.13 records a slice for each index, and each SliceBackward allocates a zeroed gradient."""
+    if MODE == "native":
+        return hidden_states[:, slice(0, None), :]
+    return hidden_states
+
+
+def ForCausalLMLoss(logits, labels, vocab_size, ignore_index=-100):
+    """loss/loss_utils.py: upcast, shift the labels (pad + slice + contiguous), cross-entropy."""
+    logits = logits.float()
+    labels = F.pad(labels, (0, 1), value=ignore_index)
+    shift_labels = labels[..., 1:].contiguous()
+    logits = logits.view(-1, vocab_size)
+    shift_labels = shift_labels.view(-1)
+    # fixed_cross_entropy, reduction "mean" without num_items_in_batch
+    return F.cross_entropy(logits, shift_labels, ignore_index=ignore_index, reduction="mean")
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = LlamaModel(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        if cfg.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.loss_function = ForCausalLMLoss
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def final_norm(self):
+        return self.model.norm
+
+    def decoder_layers(self):
+        return self.model.layers
+
+    def forward(self, input_ids, labels=None):
+        hidden_states = self.model(input_ids)
+        logits = self.lm_head(full_slice(hidden_states))  # hidden_states[:, slice(-0, None), :]
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.cfg.vocab)
+        return loss, logits
+
+
+# --------------------------------------------------------------------------------------------
+# GPT-2 (transformers/models/gpt2/modeling_gpt2.py)
+# --------------------------------------------------------------------------------------------
+class Conv1D(nn.Module):  # pytorch_utils.Conv1D
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.empty(nx, nf))
+        self.bias = nn.Parameter(torch.zeros(nf))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class NewGELUActivation(nn.Module):  # activations.NewGELUActivation ("gelu_new")
+    def forward(self, input):
+        return 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))
+
+
+class Dropout(nn.Module):  # nn.Dropout through the dropout() wrapper (E1)
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
+
+
+def gpt2_eager_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0):
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    attn_weights = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = softmax(attn_weights, dim=-1)
+    attn_weights = attn_weights.type(value.dtype)
+    attn_weights = dropout_fn(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value)
+    attn_output = attn_output.transpose(1, 2)
+    return attn_output, attn_weights
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_dim = cfg.hidden
+        self.num_heads = cfg.heads
+        self.head_dim = cfg.hidden // cfg.heads
+        self.split_size = cfg.hidden
+        self.scaling = self.head_dim ** -0.5  # scale_attn_weights
+        self.c_attn = Conv1D(3 * self.embed_dim, self.embed_dim)
+        self.c_proj = Conv1D(self.embed_dim, self.embed_dim)
+        self.attn_dropout = Dropout(cfg.dropout)
+        self.resid_dropout = Dropout(cfg.dropout)
+        self.is_causal = True
+
+    def forward(self, hidden_states, attention_mask=None):
+        query_states, key_states, value_states = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        shape_kv = (*key_states.shape[:-1], -1, self.head_dim)
+        key_states = key_states.view(shape_kv).transpose(1, 2)
+        value_states = value_states.view(shape_kv).transpose(1, 2)
+        shape_q = (*query_states.shape[:-1], -1, self.head_dim)
+        query_states = query_states.view(shape_q).transpose(1, 2)
+        if self.cfg.attn == "sdpa":
+            attn_output, attn_weights = sdpa_attention_forward(
+                self, query_states, key_states, value_states, attention_mask,
+                dropout=self.attn_dropout.p if self.training else 0.0, scaling=self.scaling)
+        else:
+            attn_output, attn_weights = gpt2_eager_attention_forward(
+                self, query_states, key_states, value_states, attention_mask,
+                dropout=self.attn_dropout.p if self.training else 0.0, scaling=self.scaling)
+        attn_output = attn_output.reshape(*attn_output.shape[:-2], -1).contiguous()
+        attn_output = self.c_proj(attn_output)
+        attn_output = self.resid_dropout(attn_output)
+        return attn_output, attn_weights  # the weights (the dropout output) live until here
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, intermediate_size, cfg):
+        super().__init__()
+        self.c_fc = Conv1D(intermediate_size, cfg.hidden)
+        self.c_proj = Conv1D(cfg.hidden, intermediate_size)
+        self.act = NewGELUActivation()
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, hidden_states):
+        hidden_states = self.c_fc(hidden_states)
+        hidden_states = self.act(hidden_states)
+        hidden_states = self.c_proj(hidden_states)
+        return self.dropout(hidden_states)
+
+
+class GPT2Block(GradientCheckpointingLayer):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.ln_1 = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.attn = GPT2Attention(cfg, layer_idx)
+        self.ln_2 = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.mlp = GPT2MLP(cfg.intermediate, cfg)
+
+    def forward(self, hidden_states, past_key_values=None, attention_mask=None, encoder_hidden_states=None,
+                position_ids=None):
+        residual = hidden_states
+        hidden_states = self.ln_1(hidden_states)
+        attn_output, _ = self.attn(hidden_states, attention_mask=attention_mask)
+        hidden_states = attn_output + residual
+        residual = hidden_states
+        hidden_states = self.ln_2(hidden_states)
+        feed_forward_hidden_states = self.mlp(hidden_states)
+        return residual + feed_forward_hidden_states
+
+
+class GPT2Model(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.wpe = nn.Embedding(cfg.max_positions, cfg.hidden)
+        self.drop = Dropout(cfg.dropout)
+        self.h = nn.ModuleList([GPT2Block(cfg, i) for i in range(cfg.layers)])
+        self.ln_f = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+
+    def forward(self, input_ids):
+        input_shape = input_ids.size()
+        input_ids = input_ids.view(-1, input_shape[-1])
+        inputs_embeds = self.wte(input_ids)
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + 0
+        position_ids = position_ids.unsqueeze(0)
+        position_embeds = self.wpe(position_ids)
+        hidden_states = inputs_embeds + position_embeds
+        causal_mask = create_causal_mask(self.cfg, inputs_embeds, position_ids)
+        hidden_states = self.drop(hidden_states)
+        output_shape = (-1,) + input_shape[1:] + (hidden_states.size(-1),)
+        for block in self.h:
+            # past_key_values (None while training with checkpointing or without a cache),
+            # causal_mask and encoder_hidden_states are positional (modeling_gpt2.GPT2Model.forward)
+            hidden_states = block(hidden_states, None, causal_mask, None, position_ids=position_ids)
+        hidden_states = self.ln_f(hidden_states)
+        return hidden_states.view(output_shape)
+
+
+class GPT2LMHeadModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.transformer = GPT2Model(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        if cfg.tied:
+            self.lm_head.weight = self.transformer.wte.weight
+        self.loss_function = ForCausalLMLoss
+
+    def get_input_embeddings(self):
+        return self.transformer.wte
+
+    def final_norm(self):
+        return self.transformer.ln_f
+
+    def decoder_layers(self):
+        return self.transformer.h
+
+    def forward(self, input_ids, labels=None):
+        hidden_states = self.transformer(input_ids)
+        logits = self.lm_head(full_slice(hidden_states))  # hidden_states[:, slice(-0, None), :]
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.cfg.vocab)
+        return loss, logits
+
+
+def build_model(cfg):
+    return (LlamaForCausalLM if cfg.family == "llama" else GPT2LMHeadModel)(cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# LoRA (peft/tuners/lora/layer.py, Linear.forward), adapters in fp32 as peft's
+# autocast_adapter_dtype=True leaves them for a 16-bit base model
+# --------------------------------------------------------------------------------------------
+class LoraLinear(nn.Module):
+    def __init__(self, base_layer, r, alpha, adapter_dtype=torch.float32):
+        super().__init__()
+        self.base_layer = base_layer
+        self.lora_A = nn.ModuleDict({"default": nn.Linear(base_layer.in_features, r, bias=False).to(adapter_dtype)})
+        self.lora_B = nn.ModuleDict({"default": nn.Linear(r, base_layer.out_features, bias=False).to(adapter_dtype)})
+        nn.init.zeros_(self.lora_B["default"].weight)
+        self.lora_dropout = nn.ModuleDict({"default": nn.Identity()})  # lora_dropout = 0.0
+        self.scaling = {"default": alpha / r}
+        self.active_adapters = ["default"]
+
+    def _cast_input_dtype(self, x, dtype):  # tuners_utils.BaseTunerLayer._cast_input_dtype
+        if x is None or x.dtype == dtype:
+            return x
+        return x.to(dtype=dtype)
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        torch_result_dtype = result.dtype
+        for active_adapter in self.active_adapters:
+            lora_A = self.lora_A[active_adapter]
+            lora_B = self.lora_B[active_adapter]
+            dropout_m = self.lora_dropout[active_adapter]
+            scaling = self.scaling[active_adapter]
+            x = self._cast_input_dtype(x, lora_A.weight.dtype)
+            result = result + lora_B(lora_A(dropout_m(x))) * scaling
+        result = result.to(torch_result_dtype)
+        return result
+
+
+def apply_lora(model, targets, r, alpha, adapter_dtype=torch.float32):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in model.decoder_layers():
+        for name, mod in list(layer.named_modules()):
+            for child_name, child in list(mod.named_children()):
+                if child_name in targets and isinstance(child, nn.Linear):
+                    setattr(mod, child_name, LoraLinear(child, r, alpha, adapter_dtype))
+
+
+# --------------------------------------------------------------------------------------------
+# Gradient checkpointing (torch/utils/checkpoint.py, torch 2.11), E9: torch 1.13's non-reentrant
+# checkpoint recomputes the whole layer (no early stop) and keeps what it recomputed differently;
+# the autocast state of the emulation is captured and restored the way the real code captures
+# torch.amp's. RNG states are host tensors (untracked).
+# --------------------------------------------------------------------------------------------
+def _detach_variable(inputs):
+    out = []
+    for inp in inputs:
+        if not isinstance(inp, torch.Tensor):
+            out.append(inp)
+            continue
+        x = inp.detach()
+        x.requires_grad = inp.requires_grad
+        out.append(x)
+    return tuple(out)
+
+
+class CheckpointFunction(torch.autograd.Function):
+    """use_reentrant=True."""
+
+    @staticmethod
+    def forward(ctx, run_function, preserve_rng_state, *args):
+        ctx.run_function = run_function
+        ctx.preserve_rng_state = preserve_rng_state
+        ctx.autocast = autocast_state()
+        if preserve_rng_state:
+            with HOOKS.untracked():
+                ctx.fwd_cpu_state = torch.get_rng_state()  # a host tensor (CUDA's RNG state too)
+        ctx.inputs = []
+        ctx.tensor_indices = []
+        tensor_inputs = []
+        for i, arg in enumerate(args):
+            if torch.is_tensor(arg):
+                tensor_inputs.append(arg)
+                ctx.tensor_indices.append(i)
+                ctx.inputs.append(None)
+            else:
+                ctx.inputs.append(arg)
+        ctx.save_for_backward(*tensor_inputs)
+        with torch.no_grad():
+            outputs = run_function(*args)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *args):
+        inputs = list(ctx.inputs)
+        tensor_indices = ctx.tensor_indices
+        tensors = ctx.saved_tensors
+        for i, idx in enumerate(tensor_indices):
+            inputs[idx] = tensors[i]
+        with HOOKS.untracked():
+            saved_rng = torch.get_rng_state()
+            if ctx.preserve_rng_state:
+                torch.set_rng_state(ctx.fwd_cpu_state)
+        try:
+            detached_inputs = _detach_variable(tuple(inputs))
+            with torch.enable_grad(), autocast(*ctx.autocast), HOOKS.recompute():
+                outputs = ctx.run_function(*detached_inputs)
+        finally:
+            with HOOKS.untracked():
+                torch.set_rng_state(saved_rng)
+        if isinstance(outputs, torch.Tensor):
+            outputs = (outputs,)
+        outputs_with_grad = []
+        args_with_grad = []
+        for i in range(len(outputs)):
+            if torch.is_tensor(outputs[i]) and outputs[i].requires_grad:
+                outputs_with_grad.append(outputs[i])
+                args_with_grad.append(args[i])
+        torch.autograd.backward(outputs_with_grad, args_with_grad)
+        grads = tuple(inp.grad if isinstance(inp, torch.Tensor) else None for inp in detached_inputs)
+        return (None, None) + grads
+
+
+class _Handle:
+    pass
+
+
+class _Holder:
+    def __init__(self):
+        self.handles = {}
+
+
+class _NoopSaveInputs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, *inputs):  # forward + setup_context of torch 2.11, in torch 1.13's style
+        tensor_indices, tensors = zip(*[(i, o) for i, o in enumerate(inputs) if isinstance(o, torch.Tensor)])
+        idx2saved_idx = {b: a for a, b in enumerate(tensor_indices)}
+        args = [None if isinstance(o, torch.Tensor) else o for o in inputs]
+
+        def get_args(saved_tensors):
+            ret = [saved_tensors[idx2saved_idx[i]] if i in tensor_indices else o for i, o in enumerate(args)]
+            return ret[1:]
+
+        ctx.get_args = get_args
+        ctx.save_for_backward(*tensors)
+        return torch.empty((0,))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise AssertionError("Did not expect to backward on this graph")
+
+
+class _StopRecomputationError(Exception):
+    pass
+
+
+class _CheckpointFrame:
+    def __init__(self, recompute_fn):
+        self.recompute_fn = recompute_fn
+        self.input_saver = None
+        self.weak_holders = []
+        self.recomputed = weakref.WeakKeyDictionary()
+        self.recomp_counter = 0
+        self.is_recomputed = False
+        self.early_stop = True
+
+
+def _checkpoint_without_reentrant(fn, *args, **kwargs):
+    """use_reentrant=False: _checkpoint_without_reentrant_generator with early_stop=True, one
+    graph task (gid) per backward."""
+    ac = autocast_state()
+    with HOOKS.untracked():
+        fwd_cpu_state = torch.get_rng_state()
+
+    def recompute_fn(*inputs):
+        kwargs_, *args_ = inputs
+        with HOOKS.untracked():
+            saved = torch.get_rng_state()
+            torch.set_rng_state(fwd_cpu_state)
+        try:
+            with autocast(*ac):
+                fn(*args_, **kwargs_)
+        finally:
+            with HOOKS.untracked():
+                torch.set_rng_state(saved)
+
+    frame = _CheckpointFrame(recompute_fn)
+    dummy = torch.empty((0,), requires_grad=True)
+    frame.input_saver = _NoopSaveInputs.apply(dummy, kwargs, *args)
+
+    def pack_hook(x):
+        holder = _Holder()
+        frame.weak_holders.append(weakref.ref(holder))
+        return holder
+
+    def unpack_hook(holder):
+        if not frame.is_recomputed:
+            ctx = frame.input_saver.grad_fn
+            rargs = ctx.get_args(ctx.saved_tensors)
+
+            def rpack(x):
+                x = x.detach() if x.requires_grad else x
+                recomp_idx = frame.recomp_counter
+                frame.recomp_counter += 1
+                h = frame.weak_holders[recomp_idx]()
+                if h is not None:
+                    h.handles[0] = _Handle()
+                    frame.recomputed[h.handles[0]] = x
+                if frame.early_stop and frame.recomp_counter == len(frame.weak_holders):
+                    raise _StopRecomputationError
+                return x
+
+            try:
+                with torch.autograd.graph.saved_tensors_hooks(rpack, lambda x: x), torch.enable_grad(), \
+                        HOOKS.recompute():
+                    frame.recompute_fn(*rargs)
+            except _StopRecomputationError:
+                pass
+            except RuntimeError as e:  # torch 1.13 turns a hook's exception into a RuntimeError
+                if "_StopRecomputationError" not in str(e):
+                    raise
+            frame.is_recomputed = True
+        ret = frame.recomputed[holder.handles[0]]
+        holder.handles[0] = None
+        return ret
+
+    with torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook):
+        ret = fn(*args, **kwargs)
+    return ret
+
+
+def checkpoint(function, *args, use_reentrant, **kwargs):
+    if MODE == "native":
+        import torch.utils.checkpoint as tuc
+        return tuc.checkpoint(function, *args, use_reentrant=use_reentrant, **kwargs)
+    if use_reentrant:
+        return CheckpointFunction.apply(function, True, *args)
+    return _checkpoint_without_reentrant(function, *args, **kwargs)
+
+
+def gradient_checkpointing_enable(model, use_reentrant):
+    """modeling_utils.gradient_checkpointing_enable: every decoder layer checkpointed, and
+    enable_input_require_grads (a forward hook making the embedding output require grad)."""
+    func = partial(checkpoint, use_reentrant=use_reentrant)
+    for layer in model.decoder_layers():
+        layer.gradient_checkpointing = True
+        layer._gradient_checkpointing_func = func
+
+    def make_inputs_require_grads(module, input, output):
+        output.requires_grad_(True)
+
+    model.get_input_embeddings().register_forward_hook(make_inputs_require_grads)
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizers (torch 2.11 torch/optim), E7 and E8 (fused). torch 1.13's own foreach AdamW allocates
+# differently (and lacks _foreach_lerp_, Adafactor and fused AdamW on the CPU), so the torch 2.11
+# code is ported. Step counters are host tensors unless fused (never counted as device memory).
+# --------------------------------------------------------------------------------------------
+def _foreach_lerp_(selfs, others, weights):
+    """torch._foreach_lerp_ (not in torch 1.13): in place, allocates nothing on CUDA."""
+    if not isinstance(weights, (list, tuple)):
+        weights = [weights] * len(selfs)
+    for s, o, w in zip(selfs, others, weights):
+        s.lerp_(o, w)
+
+
+def _foreach_inplace(name, selfs, *rest):
+    """In-place foreach ops torch 1.13 lacks (clamp_min_, rsqrt_, lerp_): allocate nothing."""
+    fn = getattr(torch, name, None)
+    if fn is not None:
+        return fn(selfs, *rest)
+    base = name[len("_foreach_"):]
+    for i, s in enumerate(selfs):
+        args = [r[i] if isinstance(r, (list, tuple)) else r for r in rest]
+        getattr(s, base)(*args)
+
+
+class Optimizer:
+    """The parts of torch.optim.Optimizer the step uses: param groups, state, zero_grad."""
+
+    def __init__(self, params, defaults):
+        self.defaults = defaults
+        self.state = defaultdict(dict)
+        self.param_groups = [dict(defaults, params=list(params))]
+
+    def zero_grad(self, set_to_none=True):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.detach_()
+                        p.grad.zero_()
+
+    def state_tensors(self):
+        for st in self.state.values():
+            for k, v in st.items():
+                if isinstance(v, torch.Tensor):
+                    yield k, v
+
+
+def _step_tensor(fused):
+    if fused:  # torch.zeros((), dtype=_get_scalar_dtype(is_fused=True), device=p.device)
+        return torch.zeros((), dtype=torch.float32)
+    with HOOKS.untracked():  # torch.tensor(0.0, dtype=_get_scalar_dtype()): a CPU tensor
+        return torch.tensor(0.0, dtype=torch.float32)
+
+
+class AdamW(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, impl="foreach"):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      foreach=impl == "foreach", fused=impl == "fused"))
+        self.impl = impl
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+            for p in group["params"]:  # Adam._init_group
+                if p.grad is None:
+                    continue
+                params.append(p)
+                grads.append(p.grad)
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = _step_tensor(self.impl == "fused")
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
+                steps.append(state["step"])
+            beta1, beta2 = group["betas"]
+            kw = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], wd=group["weight_decay"])
+            {"foreach": _multi_tensor_adamw, "for-loop": _single_tensor_adamw,
+             "fused": _fused_adamw}[self.impl](params, grads, exp_avgs, exp_avg_sqs, steps, **kw)
+
+
+def _single_tensor_adamw(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, beta1, beta2, eps, wd):
+    for i, param in enumerate(params):  # adam.py _single_tensor_adam, decoupled_weight_decay
+        grad, exp_avg, exp_avg_sq, step_t = grads[i], exp_avgs[i], exp_avg_sqs[i], state_steps[i]
+        with HOOKS.untracked():
+            step_t += 1
+        if wd != 0:
+            param.mul_(1 - lr * wd)
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step = step_t.item()
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2 = 1 - beta2 ** step
+        step_size = lr / bias_correction1
+        bias_correction2_sqrt = bias_correction2 ** 0.5
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def _multi_tensor_adamw(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, beta1, beta2, eps, wd):
+    if len(params) == 0:
+        return
+    # Optimizer._group_tensors_by_device_and_dtype
+    groups = defaultdict(lambda: [[], [], [], [], []])
+    for t in zip(params, grads, exp_avgs, exp_avg_sqs, state_steps):
+        g = groups[(t[0].device, t[0].dtype)]
+        for lst, x in zip(g, t):
+            lst.append(x)
+    for device_params, device_grads, device_exp_avgs, device_exp_avg_sqs, device_state_steps in groups.values():
+        with HOOKS.untracked():  # steps on the CPU: torch._foreach_add_(steps, torch.tensor(1.0), alpha=1.0)
+            for s in device_state_steps:
+                s.add_(1)
+        if wd != 0:
+            torch._foreach_mul_(device_params, 1 - lr * wd)
+        _foreach_lerp_(device_exp_avgs, device_grads, 1 - beta1)
+        torch._foreach_mul_(device_exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(device_exp_avg_sqs, device_grads, device_grads, 1 - beta2)
+        del device_grads
+        bias_correction1 = [1 - beta1 ** s.item() for s in device_state_steps]
+        bias_correction2 = [1 - beta2 ** s.item() for s in device_state_steps]
+        step_size = [(lr / bc) * -1 for bc in bias_correction1]
+        bias_correction2_sqrt = [bc ** 0.5 for bc in bias_correction2]
+        exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)
+        torch._foreach_div_(exp_avg_sq_sqrt, bias_correction2_sqrt)
+        torch._foreach_add_(exp_avg_sq_sqrt, eps)
+        torch._foreach_addcdiv_(device_params, device_exp_avgs, exp_avg_sq_sqrt, step_size)
+
+
+def _fused_adamw(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, beta1, beta2, eps, wd):
+    """E8: adam.py _fused_adam: torch._foreach_add_(device_state_steps, 1) on the device steps,
+    then torch._fused_adamw_ updates in place (multi_tensor_apply, no allocation). The CPU
+    computes the same update untracked."""
+    torch._foreach_add_(state_steps, 1)
+    with HOOKS.untracked():
+        _multi_tensor_adamw_values(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, beta1, beta2, eps, wd)
+
+
+def _multi_tensor_adamw_values(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, beta1, beta2, eps, wd):
+    for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, state_steps):
+        step = s.item()
+        p.mul_(1 - lr * wd)
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        denom = (v.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+        p.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3, momentum=0.9, weight_decay=0.0, impl="foreach"):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      foreach=impl == "foreach"))
+        self.impl = impl
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            params, grads, bufs = [], [], []
+            for p in group["params"]:  # SGD._init_group
+                if p.grad is not None:
+                    params.append(p)
+                    grads.append(p.grad)
+                    bufs.append(self.state[p].get("momentum_buffer"))
+            lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+            if self.impl == "foreach":
+                _multi_tensor_sgd(params, grads, bufs, lr, momentum, wd)
+            else:
+                _single_tensor_sgd(params, grads, bufs, lr, momentum, wd)
+            if momentum != 0:
+                for p, b in zip(params, bufs):
+                    self.state[p]["momentum_buffer"] = b
+
+
+def _single_tensor_sgd(params, grads, momentum_buffer_list, lr, momentum, wd, dampening=0.0):
+    for i, param in enumerate(params):  # sgd.py _single_tensor_sgd
+        grad = grads[i]
+        if wd != 0:
+            grad = grad.add(param, alpha=wd)
+        if momentum != 0:
+            buf = momentum_buffer_list[i]
+            if buf is None:
+                buf = grad.detach().clone()
+                momentum_buffer_list[i] = buf
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+            grad = buf
+        param.add_(grad, alpha=-lr)
+
+
+def _multi_tensor_sgd(params, grads, momentum_buffer_list, lr, momentum, wd, dampening=0.0):
+    if len(params) == 0:
+        return
+    device_params, device_grads, device_bufs = params, grads, momentum_buffer_list  # one device and dtype
+    if wd != 0:
+        device_grads = torch._foreach_add(device_grads, device_params, alpha=wd)
+    if momentum != 0:
+        if all(b is not None for b in device_bufs):
+            bufs = list(device_bufs)
+            torch._foreach_mul_(bufs, momentum)
+            torch._foreach_add_(bufs, device_grads, alpha=1 - dampening)
+        else:
+            bufs = []
+            for i in range(len(device_bufs)):
+                if device_bufs[i] is None:
+                    buf = device_bufs[i] = device_grads[i].detach().clone()
+                else:
+                    buf = device_bufs[i]
+                    buf.mul_(momentum).add_(device_grads[i], alpha=1 - dampening)
+                bufs.append(buf)
+        device_grads = bufs
+    torch._foreach_add_(device_params, device_grads, alpha=-lr)
+
+
+class Adafactor(Optimizer):
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, impl="foreach"):
+        super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
+                                      foreach=impl == "foreach"))
+        self.impl = impl
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            params, grads, row_vars, col_vars, variances, steps = [], [], [], [], [], []
+            for p in group["params"]:  # Adafactor._init_group
+                if p.grad is None:
+                    continue
+                params.append(p)
+                grads.append(p.grad)
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = _step_tensor(False)
+                    if p.grad.dim() > 1:
+                        row_shape = list(p.grad.shape)
+                        row_shape[-1] = 1
+                        state["row_var"] = p.grad.new_zeros(row_shape)
+                        col_shape = list(p.grad.shape)
+                        col_shape[-2] = 1
+                        state["col_var"] = p.grad.new_zeros(col_shape)
+                    else:
+                        state["variance"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                row_vars.append(state.get("row_var"))
+                col_vars.append(state.get("col_var"))
+                variances.append(state.get("variance"))
+                steps.append(state["step"])
+            eps1, eps2 = group["eps"]
+            fn = _multi_tensor_adafactor if self.impl == "foreach" else _single_tensor_adafactor
+            fn(params, grads, row_vars, col_vars, variances, steps, d=group["d"], lr=group["lr"],
+               beta2_decay=group["beta2_decay"], weight_decay=group["weight_decay"], eps1=eps1, eps2=eps2)
+
+
+def _single_tensor_adafactor(params, grads, row_vars, col_vars, variances, state_steps, d, lr, beta2_decay,
+                             weight_decay, eps1, eps2):
+    for i, param in enumerate(params):  # _adafactor.py _single_tensor_adafactor
+        grad = grads[i]
+        step_t, row_var, col_var, variance = state_steps[i], row_vars[i], col_vars[i], variances[i]
+        if eps1 is None:
+            eps1 = torch.finfo(param.dtype).eps
+        with HOOKS.untracked():
+            step_t += 1
+        step_float = step_t.item()
+        one_minus_beta2_t = step_float ** beta2_decay
+        rho_t = min(lr, 1 / (step_float ** 0.5))
+        alpha = max(eps2, param.norm(2).item() / (param.numel() ** 0.5)) * rho_t
+        if weight_decay != 0:
+            param.mul_(1 - lr * weight_decay)
+        if grad.dim() > 1:
+            row_mean = torch.norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1))
+            row_var.lerp_(row_mean, one_minus_beta2_t)
+            col_mean = torch.norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2))
+            col_var.lerp_(col_mean, one_minus_beta2_t)
+            var_estimate = row_var @ col_var
+            var_estimate.div_(row_var.mean(dim=-2, keepdim=True).clamp_(min=eps1))
+        else:
+            grad_squared = grad * grad
+            variance.lerp_(grad_squared, one_minus_beta2_t)
+            var_estimate = variance.clone()
+        update = var_estimate.clamp_(min=eps1 * eps1).rsqrt_()
+        update.mul_(grad)
+        denom = max(1.0, update.norm(2).item() / ((update.numel() ** 0.5) * d))
+        param.add_(update, alpha=-alpha / denom)
+
+
+def _multi_tensor_adafactor(params, grads, row_vars, col_vars, variances, state_steps, d, lr, beta2_decay,
+                            weight_decay, eps1, eps2):
+    if len(params) == 0:
+        return
+    # _group_tensors_by_device_dtype_and_is_multidim: matrices first, in parameter order
+    groups = {}
+    for t in zip(params, grads, row_vars, col_vars, variances, state_steps):
+        key = t[1].dim() > 1
+        g = groups.setdefault(key, [[] for _ in range(6)])
+        for lst, x in zip(g, t):
+            lst.append(x)
+    for is_multidim, (device_params, device_grads, device_row_vars, device_col_vars, device_variances,
+                      device_state_steps) in groups.items():
+        if eps1 is None:
+            eps1 = torch.finfo(device_params[0].dtype).eps
+        with HOOKS.untracked():
+            for s in device_state_steps:
+                s.add_(1.0)
+        one_minus_beta2_ts = [s.item() ** beta2_decay for s in device_state_steps]
+        rho_ts = [min(lr, 1 / (s.item() ** 0.5)) for s in device_state_steps]
+        alphas = [max(eps2, p.norm(2).item() / (p.numel() ** 0.5)) * r for p, r in zip(device_params, rho_ts)]
+        if weight_decay != 0:
+            torch._foreach_mul_(device_params, 1 - lr * weight_decay)
+        if is_multidim:
+            row_means = [torch.norm(grad, dim=-1, keepdim=True) for grad in device_grads]
+            torch._foreach_mul_(row_means, row_means)
+            torch._foreach_div_(row_means, [grad.size(-1) for grad in device_grads])
+            _foreach_lerp_(device_row_vars, row_means, one_minus_beta2_ts)
+            del row_means
+            col_means = [torch.norm(grad, dim=-2, keepdim=True) for grad in device_grads]
+            torch._foreach_mul_(col_means, col_means)
+            torch._foreach_div_(col_means, [grad.size(-2) for grad in device_grads])
+            _foreach_lerp_(device_col_vars, col_means, one_minus_beta2_ts)
+            del col_means
+            var_estimates = [row_var @ col_var for row_var, col_var in zip(device_row_vars, device_col_vars)]
+            row_var_means = [row_var.mean(dim=-2, keepdim=True) for row_var in device_row_vars]
+            _foreach_inplace("_foreach_clamp_min_", row_var_means, eps1)
+            torch._foreach_div_(var_estimates, row_var_means)
+            del row_var_means
+        else:
+            grads_squared = torch._foreach_mul(device_grads, device_grads)
+            _foreach_lerp_(device_variances, grads_squared, one_minus_beta2_ts)
+            del grads_squared
+            var_estimates = [v.clone() for v in device_variances]
+        _foreach_inplace("_foreach_clamp_min_", var_estimates, eps1 * eps1)
+        _foreach_inplace("_foreach_rsqrt_", var_estimates)
+        torch._foreach_mul_(var_estimates, device_grads)
+        updates = var_estimates
+        alphas = [-a / (max(1.0, update.norm(2).item() / ((update.numel() ** 0.5) * d)))
+                  for a, update in zip(alphas, updates)]
+        torch._foreach_mul_(updates, alphas)
+        torch._foreach_add_(device_params, updates)
+
+
+def build_optimizer(kind, impl, params):
+    if MODE == "native":
+        if kind == "adamw":
+            kw = {"foreach": impl == "foreach"} if impl != "fused" else {"fused": True}
+            return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **kw)
+        if kind == "sgd":
+            return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=impl == "foreach")
+        if kind == "adafactor":
+            return torch.optim.Adafactor(params, lr=1e-2, foreach=impl == "foreach")
+    if kind == "adamw":
+        return AdamW(params, lr=1e-3, weight_decay=0.01, impl=impl)
+    if kind == "sgd":
+        return SGD(params, lr=1e-3, momentum=0.9, impl=impl)
+    if kind == "adafactor":
+        return Adafactor(params, lr=1e-2, impl=impl)
+    raise ValueError(kind)

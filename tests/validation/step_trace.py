@@ -1,0 +1,1003 @@
+#!/usr/bin/env python3
+"""Traces every device storage allocated and freed during two whole training steps of small
+Hugging Face-faithful Llama and GPT-2 models (tests/validation/step_models.py), as the CUDA
+caching allocator would see them: each storage rounded up to 512 bytes.
+
+How: a TorchDispatchMode sees every ATen operator's outputs (forward, the autograd engine's
+backward kernels and AccumulateGrad's steal/add_, the optimizer, zero_grad); a new storage is an
+allocation, keyed by its StorageImpl and watched through a storage weak reference, whose expiry
+(checked before every operator and at every phase change) is the free. Parameters, buffers and
+optimizer states that exist before a step are its "alive at start". Layer boundaries come from the
+decoder layers' calls in forward and from gradient hooks on the layer outputs in backward.
+
+Step 1 creates the optimizer states; step 2 is the steady state whose events are committed. On
+the CPU (Debian's PyTorch 1.13) the CUDA kernels' allocations are emulated where they differ
+(docs/step-trace.md lists each); with --native on a CUDA machine the real torch 2.x functions run
+and the tracer also compares itself with torch.cuda.memory_allocated() after every operator.
+
+Usage (docs/step-trace.md):
+  /usr/bin/python3 tests/validation/step_trace.py                 # all cases -> step_traces.json
+  /usr/bin/python3 tests/validation/step_trace.py --cases lora    # only these cases, the others kept
+  python3 tests/validation/step_trace.py --native --out cuda.json         # on a GPU, torch >= 2.5
+  python3 tests/validation/step_trace.py --native --hf --out hf.json      # transformers' own models
+  /usr/bin/python3 tests/validation/step_trace.py --merge-cuda cuda.json --merge-hf hf.json
+  /usr/bin/python3 tests/validation/step_trace.py --compare a.json b.json # event by event
+"""
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import sys
+import time
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    sys.exit("step_trace.py needs PyTorch: apt-get install python3-torch, then run it with /usr/bin/python3")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import step_models as sm  # noqa: E402
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
+
+# torch 1.13 names of operators whose torch 2.11 name differs (same allocations)
+OP_ALIASES = {"norm": "linalg_vector_norm"}
+
+# cumsum's scan buffer measured on an H100 (torch 2.11) for an int64 [batch, seq] input
+CUMSUM_WORKSPACE = {(2, 64): 1024, (1, 128): 2560}
+
+def norm_workspace(args):
+    """The reduction's staging buffer and semaphores, measured on an H100 (torch 2.11) for the
+    16-bit tensors of the committed Adafactor cases: a whole-tensor norm of 131072 elements or more
+    takes 1024 B, a norm over dim -2 of 1024 rows or more 1049088 B; smaller ones none."""
+    x = args[0]
+    dims = args[2] if len(args) > 2 and args[2] is not None else list(range(x.dim()))
+    dims = sorted(d % x.dim() for d in dims)
+    if dims == list(range(x.dim())):  # torch 1.13 gives p.norm(2) every dimension
+        return 1024 if x.numel() >= 131072 else 0
+    if dims == [x.dim() - 2] and x.shape[-2] >= 1024:
+        return 1049088
+    return 0
+
+
+BLOCK = 512  # CUDACachingAllocator: kMinBlockSize, every request rounded up to a multiple of 512 B
+
+
+def block_bytes(n):
+    return 0 if n == 0 else (n + BLOCK - 1) // BLOCK * BLOCK
+
+
+def untyped(t):
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()._storage
+
+
+def flatten(x, out):
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            flatten(y, out)
+    return out
+
+
+class Rec:
+    __slots__ = ("sid", "key", "ref", "ptr", "nbytes", "bytes", "op", "module", "phase", "mb", "region",
+                 "step", "kind", "recompute", "alloc_ev", "free_ev", "emulated")
+
+
+class Tracer(TorchDispatchMode):
+    def __init__(self, device_type, cuda_check=False):
+        super().__init__()
+        self.device_type = device_type
+        self.cuda_check = cuda_check
+        self.live = {}
+        self.recs = []
+        self.events = []  # (sid, sign, bytes, phase, mb, region, op, module, alive_after, step, extra)
+        self.alive = 0
+        self.step = 0
+        self.phase, self.mb, self.region = "setup", 0, "model"
+        self.modules = []
+        self.untracked_depth = 0
+        self.labels = []
+        self.recompute_depth = 0
+        self.param_keys = set()
+        self.cuda_offset = 0
+        self.cuda_diffs = []
+        self.workspaces = []
+
+    # ---- storages ------------------------------------------------------------------------
+    def _new_rec(self, st, nbytes, accounted, op, kind):
+        r = Rec()
+        r.sid = len(self.recs)
+        r.key = st._cdata
+        r.ref = StorageWeakRef(st)
+        r.ptr = st.data_ptr()
+        r.nbytes = nbytes
+        r.bytes = accounted
+        r.op = op
+        r.module = self.modules[-1] if self.modules else ""
+        r.phase, r.mb, r.region, r.step = self.phase, self.mb, self.region, self.step
+        r.kind = kind
+        r.recompute = self.recompute_depth > 0
+        r.alloc_ev = r.free_ev = None
+        r.emulated = accounted != block_bytes(nbytes)
+        self.recs.append(r)
+        self.live[r.key] = r
+        return r
+
+    def register(self, t, kind):
+        """A storage that exists before the traced steps (parameters, buffers)."""
+        if t is None or t.device.type != self.device_type:
+            return
+        st = untyped(t)
+        if st._cdata in self.live or st.nbytes() == 0:
+            return
+        r = self._new_rec(st, st.nbytes(), block_bytes(st.nbytes()), kind, kind)
+        r.phase = "setup"
+        self.alive += r.bytes
+        if kind == "param":
+            self.param_keys.add(r.key)
+
+    def workspace(self, op, nbytes):
+        """A buffer a CUDA kernel takes from the caching allocator and returns before it ends."""
+        if nbytes <= 0 or self.untracked_depth:
+            return
+        self.poll()
+        r = Rec()
+        r.sid, r.key, r.ref, r.ptr, r.nbytes, r.bytes = len(self.recs), None, None, 0, nbytes, block_bytes(nbytes)
+        r.op, r.module = op, self.modules[-1] if self.modules else ""
+        r.phase, r.mb, r.region, r.step = self.phase, self.mb, self.region, self.step
+        r.kind, r.recompute, r.emulated = "workspace", self.recompute_depth > 0, True
+        self.recs.append(r)
+        r.alloc_ev = self._event(r, +1)
+        r.free_ev = self._event(r, -1)
+
+    def _event(self, r, sign, extra=None):
+        self.alive += sign * r.bytes
+        ev = (r.sid, sign, r.bytes, self.phase, self.mb, self.region, r.op, r.module, self.alive, self.step, extra)
+        self.events.append(ev)
+        return len(self.events) - 1
+
+    def _free(self, r):
+        del self.live[r.key]
+        r.free_ev = self._event(r, -1)
+
+    def poll(self):
+        for r in [r for r in self.live.values() if r.ref.expired()]:
+            self._free(r)
+
+    def track(self, t, op, func=None, idx=0, args=()):
+        if t.device.type != self.device_type:
+            return
+        st = untyped(t)
+        nbytes = st.nbytes()
+        if nbytes == 0:
+            return
+        key = st._cdata
+        r = self.live.get(key)
+        if r is not None:
+            if r.ref.expired() or r.ptr != st.data_ptr() or r.nbytes != nbytes:
+                self._free(r)  # a freed StorageImpl's address reused, or a resize
+            else:
+                return  # a view, an in-place result or an alias
+        accounted = block_bytes(nbytes)
+        kind = "input" if self.region == "inputs" else "act"
+        if func is not None:
+            name = func.overloadpacket.__name__
+            if (sm.emulating() and name == "native_layer_norm" and idx in (1, 2)
+                    and t.dtype in (torch.bfloat16, torch.float16)):
+                accounted = block_bytes(t.numel() * 4)  # E2: CUDA keeps fp32 mean and rstd
+            if name == "_to_copy" and args and isinstance(args[0], torch.Tensor) \
+                    and args[0].device.type == self.device_type and untyped(args[0])._cdata in self.param_keys:
+                kind = "cast"
+        r = self._new_rec(st, nbytes, accounted, op, kind)
+        r.alloc_ev = self._event(r, +1)
+
+    # ---- dispatch ---------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.untracked_depth:
+            return func(*args, **kwargs)
+        self.poll()
+        if self.cuda_check:
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            n_before = len(self.events)
+        out = func(*args, **kwargs)
+        if isinstance(out, (int, float)) and func.overloadpacket.__name__ == "detach":
+            # torch 1.13: detaching a saved wrapped number (a Python scalar operand kept by mul for
+            # backward) under saved_tensors_hooks comes back from the boxed call as a Python number
+            with self.untracked():
+                return torch.tensor(out, dtype=args[0].dtype)
+        name = func.overloadpacket.__name__
+        op = self.labels[-1] if self.labels else OP_ALIASES.get(name, name) if sm.emulating() else name
+        for i, t in enumerate(flatten(out, [])):
+            self.track(t, op, func, i, args)
+        if sm.emulating() and name == "_softmax_backward_data":
+            # E11: CUDA's softmax backward takes a buffer of grad_output's size (seen on an H100)
+            self.workspace("_softmax_backward_data workspace", args[0].numel() * args[0].element_size())
+        if sm.emulating() and name in ("norm", "linalg_vector_norm"):
+            self.workspace("linalg_vector_norm workspace", norm_workspace(args))
+        if sm.emulating() and name == "cumsum":
+            # E11: the scan's buffer, measured on an H100 for the mask's [batch, seq] cumsum
+            self.workspace("cumsum workspace", CUMSUM_WORKSPACE.get(tuple(args[0].shape), 0))
+        if self.cuda_check:
+            peak = torch.cuda.max_memory_allocated()
+            new = sum(e[2] for e in self.events[n_before:] if e[1] > 0)
+            ws = peak - before - new
+            if ws > 0:
+                self.workspaces.append((len(self.events) - 1, self.step, self.phase, str(self.region),
+                                        func.overloadpacket.__name__, ws))
+                self.workspace(func.overloadpacket.__name__ + " workspace", ws)  # a measured event
+            diff = torch.cuda.memory_allocated() - self.cuda_offset - self.alive
+            if diff != 0:
+                self.cuda_diffs.append((len(self.events) - 1, self.step, self.phase, str(self.region),
+                                        func.overloadpacket.__name__, diff))
+                self.cuda_offset += diff  # report each untracked allocation once
+        return out
+
+    # ---- contexts used by step_models -------------------------------------------------------
+    @contextlib.contextmanager
+    def untracked(self):
+        self.untracked_depth += 1
+        try:
+            yield
+        finally:
+            self.untracked_depth -= 1
+
+    @contextlib.contextmanager
+    def label(self, name):
+        self.labels.append(name)
+        try:
+            yield
+        finally:
+            self.labels.pop()
+
+    @contextlib.contextmanager
+    def recompute(self):
+        self.recompute_depth += 1
+        try:
+            yield
+        finally:
+            self.recompute_depth -= 1
+
+    def set_phase(self, phase, mb=None, region=None):
+        self.poll()  # frees before the change belong to the phase that ends
+        self.phase = phase
+        if mb is not None:
+            self.mb = mb
+        if region is not None:
+            self.region = region
+
+    def set_region(self, region):
+        self.poll()
+        self.region = region
+
+
+# ------------------------------------------------------------------------------------------------
+# Hooks: module names, regions in forward, gradient hooks for regions in backward
+# ------------------------------------------------------------------------------------------------
+def install_hooks(tracer, model):
+    layers = list(model.decoder_layers())
+    layer_ids = {id(m): i for i, m in enumerate(layers)}
+    prefix = {}
+    for i, layer in enumerate(layers):
+        for name, m in layer.named_modules():
+            prefix[id(m)] = name
+    final_norm = model.final_norm()
+    named_regions = {id(final_norm): "norm", id(model.lm_head): "head"}
+    handles = []
+
+    def pre(m, inp):
+        name = prefix.get(id(m))
+        if name is None:
+            name = type(m).__name__
+        tracer.modules.append(name)
+        if id(m) in named_regions and tracer.phase == "forward":
+            tracer.set_region(named_regions[id(m)])
+
+    def post(m, inp, out):
+        tracer.modules.pop()
+        if id(m) in named_regions and tracer.phase == "forward" and torch.is_grad_enabled():
+            region = named_regions[id(m)]
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.register_hook(lambda g, r=region: tracer.set_region(r))
+
+    for m in model.modules():
+        if m is model:
+            continue
+        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_hook(post))
+
+    def layer_input(m, x):
+        i = layer_ids[id(m)]
+        if tracer.phase == "forward":
+            tracer.set_region(i)
+            if i == 0 and torch.is_grad_enabled() and x.requires_grad:
+                x.register_hook(lambda g: tracer.set_region("embedding"))
+
+    def layer_output(m, out):
+        i = layer_ids[id(m)]
+        if tracer.phase == "forward":
+            tracer.set_region("model")
+            if torch.is_grad_enabled() and out.requires_grad:
+                out.register_hook(lambda g, i=i: tracer.set_region(i))
+
+    if getattr(model, "is_hf", False):  # transformers' own layers: module hooks instead
+        for layer in layers:
+            handles.append(layer.register_forward_pre_hook(
+                lambda m, a, kw: layer_input(m, a[0] if a else kw["hidden_states"]), with_kwargs=True))
+            handles.append(layer.register_forward_hook(lambda m, a, out: layer_output(m, out)))
+    sm.HOOKS.layer_input = layer_input
+    sm.HOOKS.layer_output = layer_output
+    sm.HOOKS.untracked = tracer.untracked
+    sm.HOOKS.label = tracer.label
+    sm.HOOKS.recompute = tracer.recompute
+    sm.HOOKS.workspace = tracer.workspace
+
+    loss_fn = model.loss_function
+
+    def traced_loss(*args, **kwargs):
+        tracer.set_phase("loss", region="loss")
+        return loss_fn(*args, **kwargs)
+
+    model.loss_function = traced_loss
+    return handles
+
+
+# ------------------------------------------------------------------------------------------------
+# Cases
+# ------------------------------------------------------------------------------------------------
+LLAMA = dict(family="llama", hidden=128, intermediate=352, heads=4, kv_heads=2, head_dim=32, layers=3, vocab=1024)
+GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
+            tied=True, dropout=0.1)
+
+
+def case(name, model, precision, optimizer, impl, batch=2, seq=64, ckpt="none", accum=1, lora=None, **over):
+    m = dict(model)
+    m.update(over)
+    return dict(name=name, model=m, precision=precision, optimizer=optimizer, impl=impl, batch=batch, seq=seq,
+                checkpointing=ckpt, accumulation=accum, lora=lora)
+
+
+LORA = dict(r=8, alpha=16, targets=["q_proj", "v_proj"], adapter_dtype="float32")
+
+CASES = [
+    case("llama-gqa-fp32-adamw-foreach", LLAMA, "fp32", "adamw", "foreach"),
+    case("llama-gqa-bf16-adamw-foreach", LLAMA, "bf16", "adamw", "foreach"),
+    case("llama-gqa-amp-adamw-foreach", LLAMA, "amp_bf16", "adamw", "foreach"),
+    case("llama-gqa-amp-adamw-forloop", LLAMA, "amp_bf16", "adamw", "for-loop"),
+    case("llama-gqa-amp-adamw-fused", LLAMA, "amp_bf16", "adamw", "fused"),
+    case("llama-gqa-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa"),
+    case("llama-gqa-amp-sdpa-adamw-fused", LLAMA, "amp_bf16", "adamw", "fused", attn="sdpa"),
+    case("llama-mqa-b1-bf16-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", batch=1, seq=128, kv_heads=1),
+    case("llama-tied-amp-sgd-foreach", LLAMA, "amp_bf16", "sgd", "foreach", tied=True),
+    case("llama-gqa-bf16-sgd-forloop", LLAMA, "bf16", "sgd", "for-loop"),
+    case("llama-gqa-bf16-adafactor-foreach", LLAMA, "bf16", "adafactor", "foreach"),
+    case("llama-gqa-amp-ckpt-nonreentrant-adamw-foreach", LLAMA, "amp_bf16", "adamw", "foreach", ckpt="non_reentrant"),
+    case("llama-gqa-amp-ckpt-reentrant-adamw-foreach", LLAMA, "amp_bf16", "adamw", "foreach", ckpt="reentrant"),
+    case("llama-gqa-bf16-accum2-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", accum=2),
+    case("llama-gqa-bf16-lora-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", lora=LORA),
+    case("llama-gqa-amp-lora-ckpt-nonreentrant-adamw-foreach", LLAMA, "amp_bf16", "adamw", "foreach",
+         ckpt="non_reentrant", lora=LORA),
+    case("gpt2-dropout-fp32-adamw-foreach", GPT2, "fp32", "adamw", "foreach"),
+    case("gpt2-dropout-amp-adamw-foreach", GPT2, "amp_bf16", "adamw", "foreach"),
+    case("gpt2-dropout-bf16-adafactor-forloop", GPT2, "bf16", "adafactor", "for-loop"),
+    case("gpt2-b1-bf16-sgd-foreach", GPT2, "bf16", "sgd", "foreach", batch=1, seq=128, dropout=0.0),
+    case("gpt2-dropout-amp-ckpt-reentrant-adamw-forloop", GPT2, "amp_bf16", "adamw", "for-loop", ckpt="reentrant"),
+    case("gpt2-dropout-bf16-accum2-adamw-fused", GPT2, "bf16", "adamw", "fused", accum=2),
+    # a small vocabulary and long sequences: the activations, not the logits, decide the peak
+    case("llama-gqa-bf16-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    case("gpt2-dropout-amp-v256-s128-adamw-forloop", GPT2, "amp_bf16", "adamw", "for-loop", seq=128, vocab=256),
+]
+
+
+KINDS = {
+    "param": "a parameter (alive before the step)",
+    "buffer": "a module buffer (alive before the step)",
+    "input": "input ids or labels moved to the device at the start of a micro-batch",
+    "state": "an optimizer state created in the step and alive at its end (step 1 only)",
+    "grad": "a gradient that becomes a parameter's .grad (AccumulateGrad steals it)",
+    "cast": "an autocast copy of a parameter (cached until the autocast region exits, or per use)",
+    "transient": "freed in the same phase and micro-batch",
+    "saved": "allocated in forward or loss and freed in a later phase (saved for backward, or the logits "
+             "and labels kept until the loss)",
+    "kept": "allocated in backward or later and freed in a later phase or step",
+    "recompute": "allocated by a checkpoint recomputation in backward",
+    "recompute-kept": "allocated by a checkpoint recomputation and alive at the end of the step",
+    "workspace": "a buffer a CUDA kernel takes and returns inside one operator (emulated or measured)",
+}
+
+EMULATIONS = {
+    "E1": "dropout: native_dropout with a bool mask (CPU composite keeps a mask in the input dtype)",
+    "E2": "native_layer_norm on 16-bit input: fp32 mean and rstd (CPU keeps 16-bit statistics)",
+    "E3": "mean(dim) saves only sizes, as torch 2.x (torch 1.13 also saved its input)",
+    "E4": "softmax(fp16, dtype=fp32) half_to_float on CUDA; bf16 converts as on the CPU (no change)",
+    "E5": "CUDA autocast op lists, weight-cast cache and right-to-left argument casts",
+    "E6": "scaled_dot_product_attention: cuDNN attention outputs, saved tensors and workspaces",
+    "E7": "torch 2.11 optimizers (AdamW, SGD, Adafactor; foreach and for-loop); step counters on the host",
+    "E8": "fused AdamW: in-place update, fp32 step counters on the device",
+    "E9": "torch 2.11 checkpointing (reentrant and non-reentrant with early stop); RNG states on the host",
+    "E10": "full slices (x[:, :, None], x[:, 0:, :]) are no-ops as in torch 2.x",
+    "E11": "kernel workspaces measured on CUDA: _softmax_backward_data (grad_output's size), cumsum, norm",
+}
+
+
+def describe(c):
+    m = c["model"]
+    cfg = sm.Config(**m)
+    return {
+        "family": m["family"], "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
+        "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
+        "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
+        "norm": "rmsnorm" if m["family"] == "llama" else "layernorm",
+        "mlp": "swiglu" if m["family"] == "llama" else "gelu_new",
+        "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
+        "dtype": "float32" if c["precision"] in ("fp32", "amp_bf16") else "bfloat16",
+        "precision": c["precision"], "optimizer": c["optimizer"], "optimizer_impl": c["impl"],
+        "optimizer_options": {"adamw": {"weight_decay": 0.01, "amsgrad": False},
+                              "sgd": {"momentum": 0.9, "weight_decay": 0.0},
+                              "adafactor": {"weight_decay": 0.0}}[c["optimizer"]],
+        "param_groups": 1, "zero_grad": "set_to_none",
+        "batch": c["batch"], "seq": c["seq"], "checkpointing": c["checkpointing"],
+        "accumulation": c["accumulation"], "lora": c["lora"], "use_cache": False,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# transformers + peft themselves (--hf, on a machine that has them): checks step_models' fidelity
+# ------------------------------------------------------------------------------------------------
+class HFAdapter(torch.nn.Module):
+    is_hf = True
+
+    def __init__(self, hf, family):
+        super().__init__()
+        self.hf = hf
+        self.family = family
+        self._base = hf.get_base_model() if hasattr(hf, "get_base_model") else hf
+
+    def decoder_layers(self):
+        return self._base.model.layers if self.family == "llama" else self._base.transformer.h
+
+    def final_norm(self):
+        return self._base.model.norm if self.family == "llama" else self._base.transformer.ln_f
+
+    @property
+    def lm_head(self):
+        return self._base.lm_head
+
+    @property
+    def loss_function(self):
+        return self._base.loss_function
+
+    @loss_function.setter
+    def loss_function(self, fn):
+        self._base.loss_function = fn
+
+    def forward(self, input_ids, labels=None):
+        out = self.hf(input_ids=input_ids, labels=labels, use_cache=False)
+        return out.loss, out.logits
+
+
+def build_hf(c):
+    import transformers
+    m = c["model"]
+    cfg = sm.Config(**m)
+    if m["family"] == "llama":
+        conf = transformers.LlamaConfig(
+            vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
+            head_dim=cfg.head_dim, tie_word_embeddings=cfg.tied, rms_norm_eps=cfg.rms_eps, use_cache=False,
+            max_position_embeddings=cfg.max_positions)
+        cls = transformers.LlamaForCausalLM
+    else:
+        conf = transformers.GPT2Config(
+            vocab_size=cfg.vocab, n_positions=cfg.max_positions, n_embd=cfg.hidden, n_layer=cfg.layers,
+            n_head=cfg.heads, n_inner=cfg.intermediate, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.dropout, layer_norm_epsilon=cfg.ln_eps, use_cache=False, tie_word_embeddings=True)
+        cls = transformers.GPT2LMHeadModel
+    conf._attn_implementation = cfg.attn
+    hf = cls(conf)
+    if c["precision"] == "bf16":
+        hf = hf.to(torch.bfloat16)
+    if c["checkpointing"] != "none":
+        hf.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": c["checkpointing"] == "reentrant"})
+    if c["lora"]:
+        import peft
+        lc = peft.LoraConfig(r=c["lora"]["r"], lora_alpha=c["lora"]["alpha"], lora_dropout=0.0,
+                             target_modules=c["lora"]["targets"])
+        hf = peft.get_peft_model(hf, lc)
+    assert hf.config._attn_implementation == cfg.attn, hf.config._attn_implementation
+    return HFAdapter(hf, m["family"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Running one case
+# ------------------------------------------------------------------------------------------------
+def run_case(c, device, cuda_check=False, hf=False):
+    torch.manual_seed(0)
+    cfg = sm.Config(**c["model"])
+    if hf:
+        model = build_hf(c)
+    else:
+        model = sm.build_model(cfg)
+        if c["precision"] == "bf16":
+            model = model.to(torch.bfloat16)
+        if c["lora"]:
+            sm.apply_lora(model, c["lora"]["targets"], c["lora"]["r"], c["lora"]["alpha"], torch.float32)
+        if c["checkpointing"] != "none":
+            sm.gradient_checkpointing_enable(model, use_reentrant=c["checkpointing"] == "reentrant")
+    model.train()
+    model.to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = sm.build_optimizer(c["optimizer"], c["impl"], params)
+    amp = c["precision"] == "amp_bf16"
+    g = torch.Generator().manual_seed(1)
+    host_ids = [[torch.randint(cfg.vocab, (c["batch"], c["seq"]), generator=g) for _ in range(c["accumulation"])]
+                for _ in range(2)]
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    tracer = Tracer(torch.device(device).type, cuda_check=cuda_check)
+    seen = set()
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            tracer.register(p, "param")
+    for b in model.buffers():
+        tracer.register(b, "buffer")
+    if cuda_check:
+        tracer.cuda_offset = torch.cuda.memory_allocated() - tracer.alive
+    handles = install_hooks(tracer, model)
+    steps = {}
+    gc.collect()
+    gc.disable()
+    try:
+        with tracer:
+            for step in (1, 2):
+                tracer.step = step
+                tracer.poll()
+                start_ev = len(tracer.events)
+                start_alive = tracer.alive
+                start_live = {r.sid for r in tracer.live.values()}
+                for mb in range(c["accumulation"]):
+                    tracer.set_phase("forward", mb, region="inputs")
+                    input_ids = host_ids[step - 1][mb].to(device, copy=True)  # the batch moved to the device
+                    labels = host_ids[step - 1][mb].to(device, copy=True)
+                    tracer.set_region("embedding")
+                    with sm.autocast(enabled=amp, dtype=torch.bfloat16):
+                        loss, logits = model(input_ids, labels=labels)
+                        del logits  # Trainer.compute_loss returns the loss only
+                    if c["accumulation"] > 1:
+                        loss = loss / c["accumulation"]
+                    del input_ids, labels  # Trainer.training_step: del inputs
+                    tracer.set_phase("backward", region="loss")
+                    loss.backward()
+                    del loss
+                    tracer.set_phase("backward", region="end")
+                grads_keys = {untyped(p.grad)._cdata for p in params if p.grad is not None}
+                tracer.set_phase("optimizer", 0, region="optimizer")
+                for r in tracer.live.values():
+                    if r.key in grads_keys and r.kind == "act":
+                        r.kind = "grad"
+                opt.step()
+                tracer.set_phase("zero_grad", 0, region="zero_grad")
+                opt.zero_grad(set_to_none=True)
+                tracer.set_phase("end", 0, region="end")
+                tracer.poll()
+                steps[step] = dict(start_ev=start_ev, end_ev=len(tracer.events), start_alive=start_alive,
+                                   start_live=start_live)
+                for r in tracer.live.values():
+                    if r.step == step and r.phase == "optimizer" and r.kind == "act":
+                        r.kind = "state"
+    finally:
+        gc.enable()
+        for h in handles:
+            h.remove()
+    tracer.model_info = dict(
+        param_bytes=sum(r.bytes for r in tracer.recs if r.kind == "param"),
+        trainable_param_bytes=sum(block_bytes(untyped(p).nbytes()) for p in params),
+        buffer_bytes=sum(r.bytes for r in tracer.recs if r.kind == "buffer"),
+        state_bytes=sum(r.bytes for r in tracer.recs if r.kind == "state"),
+        param_tensors=sum(1 for r in tracer.recs if r.kind == "param"),
+        trainable_tensors=len(params),
+        state_tensors=sum(1 for r in tracer.recs if r.kind == "state"))
+    return tracer, steps
+
+
+# ------------------------------------------------------------------------------------------------
+# Summaries
+# ------------------------------------------------------------------------------------------------
+PHASES = ("forward", "loss", "backward", "optimizer", "zero_grad")
+
+
+def region_kind(region):
+    return "layer" if isinstance(region, int) else region
+
+
+def lifetime_kind(tracer, r):
+    """What an allocation is, from its lifetime."""
+    if r.kind != "act":
+        return r.kind
+    if r.recompute:
+        return "recompute" if r.free_ev is not None else "recompute-kept"
+    if r.free_ev is None:
+        return "kept"
+    fe = tracer.events[r.free_ev]
+    if fe[9] != r.step:
+        return "kept"
+    if fe[3] == r.phase and fe[4] == r.mb:
+        return "transient"
+    return "saved" if r.phase in ("forward", "loss") else "kept"
+
+
+def free_origin(r, cur_region):
+    """Where a freed storage was allocated: phase[#micro-batch]@region, the region relative to the
+    current decoder layer (L, L+1, ...) when both are layers."""
+    if r.kind in ("param", "buffer"):
+        return r.kind
+    if isinstance(r.region, int) and isinstance(cur_region, int):
+        d = r.region - cur_region
+        reg = "L" if d == 0 else f"L{d:+d}"
+    else:
+        reg = str(r.region)
+    return f"{r.phase}{'' if r.mb == 0 else '#' + str(r.mb)}@{reg}"
+
+
+def alive_breakdown(tracer, sids):
+    groups = {}
+    for sid in sids:
+        r = tracer.recs[sid]
+        k = lifetime_kind(tracer, r)
+        if k in ("param", "buffer", "state", "grad", "input"):
+            key = k
+        else:
+            key = f"{r.phase}{'' if r.mb == 0 else '#' + str(r.mb)}:{region_kind(r.region)}:{k}"
+        g = groups.setdefault(key, [0, 0])
+        g[0] += r.bytes
+        g[1] += 1
+    return [{"what": k, "bytes": v[0], "tensors": v[1]} for k, v in sorted(groups.items(), key=lambda kv: -kv[1][0])]
+
+
+def summarize(tracer, steps, step, with_events):
+    s = steps[step]
+    tracer.cur_step = step
+    evs = tracer.events[s["start_ev"]:s["end_ev"]]
+    start_alive = s["start_alive"]
+    peak_i, peak = None, start_alive
+    phase_peaks = {}
+    for i, e in enumerate(evs):
+        if e[8] > peak:
+            peak, peak_i = e[8], i
+        key = (e[3], e[4])
+        if key not in phase_peaks or e[8] > phase_peaks[key][0]:
+            phase_peaks[key] = (e[8], i)
+    # replay to the peak for what is alive there
+    alive = set(s["start_live"])
+    for e in evs[: (peak_i + 1 if peak_i is not None else 0)]:
+        if e[1] > 0:
+            alive.add(e[0])
+        else:
+            alive.discard(e[0])
+
+    def ev_info(i):
+        e = evs[i]
+        r = tracer.recs[e[0]]
+        return {"index": i, "phase": e[3], "micro_batch": e[4], "region": region_kind(e[5]),
+                "layer": e[5] if isinstance(e[5], int) else -1, "op": e[6], "module": e[7],
+                "sign": e[1], "bytes": e[2], "alive_after": e[8], "kind": lifetime_kind(tracer, r)}
+
+    phase_start = {}
+    prev_alive = start_alive
+    for e in evs:
+        phase_start.setdefault((e[3], e[4]), prev_alive)
+        prev_alive = e[8]
+
+    out = {
+        "alive_at_start": start_alive,
+        "alive_at_start_breakdown": alive_breakdown(tracer, s["start_live"]),
+        "alive_at_end": evs[-1][8] if evs else start_alive,
+        "peak": peak,
+        "peak_event": ev_info(peak_i) if peak_i is not None else None,
+        "alive_at_peak": alive_breakdown(tracer, alive),
+        "phase_peaks": [dict(phase=k[0], micro_batch=k[1], alive_at_phase_start=phase_start[k], peak=v[0],
+                             event=ev_info(v[1]))
+                        for k, v in sorted(phase_peaks.items(), key=lambda kv: kv[1][1])],
+        "events_total": len(evs),
+        "allocated_bytes_total": sum(e[2] for e in evs if e[1] > 0),
+    }
+    # Saved for backward: forward/loss allocations of micro-batch 0 alive when its backward begins
+    bstart = next((i for i, e in enumerate(evs) if e[3] == "backward" and e[4] == 0), None)
+    if bstart is not None:
+        alive_b = set(s["start_live"])
+        for e in evs[:bstart]:
+            if e[1] > 0:
+                alive_b.add(e[0])
+            else:
+                alive_b.discard(e[0])
+        per_region = {}
+        for sid in alive_b:
+            r = tracer.recs[sid]
+            if r.step == step and r.phase in ("forward", "loss") and r.mb == 0:
+                key = str(r.region)
+                per_region[key] = per_region.get(key, 0) + r.bytes
+        out["alive_at_backward_start"] = evs[bstart - 1][8] if bstart > 0 else start_alive
+        out["saved_at_backward_start_by_region"] = per_region
+    totals = {}
+    for e in evs:
+        t = totals.setdefault((e[3], e[4]), {"phase": e[3], "micro_batch": e[4], "allocated": {}, "freed": {}})
+        r = tracer.recs[e[0]]
+        if e[1] > 0:
+            key = lifetime_kind(tracer, r)
+            if key not in ("transient", "workspace"):
+                key += "->" + until(tracer, r)
+            d = t["allocated"]
+        else:
+            key = lifetime_kind(tracer, r)
+            if r.kind not in ("param", "buffer"):
+                key = (r.phase if r.step == step else "previous step") + ":" + key
+            d = t["freed"]
+        acc = d.setdefault(key, [0, 0])
+        acc[0] += e[2]
+        acc[1] += 1
+    out["phase_totals"] = list(totals.values())
+    if with_events:
+        out["timeline"] = compress(tracer, evs, start_alive)
+    return out
+
+
+def until(tracer, r):
+    """Where an allocation is freed: phase[#micro-batch], "end" (alive when the step ends)."""
+    if r.free_ev is None:
+        return "end"
+    fe = tracer.events[r.free_ev]
+    if fe[9] != r.step:
+        return "end"
+    return fe[3] + ("" if fe[4] == 0 else "#" + str(fe[4]))
+
+
+def event_row(tracer, e):
+    r = tracer.recs[e[0]]
+    if e[1] > 0:
+        return ["+", e[2], e[6], e[7], lifetime_kind(tracer, r), until(tracer, r)]
+    return ["-", e[2], e[6], e[7], lifetime_kind(tracer, r), free_origin(r, e[5])]
+
+
+def compress(tracer, evs, start_alive):
+    """Per (micro-batch, phase): segments of consecutive events of one region; consecutive decoder
+    layers with identical event rows are merged into one segment listing the layers."""
+    phases = []
+    alive = start_alive
+    i = 0
+    while i < len(evs):
+        ph, mb = evs[i][3], evs[i][4]
+        segs = []
+        while i < len(evs) and evs[i][3] == ph and evs[i][4] == mb:
+            reg = evs[i][5]
+            rows = []
+            before = alive
+            while i < len(evs) and evs[i][3] == ph and evs[i][4] == mb and evs[i][5] == reg:
+                rows.append(event_row(tracer, evs[i]))
+                alive = evs[i][8]
+                i += 1
+            seg = {"region": region_kind(reg), "alive_before": [before], "alive_after": [alive], "events": rows}
+            if isinstance(reg, int):
+                seg["layers"] = [reg]
+                prev = segs[-1] if segs else None
+                if prev is not None and prev.get("layers") is not None and prev["events"] == rows:
+                    prev["layers"].append(reg)
+                    prev["alive_before"].append(before)
+                    prev["alive_after"].append(alive)
+                    continue
+            segs.append(seg)
+        phases.append({"phase": ph, "micro_batch": mb, "segments": segs})
+    return phases
+
+
+def run_all(cases, device, cuda_check, hf=False):
+    results = []
+    for c in cases:
+        t0 = time.time()
+        try:
+            tracer, steps = run_case(c, device, cuda_check, hf)
+        except Exception:  # a native or --hf run goes on with the other cases
+            if device == "cpu" and not hf:
+                raise
+            import traceback
+            traceback.print_exc()
+            continue
+        res = {"name": c["name"], "case": describe(c), "model_bytes": tracer.model_info,
+               "step1": summarize(tracer, steps, 1, with_events=False),
+               "step2": summarize(tracer, steps, 2, with_events=True),
+               "emulated_allocations": sum(1 for r in tracer.recs if r.emulated and r.step == 2)}
+        if cuda_check:
+            res["cuda_check"] = {
+                "untracked_allocations": [dict(event=e[0], step=e[1], phase=e[2], region=e[3], op=e[4], bytes=e[5])
+                                          for e in tracer.cuda_diffs],
+                "op_workspaces": [dict(event=e[0], step=e[1], phase=e[2], region=e[3], op=e[4], bytes=e[5])
+                                  for e in tracer.workspaces if e[1] == 2],
+                "max_memory_allocated_step2": None,
+            }
+        s2 = res["step2"]
+        if s2["alive_at_end"] != s2["alive_at_start"]:
+            print(f"warning: {c['name']}: step 2 ends with {s2['alive_at_end']} B alive, began with "
+                  f"{s2['alive_at_start']} B", file=sys.stderr)
+        pe = s2["peak_event"]
+        print(f"{c['name']:52s} peak {s2['peak']:>9d} at {pe['phase']}/{pe['region']}/{pe['op']}"
+              f" start {s2['alive_at_start']:>8d} events {s2['events_total']:5d} ({time.time() - t0:.1f}s)",
+              file=sys.stderr)
+        results.append(res)
+    return results
+
+
+def differing_events(sa, sb):
+    """Events of step 2 that differ between two runs of a case: (sign, bytes, op) sequences."""
+    import difflib
+    ka = [(e[0], e[1], e[3][0], e[3][1], e[3][2]) for e in expand(sa["timeline"])]
+    kb = [(e[0], e[1], e[3][0], e[3][1], e[3][2]) for e in expand(sb["timeline"])]
+    ops = difflib.SequenceMatcher(a=ka, b=kb, autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+def _region_fields(d):
+    """{"region": 2} or {"region": "2"} (a layer) as {"region": "layer", "layer": 2}."""
+    reg = d.get("region")
+    if isinstance(reg, str) and reg.isdigit():
+        reg = int(reg)
+    d = {k: v for k, v in d.items() if k != "event"}  # the CUDA run's own event numbering
+    d["region"] = region_kind(reg)
+    d["layer"] = reg if isinstance(reg, int) else -1
+    return d
+
+
+def merge_cuda(data, cuda, hf=None):
+    """Embeds a --native CUDA run (and a --native --hf run of transformers' own models) per case."""
+    by_name = {r["name"]: r for r in cuda["cases"]}
+    hf_by_name = {r["name"]: r for r in hf["cases"]} if hf else {}
+    for r in data["cases"]:
+        cr = by_name.get(r["name"])
+        if cr is None:
+            continue
+        s2 = cr["step2"]
+        ref = {
+            "torch": cuda["torch"], "device": cuda["device"],
+            "peak": s2["peak"], "peak_event": dict(_region_fields(s2["peak_event"]), index=s2["peak_event"]["index"]),
+            "alive_at_start": s2["alive_at_start"],
+            "phase_peaks": [dict(phase=p["phase"], micro_batch=p["micro_batch"], peak=p["peak"])
+                            for p in s2["phase_peaks"]],
+            "events": s2["events_total"],
+            "events_differing_from_emulation": differing_events(r["step2"], s2),
+            "first_step_untracked_allocations": [_region_fields(u) for u in cr["cuda_check"]["untracked_allocations"]
+                                                 if u["step"] == 1],
+            "step2_untracked_allocations": [_region_fields(u) for u in cr["cuda_check"]["untracked_allocations"]
+                                            if u["step"] == 2],
+            "op_workspaces": [_region_fields(w) for w in cr["cuda_check"]["op_workspaces"]],
+        }
+        h = hf_by_name.get(r["name"])
+        if h is not None:
+            ref["transformers"] = {"mode": hf["mode"], "peak": h["step2"]["peak"],
+                                   "alive_at_start": h["step2"]["alive_at_start"],
+                                   "events_differing_from_native": differing_events(s2, h["step2"])}
+        r["cuda_reference"] = ref
+
+
+def expand(timeline):
+    """The compressed timeline back to one row per event: (phase, micro-batch, region, row)."""
+    out = []
+    for ph in timeline:
+        for seg in ph["segments"]:
+            for layer in seg.get("layers") or [None]:
+                for row in seg["events"]:
+                    out.append((ph["phase"], ph["micro_batch"], layer if layer is not None else seg["region"], row))
+    return out
+
+
+def compare(path_a, path_b, show=12):
+    import difflib
+    with open(path_a) as f:
+        a = {c["name"]: c for c in json.load(f)["cases"]}
+    with open(path_b) as f:
+        b = {c["name"]: c for c in json.load(f)["cases"]}
+    for name in a:
+        if name not in b:
+            continue
+        sa, sb = a[name]["step2"], b[name]["step2"]
+        pa, pb = sa["peak_event"], sb["peak_event"]
+        rel = (sb["peak"] - sa["peak"]) / sa["peak"]
+        print(f"{name}: peak {sa['peak']} vs {sb['peak']} ({rel:+.2%}); "
+              f"{pa['phase']}/{pa['region']}/{pa['op']} vs {pb['phase']}/{pb['region']}/{pb['op']}; "
+              f"start {sa['alive_at_start']} vs {sb['alive_at_start']}")
+        ea, eb = expand(sa["timeline"]), expand(sb["timeline"])
+        key = lambda e: (e[0], e[1], e[3][0], e[3][1], e[3][2])  # noqa: E731
+        ka, kb = [key(e) for e in ea], [key(e) for e in eb]
+        sm_ = difflib.SequenceMatcher(a=ka, b=kb, autojunk=False)
+        n = 0
+        for tag, i1, i2, j1, j2 in sm_.get_opcodes():
+            if tag == "equal":
+                continue
+            n += 1
+            if n <= show:
+                print(f"   {tag}: A[{i1}:{i2}] {[ka[i][2:] for i in range(i1, min(i2, i1 + 6))]} @ "
+                      f"{ea[i1][0] if i1 < len(ea) else ''}/{ea[i1][2] if i1 < len(ea) else ''} | "
+                      f"B[{j1}:{j2}] {[kb[j][2:] for j in range(j1, min(j2, j1 + 6))]}")
+        print(f"   {n} differing runs, {len(ka)} vs {len(kb)} events")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="", help="only cases whose name contains this")
+    ap.add_argument("--native", action="store_true", help="real torch functions (CUDA, torch >= 2.5)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_traces.json"))
+    ap.add_argument("--merge-cuda", default="", help="embed the peaks of a --native CUDA run into --out")
+    ap.add_argument("--merge-hf", default="", help="with --merge-cuda: a --native --hf run to embed as well")
+    ap.add_argument("--hf", action="store_true", help="with --native: transformers' and peft's own models")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two output files event by event")
+    args = ap.parse_args()
+    if args.compare:
+        compare(*args.compare)
+        return
+    if args.merge_cuda:
+        with open(args.out) as f:
+            data = json.load(f)
+        with open(args.merge_cuda) as f:
+            cuda = json.load(f)
+        hf = None
+        if args.merge_hf:
+            with open(args.merge_hf) as f:
+                hf = json.load(f)
+        merge_cuda(data, cuda, hf)
+        write(data, args.out)
+        return
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    device = "cpu"
+    if args.native:
+        sm.set_mode("native")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    cases = [c for c in CASES if args.cases in c["name"]]
+    results = run_all(cases, device, cuda_check=args.native and device == "cuda", hf=args.hf)
+    data = {
+        "format": 1,
+        "generator": "tests/validation/step_trace.py",
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "mode": ("native-hf" if args.hf else "native") if args.native else "cpu-emulating-cuda",
+        "allocator_block_bytes": BLOCK,
+        "event_row": {"alloc": ["+", "bytes", "op", "module", "kind", "freed in"],
+                      "free": ["-", "bytes", "op of the allocation", "module", "kind", "allocated in"]},
+        "kinds": KINDS,
+        "emulations": EMULATIONS if not args.native else {},
+        "cases": results,
+    }
+    if not args.native and os.path.exists(args.out):
+        # keep the CUDA references a --merge-cuda put there (rerun it after changing an emulation),
+        # and with --cases the other cases
+        try:
+            with open(args.out) as f:
+                previous = json.load(f).get("cases", [])
+        except (OSError, ValueError):
+            previous = []
+        old = {r["name"]: r for r in previous}
+        for r in data["cases"]:
+            if old.get(r["name"], {}).get("cuda_reference"):
+                r["cuda_reference"] = old[r["name"]]["cuda_reference"]
+        if args.cases:
+            fresh = {r["name"]: r for r in data["cases"]}
+            order = [c["name"] for c in CASES]
+            merged = {**old, **fresh}
+            data["cases"] = [merged[n] for n in order if n in merged]
+    write(data, args.out)
+
+
+def write(data, path):
+    with open(path, "w") as f:
+        json.dump(data, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {path} ({os.path.getsize(path)} bytes)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
