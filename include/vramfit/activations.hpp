@@ -102,6 +102,7 @@ class block_builder {
     beta_ = p.compute.payload_bits < 16 ? 16 : p.compute.payload_bits;
     // The residual stream is in the weights' format when it is wider (fp32 models, AMP).
     rho_ = p.weights.payload_bits > beta_ ? p.weights.payload_bits : beta_;
+    autocast_ = p.autocast_weight_copies;
   }
 
   /// A tensor of `width` values per token that every tensor-parallel rank holds in full, or
@@ -150,12 +151,15 @@ class block_builder {
   [[nodiscard]] constexpr std::int64_t beta() const { return beta_; }
   [[nodiscard]] constexpr std::int64_t rho() const { return rho_; }
   [[nodiscard]] constexpr std::int64_t tp() const { return tp_; }
+  /// Bits of what an operator on autocast's fp32 list (softmax, pow) or promoted by one keeps.
+  [[nodiscard]] constexpr std::int64_t autocast_wide() const { return autocast_ ? 32 : beta_; }
 
  private:
   const model& m_;
   const activation_options& o_;
   const layout& l_;
   std::int64_t tp_ = 1, tokens_ = 0, beta_ = 16, rho_ = 16;
+  bool autocast_ = false;
   saved_tensor_ledger ledger_{};
 };
 
@@ -166,8 +170,12 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
                             std::int64_t local_heads) {
   const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, local_heads),
                                           checked_mul(b.tokens() / o.micro_batch, o.sequence));
+  // GPT-2 calls softmax without a dtype; autocast runs it in fp32 (softmax is on its fp32 list)
+  // and attn_weights.type(value.dtype) makes the 16-bit copy.
   const bool fp32_softmax = m.family == family::llama || m.family == family::phi3;
-  const std::int64_t softmax_bits = fp32_softmax ? 32 : b.beta();
+  const std::int64_t softmax_bits = fp32_softmax               ? 32
+                                    : m.family == family::gpt2 ? b.autocast_wide()
+                                                               : b.beta();
   b.add("attention softmax output", scores, softmax_bits, true);
   if (o.attention_dropout) {
     b.add("attention dropout mask", scores, o.dropout_mask_bits, true);
@@ -241,7 +249,17 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
                          const char* what) {
   const std::int64_t n = checked_mul(tokens, width);
   const std::int64_t beta = b.beta();
-  if (m.mlp == mlp_kind::gelu) {
+  if (m.mlp == mlp_kind::gelu && m.gelu_in_python) {
+    // transformers activations.py NewGELUActivation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+    // x^3))): pow keeps its input (cast to fp32 under autocast: pow is on its fp32 list), tanh its
+    // output, the last product both factors (1 + tanh is fp32 by promotion under autocast); the
+    // down projection keeps its input.
+    b.add("GELU input (kept by pow)", n, b.autocast_wide());
+    b.add("GELU tanh output", n, b.autocast_wide());
+    b.add("GELU 1 + tanh", n, b.autocast_wide());
+    b.add("GELU 0.5 x", n, beta);
+    b.add("GELU output (down input)", n, beta);
+  } else if (m.mlp == mlp_kind::gelu) {
     b.add(what, n, beta);  // up output: the GELU input
     b.add("GELU output (down input)", n, beta);
   } else {

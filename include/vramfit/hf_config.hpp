@@ -220,6 +220,8 @@ inline model read_gpt2(const hf_fields& f) {
   m.vocab = f.integer({"vocab_size"});
   m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  // GPT2Config: activation_function "gelu_new", transformers activations.py NewGELUActivation.
+  m.gelu_in_python = f.string_or("activation_function", "gelu_new") == "gelu_new";
   return m;
 }
 

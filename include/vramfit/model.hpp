@@ -116,6 +116,9 @@ struct model {
   /// buffer (head_dim / 2 fp32 values), e.g. Llama-2's safetensors: a checkpoint fact, not one of
   /// the architecture, and config.json does not say it.
   bool checkpoint_rotary_buffers = false;
+  /// A GELU MLP whose tanh GELU is written as Python operations (Hugging Face's gelu_new, GPT-2's
+  /// default): autograd keeps four [tokens, ffn] intermediates where a fused GELU keeps one.
+  bool gelu_in_python = false;
 
   friend constexpr bool operator==(const model&, const model&) = default;
 

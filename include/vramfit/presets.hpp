@@ -26,7 +26,8 @@ constexpr model gpt2_preset(const char* name, std::int64_t hidden, std::int64_t 
           .tied_embeddings = true,
           .positions = position_kind::learned,
           .max_positions = 1024,
-          .dropout = true};
+          .dropout = true,
+          .gelu_in_python = true};
   copy_name(m.name, name);
   return m;
 }
@@ -37,6 +38,7 @@ constexpr model bert_preset(const char* name, std::int64_t hidden, std::int64_t 
                             std::int64_t heads) {
   model m = gpt2_preset(name, hidden, layers, heads);
   m.family = family::bert;
+  m.gelu_in_python = false;  // BertConfig hidden_act "gelu": the fused F.gelu
   m.vocab = 30522;
   m.max_positions = 512;
   m.encoder = {.token_types = 2, .pooler = true};
@@ -125,7 +127,7 @@ struct falcon_7b : model_type<detail::edited(detail::gpt2_preset("Falcon-7B", 45
     [](model& m) {
       m.family = family::falcon; m.kv_heads = 1; m.vocab = 65024; m.bias = bias_kind::none;
       m.norms_per_layer = 1; m.parallel_block = true; m.positions = position_kind::rotary;
-      m.max_positions = 0; m.dropout = false;
+      m.max_positions = 0; m.dropout = false; m.gelu_in_python = false;  // nn.GELU
     })> {};
 
 // DeepSeek-V3 and V2 (deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json, config_236B.json):

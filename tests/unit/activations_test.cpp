@@ -273,3 +273,38 @@ TEST_CASE(
   CHECK(alive_at(layer, moment::layer_backward));
   CHECK_FALSE(alive_at(layer, moment::start_of_backward));
 }
+
+TEST_CASE("GPT-2's gelu_new and its eager softmax under autocast, tensor by tensor") {
+  // One GPT-2 layer, 1 x 1,024 tokens, no dropout: the MLP's [1,024, 3,072] intermediates and
+  // the [1, 12, 1,024, 1,024] attention scores.
+  const std::int64_t n = 1024LL * 3072, scores = 12LL * 1024 * 1024;
+  model m = models::gpt2::value;
+  m.dropout = false;
+  const activation_options o{
+      .micro_batch = 1, .sequence = 1024, .attention = attention_kind::eager};
+  auto bytes_of = [&](const precision& p, const char* name) {
+    for (const saved_tensor& s : layer_saved_tensors(m, p, o, layout{}))
+      if (std::string(s.name) == name) return s.size;
+    return bytes{};
+  };
+  // Under autocast pow keeps an fp32 copy of its input, tanh and 1 + tanh are fp32, 0.5 x and the
+  // down projection's input bf16 (transformers NewGELUActivation; autocast's fp32 list).
+  const precision mixed16 = amp<bf16>::value;
+  CHECK(bytes_of(mixed16, "GELU input (kept by pow)") == bytes{4 * n});
+  CHECK(bytes_of(mixed16, "GELU tanh output") == bytes{4 * n});
+  CHECK(bytes_of(mixed16, "GELU 1 + tanh") == bytes{4 * n});
+  CHECK(bytes_of(mixed16, "GELU 0.5 x") == bytes{2 * n});
+  CHECK(bytes_of(mixed16, "GELU output (down input)") == bytes{2 * n});
+  // Softmax runs in fp32 under autocast and .type(value.dtype) keeps a bf16 copy for P x V.
+  CHECK(bytes_of(mixed16, "attention softmax output") == bytes{4 * scores});
+  CHECK(bytes_of(mixed16, "attention probabilities (16-bit copy)") == bytes{2 * scores});
+  // In fp32 all five GELU tensors are fp32 and the softmax output is the only copy.
+  const precision single = fp32_training::value;
+  CHECK(bytes_of(single, "GELU 0.5 x") == bytes{4 * n});
+  CHECK(bytes_of(single, "attention softmax output") == bytes{4 * scores});
+  CHECK(bytes_of(single, "attention probabilities (16-bit copy)") == bytes{});
+  // A fused GELU (Korthikanti's accounting, gelu_in_python off) keeps its input and output only.
+  m.gelu_in_python = false;
+  CHECK(bytes_of(single, "MLP up/gate output") == bytes{4 * n});
+  CHECK(bytes_of(single, "GELU tanh output") == bytes{});
+}
