@@ -354,20 +354,11 @@ constexpr stage_states most_loaded_gpu(const model& m, const layout& l, const we
   });
 }
 
-namespace detail {
-constexpr bytes inference_peak(const model& m, const layout& l, const weight_layout& w,
-                               const kv_cache_config& kv, const request_shape& r, const gpu& g,
-                               const runtime_overheads& o) {
-  return peak(most_loaded_gpu(m, l, w, kv, r, g, o).ledger);
-}
-
-}  // namespace detail
-
 /// The most memory a request shape needs on the most loaded GPU, runtime overheads included.
 constexpr bytes inference_required(const model& m, const layout& l, const weight_layout& w,
                                    const kv_cache_config& kv, const request_shape& r, const gpu& g,
                                    const runtime_overheads& o = {}) {
-  return detail::inference_peak(m, l, w, kv, r, g, o);
+  return peak(most_loaded_gpu(m, l, w, kv, r, g, o).ledger);
 }
 
 /// The largest batch (up to `limit`) whose requests of the given context fit `g`; 0 when not even
