@@ -61,7 +61,10 @@ struct saved_tensor {
   bool recomputed_by_selective = false;  ///< part of the attention core
 };
 
-using saved_tensor_ledger = detail::static_vector<saved_tensor, 40>;
+/// The most a layer saves: four norms of 3 entries, MLA attention with its two norms and eager
+/// scores (16), an MoE block with routed and shared 5-tensor MLPs (14), inputs and dropout masks
+/// (4): 46.
+using saved_tensor_ledger = detail::static_vector<saved_tensor, 48>;
 
 namespace detail {
 namespace rules {
@@ -83,6 +86,13 @@ constexpr void check(const activation_options& o, const layout& l) {
   if (o.micro_batches <= 0) rules::batch_shape_must_be_positive("micro-batches", o.micro_batches);
   if (o.virtual_stages <= 0)
     rules::batch_shape_must_be_positive("virtual stages", o.virtual_stages);
+  if (o.loss == loss_kind::fused_chunked && o.loss_chunk_tokens <= 0)
+    rules::batch_shape_must_be_positive("loss chunk tokens", o.loss_chunk_tokens);
+  if (o.dropout_mask_bits <= 0)
+    rules::batch_shape_must_be_positive("dropout mask bits", o.dropout_mask_bits);
+  if (o.capacity_factor_percent < 0)
+    rules::batch_shape_must_be_positive("MoE capacity factor (or 0: dropless)",
+                                        o.capacity_factor_percent);
   if (o.sequence % l.context != 0)
     rules::context_parallel_must_divide_sequence(l.context, o.sequence);
   if (l.sequence && (o.sequence / l.context) % l.tensor != 0)

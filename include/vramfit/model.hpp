@@ -241,6 +241,7 @@ constexpr const model& validated(const model& m) {
     attention_heads_must_be_a_multiple_of_kv_heads(m, m.heads, m.kv_heads);
   if (m.norms_per_layer < 1 || m.norms_per_layer > 4)
     norms_per_layer_must_be_1_to_4(m, m.norms_per_layer);
+  non_negative("max positions", m.max_positions, bounds::positions);
   if (m.positions == position_kind::learned)
     positive("max positions of learned positions", m.max_positions, bounds::positions);
   non_negative("sliding window", m.sliding_window, bounds::positions);
@@ -254,6 +255,8 @@ constexpr const model& validated(const model& m) {
     if (m.mlp != mlp_kind::gelu) family_has_a_fixed_layout(m, "a GELU MLP of 2 matrices");
     if (m.norm != norm_kind::layernorm) family_has_a_fixed_layout(m, "LayerNorm");
     if (m.is_moe() || m.is_mla()) family_has_a_fixed_layout(m, "dense attention and MLP");
+    if (m.family != family::falcon && m.positions != position_kind::learned)
+      family_has_a_fixed_layout(m, "learned positions");
   }
   if (m.family != family::falcon && m.parallel_block)
     family_has_a_fixed_layout(m, "sequential attention and MLP (parallel blocks are Falcon's)");
