@@ -45,8 +45,7 @@ inline const component shown_components[] = {component::weights,          compon
 inline bytes component_at_peak(const estimate& e, component c) {
   bytes sum{};
   for (const memory_entry& m : e.ledger)
-    if (m.space == memory_space::device && m.component == c && alive_at(m, e.peak_at))
-      sum += m.size;
+    if (m.space == memory_space::device && m.component == c) sum += at_peak(m, e.peak_at);
   return sum;
 }
 

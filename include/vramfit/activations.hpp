@@ -54,11 +54,27 @@ struct activation_options {
   std::int64_t virtual_stages = 1;  ///< interleaved schedule: model chunks per rank
 };
 
+/// Names of the activation entries the step timeline refers to (timeline.hpp): one definition,
+/// compared by address.
+namespace entry_names {
+inline constexpr char saved_activations[] = "saved activations (layers x micro-batches)";
+inline constexpr char embedding_inputs[] = "embedding inputs and rotary tables";
+inline constexpr char logits[] = "logits (loss forward)";
+inline constexpr char activation_gradients[] = "activation gradients (one layer)";
+inline constexpr char recomputed_layer[] = "recomputed layer (full recompute)";
+}  // namespace entry_names
+
+/// The half of a layer a saved tensor belongs to: its backward runs MLP first, then attention.
+enum class layer_part : unsigned char { attention, mlp };
+
 /// One tensor (or set of tensors) autograd saves, per micro-batch, on one rank.
 struct saved_tensor {
   const char* name = "";  ///< a string literal
   bytes size{};
   bool recomputed_by_selective = false;  ///< part of the attention core
+  layer_part part = layer_part::attention;
+  /// The input of the part's last linear (o_proj, down_proj): the first its backward frees.
+  bool output_linear_input = false;
 };
 
 /// The most a layer saves: four norms of 3 entries, MLA attention with its two norms and eager
@@ -103,8 +119,12 @@ constexpr void check(const activation_options& o, const layout& l) {
 class block_builder {
  public:
   constexpr block_builder(const model& m, const precision& p, const activation_options& o,
-                          const layout& l)
-      : m_(m), o_(o), l_(l) {
+                          const layout& l, const finetuning& f = full_finetune::value)
+      : m_(m), o_(o), l_(l), f_(f) {
+    // A LoRA base is frozen; the rules below follow Hugging Face's Llama module names.
+    frozen_base_ = f.kind == finetune_kind::lora && m.family == family::llama && !m.is_mla();
+    adapter_bits_ =
+        f.lora.adapters.payload_bits > 0 ? f.lora.adapters.payload_bits : p.weights.payload_bits;
     tp_ = l.tensor;
     tokens_ = checked_mul(o.micro_batch, o.sequence / l.context);
     // FP8 GEMMs still save 16-bit activations around them (Transformer Engine keeps its FP8
@@ -127,13 +147,41 @@ class block_builder {
   }
 
   constexpr void add(const char* name, std::int64_t elements, std::int64_t bits,
-                     bool selective = false) {
+                     bool selective = false, bool output_linear_input = false) {
     if (elements == 0 || bits == 0) return;
     saved_tensor t{};
     t.name = name;
     t.size = bytes_for_bits(checked_mul(elements, bits));
     t.recomputed_by_selective = selective;
+    t.part = part_;
+    t.output_linear_input = output_linear_input;
     ledger_.push_back(t);
+  }
+  /// What follows belongs to the MLP half of the layer.
+  constexpr void begin_mlp() { part_ = layer_part::mlp; }
+
+  /// What the linears named in `modules` keep of their one input of `elements` values (`name`):
+  /// with trained weights, the input (one autocast copy per linear, else shared); with a frozen
+  /// LoRA base, nothing for a frozen linear (its weight gradient is not needed) and, per adapted
+  /// one, peft's lora_A input (cast to the adapter format, or to 16 bits per call under autocast)
+  /// and lora_A's rank-r output that lora_B keeps (peft tuners/lora/layer.py Linear.forward).
+  constexpr void linear_input(const char* name, std::int64_t rows, std::int64_t width,
+                              std::initializer_list<const char*> modules,
+                              bool output_linear_input = false) {
+    const std::int64_t elements = checked_mul(rows, width);
+    const auto readers = static_cast<std::int64_t>(modules.size());
+    if (!frozen_base_) {
+      add(name, checked_mul(elements, input_casts(readers)), beta_, false, output_linear_input);
+      return;
+    }
+    std::int64_t adapted = 0;
+    for (const char* module : modules) adapted += lora_targets(f_.lora.targets, module) ? 1 : 0;
+    if (adapted == 0) return;
+    const std::int64_t bits = autocast_ ? beta_ : adapter_bits_;
+    const std::int64_t copies = autocast_ || bits != rho_ ? adapted : 1;
+    add("LoRA input (adapter format)", checked_mul(elements, copies), bits, false,
+        output_linear_input);
+    add("LoRA A output (rank r)", checked_mul(checked_mul(rows, f_.lora.rank), adapted), bits);
   }
 
   /// A norm over `width` features: what its implementation saves, not its output.
@@ -148,7 +196,8 @@ class block_builder {
       // normalized x in the residual format (saved by the weight multiply).
       add(name, replicated(width), 32);
       if (o_.norm_statistics) add("norm rstd (fp32)", rows, 32);
-      add("norm normalized input", replicated(width), rho_);
+      // Saved by the weight multiply for the weight's gradient: none for a frozen weight.
+      if (!frozen_base_) add("norm normalized input", replicated(width), rho_);
     }
   }
 
@@ -161,6 +210,12 @@ class block_builder {
   [[nodiscard]] constexpr std::int64_t beta() const { return beta_; }
   [[nodiscard]] constexpr std::int64_t rho() const { return rho_; }
   [[nodiscard]] constexpr std::int64_t tp() const { return tp_; }
+  /// The 16-bit copies of one fp32 input that `readers` linears keep: autocast casts an input
+  /// per call (only leaf weights are cached: autocast_mode.cpp cached_cast), so each linear
+  /// reading the fp32 residual stream saves its own copy; otherwise they share one tensor.
+  [[nodiscard]] constexpr std::int64_t input_casts(std::int64_t readers) const {
+    return autocast_ && rho_ > beta_ ? readers : 1;
+  }
   /// Bits of what an operator on autocast's fp32 list (softmax, pow) or promoted by one keeps.
   [[nodiscard]] constexpr std::int64_t autocast_wide() const { return autocast_ ? 32 : beta_; }
 
@@ -169,7 +224,10 @@ class block_builder {
   const activation_options& o_;
   const layout& l_;
   std::int64_t tp_ = 1, tokens_ = 0, beta_ = 16, rho_ = 16;
-  bool autocast_ = false;
+  const finetuning& f_;
+  bool autocast_ = false, frozen_base_ = false;
+  std::int64_t adapter_bits_ = 16;
+  layer_part part_ = layer_part::attention;
   saved_tensor_ledger ledger_{};
 };
 
@@ -203,7 +261,12 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
   const std::int64_t heads = m.heads / t;
   const std::int64_t b_rows = checked_mul(o.micro_batch, heads);
   const std::int64_t rows = checked_mul(b_rows, b.tokens() / o.micro_batch);
-  b.add("attention input (norm output)", b.replicated(m.hidden), beta);
+  // Q, K and V as separate projections (Llama family, not MLA) each cast an fp32 input.
+  if (m.family == family::llama && !m.is_mla())
+    b.linear_input("attention input (norm output)", b.replicated(1), m.hidden,
+                   {"q_proj", "k_proj", "v_proj"});
+  else
+    b.add("attention input (norm output)", b.replicated(m.hidden), beta);
   if (m.is_mla()) {
     // DeepSeek-V2 MLA (modeling_deepseek): the low-rank paths' norms and inputs, then full-width
     // Q and K (nope + rope parts) and V, which the attention saves.
@@ -221,7 +284,7 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
           beta);
     if (o.attention == attention_kind::eager) {
       eager_scores(b, m, o, heads);
-      b.add("attention output (o_proj input)", b.split(heads * a.v_head_dim), beta);
+      b.add("attention output (o_proj input)", b.split(heads * a.v_head_dim), beta, false, true);
     } else {
       b.add("attention output", b.split(heads * a.v_head_dim), beta);
       b.add("softmax log-sum-exp (fp32)", rows, 32);
@@ -238,15 +301,21 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
       b.add("query (after rotary)", b.split(heads * d), beta);
       // Eager attention repeats the KV heads into new tensors (Hugging Face repeat_kv);
       // flash attention keeps them un-repeated.
-      const std::int64_t kv_saved = o.attention == attention_kind::eager && kv < heads ? heads : kv;
+      // With one KV head and one sequence the repeat stays a view ([1, 1, s, d] expanded and
+      // reshaped to [1, heads, s, d]: torch reshape copies only when strides cannot merge), and
+      // matmul's batch flattening of it is a view too: the un-repeated K and V are kept.
+      const bool repeat_is_view = kv == 1 && o.micro_batch == 1;
+      const std::int64_t kv_saved =
+          o.attention == attention_kind::eager && kv < heads && !repeat_is_view ? heads : kv;
       b.add("key (after rotary)", b.split(kv_saved * d), beta);
       b.add("value", b.split(kv_saved * d), beta);
     }
     if (o.attention == attention_kind::eager) {
       eager_scores(b, m, o, heads);
-      b.add("attention output (merged heads, o_proj input)", b.split(heads * d), beta);
+      b.linear_input("attention output (merged heads, o_proj input)", b.split(1), heads * d,
+                     {"o_proj"}, true);
     } else {
-      b.add("attention output (o_proj input)", b.split(heads * d), beta);
+      b.linear_input("attention output (o_proj input)", b.split(1), heads * d, {"o_proj"}, true);
       b.add("softmax log-sum-exp (fp32)", rows, 32);
     }
   }
@@ -268,15 +337,18 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
     b.add("GELU tanh output", n, b.autocast_wide());
     b.add("GELU 1 + tanh", n, b.autocast_wide());
     b.add("GELU 0.5 x", n, beta);
-    b.add("GELU output (down input)", n, beta);
+    b.add("GELU output (down input)", n, beta, false, true);
   } else if (m.mlp == mlp_kind::gelu) {
     b.add(what, n, beta);  // up output: the GELU input
-    b.add("GELU output (down input)", n, beta);
+    b.add("GELU output (down input)", n, beta, false, true);
   } else {
     b.add(what, n, beta);  // gate output: the activation's input
     b.add("activation output", n, beta);
     b.add("up output", n, beta);
-    b.add("gate x up (down input)", n, beta);
+    if (m.family == family::llama)
+      b.linear_input("gate x up (down input)", tokens, width, {"down_proj"}, true);
+    else
+      b.add("gate x up (down input)", n, beta, false, true);
   }
 }
 
@@ -285,7 +357,13 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
                                   const layout& l, bool moe_layer) {
   const std::int64_t beta = b.beta();
   const std::int64_t t = b.tp();
-  if (!m.parallel_block) b.add("MLP input (norm output)", b.replicated(m.hidden), beta);
+  // Gate and up as separate projections (Llama family) each cast an fp32 input.
+  if (m.parallel_block) {
+  } else if (m.family == family::llama && m.mlp != mlp_kind::gelu) {
+    b.linear_input("MLP input (norm output)", b.replicated(1), m.hidden, {"gate_proj", "up_proj"});
+  } else {
+    b.add("MLP input (norm output)", b.replicated(m.hidden), beta);
+  }
   if (!moe_layer) {
     mlp_block(b, m, b.tokens(), m.ffn / t, "MLP up/gate output");
   } else {
@@ -321,13 +399,15 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
 /// rotary tables) are model-level and not here.
 constexpr saved_tensor_ledger layer_saved_tensors(const model& m, const precision& p,
                                                   const activation_options& o, const layout& l,
-                                                  bool moe_layer = false) {
+                                                  bool moe_layer = false,
+                                                  const finetuning& f = full_finetune::value) {
   detail::check(o, l);
-  detail::block_builder b(m, p, o, l);
+  detail::block_builder b(m, p, o, l, f);
   // Pre-LN blocks (and Falcon's one shared norm); BERT's post-LN saves the same inputs.
   b.norm("attention norm input", m.hidden);
   detail::attention_block(b, m, o, l);
   if (m.norms_per_layer >= 4) b.norm("post-attention norm input", m.hidden);
+  b.begin_mlp();
   if (!m.parallel_block) b.norm("MLP norm input", m.hidden);
   detail::feed_forward_block(b, m, o, l, moe_layer);
   if (m.norms_per_layer >= 4) b.norm("post-MLP norm input", m.hidden);
@@ -337,15 +417,62 @@ constexpr saved_tensor_ledger layer_saved_tensors(const model& m, const precisio
 /// Bytes one layer keeps for backward under the recompute policy (`full`: only its input).
 constexpr bytes layer_activation_bytes(const model& m, const precision& p,
                                        const activation_options& o, const layout& l, bool moe_layer,
-                                       recompute_kind recompute) {
+                                       recompute_kind recompute,
+                                       const finetuning& f = full_finetune::value) {
   if (recompute == recompute_kind::full) {
     detail::block_builder b(m, p, o, l);
     return bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), b.rho()));
   }
   bytes sum{};
-  for (const saved_tensor& s : layer_saved_tensors(m, p, o, l, moe_layer))
+  for (const saved_tensor& s : layer_saved_tensors(m, p, o, l, moe_layer, f))
     if (!(recompute == recompute_kind::selective && s.recomputed_by_selective)) sum += s.size;
   return sum;
+}
+
+/// What one layer's backward allocates besides the weight gradients, at its two fullest points.
+struct layer_backward_working {
+  /// MLP: the gradient of the down projection's input and, from the last product's backward, one
+  /// gradient per factor (aten mul_backward: grad * other, grad * self); a fused GELU has one.
+  bytes mlp{};
+  /// Attention core. Eager: the softmax gradient in the softmax's format, the softmax backward's
+  /// output and the buffer its CUDA kernel takes (tests/validation E11). Flash/SDPA: dQ, dK, dV.
+  bytes attention{};
+};
+
+constexpr layer_backward_working layer_backward_bytes(const model& m, const precision& p,
+                                                      const activation_options& o, const layout& l,
+                                                      bool moe_layer = false) {
+  using detail::checked_mul;
+  detail::check(o, l);
+  const detail::block_builder b(m, p, o, l);
+  const std::int64_t t = b.tp();
+  const std::int64_t beta = b.beta();
+  layer_backward_working w{};
+  // The MLP's intermediate width over the tokens it sees (an MoE layer: its routed tokens).
+  const std::int64_t mlp_elements =
+      moe_layer ? checked_mul(checked_mul(b.tokens(), m.moe.top_k), m.moe.expert_ffn / t)
+                : checked_mul(b.tokens(), m.ffn / t);
+  const std::int64_t mlp_bits = m.mlp != mlp_kind::gelu ? 3 * beta  // gated: mm, mul x 2
+                                : m.gelu_in_python ? beta + 2 * b.autocast_wide()  // 0.5x(1+tanh)
+                                                   : 2 * beta;                     // gelu_backward
+  w.mlp = bytes_for_bits(checked_mul(mlp_elements, mlp_bits));
+  const std::int64_t heads = m.heads / t;
+  if (o.attention == attention_kind::eager) {
+    const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, heads),
+                                            checked_mul(b.tokens() / o.micro_batch, o.sequence));
+    const bool fp32_softmax = m.family == family::llama || m.family == family::phi3;
+    const std::int64_t bits = fp32_softmax               ? 32
+                              : m.family == family::gpt2 ? b.autocast_wide()
+                                                         : beta;
+    w.attention = bytes_for_bits(checked_mul(scores, 3 * bits));
+  } else {
+    const std::int64_t qkv_width =
+        m.is_mla()
+            ? heads * (2 * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim) + m.mla.v_head_dim)
+            : (heads + 2 * detail::local_kv_heads(m, t)) * m.head_dim;
+    w.attention = bytes_for_bits(checked_mul(b.split(qkv_width), beta));
+  }
+  return w;
 }
 
 }  // namespace vramfit
@@ -414,26 +541,30 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   const std::int64_t count[2][2] = {{dense - dense_full, dense_full},  // [moe][full]
                                     {n - dense - (full - dense_full), full - dense_full}};
   bytes layers{};
-  bytes largest_layer{};
+  bytes largest_layer{}, largest_working{};
   for (const int moe : {0, 1}) {
     if (count[moe][0] + count[moe][1] == 0) continue;
-    const bytes kept = layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy);
+    const bytes kept =
+        layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy, t.finetune);
     const bytes input =
         layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::full);
     layers += kept * count[moe][0] + input * count[moe][1];
-    const bytes whole =
-        kept_policy == recompute_kind::none
-            ? kept
-            : layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::none);
+    const bytes whole = kept_policy == recompute_kind::none
+                            ? kept
+                            : layer_activation_bytes(m, t.precision, o, l, moe == 1,
+                                                     recompute_kind::none, t.finetune);
     if (whole > largest_layer) largest_layer = whole;
+    const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe == 1);
+    const bytes most = w.mlp > w.attention ? w.mlp : w.attention;
+    if (most > largest_working) largest_working = most;
   }
   const std::int64_t recomputed = full;
 
   memory_ledger ledger{};
   const auto space = o.offload ? memory_space::host : memory_space::device;
   const char* source = "autograd saved tensors, operator by operator (activations.hpp)";
-  add_entry(ledger, "saved activations (layers x micro-batches)", component::activations, space,
-            held(layers), 0, source, lifetime::forward_backward);
+  add_entry(ledger, entry_names::saved_activations, component::activations, space, held(layers), 0,
+            source, lifetime::forward_backward);
 
   // Model-level tensors, per micro-batch in flight.
   const std::int64_t tokens = tau;
@@ -494,15 +625,13 @@ constexpr memory_ledger activations(const training& t, const activation_options&
       }
     }
   }
-  add_entry(ledger, "embedding inputs and rotary tables", component::activations, space,
-            held(embedding), 0, "input ids (int64), dropout mask, HF rotary cos/sin",
-            lifetime::forward_backward);
+  add_entry(ledger, entry_names::embedding_inputs, component::activations, space, held(embedding),
+            0, "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward);
   add_entry(ledger, "final norm, head input and loss", component::activations, space, held(head), 0,
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
-  add_entry(ledger, "logits (loss forward)", component::activations, memory_space::device,
-            logits_alive, 0, "the model's logits and their fp32 copy, freed after the loss",
-            lifetime::forward);
+  add_entry(ledger, entry_names::logits, component::activations, memory_space::device, logits_alive,
+            0, "the model's logits and their fp32 copy, freed after the loss", lifetime::forward);
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
   // for eager attention; adding it saves nothing, so it is gone before backward.
@@ -515,29 +644,29 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   // Backward transients.
   add_entry(ledger, "logits gradient", component::activations, memory_space::device, loss_gradient,
             0, "cross-entropy backward: fp32 gradients of log_softmax", lifetime::backward);
-  add_entry(ledger, "activation gradients (one layer)", component::activations,
-            memory_space::device, largest_layer, 0, "Calculon: one block's activation gradients",
+  add_entry(ledger, entry_names::activation_gradients, component::activations, memory_space::device,
+            largest_working, 0, "the larger of a layer's MLP and attention backward working sets",
             lifetime::layer_backward);
   if (recomputed > 0) {
-    add_entry(ledger, "recomputed layer (full recompute)", component::activations,
-              memory_space::device, largest_layer, 0,
-              "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
+    add_entry(ledger, entry_names::recomputed_layer, component::activations, memory_space::device,
+              largest_layer, 0, "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
               lifetime::layer_backward);
   }
   return ledger;
 }
 
-/// Everything one training step keeps on a GPU of pipeline stage `stage`: the model states and
-/// the activations, with the gradients' lifetime set: persistent where a framework keeps a flat
-/// gradient buffer (DeepSpeed, Megatron) or gradients accumulate over micro-batches, otherwise
-/// from backward through the optimizer step (PyTorch zero_grad(set_to_none=True)).
-constexpr memory_ledger training_step(const training& t, const activation_options& o,
-                                      std::int64_t stage = 0) {
+/// The entries of one training step on a GPU of pipeline stage `stage`, before the timeline
+/// (timeline.hpp) times them: the model states and the activations, with the gradients' lifetime
+/// set: persistent where a framework keeps a flat gradient buffer (DeepSpeed, Megatron) or a
+/// pipeline keeps them across its interleaved backward passes, otherwise from the first
+/// micro-batch's backward through the optimizer step (PyTorch zero_grad(set_to_none=True)).
+constexpr memory_ledger step_entries(const training& t, const activation_options& o,
+                                     std::int64_t stage = 0) {
   memory_ledger ledger = model_states(t, stage);
   const layout& l = t.layout;
   const bool flat = l.implementation == shard_implementation::deepspeed ||
                     l.implementation == shard_implementation::megatron;
-  if (!flat && o.micro_batches == 1 && l.pipeline == 1) {
+  if (!flat && l.pipeline == 1) {
     for (memory_entry& e : ledger)
       if (e.component == component::gradients) e.lifetime = lifetime::gradients;
   }

@@ -227,6 +227,34 @@ constexpr std::int64_t trained_tensors(const finetuning& f, const tensor_group& 
 }
 
 namespace detail {
+/// Whether the module whose name has `length` characters `at(0)`, ... is one of the
+/// comma-separated `targets`; "all-linear" takes every linear module (`linear`).
+template <class CharAt>
+constexpr bool targets_module(const char* targets, CharAt&& at, std::size_t length, bool linear) {
+  constexpr char all_linear[] = "all-linear";
+  bool is_all = true;
+  for (std::size_t i = 0; i < sizeof all_linear; ++i)
+    is_all = is_all && targets[i] == all_linear[i];
+  if (is_all) return linear;
+  for (std::size_t begin = 0; targets[begin] != '\0';) {
+    std::size_t n = 0;
+    while (targets[begin + n] != '\0' && targets[begin + n] != ',') ++n;
+    bool same = n == length;
+    for (std::size_t i = 0; same && i < n; ++i) same = targets[begin + i] == at(i);
+    if (same) return true;
+    begin += n + (targets[begin + n] == ',' ? 1 : 0);
+  }
+  return false;
+}
+
+/// Whether the linear module `module` ("q_proj") is one of `targets`.
+constexpr bool lora_targets(const char* targets, const char* module) {
+  std::size_t length = 0;
+  while (module[length] != '\0') ++length;
+  return targets_module(
+      targets, [module](std::size_t i) { return module[i]; }, length, true);
+}
+
 /// Whether the weight named `name` ("model.layers.{layer}.self_attn.q_proj.weight") is one of
 /// the comma-separated `targets` (its module name is the part before ".weight").
 constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
@@ -237,28 +265,14 @@ constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
   if (end < 7) return false;
   for (std::size_t i = 0; i < 7; ++i)
     if (name[end - 7 + i] != suffix[i]) return false;
-  std::size_t module_end = end - 7;
+  const std::size_t module_end = end - 7;
   std::size_t module_begin = module_end;
   while (module_begin > 0 && name[module_begin - 1] != '.') --module_begin;
-  const std::size_t module_length = module_end - module_begin;
-  constexpr char all_linear[] = "all-linear";
-  bool is_all = true;
-  for (std::size_t i = 0; i < sizeof all_linear; ++i)
-    is_all = is_all && targets[i] == all_linear[i];
-  if (is_all) {
-    return g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
-           g.kind == tensor_kind::expert || g.kind == tensor_kind::router;
-  }
-  for (std::size_t at = 0; targets[at] != '\0';) {
-    std::size_t length = 0;
-    while (targets[at + length] != '\0' && targets[at + length] != ',') ++length;
-    bool same = length == module_length;
-    for (std::size_t i = 0; same && i < length; ++i)
-      same = targets[at + i] == name[module_begin + i];
-    if (same) return true;
-    at += length + (targets[at + length] == ',' ? 1 : 0);
-  }
-  return false;
+  const bool linear = g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
+                      g.kind == tensor_kind::expert || g.kind == tensor_kind::router;
+  return targets_module(
+      targets, [&](std::size_t i) { return name[module_begin + i]; }, module_end - module_begin,
+      linear);
 }
 }  // namespace detail
 

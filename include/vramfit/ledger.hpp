@@ -58,6 +58,30 @@ constexpr const char* to_string(lifetime l) {
   return names[static_cast<int>(l)];
 }
 
+/// The moments of a training step's timeline at which memory can peak.
+enum class moment : unsigned char {
+  end_of_forward,     ///< everything forward kept, plus its own transients (the loss's logits)
+  start_of_backward,  ///< everything forward kept, plus the loss's gradients
+  /// The first layer's backward: the layers' saved activations, one layer's gradients and its
+  /// recompute; the loss and the head have freed what they kept. Later layers hold fewer saved
+  /// activations and more gradients: that end of the range is end_of_backward.
+  layer_backward,
+  end_of_backward,  ///< the gradients, and what forward kept besides activations
+  optimizer_step,   ///< the gradients and the step's temporaries
+};
+
+/// Every moment, in the order of the step.
+inline constexpr moment moments[] = {moment::end_of_forward, moment::start_of_backward,
+                                     moment::layer_backward, moment::end_of_backward,
+                                     moment::optimizer_step};
+
+constexpr const char* to_string(moment m) {
+  constexpr const char* names[std::size(moments)] = {"end of forward", "start of backward",
+                                                     "layers' backward", "end of backward",
+                                                     "optimizer step"};
+  return names[static_cast<int>(m)];
+}
+
 /// One line of a ledger. Names and sources are string literals: a ledger is cheap to build in a
 /// constant expression and is never a template argument.
 struct memory_entry {
@@ -68,6 +92,11 @@ struct memory_entry {
   bytes size{};
   std::int64_t tensors = 0;  ///< allocations behind the bytes (0 when not tensor-shaped)
   const char* source = "";   ///< where the formula comes from
+  /// Set by the step timeline (timeline.hpp): the bytes of this entry alive at the step's peak,
+  /// and the moment that peak belongs to. Untimed ledgers derive both from the lifetimes.
+  bool timed = false;
+  bytes at_peak{};
+  moment peak_at = moment::end_of_forward;
 };
 
 using memory_ledger = detail::static_vector<memory_entry, 40>;
@@ -103,30 +132,6 @@ constexpr bytes total(const memory_ledger& ledger, component what,
   return sum;
 }
 
-/// The moments of a training step's timeline at which memory can peak.
-enum class moment : unsigned char {
-  end_of_forward,     ///< everything forward kept, plus its own transients (the loss's logits)
-  start_of_backward,  ///< everything forward kept, plus the loss's gradients
-  /// The first layer's backward: the layers' saved activations, one layer's gradients and its
-  /// recompute; the loss and the head have freed what they kept. Later layers hold fewer saved
-  /// activations and more gradients: that end of the range is end_of_backward.
-  layer_backward,
-  end_of_backward,  ///< the gradients, and what forward kept besides activations
-  optimizer_step,   ///< the gradients and the step's temporaries
-};
-
-/// Every moment, in the order of the step.
-inline constexpr moment moments[] = {moment::end_of_forward, moment::start_of_backward,
-                                     moment::layer_backward, moment::end_of_backward,
-                                     moment::optimizer_step};
-
-constexpr const char* to_string(moment m) {
-  constexpr const char* names[std::size(moments)] = {"end of forward", "start of backward",
-                                                     "layers' backward", "end of backward",
-                                                     "optimizer step"};
-  return names[static_cast<int>(m)];
-}
-
 /// Whether entry `e` is allocated at moment `m`.
 constexpr bool alive_at(const memory_entry& e, moment m) {
   switch (e.lifetime) {
@@ -160,17 +165,39 @@ constexpr bytes total_at(const memory_ledger& ledger, moment m) {
   return sum;
 }
 
-/// The moment of the timeline with the most device bytes (the first of equals).
+/// Whether the step timeline has set what each entry holds at the peak.
+constexpr bool is_timed(const memory_ledger& ledger) {
+  for (const memory_entry& e : ledger)
+    if (e.timed) return true;
+  return false;
+}
+
+/// The moment of the step with the most device bytes (the first of equals); for a timed ledger,
+/// the moment its timeline's peak event belongs to.
 constexpr moment peak_moment(const memory_ledger& ledger) {
+  for (const memory_entry& e : ledger)
+    if (e.timed) return e.peak_at;
   moment most = moments[0];
   for (moment m : moments)
     if (total_at(ledger, m) > total_at(ledger, most)) most = m;
   return most;
 }
 
+/// The bytes of `e` allocated at the peak at `m`: what the timeline found for a timed entry; for
+/// the others, all of them or none by their lifetime (entries appended after the timeline, such as
+/// runtime overheads, are persistent).
+constexpr bytes at_peak(const memory_entry& e, moment m) {
+  if (e.timed) return e.at_peak;
+  return alive_at(e, m) ? e.size : bytes{};
+}
+
 /// The device peak of one training step: the bytes at its fullest moment, not a sum of maxima.
 constexpr bytes peak(const memory_ledger& ledger) {
-  return total_at(ledger, peak_moment(ledger));
+  const moment m = peak_moment(ledger);
+  bytes sum{};
+  for (const memory_entry& e : ledger)
+    if (e.space == memory_space::device) sum += at_peak(e, m);
+  return sum;
 }
 
 /// Appends every entry of `more`.

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
-#include "activations.hpp"
 #include "gpu.hpp"
 #include "inference.hpp"
 #include "overheads.hpp"
+#include "timeline.hpp"
 
 namespace vramfit {
 

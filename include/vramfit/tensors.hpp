@@ -87,6 +87,9 @@ struct tensor_group {
   std::int64_t experts = 1;      ///< copies per layer (routed experts)
   std::int64_t state_bits = 0;   ///< element bits of a state tensor (parameters follow the policy)
   bool in_checkpoint = true;
+  /// Whether the framework allocates it on the device (a state a checkpoint stores but the
+  /// current implementation rebuilds per forward is not).
+  bool in_memory = true;
   tp_split split = tp_split::replicated;
   bool input_major = false;  ///< stored [in, out] (GPT-2's Conv1D) rather than [out, in]
 
@@ -142,6 +145,8 @@ class ledger_builder {
     g.split = split;
     ledger_.push_back(g);
   }
+
+  constexpr tensor_group& last() { return ledger_[ledger_.size() - 1]; }
 
   /// A state tensor: stored, not learned.
   constexpr void add_state(std::initializer_list<const char*> name_parts,
@@ -338,9 +343,13 @@ constexpr tensor_ledger gpt2_tensors(const model& m) {
   b.add_conv1d(p, "attn.c_attn", h, 3 * h, tensor_kind::attention, all, tp_split::qkv);
   b.add_conv1d(p, "attn.c_proj", h, h, tensor_kind::attention, all, tp_split::input);
   // The causal mask buffer, bool, 1 x 1 x positions x positions per layer; the original
-  // checkpoint stores it (which is why the Hub shows 137M for the 124M model).
+  // checkpoint stores it (which is why the Hub shows 137M for the 124M model). transformers 5
+  // builds the mask per forward (masking_utils) and registers no buffer: traced on an H100 with
+  // transformers 5.17, a step starts with the parameters and optimizer states only
+  // (tests/validation/step_traces.json, cuda_reference.transformers.alive_at_start).
   b.add_state({p, "attn.bias"}, {1, 1, m.max_positions, m.max_positions}, tensor_kind::attention, 8,
               all, true);
+  b.last().in_memory = false;
   b.add_norm(p, "ln_2", h, all);
   b.add_conv1d(p, "mlp.c_fc", h, m.ffn, tensor_kind::mlp, all, tp_split::output);
   b.add_conv1d(p, "mlp.c_proj", m.ffn, h, tensor_kind::mlp, all, tp_split::input);

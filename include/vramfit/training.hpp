@@ -111,6 +111,9 @@ constexpr const element_format& frozen_format(const training& t, const tensor_gr
 struct unsharded_states {
   bytes trained_weights{}, frozen_weights{}, state_buffers{}, gradients{}, master{};
   bytes device_states{}, host_states{}, cast_copies{}, largest_tensor_16bit{};
+  /// The autocast copies of frozen weights: cast per call, not cached (autocast_mode.cpp
+  /// cached_cast caches leaf tensors that require grad only).
+  bytes frozen_cast_copies{};
   // The same quantities sharded tensor by tensor along dim 0 (FSDP).
   /// What PyTorch's caching allocator adds by rounding each tensor up to 512 bytes.
   bytes rounding{};
@@ -154,6 +157,7 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   const local_shape shape = tp_local_shape(g, m, l.tensor);
   const std::int64_t n = shape.elements();
   if (g.role == tensor_role::state) {
+    if (!g.in_memory) return;
     acc.state_buffers += bytes_for_bits(checked_mul(n, g.state_bits)) * copies;
     return;
   }
@@ -170,7 +174,10 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a
   // tied embedding is the head's weight); FP8 keeps copies of the matmul weights.
   if (is_linear_parameter(g) || (g.split == tp_split::vocab && m.tied_embeddings)) {
-    if (p.autocast_weight_copies) acc.cast_copies += stored(p.compute, shape) * copies;
+    if (p.autocast_weight_copies) {
+      acc.cast_copies += stored(p.compute, shape) * copies;
+      acc.frozen_cast_copies += stored(p.compute, shape) * frozen;
+    }
     if (p.fp8_weight_copies > 0 && g.rank == 2)
       acc.cast_copies += stored(fp8_e4m3::value, shape) * checked_mul(copies, p.fp8_weight_copies);
   }

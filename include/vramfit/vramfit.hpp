@@ -21,6 +21,7 @@
 #include "presets.hpp"
 #include "stages.hpp"
 #include "tensors.hpp"
+#include "timeline.hpp"
 #include "training.hpp"
 #include "units.hpp"
 #include "version.hpp"

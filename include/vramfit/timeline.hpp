@@ -1,0 +1,456 @@
+// SPDX-License-Identifier: MIT
+// The whole-step timeline: one training step of the most loaded rank as an ordered list of
+// allocations and frees (forward layer by layer, the loss, backward in reverse, the optimizer step,
+// zero_grad), whose maximum is the step's peak. Identical layers form runs whose peak is found in
+// closed form, so a 1,000,000-layer model costs what a 2-layer one does.
+#pragma once
+
+#include <cstdint>
+
+#include "activations.hpp"
+
+namespace vramfit {
+
+/// The phases of a step, as the step tracer (tests/validation/step_trace.py) names them.
+enum class step_phase : unsigned char { forward, loss, backward, optimizer, zero_grad };
+
+constexpr const char* to_string(step_phase p) {
+  constexpr const char* names[] = {"forward", "loss", "backward", "optimizer", "zero_grad"};
+  return names[static_cast<int>(p)];
+}
+
+/// One allocation (delta > 0) or free (delta < 0) of the step, repeated over `layers` consecutive
+/// layers from `first_layer` (forward: ascending; backward: descending) when first_layer >= 0.
+/// Consecutive events of one phase with the same layer run form that run's per-layer pattern.
+struct timeline_event {
+  const char* what = "";  ///< a string literal
+  step_phase phase = step_phase::forward;
+  std::int64_t micro_batch = 0;  ///< 0: the first of the step; 1: each later one (all alike)
+  std::int64_t first_layer = -1;
+  std::int64_t layers = 0;
+  bytes delta{};
+  int entry = -1;  ///< the ledger entry whose bytes these are
+  moment region = moment::end_of_forward;
+};
+
+/// Events of a step: forward and backward hold at most 6 + 14 per layer run; the runs are bounded
+/// by the ledger's layer edges (stages.hpp).
+using timeline_events = detail::static_vector<timeline_event, 1024>;
+
+/// Where a step peaks: after event `event`, in layer `layer` of its run (-1 outside layers).
+struct step_peak {
+  std::size_t event = 0;
+  std::int64_t layer = -1;
+  bytes alive{};
+};
+
+/// A step's timeline: its timed ledger (each entry's bytes at the peak set), its events, what is
+/// allocated when it starts (steady state: the optimizer states exist) and its peak.
+struct step_timeline {
+  memory_ledger ledger{};
+  timeline_events events{};
+  bytes at_start{};
+  step_peak peak{};
+};
+
+namespace detail {
+
+/// The gradient bytes of `acc` a rank keeps: all of them, or its shard (FSDP tensor by tensor,
+/// ZeRO-2/3 a flat 1/N).
+constexpr bytes gradient_share(const unsharded_states& acc, const layout& l, std::int64_t shards,
+                               bool sharded) {
+  if (!sharded) return acc.gradients;
+  return l.implementation == shard_implementation::fsdp ? acc.fsdp_gradients
+                                                        : divide_up(acc.gradients, shards);
+}
+
+/// One layer's gradients, autocast copies and saved tensors, split the way its backward frees and
+/// allocates them: the MLP half first, each half beginning with its output linear (down_proj,
+/// o_proj) (torch.autograd runs the graph in reverse; HF LlamaDecoderLayer, GPT2Block).
+struct layer_pattern {
+  bytes grads_out[2]{}, grads_rest[2]{};  ///< [layer_part]
+  bytes saved_out[2]{}, saved_rest[2]{};
+  bytes selective[2]{};  ///< saved tensors that selective recompute drops and recomputes
+  bytes casts{};
+  bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
+  bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
+  bool full = false;
+  layer_backward_working working{};
+};
+
+constexpr layer_pattern pattern_of(const training& t, const activation_options& o,
+                                   const tensor_ledger& tensors, std::int64_t layer,
+                                   std::int64_t experts_per_rank, std::int64_t shards,
+                                   bool sharded_grads, bool full_recompute) {
+  const model& m = t.model;
+  const layout& l = t.layout;
+  const bool moe = m.is_moe_layer(layer);
+  layer_pattern p{};
+  for (const tensor_group& g : tensors) {
+    if (!g.in_layer(layer)) continue;
+    unsharded_states acc{};
+    add_group(t, g, {layer, 1, false, false}, false, experts_per_rank, shards, acc);
+    const int part = g.kind == tensor_kind::attention ? 0 : 1;
+    const bytes grads = gradient_share(acc, l, shards, sharded_grads);
+    (g.split == tp_split::input && g.rank == 2 ? p.grads_out : p.grads_rest)[part] += grads;
+    p.casts += acc.cast_copies;
+    p.cached_casts += acc.cast_copies - acc.frozen_cast_copies;
+  }
+  p.full = full_recompute;
+  for (const saved_tensor& s : layer_saved_tensors(m, t.precision, o, l, moe, t.finetune)) {
+    const int part = static_cast<int>(s.part);
+    if (o.recompute == recompute_kind::selective && s.recomputed_by_selective)
+      p.selective[part] += s.size;
+    (s.output_linear_input ? p.saved_out : p.saved_rest)[part] += s.size;
+  }
+  if (full_recompute)
+    p.kept_input = layer_activation_bytes(m, t.precision, o, l, moe, recompute_kind::full);
+  p.working = layer_backward_bytes(m, t.precision, o, l, moe);
+  return p;
+}
+
+/// What the forward keeps of a layer: everything it saves, or only its input when recomputed.
+constexpr bytes forward_kept(const layer_pattern& p) {
+  if (p.full) return p.kept_input;
+  bytes sum{};
+  for (int part : {0, 1}) sum += p.saved_out[part] + p.saved_rest[part] - p.selective[part];
+  return sum;
+}
+
+constexpr bytes saved_total(const layer_pattern& p) {
+  bytes sum{};
+  for (int part : {0, 1}) sum += p.saved_out[part] + p.saved_rest[part];
+  return sum;
+}
+
+/// Appends events and tracks the phase, micro-batch and moment they belong to.
+struct event_writer {
+  const memory_ledger& ledger;
+  timeline_events& events;
+  step_phase phase = step_phase::forward;
+  std::int64_t micro_batch = 0;
+  moment region = moment::end_of_forward;
+
+  constexpr void add(const char* what, int entry, bytes delta, std::int64_t first_layer = -1,
+                     std::int64_t layers = 0) {
+    if (entry < 0 || delta == bytes{} || layers < 0) return;
+    if (ledger[static_cast<std::size_t>(entry)].space != memory_space::device) return;
+    events.push_back({what, phase, micro_batch, first_layer, layers, delta, entry, region});
+  }
+};
+
+constexpr int entry_named(const memory_ledger& l, const char* name) {
+  for (std::size_t i = 0; i < l.size(); ++i)
+    if (l[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+constexpr int entry_where(const memory_ledger& l, component c, lifetime when) {
+  for (std::size_t i = 0; i < l.size(); ++i)
+    if (l[i].component == c && l[i].lifetime == when) return static_cast<int>(i);
+  return -1;
+}
+
+/// A run of identical layers [first, first + count) of the stage.
+struct layer_run {
+  std::int64_t first = 0, count = 0;
+  layer_pattern pattern{};
+};
+using layer_runs = static_vector<layer_run, 2 * 48 + 2 * 4 + 4>;
+
+/// Whether `b` continues the layer run pattern of `a`.
+constexpr bool same_run(const timeline_event& a, const timeline_event& b) {
+  return a.first_layer >= 0 && a.first_layer == b.first_layer && a.layers == b.layers &&
+         a.phase == b.phase && a.micro_batch == b.micro_batch;
+}
+
+/// The layer of `e`'s run in its `rep`-th repetition (backward runs go down).
+constexpr std::int64_t layer_at(const timeline_event& e, std::int64_t rep) {
+  if (e.first_layer < 0) return -1;
+  return e.phase == step_phase::backward ? e.first_layer + e.layers - 1 - rep : e.first_layer + rep;
+}
+
+/// Calls `visit(begin, end, repetitions)` for each pattern of events, in order.
+template <class Visit>
+constexpr void for_each_pattern(const timeline_events& events, Visit&& visit) {
+  for (std::size_t i = 0; i < events.size();) {
+    std::size_t j = i + 1;
+    while (j < events.size() && same_run(events[i], events[j])) ++j;
+    visit(i, j, events[i].first_layer >= 0 ? events[i].layers : std::int64_t{1});
+    i = j;
+  }
+}
+
+/// The highest total over the events. A pattern repeated k times changes the total by the same d
+/// each time, so its highest point is in the first repetition (d <= 0) or the last (d > 0).
+constexpr step_peak find_peak(const step_timeline& tl) {
+  step_peak best{0, -1, tl.at_start};
+  bytes alive = tl.at_start;
+  bool found = false;
+  for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k) {
+    bytes d{};
+    for (std::size_t e = begin; e < end; ++e) d += tl.events[e].delta;
+    const std::int64_t rep = d > bytes{} ? k - 1 : 0;
+    bytes here = alive + d * rep;
+    for (std::size_t e = begin; e < end; ++e) {
+      here += tl.events[e].delta;
+      if (!found || here > best.alive) best = {e, layer_at(tl.events[e], rep), here};
+      found = true;
+    }
+    alive += d * k;
+  });
+  return best;
+}
+
+/// Sets each entry's bytes at the peak (persistent ones in full, the others as the events left
+/// them there), and grows a transient entry's size to the most it holds at once in the step.
+constexpr void time_entries(step_timeline& tl) {
+  bytes alive[memory_ledger::capacity]{}, most[memory_ledger::capacity]{},
+      at[memory_ledger::capacity]{};
+  for (std::size_t i = 0; i < tl.ledger.size(); ++i)
+    if (tl.ledger[i].lifetime == lifetime::persistent)
+      alive[i] = most[i] = at[i] = tl.ledger[i].size;
+  for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k) {
+    const bool peak_here = tl.peak.event >= begin && tl.peak.event < end;
+    bytes d{};
+    for (std::size_t e = begin; e < end; ++e) d += tl.events[e].delta;
+    const std::int64_t peak_rep = d > bytes{} ? k - 1 : 0;
+    for (std::size_t e = begin; e < end; ++e) {
+      const int x = tl.events[e].entry;
+      bool first = true;  // each entry once per pattern, at its first event
+      for (std::size_t f = begin; f < e; ++f) first = first && tl.events[f].entry != x;
+      if (!first) continue;
+      bytes dx{}, running{}, high{}, upto{};
+      for (std::size_t f = begin; f < end; ++f) {
+        if (tl.events[f].entry != x) continue;
+        dx += tl.events[f].delta;
+        running += tl.events[f].delta;
+        if (running > high) high = running;
+        if (f <= tl.peak.event) upto = running;
+      }
+      const bytes top = alive[x] + (dx > bytes{} ? dx * (k - 1) : bytes{}) + high;
+      if (top > most[x]) most[x] = top;
+      if (peak_here) at[x] = alive[x] + dx * peak_rep + upto;
+      alive[x] += dx * k;
+    }
+    if (tl.peak.event >= end)
+      for (std::size_t i = 0; i < tl.ledger.size(); ++i) at[i] = alive[i];
+  });
+  const moment region =
+      tl.events.empty() ? moment::end_of_forward : tl.events[tl.peak.event].region;
+  for (std::size_t i = 0; i < tl.ledger.size(); ++i) {
+    memory_entry& e = tl.ledger[i];
+    e.timed = true;
+    if (e.lifetime != lifetime::persistent && most[i] > e.size) e.size = most[i];
+    e.at_peak = e.space == memory_space::device ? at[i] : bytes{};
+    e.peak_at = region;
+  }
+}
+
+}  // namespace detail
+
+/// The timeline of one training step on a GPU of pipeline stage `stage`.
+constexpr step_timeline step_timeline_of(const training& t, const activation_options& o,
+                                         std::int64_t stage = 0) {
+  using namespace detail;
+  const model& m = t.model;
+  const layout& l = validated(t.layout, m);
+  step_timeline tl{};
+  tl.ledger = step_entries(t, o, stage);
+  const memory_ledger& ledger = tl.ledger;
+  const tensor_ledger tensors = vramfit::tensors(m);
+  const stage_range range = stage_of(t, stage);
+  const std::int64_t shards = l.shard_degree();
+  const std::int64_t experts_per_rank = m.is_moe() ? m.moe.routed_experts / l.expert : 1;
+
+  // Entries by their role in the step.
+  const int saved = entry_named(ledger, entry_names::saved_activations);
+  const int embedding_inputs = entry_named(ledger, entry_names::embedding_inputs);
+  const int logits = entry_named(ledger, entry_names::logits);
+  const int working = entry_named(ledger, entry_names::activation_gradients);
+  const int recomputed = entry_named(ledger, entry_names::recomputed_layer);
+  const int casts = entry_where(ledger, component::weights, lifetime::forward_backward);
+  const int gradients = entry_where(ledger, component::gradients, lifetime::gradients);
+  const int head_and_loss =
+      entry_where(ledger, component::activations, lifetime::until_head_backward);
+  const int logits_gradient = entry_where(ledger, component::activations, lifetime::backward);
+  const bool sharded_grads =
+      gradients >= 0 && (l.zero == sharding::zero2 || l.zero == sharding::zero3);
+
+  // The stage's layer runs: cut at the ledger's edges and where full recompute stops.
+  static_vector<std::int64_t, 2 * 48 + 2 * 4 + 4> cuts{};
+  const std::int64_t end = range.first_layer + range.layers;
+  const std::int64_t recompute_end = o.recompute != recompute_kind::full ? range.first_layer
+                                     : o.recompute_layers < 0
+                                         ? end
+                                         : range.first_layer + o.recompute_layers;
+  for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
+  cuts.push_back(recompute_end);
+  layer_runs runs{};
+  for (std::int64_t first = range.first_layer; first < end;) {
+    std::int64_t next = end;
+    for (std::int64_t cut : cuts)
+      if (cut > first && cut < next) next = cut;
+    runs.push_back({first, next - first,
+                    pattern_of(t, o, tensors, first, experts_per_rank, shards, sharded_grads,
+                               first < recompute_end)});
+    first = next;
+  }
+
+  // What the runs account for; the rest of each entry belongs to the layers' outside.
+  bytes own_saved{}, layer_casts{}, layer_grads{};
+  for (const layer_run& r : runs) {
+    own_saved += forward_kept(r.pattern) * r.count;
+    layer_casts += r.pattern.casts * r.count;
+    for (int part : {0, 1})
+      layer_grads += (r.pattern.grads_out[part] + r.pattern.grads_rest[part]) * r.count;
+  }
+  auto size_of = [&](int e) { return e < 0 ? bytes{} : ledger[static_cast<std::size_t>(e)].size; };
+  auto rest = [](bytes all, bytes part) { return all > part ? all - part : bytes{}; };
+  const bool grads_per_layer = layer_grads <= size_of(gradients);
+  const bytes outside_grads =
+      grads_per_layer ? size_of(gradients) - layer_grads : size_of(gradients);
+  const bytes outside_casts = rest(size_of(casts), layer_casts);
+  // The embedding's share of the gradients outside the layers (the tensors before the first layer
+  // group, on the first stage; tied, it is the head's and comes with it).
+  bytes embedding_grads{};
+  if (range.first && grads_per_layer) {
+    for (const tensor_group& g : tensors) {
+      if (g.layer_count > 0) break;
+      unsharded_states acc{};
+      add_group(t, g, {0, 0, true, range.last}, true, experts_per_rank, shards, acc);
+      embedding_grads += gradient_share(acc, l, shards, sharded_grads);
+    }
+    if (embedding_grads > outside_grads) embedding_grads = outside_grads;
+  }
+  const bytes head_grads = m.tied_embeddings ? outside_grads : outside_grads - embedding_grads;
+
+  for (const memory_entry& e : ledger)
+    if (e.space == memory_space::device && e.lifetime == lifetime::persistent)
+      tl.at_start += e.size;
+
+  event_writer w{ledger, tl.events};
+  const std::int64_t passes = o.micro_batches > 1 ? 2 : 1;
+  for (std::int64_t mb = 0; mb < passes; ++mb) {
+    const bool first_pass = mb == 0;
+    w.micro_batch = mb;
+    // Forward: the inputs and tables, then each layer's autocast copies and saved tensors.
+    w.phase = step_phase::forward;
+    w.region = moment::end_of_forward;
+    if (first_pass) {
+      w.add("activations of earlier in-flight micro-batches", saved,
+            rest(size_of(saved), own_saved));
+      for (std::size_t i = 0; i < ledger.size(); ++i)
+        if (ledger[i].lifetime == lifetime::forward_backward &&
+            ledger[i].component == component::buffers)
+          w.add(ledger[i].name, static_cast<int>(i), ledger[i].size);
+    }
+    w.add("input ids, positions and rotary tables", embedding_inputs, size_of(embedding_inputs));
+    for (std::size_t i = 0; i < ledger.size(); ++i)
+      if (ledger[i].lifetime == lifetime::forward && static_cast<int>(i) != logits)
+        w.add(ledger[i].name, static_cast<int>(i), ledger[i].size);
+    for (const layer_run& r : runs) {
+      // A checkpointed layer's autograd keeps nothing: only the cache's copies stay.
+      w.add("autocast weight copies", casts,
+            r.pattern.full ? r.pattern.cached_casts : r.pattern.casts, r.first, r.count);
+      w.add("saved activations", saved, forward_kept(r.pattern), r.first, r.count);
+    }
+    for (std::size_t i = 0; i < ledger.size(); ++i)
+      if (ledger[i].lifetime == lifetime::forward && static_cast<int>(i) != logits)
+        w.add(ledger[i].name, static_cast<int>(i), -ledger[i].size);
+    // The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
+    w.phase = step_phase::loss;
+    w.add("head weight copies", casts, outside_casts);
+    w.add("final norm, head input and log-probabilities", head_and_loss, size_of(head_and_loss));
+    w.add("logits", logits, size_of(logits));
+    w.add("logits", logits, -size_of(logits));
+    // Leaving the autocast region clears its weight-cast cache: a checkpointed layer's autograd
+    // kept none of its casts, so they go now and come back with its recompute
+    // (torch/utils/checkpoint.py restores the autocast state around the recomputation).
+    for (const layer_run& r : runs)
+      if (r.pattern.full) w.add("autocast cache cleared", casts, -r.pattern.cached_casts * r.count);
+
+    // Backward: the loss's gradients, the head, then the layers in reverse.
+    w.phase = step_phase::backward;
+    w.region = moment::start_of_backward;
+    w.add("loss gradients", logits_gradient, size_of(logits_gradient));
+    w.add("loss gradients", logits_gradient, -size_of(logits_gradient));
+    w.add("final norm, head input and log-probabilities", head_and_loss, -size_of(head_and_loss));
+    w.add("head and final norm gradients", first_pass ? gradients : working, head_grads);
+    if (!first_pass) w.add("head and final norm gradients", working, -head_grads);
+    w.region = moment::layer_backward;
+    for (std::size_t i = runs.size(); i-- > 0;) {
+      const layer_run& r = runs[i];
+      const layer_pattern& p = r.pattern;
+      auto add = [&](const char* what, int entry, bytes delta) {
+        w.add(what, entry, delta, r.first, r.count);
+      };
+      if (p.full) {
+        add("recomputed layer", recomputed, saved_total(p));
+        add("recomputed layer's autocast weight copies", casts, p.casts);
+      }
+      for (int part : {1, 0}) {
+        const bytes grads = grads_per_layer ? p.grads_out[part] + p.grads_rest[part] : bytes{};
+        const int grad_entry = first_pass ? gradients : working;
+        if (!p.full) add("recomputed by selective recompute", saved, p.selective[part]);
+        add(part ? "MLP output linear: weight gradients"
+                 : "attention output linear: weight gradients",
+            grad_entry, grads_per_layer ? p.grads_out[part] : bytes{});
+        add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
+            p.full ? recomputed : saved, -p.saved_out[part]);
+        add(part ? "MLP backward working set" : "attention backward working set", working,
+            part ? p.working.mlp : p.working.attention);
+        add(part ? "MLP backward working set" : "attention backward working set", working,
+            -(part ? p.working.mlp : p.working.attention));
+        add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry,
+            grads_per_layer ? p.grads_rest[part] : bytes{});
+        add(part ? "MLP saved tensors freed" : "attention saved tensors freed",
+            p.full ? recomputed : saved, -p.saved_rest[part]);
+        if (!first_pass) add("new weight gradients added into .grad", working, -grads);
+      }
+      if (p.full) add("checkpointed layer input freed", saved, -p.kept_input);
+      add("autocast weight copies freed", casts, -p.casts);
+    }
+    w.region = moment::end_of_backward;
+    // The embedding's gradient; a tied one already exists (the head's), and
+    // embedding_dense_backward's output is added into it (AccumulateGrad adds in place when .grad
+    // exists).
+    if (m.tied_embeddings) {
+      w.add("embedding gradient (added into the tied head's)", working, embedding_grads);
+      w.add("embedding gradient (added into the tied head's)", working, -embedding_grads);
+    } else {
+      w.add("embedding gradients", first_pass ? gradients : working, embedding_grads);
+      if (!first_pass) w.add("embedding gradients", working, -embedding_grads);
+    }
+    w.add("input ids, positions and rotary tables", embedding_inputs, -size_of(embedding_inputs));
+    w.add("head weight copies", casts, -outside_casts);
+  }
+  for (std::size_t i = 0; i < ledger.size(); ++i)
+    if (ledger[i].lifetime == lifetime::forward_backward &&
+        ledger[i].component == component::buffers)
+      w.add(ledger[i].name, static_cast<int>(i), -ledger[i].size);
+  // The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
+  w.phase = step_phase::optimizer;
+  w.region = moment::optimizer_step;
+  for (std::size_t i = 0; i < ledger.size(); ++i)
+    if (ledger[i].lifetime == lifetime::optimizer_step)
+      w.add(ledger[i].name, static_cast<int>(i), ledger[i].size);
+  for (std::size_t i = 0; i < ledger.size(); ++i)
+    if (ledger[i].lifetime == lifetime::optimizer_step)
+      w.add(ledger[i].name, static_cast<int>(i), -ledger[i].size);
+  w.phase = step_phase::zero_grad;
+  w.region = moment::end_of_backward;
+  w.add("gradients freed", gradients, -size_of(gradients));
+  tl.peak = find_peak(tl);
+  time_entries(tl);
+  return tl;
+}
+
+/// Everything one training step keeps on a GPU of pipeline stage `stage`, each entry timed: its
+/// bytes at the step's peak set from the timeline, so that peak() is the timeline's peak.
+constexpr memory_ledger training_step(const training& t, const activation_options& o,
+                                      std::int64_t stage = 0) {
+  return step_timeline_of(t, o, stage).ledger;
+}
+
+}  // namespace vramfit
