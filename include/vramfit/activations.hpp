@@ -55,7 +55,7 @@ struct activation_options {
 };
 
 /// Names of the activation entries the step timeline refers to (timeline.hpp): one definition,
-/// compared by address.
+/// compared by content.
 namespace entry_names {
 inline constexpr char saved_activations[] = "saved activations (layers x micro-batches)";
 inline constexpr char embedding_inputs[] = "embedding inputs and rotary tables";

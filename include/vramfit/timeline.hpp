@@ -139,9 +139,16 @@ struct event_writer {
   }
 };
 
+/// Compared by content: addresses of distinct literals do not compare in constant expressions.
+constexpr bool same_text(const char* a, const char* b) {
+  for (; *a != '\0' && *a == *b; ++a, ++b) {
+  }
+  return *a == *b;
+}
+
 constexpr int entry_named(const memory_ledger& l, const char* name) {
   for (std::size_t i = 0; i < l.size(); ++i)
-    if (l[i].name == name) return static_cast<int>(i);
+    if (same_text(l[i].name, name)) return static_cast<int>(i);
   return -1;
 }
 
