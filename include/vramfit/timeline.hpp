@@ -287,10 +287,11 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   // The stage's layer runs: cut at the ledger's edges and where full recompute stops.
   static_vector<std::int64_t, 2 * 48 + 2 * 4 + 4> cuts{};
   const std::int64_t end = range.first_layer + range.layers;
+  // Full recompute of the stage's first recompute_layers layers (all when -1 or more than it has).
+  const bool all_recomputed = o.recompute_layers < 0 || o.recompute_layers >= range.layers;
   const std::int64_t recompute_end = o.recompute != recompute_kind::full ? range.first_layer
-                                     : o.recompute_layers < 0
-                                         ? end
-                                         : range.first_layer + o.recompute_layers;
+                                     : all_recomputed                    ? end
+                                                      : range.first_layer + o.recompute_layers;
   for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
   cuts.push_back(recompute_end);
   layer_runs runs{};
