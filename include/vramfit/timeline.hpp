@@ -55,15 +55,6 @@ struct step_timeline {
 
 namespace detail {
 
-/// The gradient bytes of `acc` a rank keeps: all of them, or its shard (FSDP tensor by tensor,
-/// ZeRO-2/3 a flat 1/N).
-constexpr bytes gradient_share(const unsharded_states& acc, const layout& l, std::int64_t shards,
-                               bool sharded) {
-  if (!sharded) return acc.gradients;
-  return l.implementation == shard_implementation::fsdp ? acc.fsdp_gradients
-                                                        : divide_up(acc.gradients, shards);
-}
-
 /// One layer's gradients, autocast copies and saved tensors, split the way its backward frees and
 /// allocates them: the MLP half first, each half beginning with its output linear (down_proj,
 /// o_proj) (torch.autograd runs the graph in reverse; HF LlamaDecoderLayer, GPT2Block).
@@ -91,7 +82,7 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
     unsharded_states acc{};
     add_group(t, g, {layer, 1, false, false}, false, experts_per_rank, shards, acc);
     const int part = g.kind == tensor_kind::attention ? 0 : 1;
-    const bytes grads = gradient_share(acc, l, shards, sharded_grads);
+    const bytes grads = rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
     (g.split == tp_split::input && g.rank == 2 ? p.grads_out : p.grads_rest)[part] += grads;
     p.casts += acc.cast_copies;
     p.cached_casts += acc.cast_copies - acc.frozen_cast_copies;
@@ -136,6 +127,14 @@ struct event_writer {
     if (entry < 0 || delta == bytes{} || layers < 0) return;
     if (ledger[static_cast<std::size_t>(entry)].space != memory_space::device) return;
     events.push_back({what, phase, micro_batch, first_layer, layers, delta, entry, region});
+  }
+
+  /// Allocates (sign 1) or frees (sign -1) every entry of lifetime `when` that `select` takes.
+  template <class Select>
+  constexpr void add_each(lifetime when, std::int64_t sign, Select&& select) {
+    for (std::size_t i = 0; i < ledger.size(); ++i)
+      if (ledger[i].lifetime == when && select(static_cast<int>(i)))
+        add(ledger[i].name, static_cast<int>(i), ledger[i].size * sign);
   }
 };
 
@@ -327,7 +326,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       if (g.layer_count > 0) break;
       unsharded_states acc{};
       add_group(t, g, {0, 0, true, range.last}, true, experts_per_rank, shards, acc);
-      embedding_grads += gradient_share(acc, l, shards, sharded_grads);
+      embedding_grads += rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
     }
     if (embedding_grads > outside_grads) embedding_grads = outside_grads;
   }
@@ -338,6 +337,12 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       tl.at_start += e.size;
 
   event_writer w{ledger, tl.events};
+  // Working buffers of sharded weights (gathered units) live from forward to the end of backward;
+  // the eager mask is forward's, the logits the loss's.
+  auto is_buffer = [&](int i) {
+    return ledger[static_cast<std::size_t>(i)].component == component::buffers;
+  };
+  auto not_logits = [&](int i) { return i != logits; };
   const std::int64_t passes = o.micro_batches > 1 ? 2 : 1;
   for (std::int64_t mb = 0; mb < passes; ++mb) {
     const bool first_pass = mb == 0;
@@ -348,24 +353,17 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     if (first_pass) {
       w.add("activations of earlier in-flight micro-batches", saved,
             rest(size_of(saved), own_saved));
-      for (std::size_t i = 0; i < ledger.size(); ++i)
-        if (ledger[i].lifetime == lifetime::forward_backward &&
-            ledger[i].component == component::buffers)
-          w.add(ledger[i].name, static_cast<int>(i), ledger[i].size);
+      w.add_each(lifetime::forward_backward, 1, is_buffer);
     }
     w.add("input ids, positions and rotary tables", embedding_inputs, size_of(embedding_inputs));
-    for (std::size_t i = 0; i < ledger.size(); ++i)
-      if (ledger[i].lifetime == lifetime::forward && static_cast<int>(i) != logits)
-        w.add(ledger[i].name, static_cast<int>(i), ledger[i].size);
+    w.add_each(lifetime::forward, 1, not_logits);
     for (const layer_run& r : runs) {
       // A checkpointed layer's autograd keeps nothing: only the cache's copies stay.
       w.add("autocast weight copies", casts,
             r.pattern.full ? r.pattern.cached_casts : r.pattern.casts, r.first, r.count);
       w.add("saved activations", saved, forward_kept(r.pattern), r.first, r.count);
     }
-    for (std::size_t i = 0; i < ledger.size(); ++i)
-      if (ledger[i].lifetime == lifetime::forward && static_cast<int>(i) != logits)
-        w.add(ledger[i].name, static_cast<int>(i), -ledger[i].size);
+    w.add_each(lifetime::forward, -1, not_logits);
     // The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
     w.phase = step_phase::loss;
     w.add("head weight copies", casts, outside_casts);
@@ -433,19 +431,13 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     w.add("input ids, positions and rotary tables", embedding_inputs, -size_of(embedding_inputs));
     w.add("head weight copies", casts, -outside_casts);
   }
-  for (std::size_t i = 0; i < ledger.size(); ++i)
-    if (ledger[i].lifetime == lifetime::forward_backward &&
-        ledger[i].component == component::buffers)
-      w.add(ledger[i].name, static_cast<int>(i), -ledger[i].size);
+  w.add_each(lifetime::forward_backward, -1, is_buffer);
   // The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
   w.phase = step_phase::optimizer;
   w.region = moment::optimizer_step;
-  for (std::size_t i = 0; i < ledger.size(); ++i)
-    if (ledger[i].lifetime == lifetime::optimizer_step)
-      w.add(ledger[i].name, static_cast<int>(i), ledger[i].size);
-  for (std::size_t i = 0; i < ledger.size(); ++i)
-    if (ledger[i].lifetime == lifetime::optimizer_step)
-      w.add(ledger[i].name, static_cast<int>(i), -ledger[i].size);
+  auto any = [](int) { return true; };
+  w.add_each(lifetime::optimizer_step, 1, any);
+  w.add_each(lifetime::optimizer_step, -1, any);
   w.phase = step_phase::zero_grad;
   w.region = moment::end_of_backward;
   w.add("gradients freed", gradients, -size_of(gradients));

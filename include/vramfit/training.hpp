@@ -242,6 +242,14 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   }
 }
 
+/// The bytes of a sharded quantity a rank keeps: all of them, or its shard (FSDP tensor by tensor,
+/// `fsdp_shard`; flat implementations a 1/N of one padded buffer).
+constexpr bytes rank_share(bytes full, bytes fsdp_shard, const layout& l, bool sharded) {
+  if (!sharded) return full;
+  return l.implementation == shard_implementation::fsdp ? fsdp_shard
+                                                        : divide_up(full, l.shard_degree());
+}
+
 /// Elements of the largest FSDP unit on a stage: each transformer layer is a unit
 /// (transformer_auto_wrap_policy), and the tensors outside the layers form the root unit. A
 /// layer's unit changes only at the edges of the ledger's layer groups, so only the stage's first
@@ -318,10 +326,8 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   // FSDP keeps sharded parameters at rest under both FULL_SHARD and SHARD_GRAD_OP; they differ
   // in how long the gathered (compute-format) parameters live.
   const bool shard_weights = l.zero == sharding::zero3 || (fsdp && l.zero == sharding::zero2);
-  // Flat implementations pad one buffer to a multiple of N; FSDP shards tensor by tensor.
   auto shard = [&](bytes full, bytes fsdp_shard, bool sharded) {
-    if (!sharded) return full;
-    return fsdp ? fsdp_shard : divide_up(full, n);
+    return detail::rank_share(full, fsdp_shard, l, sharded);
   };
   const auto optimizer_space = l.optimizer_offload == offload_target::none  ? device
                                : l.optimizer_offload == offload_target::cpu ? memory_space::host
