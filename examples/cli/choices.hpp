@@ -57,6 +57,12 @@ inline constexpr named<optimizer> optimizers[] = {
     {"muon", muon<>::value},
 };
 
+inline constexpr named<optimizer_impl> optimizer_impls[] = {
+    {"foreach", optimizer_impl::foreach},
+    {"fused", optimizer_impl::fused},
+    {"for-loop", optimizer_impl::for_loop},
+};
+
 inline constexpr named<weight_layout> weight_layouts[] = {
     {"fp32", plain_weights<fp32>::value},
     {"bf16", plain_weights<bf16>::value},

@@ -14,6 +14,7 @@
 
 #include "choices.hpp"
 #include "render.hpp"
+#include "timeline_view.hpp"
 
 namespace {
 using namespace vramfit;
@@ -23,6 +24,7 @@ struct train_options {
   std::string model = "llama-3-8b";
   std::string precision = "bf16-fp32-master";
   std::string optimizer = "adamw";
+  std::string optimizer_impl;  ///< empty: what torch.optim picks on CUDA
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 2048;
   std::int64_t grad_accum = 1;
@@ -56,6 +58,7 @@ struct train_options {
   std::string sweep;
   std::int64_t sweep_max = 0;
   bool check = false;
+  bool timeline = false;
 };
 
 model load_model(const std::string& name) {
@@ -108,6 +111,10 @@ tensor_selector parse_selector(const std::string& text) {
 training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
+  if (!o.optimizer_impl.empty())
+    t.optimizer = with_implementation(
+        t.optimizer,
+        cli::choose(cli::optimizer_impls, o.optimizer_impl, "optimizer implementation"));
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.qlora || o.lora_rank > 0) {
@@ -241,6 +248,7 @@ int run_train(const train_options& o) {
   const gpu* g = &gpu_named(o.gpu);
   const training_plan_value plan = build_plan(o, m);
   if (!o.sweep.empty()) {
+    if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
     if (o.sweep != "micro-batch" && o.sweep != "seq-len")
       detail::raise("unknown --sweep '" + o.sweep + "'; known: micro-batch, seq-len");
     const std::int64_t start = o.sweep == "micro-batch" ? o.micro_batch : o.seq_len;
@@ -282,7 +290,16 @@ int run_train(const train_options& o) {
     return 0;
   }
   const cli::estimate e = estimate_of(o, plan, *g);
-  if (o.format == "json")
+  if (o.timeline) {
+    const step_timeline tl = step_timeline_of(plan.setup, plan.batch, e.stage);
+    const cli::timeline_view v{e, tl};
+    if (o.format == "json")
+      std::cout << cli::timeline_json(v).dump(2) << "\n";
+    else if (o.format == "svg")
+      cli::print_timeline_svg(std::cout, v);
+    else
+      cli::print_timeline_table(std::cout, v, o.format == "markdown");
+  } else if (o.format == "json")
     std::cout << cli::to_json(e).dump(2) << "\n";
   else if (o.format == "markdown")
     cli::print_markdown(std::cout, e);
@@ -420,6 +437,7 @@ std::string describe_layout(const candidate& c) {
 int run_plan(const train_options& o, const plan_options& space) {
   const model m = load_model(o.model);
   const gpu& g = gpu_named(o.gpu);
+  if (o.timeline) detail::raise("--timeline applies to `vramfit train`");
   const training_plan_value base = build_plan(o, m);
   if (space.gpus > max_world_size)
     detail::raise("--gpus must be at most " + std::to_string(max_world_size) + ", got " +
@@ -553,6 +571,8 @@ void add_train_options(CLI::App& cmd, train_options& o) {
          "sgd, sgd-momentum, adam, adamw, adamw-amsgrad, adamw-fused, adagrad, rmsprop, adadelta, "
          "adamax, nadam, radam, rprop, lion, adafactor, adamw-8bit, paged-adamw-8bit, muon")
       ->capture_default_str();
+  cmd.add_option("--optimizer-impl", o.optimizer_impl,
+                 "for-loop, foreach or fused (default: what torch.optim picks on CUDA)");
   cmd.add_option("--micro-batch,-b", o.micro_batch, "Sequences per micro-batch")
       ->check(positive)
       ->capture_default_str();
@@ -613,6 +633,8 @@ void add_train_options(CLI::App& cmd, train_options& o) {
                  "Repeat for doubling micro-batch or seq-len: micro-batch or seq-len");
   cmd.add_option("--sweep-max", o.sweep_max, "Last value of the sweep (default: 64 x the first)");
   cmd.add_flag("--check", o.check, "Exit with status 1 when the plan does not fit");
+  cmd.add_flag("--timeline", o.timeline,
+               "Show the step as allocations and frees (with -f svg: a plot of the step)");
 }
 void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();

@@ -88,12 +88,12 @@ inline void print_markdown(std::ostream& out, const estimate& e) {
       << e.model_name << ": " << report::grouped(e.parameters) << " parameters, "
       << report::grouped(e.trainable_parameters) << " trainable. Most loaded GPU: pipeline stage "
       << e.stage << ", peak at the " << to_string(e.peak_at) << ".\n\n";
-  report::table t({"entry", "component", "where", "bytes", "source"});
+  report::table t({"entry", "component", "where", "bytes", "at peak", "source"});
   const char* where[] = {"device", "host", "nvme"};
   for (const memory_entry& m : e.ledger)
     t.add({m.name, to_string(m.component), where[static_cast<int>(m.space)], to_string(m.size),
-           m.source});
-  t.add({"**peak per GPU**", "", "", "**" + to_string(e.fit.required) + "**", ""});
+           to_string(at_peak(m, e.peak_at)), m.source});
+  t.add({"**peak per GPU**", "", "", "", "**" + to_string(e.fit.required) + "**", ""});
   out << t << "\n"
       << e.device.name << " (" << to_string(e.fit.available) << "): " << verdict(e) << ".\n";
 }
@@ -113,6 +113,7 @@ inline nlohmann::json to_json(const estimate& e) {
                        {"component", to_string(m.component)},
                        {"space", where[static_cast<int>(m.space)]},
                        {"bytes", m.size.count},
+                       {"at_peak", vramfit::at_peak(m, e.peak_at).count},
                        {"tensors", m.tensors},
                        {"source", m.source}});
   }

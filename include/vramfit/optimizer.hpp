@@ -5,10 +5,12 @@
 
 #include <concepts>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "detail/name.hpp"
 #include "dtype.hpp"
+#include "error.hpp"
 
 namespace vramfit {
 
@@ -28,12 +30,18 @@ enum class optimizer_kind : unsigned char {
   muon,
 };
 
-/// How torch.optim runs the update (torch/optim/optimizer.py, _default_to_fused_or_foreach).
+/// How the update runs (torch/optim/optimizer.py, _default_to_fused_or_foreach).
 enum class optimizer_impl : unsigned char {
-  foreach,   ///< the CUDA default: _foreach_* ops over all tensors, with list-sized temporaries
-  fused,     ///< one fused kernel, no temporaries, step counters on the device
-  for_loop,  ///< one tensor at a time (foreach=False)
+  automatic,  ///< what the implementation picks on CUDA (see default_implementation)
+  foreach,    ///< _foreach_* ops over all tensors at once, with list-sized temporaries
+  fused,      ///< one fused kernel, no temporaries, step counters on the device
+  for_loop,   ///< one tensor at a time (foreach=False)
 };
+
+constexpr const char* to_string(optimizer_impl i) {
+  constexpr const char* names[] = {"automatic", "foreach", "fused", "for-loop"};
+  return names[static_cast<int>(i)];
+}
 
 /// Options shared by the optimizer types, e.g. `adamw<optimizer_options{.impl =
 /// optimizer_impl::fused}>`.
@@ -41,7 +49,7 @@ struct optimizer_options {
   bool amsgrad = false;   ///< Adam/AdamW: keep max_exp_avg_sq too
   bool momentum = false;  ///< SGD, RMSprop: keep a momentum buffer
   bool centered = false;  ///< RMSprop: keep grad_avg too
-  optimizer_impl impl = optimizer_impl::foreach;
+  optimizer_impl impl = optimizer_impl::automatic;
   /// capturable=True keeps the step counters on the device, as fused does; otherwise torch.optim
   /// keeps them on the host (torch/optim/adam.py, _init_group).
   bool capturable = false;
@@ -66,14 +74,80 @@ concept Optimizer = requires {
 }
 &&std::same_as<std::remove_cvref_t<decltype(T::value)>, optimizer>;
 
+/// What runs the update when the user does not choose: torch.optim defaults to foreach on CUDA
+/// (fused only when asked), except Adafactor, whose adafactor() takes the for-loop unless
+/// foreach=True (torch/optim/_adafactor.py); Lion (lion-pytorch) and Muon loop over the tensors;
+/// bitsandbytes updates in its own fused kernels.
+constexpr optimizer_impl default_implementation(optimizer_kind k) {
+  switch (k) {
+    case optimizer_kind::adafactor:
+    case optimizer_kind::lion:
+    case optimizer_kind::muon:
+      return optimizer_impl::for_loop;
+    case optimizer_kind::adam_8bit:
+      return optimizer_impl::fused;
+    default:
+      return optimizer_impl::foreach;
+  }
+}
+
+/// Whether the optimizer's library offers `impl`: torch.optim has foreach and for-loop versions of
+/// each optimizer and fused kernels for Adam(W), SGD and Adagrad (optimizer.py, _fused_doc); the
+/// others come one way only.
+constexpr bool offers(optimizer_kind k, optimizer_impl impl) {
+  if (impl == optimizer_impl::automatic || impl == default_implementation(k)) return true;
+  switch (k) {
+    case optimizer_kind::lion:
+    case optimizer_kind::muon:
+    case optimizer_kind::adam_8bit:
+      return false;
+    case optimizer_kind::adam:
+    case optimizer_kind::sgd:
+    case optimizer_kind::adagrad:
+      return true;
+    default:
+      return impl != optimizer_impl::fused;
+  }
+}
+
 namespace detail {
+namespace rules {
+[[noreturn]] inline void optimizer_must_offer_the_implementation(const char* name,
+                                                                 optimizer_impl impl) {
+  raise(std::string("optimizer_must_offer_the_implementation: ") + name + " has no " +
+        to_string(impl) +
+        " implementation (fused: adam, adamw, sgd, adagrad; lion, muon and the 8-bit optimizers "
+        "come one way only)");
+}
+}  // namespace rules
+
 constexpr optimizer make_optimizer(const char* name, optimizer_kind kind, std::int64_t moments,
-                                   std::int64_t scalars, const optimizer_options& o) {
+                                   std::int64_t scalars, optimizer_options o) {
+  if (!offers(kind, o.impl)) rules::optimizer_must_offer_the_implementation(name, o.impl);
+  if (o.impl == optimizer_impl::automatic) o.impl = default_implementation(kind);
   optimizer opt{{}, kind, moments, scalars, o};
-  copy_name(opt.name, name, o.paged ? " (paged)" : "");
+  const bool chosen = o.impl != default_implementation(kind);
+  copy_name(opt.name, name, o.paged ? " (paged)" : "",
+            !chosen                             ? ""
+            : o.impl == optimizer_impl::fused   ? " (fused)"
+            : o.impl == optimizer_impl::foreach ? " (foreach)"
+                                                : " (for-loop)");
   return opt;
 }
 }  // namespace detail
+
+/// `opt` run by `impl` (automatic: its default), e.g. Adafactor with foreach=True.
+constexpr optimizer with_implementation(const optimizer& opt, optimizer_impl impl) {
+  optimizer_options o = opt.options;
+  o.impl = impl;
+  char base[sizeof opt.name] = {};
+  std::size_t n = 0;  // the name without a previous implementation's suffix
+  while (n + 1 < sizeof base && opt.name[n] != '\0' && opt.name[n] != ' ') {
+    base[n] = opt.name[n];
+    ++n;
+  }
+  return detail::make_optimizer(base, opt.kind, opt.moments, opt.scalars, o);
+}
 
 // Each line: the state tensors the implementation creates for one parameter tensor.
 /// torch.optim.SGD: momentum_buffer when momentum > 0, nothing otherwise.
@@ -226,6 +300,82 @@ constexpr state_size optimizer_state(const optimizer& opt, const tensor_shape& t
   (on_device ? s.device : s.host) += bytes{4 * opt.scalars};
   (on_device ? s.device_tensors : s.host_tensors) += opt.scalars;
   return s;
+}
+
+/// The temporaries of one update step beyond params, gradients and states (steady state: step 2
+/// and later), as tensors in the format the optimizer updates. torch.optim's foreach functions
+/// allocate whole lists (one tensor per parameter, all at once); its for-loop functions allocate
+/// per tensor, and a temporary bound to a local name lives until the next tensor rebinds it.
+struct step_scratch {
+  std::int64_t lists = 0;       ///< foreach: lists as large as all updated tensors together
+  std::int64_t current = 0;     ///< for-loop: copies of the tensor being updated
+  std::int64_t previous = 0;    ///< for-loop: copies of the previous tensor, still bound
+  bool larger_of_pair = false;  ///< for-loop: + a copy of the larger of the two (Adadelta)
+  std::int64_t largest = 0;     ///< copies of the largest tensor (Rprop foreach: torch.where)
+  bool largest_mask = false;    ///< + a bool mask of the largest tensor (Rprop foreach)
+  /// For-loop Adafactor: a matrix's column norm needs its reduction's staging buffer beside the
+  /// row and column means, more than the tensor-sized temporary for small matrices
+  /// (column_norm_staging).
+  bool column_norm = false;
+};
+
+/// The fp32 staging buffer and semaphores of a CUDA reduction over dim -2 of a rows x cols tensor
+/// (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig): once a thread would read 256 values or
+/// more, each column is split over `ctas` blocks whose partial sums go to global memory,
+/// 4 B x cols x ctas x 32 x 4. ctas is bounded by the GPU's resident blocks: taken for an H100
+/// SXM's 132 SMs (16 blocks of 128 threads each); others differ in proportion. Measured on an
+/// H100: 1,049,088 B for 1024 x 128 (tests/validation/step_trace.py) and 134,218,240 B for
+/// 4096 x 4096 (tests/validation/gpu/steps.jsonl, Adafactor).
+constexpr bytes column_norm_staging(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t per_thread = detail::ceil_div(rows, 4);
+  if (per_thread < 256) return {};
+  constexpr std::int64_t resident_blocks = 132 * 16;
+  const std::int64_t grid_x = detail::ceil_div(cols, 4 * 32);
+  std::int64_t ctas = detail::ceil_div(resident_blocks, grid_x);
+  if (detail::ceil_div(per_thread, 16) < ctas) ctas = detail::ceil_div(per_thread, 16);
+  if (detail::ceil_div(per_thread, 256) > ctas) ctas = detail::ceil_div(per_thread, 256);
+  const std::int64_t semaphores = detail::ceil_div(4 * grid_x, 512) * 512;
+  return bytes{detail::checked_add(detail::checked_mul(512 * ctas, cols), semaphores)};
+}
+
+/// What `opt` allocates while it steps, by implementation (torch 2.11 torch/optim/*.py: each
+/// line's _multi_tensor_* / _single_tensor_* statements; fused kernels update in place).
+constexpr step_scratch step_scratch_of(const optimizer& opt) {
+  const optimizer_impl impl = opt.options.impl == optimizer_impl::automatic
+                                  ? default_implementation(opt.kind)
+                                  : opt.options.impl;
+  if (impl == optimizer_impl::fused) return {};
+  const bool foreach = impl == optimizer_impl::foreach;
+  switch (opt.kind) {
+    case optimizer_kind::adam:   // exp_avg_sq_sqrt = _foreach_sqrt(...); for-loop: denom =
+    case optimizer_kind::nadam:  // (exp_avg_sq.sqrt() / c).add_(eps): sqrt, quotient, last denom
+      return foreach ? step_scratch{.lists = 1} : step_scratch{.current = 2, .previous = 1};
+    case optimizer_kind::radam:  // buffer = _foreach_sqrt; for-loop (step >= 6): exp_avg / c,
+      // its product with lr, exp_avg_sq.sqrt() and the adaptive rate at once
+      return foreach ? step_scratch{.lists = 1} : step_scratch{.current = 4};
+    case optimizer_kind::rmsprop:  // avg = _foreach_sqrt / square_avg.sqrt()
+      return foreach ? step_scratch{.lists = 1} : step_scratch{.current = 1, .previous = 1};
+    case optimizer_kind::adafactor:  // foreach: var_estimates; for-loop: var_estimate (carried)
+      return foreach ? step_scratch{.lists = 1}
+                     : step_scratch{.current = 1, .previous = 1, .column_norm = true};
+    case optimizer_kind::adamax:  // _foreach_abs(grads) / grad.abs().add_(eps), unnamed
+      return foreach ? step_scratch{.lists = 1} : step_scratch{.current = 1};
+    case optimizer_kind::adagrad:  // std = _foreach_sqrt(sums), numerator = _foreach_mul(grads)
+      return foreach ? step_scratch{.lists = 2} : step_scratch{.current = 1, .previous = 1};
+    case optimizer_kind::adadelta:  // std and deltas: two lists / two loop-carried tensors
+      return foreach ? step_scratch{.lists = 2}
+                     : step_scratch{.current = 1, .previous = 1, .larger_of_pair = true};
+    case optimizer_kind::rprop:  // signs = _foreach_mul; torch.where per tensor with its mask
+      return foreach ? step_scratch{.lists = 1, .largest = 1, .largest_mask = true}
+                     : step_scratch{.current = 3};  // grad.mul(prev).sign(), grad.clone(), sign
+    case optimizer_kind::lion:  // lion-pytorch update_fn: exp_avg.clone().mul_(b1).add(grad)
+      return {.current = 2};
+    case optimizer_kind::muon:  // MuonWithAuxAdam adam_update: buf1c, buf2c, sqrt + eps and the
+      // quotient, and the previous tensor's update (Newton-Schulz's X Xt products left out)
+      return {.current = 4, .previous = 1};
+    default:  // SGD (in place without weight decay), bitsandbytes (in-place kernels)
+      return {};
+  }
 }
 
 }  // namespace vramfit

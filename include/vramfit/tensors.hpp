@@ -313,14 +313,16 @@ constexpr tensor_ledger llama_tensors(const model& m) {
   const char* p = "model.layers.{layer}.";
   b.add({"model.embed_tokens.weight"}, {m.vocab, m.hidden}, tensor_kind::embedding, {}, 1,
         tp_split::vocab);
-  constexpr const char* norm_names[4] = {"input_layernorm", "post_attention_layernorm",
-                                         "pre_feedforward_layernorm", "post_feedforward_layernorm"};
-  for (std::int64_t i = 0; i < m.norms_per_layer; ++i) b.add_norm(p, norm_names[i], m.hidden, all);
+  // In the order the decoder layer registers its modules (what named_parameters() and so the
+  // optimizer's list follow): self_attn, mlp, then the norms.
   add_llama_attention(b, p);
   const std::int64_t dense_layers = m.is_moe() ? m.moe.first_dense_layers : m.layers;
   if (dense_layers > 0)
     add_llama_mlp(b, "model.layers.{layer}.mlp.", m.ffn, tensor_kind::mlp, {0, dense_layers});
   if (m.is_moe()) add_llama_moe(b, p);
+  constexpr const char* norm_names[4] = {"input_layernorm", "post_attention_layernorm",
+                                         "pre_feedforward_layernorm", "post_feedforward_layernorm"};
+  for (std::int64_t i = 0; i < m.norms_per_layer; ++i) b.add_norm(p, norm_names[i], m.hidden, all);
   if (m.checkpoint_rotary_buffers) {
     b.add_state({p, "self_attn.rotary_emb.inv_freq"}, {m.head_dim / 2}, tensor_kind::attention, 32,
                 all, true);

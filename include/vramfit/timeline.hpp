@@ -446,6 +446,27 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   return tl;
 }
 
+/// Calls `visit(event, index, layer, alive)` after each event of the step, in order, with the
+/// total allocated after it: every layer of a run of at most `expand` layers, else the run's first
+/// and last layers only (the ones between change the total by the same amount each).
+template <class Visit>
+constexpr void for_each_event(const step_timeline& tl, std::int64_t expand, Visit&& visit) {
+  bytes alive = tl.at_start;
+  detail::for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k) {
+    bytes d{};
+    for (std::size_t e = begin; e < end; ++e) d += tl.events[e].delta;
+    for (std::int64_t rep = 0; rep < k; ++rep) {
+      if (k > expand && rep == 1) rep = k - 1;  // skip to the last layer
+      bytes here = alive + d * rep;
+      for (std::size_t e = begin; e < end; ++e) {
+        here += tl.events[e].delta;
+        visit(tl.events[e], e, detail::layer_at(tl.events[e], rep), here);
+      }
+    }
+    alive += d * k;
+  });
+}
+
 /// Everything one training step keeps on a GPU of pipeline stage `stage`, each entry timed: its
 /// bytes at the step's peak set from the timeline, so that peak() is the timeline's peak.
 constexpr memory_ledger training_step(const training& t, const activation_options& o,

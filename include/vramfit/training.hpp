@@ -250,6 +250,105 @@ constexpr bytes rank_share(bytes full, bytes fsdp_shard, const layout& l, bool s
                                                         : divide_up(full, l.shard_degree());
 }
 
+/// Calls `visit(bytes, shape, copies)` for the tensors of `g` at `layer` (-1: a tensor outside
+/// the layers) that the optimizer updates, in the order the model registers them: the weight when
+/// trained, then LoRA's A and B (peft LoraLayer). Routed experts come twice at most with all their
+/// copies on the first: the pairs of neighbours repeat after that.
+template <class Visit>
+constexpr void for_each_updated_tensor(const training& t, const tensor_group& g, std::int64_t layer,
+                                       std::int64_t experts_per_rank, std::int64_t shards,
+                                       Visit&& visit) {
+  if (g.role != tensor_role::parameter) return;
+  tensor_block one = block_of(g);
+  if (layer >= 0) one = {layer, 1, 0, g.experts};
+  if (g.kind == tensor_kind::expert) one.expert_count = experts_per_rank;
+  const precision& p = t.precision;
+  const local_shape shape = tp_local_shape(g, t.model, t.layout.tensor);
+  auto updated = [&](const element_format& weight, const local_shape& s, std::int64_t copies) {
+    const local_shape shard = dim0_shard(s, shards);
+    const element_format& f = p.has_master() ? p.master : weight;
+    for (std::int64_t c = 0; c < (copies < 2 ? copies : 2); ++c)
+      visit(stored(f, shard), shard, c == 0 ? copies : 0);
+  };
+  updated(p.weights, shape, trained_tensors(t.finetune, g, one));
+  if (lora_elements(t.finetune, g) > 0) {
+    const std::int64_t r = t.finetune.lora.rank;
+    const std::int64_t out = g.input_major ? shape.last : shape.second;
+    const std::int64_t in = g.input_major ? shape.second : shape.last;
+    const element_format& adapter =
+        t.finetune.lora.adapters.payload_bits > 0 ? t.finetune.lora.adapters : p.weights;
+    for (std::int64_t e = 0; e < (one.expert_count < 2 ? one.expert_count : 2); ++e) {
+      updated(adapter, {r, in}, e == 0 ? one.expert_count : 0);
+      updated(adapter, {out, r}, e == 0 ? one.expert_count : 0);
+    }
+  }
+}
+
+/// The optimizer step's temporaries on a rank of stage `range` (step_scratch_of): foreach lists
+/// of all the updated tensors, or the most that one tensor and the one before it in the model's
+/// order need. Runs of identical layers are walked twice, which meets every pair of neighbours.
+constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors,
+                                 const stage_range& range, std::int64_t experts_per_rank,
+                                 std::int64_t shards) {
+  const step_scratch s = step_scratch_of(t.optimizer);
+  bytes all{}, largest{}, pair{}, previous{}, previous_column_mean{};
+  std::int64_t largest_elements = 0;
+  auto block = [](bytes b) { return b + allocator_rounding(b); };
+  auto visit = [&](bytes b, const local_shape& shape, std::int64_t copies) {
+    b = block(b);  // each temporary is its own allocator block
+    all += b * copies;
+    if (b > largest) largest = b;
+    if (shape.elements() > largest_elements) largest_elements = shape.elements();
+    bytes current = b * s.current;
+    if (s.column_norm && shape.second > 0) {
+      // _single_tensor_adafactor: row_mean, col_mean and the old col_mean while the column norm
+      // runs; they are in the tensor's format.
+      const bytes element{b.count / shape.elements()};
+      const bytes column_mean = block(element * shape.last);
+      const bytes norm = column_norm_staging(shape.second, shape.last) +
+                         block(element * shape.second) + column_mean + previous_column_mean;
+      if (norm > current) current = norm;
+      previous_column_mean = column_mean;
+    }
+    const bytes here = current + previous * s.previous +
+                       (s.larger_of_pair ? (b > previous ? b : previous) : bytes{});
+    if (here > pair) pair = here;
+    previous = b;
+  };
+  auto outside = [&](bool before) {
+    bool seen_layers = false;
+    for (const tensor_group& g : tensors) {
+      seen_layers = seen_layers || g.layer_count > 0;
+      const bool tied_copy = range.last && t.model.tied_embeddings && g.split == tp_split::vocab;
+      const bool here = before ? range.first || tied_copy : range.last;
+      if (g.layer_count == 0 && seen_layers != before && here)
+        for_each_updated_tensor(t, g, -1, experts_per_rank, shards, visit);
+    }
+  };
+  outside(true);
+  const std::int64_t end = range.first_layer + range.layers;
+  const layer_edges edges = edges_of(tensors, t.finetune);
+  for (std::int64_t first = range.first_layer; first < end;) {
+    std::int64_t next = end;
+    for (std::int64_t cut : edges.at)
+      if (cut > first && cut < next) next = cut;
+    for (std::int64_t rep = 0; rep < (next - first < 2 ? next - first : 2); ++rep) {
+      for (const tensor_group& g : tensors) {
+        if (!g.in_layer(first)) continue;
+        for_each_updated_tensor(
+            t, g, first, experts_per_rank, shards,
+            [&](bytes b, const local_shape& shape, std::int64_t copies) {
+              visit(b, shape, rep == 0 ? checked_mul(copies, next - first) : std::int64_t{0});
+            });
+      }
+    }
+    first = next;
+  }
+  outside(false);
+  return all * s.lists + largest * s.largest +
+         (s.largest_mask ? bytes{largest_elements} : bytes{}) + pair;
+}
+
 /// Elements of the largest FSDP unit on a stage: each transformer layer is a unit
 /// (transformer_auto_wrap_policy), and the tensors outside the layers form the root unit. A
 /// layer's unit changes only at the edges of the ledger's layer groups, so only the stage's first
@@ -452,17 +551,12 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
                 lifetime::forward_backward);
     }
   }
-  const bool sqrt_denominator =
-      t.optimizer.kind == optimizer_kind::adam || t.optimizer.kind == optimizer_kind::nadam ||
-      t.optimizer.kind == optimizer_kind::radam || t.optimizer.kind == optimizer_kind::adagrad ||
-      t.optimizer.kind == optimizer_kind::rmsprop || t.optimizer.kind == optimizer_kind::adadelta;
-  if (!flat_optimizer && sqrt_denominator && l.optimizer_offload == offload_target::none &&
-      t.optimizer.options.impl == optimizer_impl::foreach) {
-    // _foreach_sqrt(exp_avg_sqs) allocates a list as large as the states it reads.
-    const bytes list = storage_bytes(p.updated(), 1) * acc.trained_elements;
+  if (!flat_optimizer && l.optimizer_offload == offload_target::none) {
     add_entry(ledger, "optimizer step temporaries", component::buffers, device,
-              shard(list, divide_up(list, n), shard_optimizer), acc.trained_tensors,
-              "torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt", lifetime::optimizer_step);
+              detail::step_temporaries(t, model_tensors, range, experts_per_rank,
+                                       shard_optimizer ? n : 1),
+              0, "optimizer.hpp step_scratch_of: torch/optim _multi_tensor_* / _single_tensor_*",
+              lifetime::optimizer_step);
   }
   return ledger;
 }

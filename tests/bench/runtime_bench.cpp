@@ -107,6 +107,26 @@ BENCHMARK(train_by_layers)
     ->Arg(std::int64_t{1} << 24)
     ->Unit(benchmark::kMicrosecond);
 
+/// The whole-step timeline alone, with the layer runs cut by partial recompute and two passes of
+/// accumulated micro-batches: its cost must not grow with the layers either.
+void timeline_by_layers(benchmark::State& state) {
+  const training t{tiny_with_layers(state.range(0)), amp<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 2,
+                             .sequence = 4096,
+                             .micro_batches = 4,
+                             .recompute = recompute_kind::full,
+                             .recompute_layers = 1};
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(t);
+    benchmark::DoNotOptimize(step_timeline_of(t, o).peak);
+  }
+}
+BENCHMARK(timeline_by_layers)
+    ->Arg(2)
+    ->Arg(1'000'000)
+    ->Arg(std::int64_t{1} << 24)
+    ->Unit(benchmark::kMicrosecond);
+
 /// What `vramfit infer` evaluates: each stage's ledger, then the largest batch and context.
 void infer_by_layers(benchmark::State& state) {
   model m = tiny_with_layers(state.range(0));

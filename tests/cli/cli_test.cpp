@@ -37,7 +37,10 @@ result run(const std::string& args) {
   // A hang is a failure (status 124), not a stuck test run.
   const int raw = std::system(
       ("timeout 20 " + std::string(VRAMFIT_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+  result r{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
 }
 
 bool valid_xml(const std::string& text) {
@@ -299,4 +302,94 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
   REQUIRE(json_out.status == 0);
   CHECK(nlohmann::json::parse(json_out.out).at("model").at("name") == e_acute.substr(0, 38));
   CHECK(valid_xml(run("train --format svg --model " + e_acute + ".json").out));
+}
+
+TEST_CASE("train --timeline: the step's events, their running total and its peak") {
+  const result r = run("train --model llama-3-8b --timeline --format json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& events = j.at("timeline");
+  REQUIRE(events.size() > 10);
+  // Each event's total is the one before it plus its bytes. A run of layers repeats its events:
+  // its first layer's totals follow from the total before the run, and the run ends at its last
+  // event's last-layer total.
+  std::int64_t alive = j.at("timeline_start"), first_layer = alive;
+  nlohmann::json run_of;
+  for (const auto& e : events) {
+    CAPTURE(e.dump());
+    for (const char* key : {"phase", "micro_batch", "operator", "entry"})
+      CHECK(e.at(key).is_string());
+    const nlohmann::json key = {e.at("layers"), e.at("phase"), e.at("micro_batch")};
+    if (e.at("layers").is_null() || key != run_of) first_layer = alive;
+    CHECK(e.at("alive") == first_layer + e.at("bytes").get<std::int64_t>());
+    first_layer = e.at("alive").get<std::int64_t>();
+    alive =
+        e.contains("alive_last_layer") ? e.at("alive_last_layer").get<std::int64_t>() : first_layer;
+    run_of = key;
+  }
+  CHECK(alive == j.at("timeline_start"));  // zero_grad leaves what the step began with
+  // The peak plus the runtime overheads is the reported total; each entry says its part of it.
+  const nlohmann::json& peak = j.at("timeline_peak");
+  CHECK(peak.at("phase") == "optimizer");
+  CHECK(peak.at("alive").get<std::int64_t>() + peak.at("runtime_overheads").get<std::int64_t>() ==
+        j.at("memory").at("total"));
+  std::int64_t at_peak = 0;
+  for (const auto& e : j.at("entries")) {
+    CHECK(e.at("at_peak") <= e.at("bytes"));
+    if (e.at("space") == "device") at_peak += e.at("at_peak").get<std::int64_t>();
+  }
+  CHECK(at_peak == j.at("memory").at("total"));
+}
+
+TEST_CASE("train --timeline as a table, Markdown and an SVG plot") {
+  const result table = run("train --model gpt2 --timeline");
+  REQUIRE(table.status == 0);
+  CHECK(table.out.find("<- peak") != std::string::npos);
+  CHECK(table.out.find("31-0") == std::string::npos);
+  CHECK(table.out.find("11-0") != std::string::npos);  // backward walks GPT-2's layers down
+  const result markdown = run("train --model gpt2 --timeline --format markdown");
+  REQUIRE(markdown.status == 0);
+  CHECK(markdown.out.find("| phase | micro-batch | layers |") != std::string::npos);
+  CHECK(markdown.out.find("(peak)") != std::string::npos);
+  const result svg = run("train --model gpt2 --grad-accum 2 --timeline --format svg");
+  REQUIRE(svg.status == 0);
+  CHECK(valid_xml(svg.out));
+  CHECK(svg.out.find(">peak ") != std::string::npos);
+  CHECK(svg.out.find(">backward<") != std::string::npos);
+  // A 1,000,000-layer model draws its runs' first and last layers with a dashed gap between.
+  std::ofstream("vramfit_cli_deep.json")
+      << R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "vocab_size": 10,
+            "num_attention_heads": 1, "num_key_value_heads": 1, "num_hidden_layers": 1000000})";
+  const result deep = run("train --model vramfit_cli_deep.json --timeline -f svg");
+  std::filesystem::remove("vramfit_cli_deep.json");
+  REQUIRE(deep.status == 0);
+  CHECK(valid_xml(deep.out));
+  CHECK(deep.out.find("stroke-dasharray=\"4,3\"") != std::string::npos);
+  for (const char* bad : {"train --timeline --sweep seq-len", "plan --timeline"}) {
+    CAPTURE(bad);
+    const result r = run(bad);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--timeline") != std::string::npos);
+  }
+}
+
+TEST_CASE("--optimizer-impl chooses how torch.optim runs the step") {
+  auto temporaries = [](const std::string& args) {
+    const result r = run("train --model llama-3-8b --format json " + args);
+    REQUIRE(r.status == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const auto& e : j.at("entries"))
+      if (e.at("name") == "optimizer step temporaries") return e.at("bytes").get<std::int64_t>();
+    return std::int64_t{0};
+  };
+  // mixed-bf16 updates fp32 masters. foreach: one fp32 list of all 8,030,261,248 parameters;
+  // for-loop: the head's sqrt and quotient (2 x 128256 x 4096 x 4 B) beside the final norm's
+  // denom (4096 x 4 B); fused: nothing.
+  CHECK(temporaries("") == 8'030'261'248LL * 4);
+  CHECK(temporaries("--optimizer-impl for-loop") == 2 * 128'256LL * 4096 * 4 + 4096 * 4);
+  CHECK(temporaries("--optimizer-impl fused") == 0);
+  const result rprop = run("train --optimizer rprop --optimizer-impl fused");
+  CHECK(rprop.status == 2);
+  CHECK(rprop.err.find("optimizer_must_offer_the_implementation") != std::string::npos);
+  CHECK(run("train --optimizer-impl sometimes").status == 2);
 }

@@ -41,8 +41,8 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 MIB = float(1 << 20)
 
 PRECISION = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "amp-bf16", "amp-fp16": "amp-fp16"}
-OPTIMIZER = {"adamw": "adamw", "adamw-fused": "adamw-fused", "sgd": "sgd", "sgd-momentum": "sgd-momentum",
-             "adafactor": "adafactor"}
+OPTIMIZER = {"adamw": ["adamw"], "adamw-fused": ["adamw-fused"], "sgd": ["sgd"], "sgd-momentum": ["sgd-momentum"],
+             "adafactor": ["adafactor"], "adamw-forloop": ["adamw", "--optimizer-impl", "for-loop"]}
 ATTENTION = {"eager": "eager", "sdpa": "flash"}
 RECOMPUTE = {"none": "none", "nonreentrant": "full", "reentrant": "full"}
 NOT_ALLOCATOR = ("CUDA context", "NCCL buffers", "allocator fragmentation reserve")
@@ -54,11 +54,11 @@ FRAG = ("allocator fragmentation reserve",)
 def train_args(r):
     """vramfit train arguments for a steps.jsonl row, or (None, reason)."""
     if r["optimizer"] not in OPTIMIZER:
-        return None, "the CLI has no foreach=False optimizer (the library's optimizer_impl::for_loop)"
+        return None, "an optimizer the CLI does not name"
     if r["lora"] and r["precision"].startswith("amp"):
         return None, "bf16 base under autocast with fp32 adapters: the CLI's amp-* keeps fp32 weights"
     args = ["train", "--model", os.path.join(ROOT, r["config_file"]), "--precision", PRECISION[r["precision"]],
-            "--optimizer", OPTIMIZER[r["optimizer"]], "--micro-batch", str(r["batch"]), "--seq-len", str(r["seq"]),
+            "--optimizer", *OPTIMIZER[r["optimizer"]], "--micro-batch", str(r["batch"]), "--seq-len", str(r["seq"]),
             "--grad-accum", str(r["accum"]), "--attention", ATTENTION[r["attn"]], "--recompute", RECOMPUTE[r["gc"]],
             "--gpu", "h100", "--format", "json"]
     if r["lora"]:

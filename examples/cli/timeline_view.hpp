@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: MIT
+// `vramfit train --timeline`: one training step of the most loaded GPU as allocations and frees,
+// printed as a table, Markdown, JSON, or an SVG plot of the allocated bytes over the step with the
+// phases shaded and the peak marked. Display only: the events come from timeline.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+#include <vramfit/timeline.hpp>
+
+#include "render.hpp"
+
+namespace vramfit::cli {
+
+/// A step's timeline beside the estimate it belongs to.
+struct timeline_view {
+  const estimate& e;
+  const step_timeline& tl;
+
+  /// Runtime overheads (CUDA context, allocator) sit outside the timeline's allocated bytes.
+  [[nodiscard]] bytes overheads() const { return e.fit.required - tl.peak.alive; }
+};
+
+/// The layers of an event in the order the step visits them ("0-31"; backward "31-0").
+inline std::string layer_span(const timeline_event& ev) {
+  if (ev.first_layer < 0) return "";
+  const std::int64_t last = ev.first_layer + ev.layers - 1;
+  const bool down = ev.phase == step_phase::backward;
+  const std::int64_t from = down ? last : ev.first_layer, to = down ? ev.first_layer : last;
+  return from == to ? std::to_string(from) : std::to_string(from) + "-" + std::to_string(to);
+}
+
+inline const char* micro_batch_name(const timeline_event& ev) {
+  return ev.micro_batch == 0 ? "first" : "later";
+}
+
+inline std::string signed_size(bytes b) {
+  return (b > bytes{} ? "+" : "") + to_string(b);
+}
+
+/// The total allocated after each event: in the first layer of its run and in the last.
+struct event_totals {
+  bytes first{}, last{};
+};
+
+inline std::vector<event_totals> totals_of(const step_timeline& tl) {
+  std::vector<event_totals> totals(tl.events.size());
+  std::vector<bool> seen(tl.events.size(), false);
+  for_each_event(tl, 1, [&](const timeline_event&, std::size_t i, std::int64_t, bytes alive) {
+    if (!seen[i]) totals[i].first = alive;
+    totals[i].last = alive;
+    seen[i] = true;
+  });
+  return totals;
+}
+
+inline std::string peak_text(const step_timeline& tl) {
+  const timeline_event& ev = tl.events[tl.peak.event];
+  std::string text = to_string(tl.peak.alive) + " after \"" + ev.what + "\" (" +
+                     to_string(ev.phase) + ", " + micro_batch_name(ev) + " micro-batch";
+  if (tl.peak.layer >= 0) text += ", layer " + std::to_string(tl.peak.layer);
+  return text + ")";
+}
+
+inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool markdown) {
+  const step_timeline& tl = v.tl;
+  const std::vector<event_totals> totals = totals_of(tl);
+  auto alive = [&](std::size_t i) {
+    const bool run = tl.events[i].layers > 1;
+    return to_string(totals[i].first) + (run ? " -> " + to_string(totals[i].last) : "");
+  };
+  const std::string intro =
+      "One training step of the most loaded GPU (pipeline stage " + std::to_string(v.e.stage) +
+      "): the bytes PyTorch has allocated after each event. A run of identical layers repeats "
+      "its events once per layer; its totals are given in its first and its last layer.";
+  const std::string summary = "Peak: " + peak_text(tl) + "; with the runtime overheads (" +
+                              to_string(v.overheads()) + ") " + to_string(v.e.fit.required) +
+                              " of " + to_string(v.e.fit.available) + " (" + v.e.device.name + ").";
+  if (markdown) {
+    report::table t({"phase", "micro-batch", "layers", "event", "change", "allocated after"});
+    t.add({"start", "", "", "optimizer states, weights and buffers", "", to_string(tl.at_start)});
+    for (std::size_t i = 0; i < tl.events.size(); ++i) {
+      const timeline_event& ev = tl.events[i];
+      const bool peak = i == tl.peak.event;
+      t.add({to_string(ev.phase), micro_batch_name(ev), layer_span(ev),
+             peak ? std::string("**") + ev.what + "** (peak)" : ev.what, signed_size(ev.delta),
+             alive(i)});
+    }
+    out << "### " << v.e.title << "\n\n" << intro << "\n\n" << t << "\n" << summary << "\n";
+    return;
+  }
+  out << v.e.title << "\n" << intro << "\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-9s %-6s %-11s %-48s %12s  %s\n", "phase", "batch", "layers",
+                "event", "change", "allocated after");
+  out << line;
+  std::snprintf(line, sizeof line, "  %-9s %-6s %-11s %-48s %12s  %s\n", "start", "", "",
+                "optimizer states, weights and buffers", "", to_string(tl.at_start).c_str());
+  out << line;
+  for (std::size_t i = 0; i < tl.events.size(); ++i) {
+    const timeline_event& ev = tl.events[i];
+    std::snprintf(line, sizeof line, "  %-9s %-6s %-11s %-48s %12s  %s%s\n", to_string(ev.phase),
+                  micro_batch_name(ev), layer_span(ev).c_str(), ev.what,
+                  signed_size(ev.delta).c_str(), alive(i).c_str(),
+                  i == tl.peak.event ? "  <- peak" : "");
+    out << line;
+  }
+  out << "\n" << summary << "\n";
+}
+
+/// The estimate's JSON with the events: a top-level "timeline" list and "timeline_peak".
+inline nlohmann::json timeline_json(const timeline_view& v) {
+  const step_timeline& tl = v.tl;
+  const std::vector<event_totals> totals = totals_of(tl);
+  nlohmann::json events = nlohmann::json::array();
+  for (std::size_t i = 0; i < tl.events.size(); ++i) {
+    const timeline_event& ev = tl.events[i];
+    nlohmann::json j{{"phase", to_string(ev.phase)},
+                     {"micro_batch", micro_batch_name(ev)},
+                     {"operator", ev.what},
+                     {"entry", v.tl.ledger[static_cast<std::size_t>(ev.entry)].name},
+                     {"bytes", ev.delta.count},
+                     {"alive", totals[i].first.count}};
+    if (ev.first_layer >= 0) {
+      const bool down = ev.phase == step_phase::backward;
+      const std::int64_t last = ev.first_layer + ev.layers - 1;
+      j["layers"] = {down ? last : ev.first_layer, down ? ev.first_layer : last};
+      j["alive_last_layer"] = totals[i].last.count;
+    } else {
+      j["layers"] = nullptr;
+    }
+    events.push_back(j);
+  }
+  nlohmann::json answer = to_json(v.e);
+  const timeline_event& at = tl.events[tl.peak.event];
+  answer["timeline_start"] = tl.at_start.count;
+  answer["timeline"] = events;
+  answer["timeline_peak"] = {
+      {"index", tl.peak.event},
+      {"phase", to_string(at.phase)},
+      {"micro_batch", micro_batch_name(at)},
+      {"layer", tl.peak.layer < 0 ? nlohmann::json() : nlohmann::json(tl.peak.layer)},
+      {"operator", at.what},
+      {"alive", tl.peak.alive.count},
+      {"runtime_overheads", v.overheads().count}};
+  return answer;
+}
+
+/// Allocated bytes over the step: every event a step along x, each phase shaded, the peak marked.
+/// Runs of many layers are drawn with their first and last layer and a dashed gap between.
+inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
+  const step_timeline& tl = v.tl;
+  // Draw every layer unless that makes more than 4,000 steps.
+  std::int64_t steps = 0;
+  for_each_event(tl, std::numeric_limits<std::int64_t>::max(),
+                 [&](const timeline_event&, std::size_t, std::int64_t, bytes) { ++steps; });
+  const std::int64_t expand = steps <= 4000 ? std::numeric_limits<std::int64_t>::max() : 1;
+  struct point {
+    double alive;
+    std::size_t event;
+    std::int64_t layer;
+    bool after_gap;
+  };
+  std::vector<point> points;
+  for_each_event(
+      tl, expand, [&](const timeline_event& ev, std::size_t i, std::int64_t layer, bytes alive) {
+        const bool gap = !points.empty() && points.back().event >= i && ev.first_layer >= 0 &&
+                         std::abs(layer - points.back().layer) > 1;
+        points.push_back({static_cast<double>(alive.count), i, layer, gap});
+      });
+  const double left = 80, right = 30, plot_w = 820, plot_h = 300;
+  const double usable = static_cast<double>((v.e.fit.available - v.overheads()).count);
+  double most = static_cast<double>(tl.peak.alive.count);
+  const bool show_capacity = usable > 0 && usable < 1.5 * most;
+  if (show_capacity) most = std::max(most, usable);
+  const double tick = svg::tick_step(most);
+  const double ticks = std::ceil(most / tick);
+  most = ticks * tick;
+  const double top = 60 + 20 * static_cast<double>(svg::wrap(v.e.title).size());
+  const double n = static_cast<double>(points.size() + 1);
+  auto x_of = [&](std::size_t k) { return left + plot_w * static_cast<double>(k) / n; };
+  auto y_of = [&](double b) { return top + plot_h - plot_h * b / most; };
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plot_w + right
+      << "\" height=\"" << top + plot_h + 70 << "\" font-family=\"sans-serif\" font-size=\"13\">\n"
+      << "<title>" << svg::escape(v.e.title) << "</title>\n";
+  const double below = svg::title(out, v.e.title, left);
+  out << "<text x=\"" << left << "\" y=\"" << below + 2
+      << "\">Allocated bytes over one training step; peak " << svg::escape(peak_text(tl))
+      << "</text>\n";
+  // Phases: shaded spans, labelled at the top.
+  const char* shades[] = {"#e8eef6", "#fbeede", "#eef6ec", "#f6e8f0", "#f0f0f0"};
+  for (std::size_t k = 0; k < points.size();) {
+    const timeline_event& ev = tl.events[points[k].event];
+    std::size_t j = k;
+    while (j < points.size() && tl.events[points[j].event].phase == ev.phase &&
+           tl.events[points[j].event].micro_batch == ev.micro_batch)
+      ++j;
+    const double x0 = x_of(k), x1 = x_of(j);
+    out << "<rect x=\"" << x0 << "\" y=\"" << top << "\" width=\"" << x1 - x0 << "\" height=\""
+        << plot_h << "\" fill=\"" << shades[static_cast<int>(ev.phase)] << "\"><title>"
+        << to_string(ev.phase) << " (" << micro_batch_name(ev) << " micro-batch)</title></rect>\n";
+    if (x1 - x0 > 40)
+      out << "<text x=\"" << (x0 + x1) / 2 << "\" y=\"" << top + 14
+          << "\" text-anchor=\"middle\" font-size=\"11\">" << to_string(ev.phase) << "</text>\n";
+    k = j;
+  }
+  // Axes and a byte scale.
+  out << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
+      << top + plot_h << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << top + plot_h
+      << "\" x2=\"" << left + plot_w << "\" y2=\"" << top + plot_h << "\" stroke=\"#000\"/>\n";
+  for (double t = 0; t <= ticks; ++t) {
+    const double b = tick * t;
+    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(b) + 4 << "\" text-anchor=\"end\">"
+        << svg::escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
+  }
+  // The allocated bytes as steps; a skipped stretch of identical layers as a dashed line.
+  out << "<path fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\" d=\"M" << x_of(0) << ","
+      << y_of(static_cast<double>(tl.at_start.count));
+  double previous = static_cast<double>(tl.at_start.count);
+  std::string gaps;
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    const double x = x_of(k + 1);
+    if (points[k].after_gap) {
+      gaps += "<line x1=\"" + std::to_string(x_of(k)) + "\" y1=\"" +
+              std::to_string(y_of(previous)) + "\" x2=\"" + std::to_string(x) + "\" y2=\"" +
+              std::to_string(y_of(points[k].alive)) +
+              "\" stroke=\"#4e79a7\" stroke-dasharray=\"4,3\"/>\n";
+      out << " M" << x << "," << y_of(points[k].alive);
+    } else {
+      out << " H" << x << " V" << y_of(points[k].alive);
+    }
+    previous = points[k].alive;
+  }
+  out << "\"/>\n" << gaps;
+  // The peak.
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    if (points[k].event != tl.peak.event || points[k].layer != tl.peak.layer) continue;
+    const double x = x_of(k + 1), y = y_of(points[k].alive);
+    out << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"4\" fill=\"#e15759\"><title>peak "
+        << svg::escape(peak_text(tl)) << "</title></circle>\n<text x=\"" << x << "\" y=\"" << y - 8
+        << "\" text-anchor=\"" << (x > left + plot_w / 2 ? "end" : "start")
+        << "\" fill=\"#e15759\">peak " << svg::escape(to_string(tl.peak.alive)) << "</text>\n";
+    break;
+  }
+  if (show_capacity) {
+    const double y = y_of(usable);
+    out << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + plot_w << "\" y2=\""
+        << y << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << left + plot_w
+        << "\" y=\"" << y - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
+        << svg::escape(v.e.device.name) << " capacity less runtime overheads "
+        << svg::escape(to_string(bytes{static_cast<std::int64_t>(usable)})) << "</text>\n";
+  }
+  out << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << top + plot_h + 24
+      << "\" text-anchor=\"middle\">events of the step in order (forward, loss, backward, "
+         "optimizer, zero_grad)</text>\n</svg>\n";
+}
+
+}  // namespace vramfit::cli
