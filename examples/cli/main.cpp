@@ -32,6 +32,7 @@ struct train_options {
   std::optional<double> dropout;
   std::string recompute = "none";
   std::int64_t recompute_layers = -1;
+  bool non_reentrant = false;
   std::string loss = "fp32-upcast";
   std::int64_t dp = 1;
   std::optional<int> zero;
@@ -180,6 +181,8 @@ training_plan_value build_plan(const train_options& o, const model& m) {
                   std::to_string(o.recompute_layers));
   if (o.recompute_layers != -1 && o.recompute != "full")
     detail::raise("--recompute-layers applies to --recompute full only");
+  if (o.non_reentrant && o.recompute != "full")
+    detail::raise("--non-reentrant applies to --recompute full only");
   activation_options a{.micro_batch = o.micro_batch,
                        .sequence = o.seq_len,
                        .micro_batches = o.grad_accum,
@@ -188,6 +191,7 @@ training_plan_value build_plan(const train_options& o, const model& m) {
                        .hidden_dropout = dropout,
                        .recompute = cli::choose(cli::recomputes, o.recompute, "recompute policy"),
                        .recompute_layers = o.recompute_layers,
+                       .reentrant_checkpoint = !o.non_reentrant,
                        .loss = cli::choose(cli::losses, o.loss, "loss"),
                        .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
                        .virtual_stages = o.virtual_stages};
@@ -590,6 +594,8 @@ void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
       ->capture_default_str();
+  cmd.add_flag("--non-reentrant", o.non_reentrant,
+               "Checkpoint with use_reentrant=False (Hugging Face's default is True)");
   cmd.add_option("--loss", o.loss, "fp32-upcast (Hugging Face), native or fused-chunked")
       ->capture_default_str();
   cmd.add_option("--dp", o.dp, "Data-parallel degree")->check(positive)->capture_default_str();

@@ -44,6 +44,10 @@ struct activation_options {
   std::int64_t dropout_mask_bits = 8;
   recompute_kind recompute = recompute_kind::none;
   std::int64_t recompute_layers = -1;  ///< full recompute of the first N layers of a stage; -1: all
+  /// torch.utils.checkpoint's use_reentrant (Hugging Face's default: True): the reentrant
+  /// CheckpointFunction.backward holds the layer output's gradient while it runs the layer's
+  /// backward inside its own torch.autograd.backward call.
+  bool reentrant_checkpoint = true;
   bool offload = false;  ///< saved activations kept on the host (autograd save_on_cpu)
   loss_kind loss = loss_kind::fp32_upcast;
   std::int64_t loss_chunk_tokens = 1024;  ///< fused_chunked: tokens per chunk

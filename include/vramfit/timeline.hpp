@@ -391,9 +391,13 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       auto add = [&](const char* what, int entry, bytes delta) {
         w.add(what, entry, delta, r.first, r.count);
       };
+      const bool held = p.full && o.reentrant_checkpoint;
       if (p.full) {
         add("recomputed layer", recomputed, saved_total(p));
         add("recomputed layer's autocast weight copies", casts, p.casts);
+        // torch/utils/checkpoint.py CheckpointFunction.backward: its grad argument lives until
+        // the inner torch.autograd.backward returns.
+        if (held) add("reentrant checkpoint: output gradient held", working, p.kept_input);
       }
       for (int part : {1, 0}) {
         const bytes grads = grads_per_layer ? p.grads_out[part] + p.grads_rest[part] : bytes{};
@@ -414,6 +418,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
             p.full ? recomputed : saved, -p.saved_rest[part]);
         if (!first_pass) add("new weight gradients added into .grad", working, -grads);
       }
+      if (held) add("reentrant checkpoint: output gradient held", working, -p.kept_input);
       if (p.full) add("checkpointed layer input freed", saved, -p.kept_input);
       add("autocast weight copies freed", casts, -p.casts);
     }

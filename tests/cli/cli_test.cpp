@@ -365,6 +365,7 @@ TEST_CASE("train --timeline as a table, Markdown and an SVG plot") {
   REQUIRE(deep.status == 0);
   CHECK(valid_xml(deep.out));
   CHECK(deep.out.find("stroke-dasharray=\"4,3\"") != std::string::npos);
+  CHECK(run("train --non-reentrant").status == 2);  // applies to --recompute full only
   for (const char* bad : {"train --timeline --sweep seq-len", "plan --timeline"}) {
     CAPTURE(bad);
     const result r = run(bad);

@@ -266,7 +266,7 @@ optimizer random_optimizer(FuzzedDataProvider& in) {
       radam<>::value,       rprop<>::value,       lion<>::value,
       adafactor<>::value,   adamw_8bit<>::value,  muon<>::value};
   optimizer o = pick(in, optimizers);
-  o.options.impl = pick_enum<optimizer_impl>(in, 2);
+  o.options.impl = pick_enum<optimizer_impl>(in, 4);
   o.options.capturable = in.ConsumeBool();
   o.options.paged = in.ConsumeBool();
   if (in.ConsumeBool()) o.options.states = storage_format(in);

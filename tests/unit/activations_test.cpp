@@ -308,3 +308,35 @@ TEST_CASE("GPT-2's gelu_new and its eager softmax under autocast, tensor by tens
   CHECK(bytes_of(single, "MLP up/gate output") == bytes{4 * n});
   CHECK(bytes_of(single, "GELU tanh output") == bytes{});
 }
+
+TEST_CASE("a reentrant checkpoint holds the layer output's gradient through the layer's backward") {
+  // torch/utils/checkpoint.py CheckpointFunction.backward keeps its grad argument until the inner
+  // torch.autograd.backward returns: one more [b, s, h] tensor in the residual stream's format
+  // (fp32 under AMP): 2 x 64 x 128 x 4 B. Traced: the same steps with use_reentrant True and
+  // False peak 65,536 B apart in backward (tests/validation/step_traces.json).
+  const model m{.name = "ckpt",
+                .hidden = 128,
+                .layers = 3,
+                .heads = 4,
+                .kv_heads = 2,
+                .head_dim = 32,
+                .ffn = 352,
+                .vocab = 1024};
+  const training t{m, amp<bf16>::value,
+                   adamw<optimizer_options{.impl = optimizer_impl::fused}>::value};
+  activation_options o{.micro_batch = 2,
+                       .sequence = 64,
+                       .attention = attention_kind::eager,
+                       .recompute = recompute_kind::full};
+  auto backward_peak = [&] {
+    bytes most{};
+    for_each_event(step_timeline_of(t, o), 1000,
+                   [&](const timeline_event& e, std::size_t, std::int64_t, bytes alive) {
+                     if (e.phase == step_phase::backward && alive > most) most = alive;
+                   });
+    return most;
+  };
+  const bytes reentrant = backward_peak();
+  o.reentrant_checkpoint = false;
+  CHECK(reentrant - backward_peak() == bytes{2 * 64 * 128 * 4});
+}
