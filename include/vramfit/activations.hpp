@@ -456,9 +456,13 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
   const std::int64_t mlp_elements =
       moe_layer ? checked_mul(checked_mul(b.tokens(), m.moe.top_k), m.moe.expert_ffn / t)
                 : checked_mul(b.tokens(), m.ffn / t);
+  // gelu_new in Python (0.5x(1 + tanh)): the incoming gradient in the wide format (under
+  // autocast a cast of the 16-bit one), two products of it, and under autocast the 16-bit cast
+  // of the result for the linear before (traced: tests/validation/step_traces.json, GPT-2 AMP).
+  const std::int64_t wide = b.autocast_wide();
   const std::int64_t mlp_bits = m.mlp != mlp_kind::gelu ? 3 * beta  // gated: mm, mul x 2
-                                : m.gelu_in_python ? beta + 2 * b.autocast_wide()  // 0.5x(1+tanh)
-                                                   : 2 * beta;                     // gelu_backward
+                                : m.gelu_in_python      ? 3 * wide + (beta < wide ? beta : 0)
+                                                        : 2 * beta;  // gelu_backward
   w.mlp = bytes_for_bits(checked_mul(mlp_elements, mlp_bits));
   const std::int64_t heads = m.heads / t;
   if (o.attention == attention_kind::eager) {

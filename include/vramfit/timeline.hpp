@@ -62,7 +62,7 @@ struct layer_pattern {
   bytes grads_out[2]{}, grads_rest[2]{};  ///< [layer_part]
   bytes saved_out[2]{}, saved_rest[2]{};
   bytes selective[2]{};  ///< saved tensors that selective recompute drops and recomputes
-  bytes casts{};
+  bytes casts{}, casts_out[2]{}, casts_rest[2]{};  ///< autocast weight copies, whole and split
   bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
   bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
   bool full = false;
@@ -83,7 +83,9 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
     add_group(t, g, {layer, 1, false, false}, false, experts_per_rank, shards, acc);
     const int part = g.kind == tensor_kind::attention ? 0 : 1;
     const bytes grads = rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
-    (g.split == tp_split::input && g.rank == 2 ? p.grads_out : p.grads_rest)[part] += grads;
+    const bool output_linear = g.split == tp_split::input && g.rank == 2;
+    (output_linear ? p.grads_out : p.grads_rest)[part] += grads;
+    (output_linear ? p.casts_out : p.casts_rest)[part] += acc.cast_copies;
     p.casts += acc.cast_copies;
     p.cached_casts += acc.cast_copies - acc.frozen_cast_copies;
   }
@@ -318,19 +320,24 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   const bytes outside_grads =
       grads_per_layer ? size_of(gradients) - layer_grads : size_of(gradients);
   const bytes outside_casts = rest(size_of(casts), layer_casts);
-  // The embedding's share of the gradients outside the layers (the tensors before the first layer
-  // group, on the first stage; tied, it is the head's and comes with it).
-  bytes embedding_grads{};
+  // The embeddings' share of the gradients outside the layers (the tensors before the first layer
+  // group, on the first stage). A tied token embedding's is the head's and comes with it; the
+  // autograd engine holds it in the leaf's input buffer until the embedding adds its own.
+  bytes embedding_grads{}, tied_grads{};
   if (range.first && grads_per_layer) {
     for (const tensor_group& g : tensors) {
       if (g.layer_count > 0) break;
       unsharded_states acc{};
       add_group(t, g, {0, 0, true, range.last}, true, experts_per_rank, shards, acc);
-      embedding_grads += rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
+      const bytes share = rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
+      embedding_grads += share;
+      if (m.tied_embeddings && g.split == tp_split::vocab) tied_grads += share;
     }
     if (embedding_grads > outside_grads) embedding_grads = outside_grads;
+    if (tied_grads > embedding_grads) tied_grads = embedding_grads;
   }
-  const bytes head_grads = m.tied_embeddings ? outside_grads : outside_grads - embedding_grads;
+  const bytes head_grads = outside_grads - embedding_grads + tied_grads;
+  const bytes untied_embedding_grads = embedding_grads - tied_grads;
 
   for (const memory_entry& e : ledger)
     if (e.space == memory_space::device && e.lifetime == lifetime::persistent)
@@ -408,6 +415,10 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
             grad_entry, grads_per_layer ? p.grads_out[part] : bytes{});
         add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
             p.full ? recomputed : saved, -p.saved_out[part]);
+        // A linear's weight copy is saved for its input gradient and goes with its backward.
+        add(part ? "MLP output linear: weight copy freed"
+                 : "attention output linear: weight copy freed",
+            casts, -p.casts_out[part]);
         add(part ? "MLP backward working set" : "attention backward working set", working,
             part ? p.working.mlp : p.working.attention);
         add(part ? "MLP backward working set" : "attention backward working set", working,
@@ -416,23 +427,20 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
             grads_per_layer ? p.grads_rest[part] : bytes{});
         add(part ? "MLP saved tensors freed" : "attention saved tensors freed",
             p.full ? recomputed : saved, -p.saved_rest[part]);
+        add(part ? "MLP weight copies freed" : "attention weight copies freed", casts,
+            -p.casts_rest[part]);
         if (!first_pass) add("new weight gradients added into .grad", working, -grads);
       }
       if (held) add("reentrant checkpoint: output gradient held", working, -p.kept_input);
       if (p.full) add("checkpointed layer input freed", saved, -p.kept_input);
-      add("autocast weight copies freed", casts, -p.casts);
     }
     w.region = moment::end_of_backward;
-    // The embedding's gradient; a tied one already exists (the head's), and
-    // embedding_dense_backward's output is added into it (AccumulateGrad adds in place when .grad
-    // exists).
-    if (m.tied_embeddings) {
-      w.add("embedding gradient (added into the tied head's)", working, embedding_grads);
-      w.add("embedding gradient (added into the tied head's)", working, -embedding_grads);
-    } else {
-      w.add("embedding gradients", first_pass ? gradients : working, embedding_grads);
-      if (!first_pass) w.add("embedding gradients", working, -embedding_grads);
-    }
+    // The embeddings' gradients; a tied one already exists (the head's), and
+    // embedding_dense_backward's output is added into it.
+    w.add("embedding gradient (added into the tied head's)", working, tied_grads);
+    w.add("embedding gradient (added into the tied head's)", working, -tied_grads);
+    w.add("embedding gradients", first_pass ? gradients : working, untied_embedding_grads);
+    if (!first_pass) w.add("embedding gradients", working, -untied_embedding_grads);
     w.add("input ids, positions and rotary tables", embedding_inputs, -size_of(embedding_inputs));
     w.add("head weight copies", casts, -outside_casts);
   }

@@ -340,3 +340,52 @@ TEST_CASE("a reentrant checkpoint holds the layer output's gradient through the 
   o.reentrant_checkpoint = false;
   CHECK(reentrant - backward_peak() == bytes{2 * 64 * 128 * 4});
 }
+
+TEST_CASE("one layer's backward working sets, by hand") {
+  const layout one{};
+  // Llama-3-8B, bf16, 1 x 2048 tokens: SwiGLU's backward holds the gradient of the down
+  // projection's input and the two products of its mul (n = 2048 x 14336, 2 B each).
+  const model& llama = models::llama_3_8b::value;
+  const activation_options flash{.micro_batch = 1, .sequence = 2048};
+  const std::int64_t n = 2048LL * 14336;
+  CHECK(layer_backward_bytes(llama, pure<bf16>::value, flash, one).mlp == bytes{3 * 2 * n});
+  // Flash attention: dQ, dK and dV (32 + 2 x 8 heads of 128).
+  CHECK(layer_backward_bytes(llama, pure<bf16>::value, flash, one).attention ==
+        bytes{2048LL * (32 + 16) * 128 * 2});
+  // Eager attention: the fp32 softmax's gradient, its backward output and the kernel's buffer,
+  // each 32 heads x 2048 x 2048 x 4 B (Llama upcasts the softmax).
+  activation_options eager = flash;
+  eager.attention = attention_kind::eager;
+  CHECK(layer_backward_bytes(llama, pure<bf16>::value, eager, one).attention ==
+        bytes{3 * 32LL * 2048 * 2048 * 4});
+  // GPT-2's gelu_new in Python over n = 1024 x 3072: the incoming gradient, two products of it
+  // (fp32 in fp32 and under autocast, which adds the 16-bit cast of the result), in bf16 three.
+  const model& gpt2 = models::gpt2::value;
+  const activation_options g{.micro_batch = 1, .sequence = 1024};
+  const std::int64_t m = 1024LL * 3072;
+  CHECK(layer_backward_bytes(gpt2, fp32_training::value, g, one).mlp == bytes{12 * m});
+  CHECK(layer_backward_bytes(gpt2, amp<bf16>::value, g, one).mlp == bytes{(3 * 4 + 2) * m});
+  CHECK(layer_backward_bytes(gpt2, pure<bf16>::value, g, one).mlp == bytes{3 * 2 * m});
+  // A fused GELU (gelu_backward): its input gradient and output.
+  model fused = gpt2;
+  fused.gelu_in_python = false;
+  CHECK(layer_backward_bytes(fused, pure<bf16>::value, g, one).mlp == bytes{2 * 2 * m});
+}
+
+TEST_CASE("a tied embedding's gradient comes with the head's; position embeddings' at the end") {
+  // GPT-2, fp32: the head's gradient is wte's (50257 x 768 x 4 B), held by the autograd engine
+  // through the layers' backward; wpe's (1024 x 768 x 4 B) is made by the embedding backward.
+  const training t{models::gpt2::value, fp32_training::value, sgd<>::value};
+  const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 1024});
+  bytes head{}, positions{}, added{};
+  for (const timeline_event& e : tl.events) {
+    const std::string what = e.what;
+    if (what == "head and final norm gradients") head = e.delta;
+    if (what == "embedding gradients") positions = e.delta;
+    if (what == "embedding gradient (added into the tied head's)" && e.delta > bytes{})
+      added = e.delta;
+  }
+  CHECK(head == bytes{50257LL * 768 * 4 + 2 * 768 * 4});  // with ln_f's weight and bias
+  CHECK(positions == bytes{1024LL * 768 * 4});
+  CHECK(added == bytes{50257LL * 768 * 4});
+}

@@ -102,7 +102,9 @@ In order, per micro-batch (the first, then one for all later ones, which are ali
    each as: its output linear's weight gradients, that linear's input freed, the half's working
    set (the MLP's three intermediate-sized gradients; the attention's softmax gradient, softmax
    backward output and kernel buffer, or dQ, dK, dV), the half's other weight gradients and saved
-   tensors freed; then the embedding's gradient (tied: a second one added into the head's).
+   tensors freed; each linear's autocast weight copy goes with its backward. Then the
+   embeddings' gradients: a tied token embedding's came with the head's (the autograd engine holds
+   it until the embedding adds a second one into it), the position embedding's is made last.
    A reentrant checkpoint (`use_reentrant=True`, Hugging Face's default) holds the layer output's
    gradient while the layer's backward runs inside `CheckpointFunction.backward`.
    In later micro-batches new gradients are added into `.grad` and freed.
@@ -179,8 +181,8 @@ fails when one differs by more than 1 % and 16 KiB.
 ## What the timeline leaves out
 
 - A checkpointed layer's recompute is placed as one allocation of everything the layer saves; the
-  traced checkpointed steps reach 2.6 to 3 % less in backward than the timeline (their whole-step
-  peaks are within the bounds above: Llama's falls in the optimizer step).
+  traced checkpointed steps reach 1.7 to 2.3 % less in backward than the timeline (their
+  whole-step peaks are within the bounds above: Llama's falls in the optimizer step).
 - With LoRA, the first layer's input needs no gradient, so autograd saves less there (the
   +2.2 % and +1.2 % LoRA rows).
 - Operators' own transients in forward (matmul and reduction workspaces but Adafactor's column
