@@ -72,11 +72,14 @@ model load_model(const std::string& name) {
   detail::raise("'" + name + "' is neither a preset nor a config.json file; presets: " + keys);
 }
 
-const gpu& gpu_named(const std::string& key) {
+/// A GPU preset, or a GPU given by its capacity ("96GiB", "44GB").
+gpu gpu_named(const std::string& key) {
   if (const gpu* g = find_gpu(key)) return *g;
+  if (!key.empty() && key[0] >= '0' && key[0] <= '9') return gpu_with_capacity(key);
   std::string keys;
   for (const gpu_preset& p : gpu_presets) keys += std::string(keys.empty() ? "" : ", ") + p.key;
-  detail::raise("unknown GPU '" + key + "'; known: " + keys);
+  detail::raise("unknown GPU '" + key.substr(0, 40) + "'; known: " + keys +
+                ", or a capacity such as 96GiB or 44GB");
 }
 
 /// "kinds[:first-last layers[:first-last experts]]", e.g. "expert:0-5:0-1" or "router".
@@ -249,7 +252,8 @@ cli::estimate estimate_of(const train_options& o, const training_plan_value& p, 
 
 int run_train(const train_options& o) {
   const model m = load_model(o.model);
-  const gpu* g = &gpu_named(o.gpu);
+  const gpu device = gpu_named(o.gpu);
+  const gpu* g = &device;
   const training_plan_value plan = build_plan(o, m);
   if (!o.sweep.empty()) {
     if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
@@ -336,7 +340,7 @@ struct infer_options {
 
 int run_infer(const infer_options& o) {
   const model m = load_model(o.model);
-  const gpu& g = gpu_named(o.gpu);
+  const gpu g = gpu_named(o.gpu);
   const weight_layout w = cli::choose(cli::weight_layouts, o.weights, "weight format");
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
   kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block};
@@ -440,7 +444,7 @@ std::string describe_layout(const candidate& c) {
 
 int run_plan(const train_options& o, const plan_options& space) {
   const model m = load_model(o.model);
-  const gpu& g = gpu_named(o.gpu);
+  const gpu g = gpu_named(o.gpu);
   if (o.timeline) detail::raise("--timeline applies to `vramfit train`");
   const training_plan_value base = build_plan(o, m);
   if (space.gpus > max_world_size)
@@ -631,7 +635,8 @@ void add_train_options(CLI::App& cmd, train_options& o) {
                "all-linear unless set");
   cmd.add_option("--trainable", o.trainable,
                  "Train only kinds[:layers[:experts]], e.g. router or expert:0-5:0-1 (repeatable)");
-  cmd.add_option("--gpu,-g", o.gpu, "A GPU preset (see `vramfit gpus`)")->capture_default_str();
+  cmd.add_option("--gpu,-g", o.gpu, "A GPU preset (see `vramfit gpus`) or a capacity such as 96GiB")
+      ->capture_default_str();
   cmd.add_flag("--expandable-segments", o.expandable_segments,
                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (smaller fragmentation reserve)");
   add_estimate_format(cmd, o.format);
@@ -668,7 +673,8 @@ void add_infer_options(CLI::App& c, infer_options& o) {
       ->capture_default_str();
   c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
-  c.add_option("--gpu,-g", o.gpu, "A GPU preset")->capture_default_str();
+  c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")
+      ->capture_default_str();
   c.add_option("--utilization", o.utilization,
                "Serving budget in vLLM's style: gpu_memory_utilization in percent (e.g. 90)");
   add_estimate_format(c, o.format);

@@ -40,6 +40,7 @@ namespace gpus {
 // rocm-smi; the rest (marked "nominal") are vendor capacities without a driver reading found.
 struct h100_80gb : gpu_type<gpu{"H100 80GB SXM", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, modal-client#2797)"}> {};
 struct h100_pcie : gpu_type<gpu{"H100 80GB PCIe", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB as the SXM part (modal-client#2797: H100)"}> {};
+struct h100_96gb : gpu_type<gpu{"H100 96GB", 96 * GiB, gpu_generation::hopper, "nominal 96 GiB HBM3 (no driver reading found)"}> {};
 struct h100_nvl : gpu_type<gpu{"H100 NVL 94GB", bytes{99'961'274'368}, gpu_generation::hopper, "driver total 99961274368 B (fastfetch-cli/fastfetch#1658)"}> {};
 struct h200 : gpu_type<gpu{"H200 141GB", 143771 * MiB, gpu_generation::hopper, "nvidia-smi 143771MiB (public H200 nvidia-smi logs)"}> {};
 struct a100_80gb : gpu_type<gpu{"A100 80GB", 81920 * MiB, gpu_generation::ampere, "nvidia-smi 81920MiB (modal-client#2797)"}> {};
@@ -65,16 +66,35 @@ struct gpu_preset {
 };
 
 inline constexpr gpu_preset gpu_presets[] = {
-    {"h100", gpus::h100_80gb::value},      {"h100-pcie", gpus::h100_pcie::value},
-    {"h100-nvl", gpus::h100_nvl::value},   {"h200", gpus::h200::value},
-    {"a100-80gb", gpus::a100_80gb::value}, {"a100-40gb", gpus::a100_40gb::value},
-    {"l40s", gpus::l40s::value},           {"l4", gpus::l4::value},
-    {"a6000", gpus::rtx_a6000::value},     {"rtx-4090", gpus::rtx_4090::value},
-    {"rtx-3090", gpus::rtx_3090::value},   {"v100-16gb", gpus::v100_16gb::value},
-    {"v100-32gb", gpus::v100_32gb::value}, {"mi300x", gpus::mi300x::value},
-    {"mi250x", gpus::mi250x_gcd::value},   {"gaudi2", gpus::gaudi2::value},
+    {"h100", gpus::h100_80gb::value},
+    {"h100-pcie", gpus::h100_pcie::value},
+    {"h100-96gb", gpus::h100_96gb::value},
+    {"h100-nvl", gpus::h100_nvl::value},
+    {"h200", gpus::h200::value},
+    {"a100-80gb", gpus::a100_80gb::value},
+    {"a100-40gb", gpus::a100_40gb::value},
+    {"l40s", gpus::l40s::value},
+    {"l4", gpus::l4::value},
+    {"a6000", gpus::rtx_a6000::value},
+    {"rtx-4090", gpus::rtx_4090::value},
+    {"rtx-3090", gpus::rtx_3090::value},
+    {"v100-16gb", gpus::v100_16gb::value},
+    {"v100-32gb", gpus::v100_32gb::value},
+    {"mi300x", gpus::mi300x::value},
+    {"mi250x", gpus::mi250x_gcd::value},
+    {"gaudi2", gpus::gaudi2::value},
     {"gaudi3", gpus::gaudi3::value},
 };
+
+/// A GPU given by its capacity ("96GiB", "44GB"): the driver total the user reads, taken as a
+/// Hopper for the runtime overheads that depend on the generation (overheads.hpp).
+constexpr gpu gpu_with_capacity(std::string_view capacity) {
+  gpu g{"GPU of ", parse_size(capacity), gpu_generation::hopper, "given by its capacity"};
+  std::size_t i = 7;  // after "GPU of "
+  for (const char c : capacity)
+    if (i + 1 < sizeof g.name) g.name[i++] = c;
+  return g;
+}
 
 /// The GPU preset named `key`, or nullptr.
 constexpr const gpu* find_gpu(std::string_view key) {

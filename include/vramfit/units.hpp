@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "detail/checked.hpp"
 
@@ -100,16 +101,25 @@ namespace rules {
 [[noreturn]] inline void size_literal_must_be_plain_decimal() {
   raise("a size literal must be written in plain decimal digits with an optional fraction");
 }
+[[noreturn]] inline void size_must_be_a_number_and_a_unit(std::string_view text) {
+  raise("size_must_be_a_number_and_a_unit: '" + std::string(text.substr(0, 40)) +
+        "' is not a size such as 96GiB, 44GB or 1.5TiB (units B, KiB, MiB, GiB, TiB, PiB, KB, "
+        "MB, GB, TB, PB) that is a whole number of bytes");
+}
 }  // namespace rules
 
-/// Parses the characters of a numeric literal exactly ("1.5", "80", "1'000") and multiplies by
-/// `unit_size` without going through floating point.
-template <char... Chars>
-consteval std::int64_t parse_size_literal(std::int64_t unit_size) {
-  constexpr char text[] = {Chars...};
+enum class size_text : unsigned char { whole, not_decimal, not_whole_bytes };
+struct parsed_size {
+  std::int64_t bytes = 0;
+  size_text status = size_text::whole;
+};
+
+/// Parses plain decimal digits with an optional fraction ("1.5", "80", "1'000") exactly and
+/// multiplies by `unit_size` without going through floating point.
+constexpr parsed_size parse_decimal(std::string_view text, std::int64_t unit_size) {
   std::int64_t mantissa = 0;
   std::int64_t scale = 1;
-  bool fraction = false;
+  bool fraction = false, digits = false;
   for (const char c : text) {
     if (c == '\'') continue;
     if (c == '.' && !fraction) {
@@ -117,15 +127,25 @@ consteval std::int64_t parse_size_literal(std::int64_t unit_size) {
     } else if (c >= '0' && c <= '9') {
       mantissa = checked_add(checked_mul(mantissa, 10), c - '0');
       if (fraction) scale = checked_mul(scale, 10);
+      digits = true;
     } else {
-      rules::size_literal_must_be_plain_decimal();
+      return {0, size_text::not_decimal};
     }
   }
-  if (text[0] == '0' && sizeof(text) > 1 && text[1] != '.')
-    rules::size_literal_must_be_plain_decimal();
+  if (!digits || (text.size() > 1 && text[0] == '0' && text[1] != '.'))
+    return {0, size_text::not_decimal};
   const std::int64_t scaled = checked_mul(mantissa, unit_size);
-  if (scaled % scale != 0) rules::size_literal_is_not_a_whole_number_of_bytes();
-  return scaled / scale;
+  if (scaled % scale != 0) return {0, size_text::not_whole_bytes};
+  return {scaled / scale, size_text::whole};
+}
+
+template <char... Chars>
+consteval std::int64_t parse_size_literal(std::int64_t unit_size) {
+  constexpr char text[] = {Chars...};
+  const parsed_size p = parse_decimal({text, sizeof text}, unit_size);
+  if (p.status == size_text::not_decimal) rules::size_literal_must_be_plain_decimal();
+  if (p.status == size_text::not_whole_bytes) rules::size_literal_is_not_a_whole_number_of_bytes();
+  return p.bytes;
 }
 }  // namespace detail
 
@@ -146,6 +166,29 @@ template <char... C> consteval bytes operator""_TB()  { return bytes{detail::par
 template <char... C> consteval bytes operator""_PB()  { return bytes{detail::parse_size_literal<C...>(PB.size)}; }
 // clang-format on
 }  // namespace literals
+
+/// A size written with its unit: "96GiB", "44 GB", "1.5TiB" (the literals' units, in any case),
+/// exactly; a positive whole number of bytes, or vramfit::error.
+constexpr bytes parse_size(std::string_view text) {
+  constexpr byte_unit units[] = {B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB};
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  std::size_t digits = 0;
+  while (digits < text.size() &&
+         ((text[digits] >= '0' && text[digits] <= '9') || text[digits] == '.'))
+    ++digits;
+  std::size_t unit = digits;
+  while (unit < text.size() && text[unit] == ' ') ++unit;
+  for (const byte_unit& u : units) {
+    std::size_t i = 0;
+    while (unit + i < text.size() && u.symbol[i] != '\0' &&
+           lower(text[unit + i]) == lower(u.symbol[i]))
+      ++i;
+    if (unit + i != text.size() || u.symbol[i] != '\0') continue;
+    const detail::parsed_size p = detail::parse_decimal(text.substr(0, digits), u.size);
+    if (p.status == detail::size_text::whole && p.bytes > 0) return bytes{p.bytes};
+  }
+  detail::rules::size_must_be_a_number_and_a_unit(text);
+}
 
 /// Which family of units a formatted size uses.
 enum class prefixes { binary, decimal };

@@ -394,3 +394,20 @@ TEST_CASE("--optimizer-impl chooses how torch.optim runs the step") {
   CHECK(rprop.err.find("optimizer_must_offer_the_implementation") != std::string::npos);
   CHECK(run("train --optimizer-impl sometimes").status == 2);
 }
+
+TEST_CASE("--gpu takes a capacity as well as a preset") {
+  const result r = run("train --model llama-3-8b --gpu 96GiB --format json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("device").at("name") == "GPU of 96GiB");
+  CHECK(j.at("device").at("capacity") == 96LL << 30);
+  const result decimal = run("infer --model llama-3-8b --gpu 44GB --format json");
+  REQUIRE(decimal.status == 0);
+  CHECK(nlohmann::json::parse(decimal.out).at("device").at("capacity") == 44'000'000'000LL);
+  const result bad = run("train --gpu 44XB");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("size_must_be_a_number_and_a_unit") != std::string::npos);
+  const result unknown = run("train --gpu b300");
+  CHECK(unknown.status == 2);
+  CHECK(unknown.err.find("or a capacity such as 96GiB") != std::string::npos);
+}

@@ -75,3 +75,21 @@ TEST_CASE("Boost.Units quantities convert exactly at the edge") {
   CHECK(vramfit::from_quantity(vramfit::bit_quantity::from_value(20)) == bytes{3});
   CHECK((80_GiB).in(vramfit::GiB) == 80.0);
 }
+
+TEST_CASE("sizes written with their unit, exactly") {
+  using namespace vramfit;
+  static_assert(parse_size("80GiB") == 80 * GiB);
+  CHECK(parse_size("96GiB") == bytes{103'079'215'104});
+  CHECK(parse_size("44GB") == bytes{44'000'000'000});
+  CHECK(parse_size("44 gb") == bytes{44'000'000'000});
+  CHECK(parse_size("1.5TiB") == bytes{1'649'267'441'664});
+  CHECK(parse_size("81559MiB") == bytes{85'520'809'984});  // an H100's driver total
+  CHECK(parse_size("512B") == bytes{512});
+  for (const char* bad :
+       {"", "GiB", "12", "12XB", "0.1B", "1.2.3GB", "01GB", "-4GB", "0GB", "4 GB extra", "4GiBs"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_size(bad), doctest::Contains("size_must_be_a_number_and_a_unit"),
+                         error);
+  }
+  CHECK_THROWS_AS(parse_size("99999999999999999PB"), overflow_error);
+}
