@@ -68,8 +68,12 @@ struct layout {
     return checked_mul(checked_mul(data, tensor), checked_mul(pipeline, context));
   }
   /// Ranks one shard of the model states is divided over.
+  /// Ranks a sharded model state is split over: the data-parallel ranks (or a hybrid shard group)
+  /// times the context-parallel ones, which hold the same weights (torchtitan parallel_dims.py:
+  /// FSDP over the dp_shard_cp mesh; Megatron-LM distributed optimizer over the data-parallel
+  /// group with context parallel; DeepSpeed ZeRO over seq_data_parallel_group with Ulysses).
   [[nodiscard]] constexpr std::int64_t shard_degree() const {
-    return shard_group > 0 ? shard_group : data;
+    return detail::checked_mul(shard_group > 0 ? shard_group : data, context);
   }
   /// Layers of pipeline stage `stage`, and the first of them.
   [[nodiscard]] constexpr std::int64_t layers_of_stage(std::int64_t layers,

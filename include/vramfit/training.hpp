@@ -509,7 +509,7 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
 
   // Buffers.
   const bytes grad_16bit_element = storage_bytes(p.gradients, 1);
-  if (l.zero == sharding::none && l.data > 1 && !megatron && !l.ddp_bucket_view) {
+  if (l.zero == sharding::none && l.data * l.context > 1 && !megatron && !l.ddp_bucket_view) {
     add_entry(
         ledger, "DDP gradient buckets", component::buffers, device, acc.gradients, 0,
         "PyTorch DDP Reducer: bucket copies of all gradients (gradient_as_bucket_view=False)");

@@ -556,3 +556,30 @@ TEST_CASE("the caching allocator rounds every tensor up to 512 bytes") {
       one_matrix(1000, 1000), 0);
   CHECK(entry(flat, "allocator rounding (512 B blocks)") == bytes{0});
 }
+
+TEST_CASE("context-parallel ranks share the sharding of model states") {
+  // Llama-3-8B's 8,030,261,248 parameters. torchtitan shards FSDP over dp_shard x cp
+  // (parallel_dims.py), so FSDP 1 x CP 8 keeps what FSDP 8 keeps: per rank a dim-0 shard of
+  // every tensor (each dim 0 divides by 8), fp32 master and AdamW's two fp32 moments.
+  const std::int64_t p = 8'030'261'248;
+  auto component_of = [](const layout& l, component c) {
+    const training t{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value,
+                     full_finetune::value, l};
+    return total(model_states(t), c);
+  };
+  const layout cp8{
+      .context = 8, .zero = sharding::zero3, .implementation = shard_implementation::fsdp};
+  const layout dp8{
+      .data = 8, .zero = sharding::zero3, .implementation = shard_implementation::fsdp};
+  CHECK(component_of(cp8, component::master_weights) == bytes{4 * p / 8});
+  CHECK(component_of(cp8, component::optimizer_states) == bytes{8 * p / 8});
+  CHECK(component_of(cp8, component::weights) == component_of(dp8, component::weights));
+  // Megatron's distributed optimizer over DP 2 x CP 4: its fp32 states are split 8 ways.
+  const layout megatron{.data = 2,
+                        .context = 4,
+                        .zero = sharding::zero1,
+                        .implementation = shard_implementation::megatron};
+  CHECK(component_of(megatron, component::optimizer_states) == bytes{8 * p / 8});
+  // Without sharding, every context-parallel rank keeps all of them.
+  CHECK(component_of({.context = 8}, component::optimizer_states) == bytes{8 * p});
+}
