@@ -649,9 +649,11 @@ void add_train_options(CLI::App& cmd, train_options& o) {
 }
 void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
-  c.add_option("--weights", o.weights,
-               "fp32, bf16, fp16, int8 (bitsandbytes), nf4, gptq, awq, fp8, fp8-per-channel, "
-               "mxfp4 (experts), nvfp4")
+  c.add_option(
+       "--weights", o.weights,
+       "fp32, bf16, fp16, int8 (bitsandbytes), nf4 (double quantization), nf4-no-dq, fp4, fp4-dq, "
+       "gptq, awq, fp8, fp8-per-channel, "
+       "mxfp4 (experts), nvfp4")
       ->capture_default_str();
   c.add_option("--kv-dtype", o.kv_dtype,
                "bf16, fp16, fp32, fp8, int8, int4 (int8/int4 with an fp16 scale per head)")

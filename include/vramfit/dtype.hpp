@@ -197,6 +197,17 @@ struct nf4_double_quant {
   static constexpr element_format value{"nf4+dq", 4, {64, 8, 0}, {256, 32, 0}, 32};
 };
 
+/// bitsandbytes FP4 (bnb_4bit_quant_type="fp4", the library's default): 4-bit floating-point codes
+/// stored as NF4's, with the same fp32 absmax per 64 (bitsandbytes quantize_4bit).
+struct fp4 {
+  static constexpr element_format value{"fp4", 4, {64, 32, 0}};
+};
+
+/// FP4 with double quantization: the absmax compressed as nf4_double_quant's.
+struct fp4_double_quant {
+  static constexpr element_format value{"fp4+dq", 4, {64, 8, 0}, {256, 32, 0}, 32};
+};
+
 /// OCP Microscaling MXFP4: FP4 (E2M1) elements, one E8M0 scale per 32 along the row (OCP MX spec
 /// v1.0, section 5): 4.25 bits per element.
 struct mxfp4 {

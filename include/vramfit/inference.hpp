@@ -35,9 +35,10 @@ concept WeightLayout = requires {
 namespace detail {
 constexpr weight_layout named_layout(const char* name, const element_format& linear,
                                      const element_format& other, bool experts_only = false,
-                                     bool routers = false, bool act_order = false) {
+                                     bool routers = false, bool act_order = false,
+                                     const char* suffix = "") {
   weight_layout w{{}, linear, other, experts_only, routers, act_order};
-  copy_name(w.name, name);
+  copy_name(w.name, name, suffix);
   return w;
 }
 /// One fp32 scale per row: blocks longer than any row.
@@ -59,12 +60,13 @@ struct bnb_int8 {
       fp16::value, false, true);
 };
 
-/// bitsandbytes 4-bit: NF4 (with double quantization by default) for every nn.Linear but the
-/// head, bf16 for the rest (QLoRA's load_in_4bit with bnb_4bit_compute_dtype=bf16).
+/// bitsandbytes 4-bit: NF4 (with double quantization by default; also nf4, fp4,
+/// fp4_double_quant) for every nn.Linear but the head, bf16 for the rest (QLoRA's load_in_4bit
+/// with bnb_4bit_compute_dtype=bf16). Named after its format: "bnb-nf4+dq".
 template <StorageDtype Quantized = nf4_double_quant, StorageDtype Other = bf16>
 struct bnb_4bit {
-  static constexpr weight_layout value =
-      detail::named_layout("bnb-4bit", Quantized::value, Other::value, false, true);
+  static constexpr weight_layout value = detail::named_layout(
+      "bnb-", Quantized::value, Other::value, false, true, false, Quantized::value.name);
 };
 
 /// GPTQ (AutoGPTQ QuantLinear): `Bits`-bit weights in groups of `Group` with fp16 scales and

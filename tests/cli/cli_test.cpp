@@ -411,3 +411,17 @@ TEST_CASE("--gpu takes a capacity as well as a preset") {
   CHECK(unknown.status == 2);
   CHECK(unknown.err.find("or a capacity such as 96GiB") != std::string::npos);
 }
+
+TEST_CASE("bitsandbytes 4-bit: NF4 and FP4, with and without double quantization") {
+  auto weights = [](const char* format) {
+    const result r = run(std::string("infer --model llama-3-8b --format json --weights ") + format);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out).at("memory").at("weights").get<std::int64_t>();
+  };
+  // Llama-3-8B's 224 quantized linears hold 6,979,321,856 weights. Without double quantization
+  // each block of 64 keeps a 4-byte absmax; with it, one byte, a 4-byte scale per 256 blocks and
+  // a 4-byte offset per tensor: 6,979,321,856 x (3/64 - 1/4096) - 224 x 4 = 325,450,880 B less.
+  CHECK(weights("nf4-no-dq") - weights("nf4") == 325'450'880);
+  CHECK(weights("fp4") == weights("nf4-no-dq"));
+  CHECK(weights("fp4-dq") == weights("nf4"));
+}

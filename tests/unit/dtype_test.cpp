@@ -24,6 +24,9 @@ TEST_CASE("a 4096 x 4096 tensor in every format, by hand") {
       {nf4::value, n / 2 + n / 64 * 4},  // 9,437,184
       // NF4 + DQ: codes + n/64 uint8 absmax + n/64/256 fp32 scales + one fp32 offset.
       {nf4_double_quant::value, n / 2 + n / 64 + n / 64 / 256 * 4 + 4},  // 8,654,852
+      // bitsandbytes FP4 stores its codes and statistics as NF4 does, with or without DQ.
+      {fp4::value, n / 2 + n / 64 * 4},
+      {fp4_double_quant::value, n / 2 + n / 64 + n / 64 / 256 * 4 + 4},
       // MXFP4: codes + one E8M0 byte per 32 elements of a row.
       {mxfp4::value, n / 2 + 4096 * (4096 / 32)},  // 8,912,896
       // NVFP4: codes + one E4M3 byte per 16 elements of a row + one fp32 tensor scale.
