@@ -33,6 +33,7 @@ struct train_options {
   std::string recompute = "none";
   std::int64_t recompute_layers = -1;
   bool non_reentrant = false;
+  std::string activation_offload = "none";
   std::string loss = "fp32-upcast";
   std::int64_t dp = 1;
   std::optional<int> zero;
@@ -184,6 +185,9 @@ training_plan_value build_plan(const train_options& o, const model& m) {
                   std::to_string(o.recompute_layers));
   if (o.recompute_layers != -1 && o.recompute != "full")
     detail::raise("--recompute-layers applies to --recompute full only");
+  if (o.activation_offload != "none" && o.activation_offload != "cpu")
+    detail::raise("unknown --activation-offload '" + o.activation_offload.substr(0, 40) +
+                  "'; known: none, cpu");
   if (o.non_reentrant && o.recompute != "full")
     detail::raise("--non-reentrant applies to --recompute full only");
   activation_options a{.micro_batch = o.micro_batch,
@@ -195,6 +199,7 @@ training_plan_value build_plan(const train_options& o, const model& m) {
                        .recompute = cli::choose(cli::recomputes, o.recompute, "recompute policy"),
                        .recompute_layers = o.recompute_layers,
                        .reentrant_checkpoint = !o.non_reentrant,
+                       .offload = o.activation_offload == "cpu",
                        .loss = cli::choose(cli::losses, o.loss, "loss"),
                        .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
                        .virtual_stages = o.virtual_stages};
@@ -597,6 +602,10 @@ void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--recompute", o.recompute, "none, selective or full")->capture_default_str();
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
+      ->capture_default_str();
+  cmd.add_option("--activation-offload", o.activation_offload,
+                 "cpu: keep saved activations on the host and bring each layer back for its "
+                 "backward (torchtune enable_activation_offloading), or none")
       ->capture_default_str();
   cmd.add_flag("--non-reentrant", o.non_reentrant,
                "Checkpoint with use_reentrant=False (Hugging Face's default is True)");

@@ -66,6 +66,7 @@ inline constexpr char embedding_inputs[] = "embedding inputs and rotary tables";
 inline constexpr char logits[] = "logits (loss forward)";
 inline constexpr char activation_gradients[] = "activation gradients (one layer)";
 inline constexpr char recomputed_layer[] = "recomputed layer (full recompute)";
+inline constexpr char reloaded_layer[] = "layer brought back from the host (activation offload)";
 }  // namespace entry_names
 
 /// The half of a layer a saved tensor belongs to: its backward runs MLP first, then attention.
@@ -635,7 +636,10 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   }
   add_entry(ledger, entry_names::embedding_inputs, component::activations, space, held(embedding),
             0, "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward);
-  add_entry(ledger, "final norm, head input and loss", component::activations, space, held(head), 0,
+  // The loss's tensors stay on the GPU under activation offload: backward reads them first, and
+  // torchtune computes the loss outside its OffloadActivations context.
+  add_entry(ledger, "final norm, head input and loss", component::activations, memory_space::device,
+            held(head), 0,
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
   add_entry(ledger, entry_names::logits, component::activations, memory_space::device, logits_alive,
@@ -659,6 +663,14 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     add_entry(ledger, entry_names::recomputed_layer, component::activations, memory_space::device,
               largest_layer, 0, "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
               lifetime::layer_backward);
+  }
+  if (o.offload) {
+    add_entry(
+        ledger, entry_names::reloaded_layer, component::activations, memory_space::device,
+        largest_layer, 0,
+        "torch.autograd.graph.save_on_cpu / torchtune OffloadActivations: unpacked to the GPU "
+        "for the layer's backward",
+        lifetime::layer_backward);
   }
   return ledger;
 }

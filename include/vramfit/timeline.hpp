@@ -277,6 +277,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   const int logits = entry_named(ledger, entry_names::logits);
   const int working = entry_named(ledger, entry_names::activation_gradients);
   const int recomputed = entry_named(ledger, entry_names::recomputed_layer);
+  const int reloaded = entry_named(ledger, entry_names::reloaded_layer);
   const int casts = entry_where(ledger, component::weights, lifetime::forward_backward);
   const int gradients = entry_where(ledger, component::gradients, lifetime::gradients);
   const int head_and_loss =
@@ -399,6 +400,11 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
         w.add(what, entry, delta, r.first, r.count);
       };
       const bool held = p.full && o.reentrant_checkpoint;
+      // What the layer's backward reads and frees: its recompute, what offloading brings back
+      // from the host (its forward kept it there), or what autograd kept on the device.
+      const int layer_saved = p.full ? recomputed : o.offload ? reloaded : saved;
+      if (!p.full && o.offload)
+        add("saved tensors brought back from the host", reloaded, forward_kept(p));
       if (p.full) {
         add("recomputed layer", recomputed, saved_total(p));
         add("recomputed layer's autocast weight copies", casts, p.casts);
@@ -409,12 +415,12 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       for (int part : {1, 0}) {
         const bytes grads = grads_per_layer ? p.grads_out[part] + p.grads_rest[part] : bytes{};
         const int grad_entry = first_pass ? gradients : working;
-        if (!p.full) add("recomputed by selective recompute", saved, p.selective[part]);
+        if (!p.full) add("recomputed by selective recompute", layer_saved, p.selective[part]);
         add(part ? "MLP output linear: weight gradients"
                  : "attention output linear: weight gradients",
             grad_entry, grads_per_layer ? p.grads_out[part] : bytes{});
         add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
-            p.full ? recomputed : saved, -p.saved_out[part]);
+            layer_saved, -p.saved_out[part]);
         // A linear's weight copy is saved for its input gradient and goes with its backward.
         add(part ? "MLP output linear: weight copy freed"
                  : "attention output linear: weight copy freed",
@@ -425,8 +431,8 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
             -(part ? p.working.mlp : p.working.attention));
         add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry,
             grads_per_layer ? p.grads_rest[part] : bytes{});
-        add(part ? "MLP saved tensors freed" : "attention saved tensors freed",
-            p.full ? recomputed : saved, -p.saved_rest[part]);
+        add(part ? "MLP saved tensors freed" : "attention saved tensors freed", layer_saved,
+            -p.saved_rest[part]);
         add(part ? "MLP weight copies freed" : "attention weight copies freed", casts,
             -p.casts_rest[part]);
         if (!first_pass) add("new weight gradients added into .grad", working, -grads);

@@ -389,3 +389,41 @@ TEST_CASE("a tied embedding's gradient comes with the head's; position embedding
   CHECK(positions == bytes{1024LL * 768 * 4});
   CHECK(added == bytes{50257LL * 768 * 4});
 }
+
+TEST_CASE("activation offload keeps what layers save on the host and brings one layer back") {
+  // torch.autograd.graph.save_on_cpu and torchtune's OffloadActivations: forward's saved tensors
+  // go to the host; each layer's come back to the GPU for its backward and are freed there.
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  activation_options o{.micro_batch = 2, .sequence = 4096};
+  const bytes per_layer =
+      layer_activation_bytes(t.model, t.precision, o, {}, false, recompute_kind::none);
+  auto at_loss_gradients = [&](const step_timeline& timeline) {
+    bytes at{};
+    for_each_event(timeline, 1, [&](const timeline_event& e, std::size_t, std::int64_t, bytes a) {
+      if (std::string(e.what) == "loss gradients" && e.delta > bytes{}) at = a;
+    });
+    return at;
+  };
+  const bytes kept = at_loss_gradients(step_timeline_of(t, o));
+  o.offload = true;
+  const step_timeline tl = step_timeline_of(t, o);
+  int reloads = 0;
+  for (const timeline_event& e : tl.events) {
+    if (std::string(e.what) != "saved tensors brought back from the host") continue;
+    ++reloads;
+    CHECK(e.delta == per_layer);
+    CHECK(e.layers == 32);
+  }
+  CHECK(reloads == 1);
+  bool host = false;
+  bytes inputs{};
+  for (const memory_entry& e : tl.ledger) {
+    if (std::string(e.name) == entry_names::saved_activations)
+      host = e.space == memory_space::host && e.size == per_layer * 32;
+    if (std::string(e.name) == entry_names::embedding_inputs) inputs = e.size;
+  }
+  CHECK(host);
+  // When the loss's gradients appear, none of the 32 layers' saved tensors (nor the inputs and
+  // rotary tables they save) is on the GPU; the loss's own tensors are.
+  CHECK(kept - at_loss_gradients(tl) == per_layer * 32 + inputs);
+}
