@@ -133,6 +133,8 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
     CHECK(r.err.find(c.message) != std::string::npos);
     CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
   }
+  std::filesystem::remove(malformed);
+  std::filesystem::remove(missing_field);
 }
 
 TEST_CASE("SVG output is valid XML with the capacity drawn") {
@@ -302,6 +304,12 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
   REQUIRE(json_out.status == 0);
   CHECK(nlohmann::json::parse(json_out.out).at("model").at("name") == e_acute.substr(0, 38));
   CHECK(valid_xml(run("train --format svg --model " + e_acute + ".json").out));
+  for (const std::string& made :
+       {std::string("vramfit_cli_million.json"), std::string("vramfit_cli_nested.json"),
+        std::string("vramfit_cli_head_dim.json"), std::string("vramfit_cli_layers.json"),
+        std::string("vramfit_cli_u64.json"), std::string("vramfit_cli_dir"),
+        std::string("vramfit_cli_pipe"), e_acute + ".json"})
+    std::filesystem::remove(made);
 }
 
 TEST_CASE("train --timeline: the step's events, their running total and its peak") {
