@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 #include <vramfit/vramfit.hpp>
 
 namespace vramfit::cli {
@@ -15,14 +16,55 @@ struct named {
   Value value;
 };
 
-/// The value called `name` among `table`, or an error listing the names.
+/// Whether `a` and `b` are the same name, ignoring case.
+inline bool same_name(std::string_view a, std::string_view b) {
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (lower(a[i]) != lower(b[i])) return false;
+  return true;
+}
+
+/// The entry of `table` that `name` means: its key, or the name the output prints for it
+/// (`printed`), in any case, or else the one key that `name` begins. None or several: an error
+/// that lists the keys (or the candidates).
+template <class Entry, std::size_t N, class Key, class Printed>
+const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* what, Key&& key,
+                    Printed&& printed) {
+  for (const Entry& e : table)
+    if (same_name(name, key(e)) || same_name(name, printed(e))) return e;
+  std::vector<const Entry*> begun;  // keys that `name` begins
+  for (const Entry& e : table) {
+    const std::string_view k = key(e);
+    if (!name.empty() && k.size() > name.size() && same_name(name, k.substr(0, name.size())))
+      begun.push_back(&e);
+  }
+  if (begun.size() == 1) return *begun.front();
+  const std::string shown(name.substr(0, 40));
+  if (begun.size() > 1) {
+    std::string candidates;
+    for (const Entry* e : begun)
+      candidates += std::string(candidates.empty() ? "" : ", ") + std::string(key(*e));
+    detail::raise(std::string(what) + " '" + shown + "' is ambiguous: " + candidates);
+  }
+  std::string known;
+  for (const Entry& e : table)
+    known += std::string(known.empty() ? "" : ", ") + std::string(key(e));
+  detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known);
+}
+
+/// The value called `name` among `table` (see lookup), or an error listing the names.
 template <class Value, std::size_t N>
 Value choose(const named<Value> (&table)[N], std::string_view name, const char* what) {
-  for (const named<Value>& n : table)
-    if (name == n.name) return n.value;
-  std::string known;
-  for (const named<Value>& n : table) known += std::string(known.empty() ? "" : ", ") + n.name;
-  detail::raise("unknown " + std::string(what) + " '" + std::string(name) + "'; known: " + known);
+  return lookup(
+             table, name, what, [](const named<Value>& n) { return std::string_view(n.name); },
+             [](const named<Value>& n) {
+               if constexpr (requires { n.value.name; })
+                 return std::string_view(n.value.name);
+               else
+                 return std::string_view(n.name);
+             })
+      .value;
 }
 
 inline constexpr named<precision> precisions[] = {

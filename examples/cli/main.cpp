@@ -63,24 +63,34 @@ struct train_options {
   bool timeline = false;
 };
 
+/// A preset by its key or its name in any case ("Llama-3-8B"), or a config.json file.
 model load_model(const std::string& name) {
-  if (const model* preset = find_preset(name)) return *preset;
   const bool path_like = name.find('/') != std::string::npos ||
                          (name.size() > 5 && name.substr(name.size() - 5) == ".json");
   if (path_like || std::filesystem::exists(name)) return load_hf_config(name);
-  std::string keys;
-  for (const preset& p : presets) keys += std::string(keys.empty() ? "" : ", ") + p.key;
-  detail::raise("'" + name + "' is neither a preset nor a config.json file; presets: " + keys);
+  try {
+    return cli::lookup(
+               presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
+               [](const preset& p) { return std::string_view(p.value.name); })
+        .value;
+  } catch (const error& e) {
+    detail::raise(std::string(e.what()).substr(9) +
+                  " (a preset; a config.json path also works)");  // drop "vramfit: "
+  }
 }
 
-/// A GPU preset, or a GPU given by its capacity ("96GiB", "44GB").
+/// A GPU preset by its key or name in any case ("H100", "a100-80gb"), or a GPU given by its
+/// capacity ("96GiB", "44GB").
 gpu gpu_named(const std::string& key) {
-  if (const gpu* g = find_gpu(key)) return *g;
   if (!key.empty() && key[0] >= '0' && key[0] <= '9') return gpu_with_capacity(key);
-  std::string keys;
-  for (const gpu_preset& p : gpu_presets) keys += std::string(keys.empty() ? "" : ", ") + p.key;
-  detail::raise("unknown GPU '" + key.substr(0, 40) + "'; known: " + keys +
-                ", or a capacity such as 96GiB or 44GB");
+  try {
+    return cli::lookup(
+               gpu_presets, key, "GPU", [](const gpu_preset& p) { return std::string_view(p.key); },
+               [](const gpu_preset& p) { return std::string_view(p.value.name); })
+        .value;
+  } catch (const error& e) {
+    detail::raise(std::string(e.what()).substr(9) + ", or a capacity such as 96GiB or 44GB");
+  }
 }
 
 /// "kinds[:first-last layers[:first-last experts]]", e.g. "expert:0-5:0-1" or "router".

@@ -102,7 +102,7 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
     const char* message;
   } cases[] = {
       {"train --no-such-option", "not expected: --no-such-option"},
-      {"train --model no-such-model", "'no-such-model' is neither a preset nor a config.json"},
+      {"train --model no-such-model", "unknown model 'no-such-model'; known: gpt2,"},
       {"train --model /no/such/config.json", "'/no/such/config.json' does not exist"},
       {"train --model vramfit_cli_malformed.json", "is not valid JSON"},
       {"train --model vramfit_cli_missing.json", "missing field 'num_hidden_layers'"},
@@ -432,4 +432,28 @@ TEST_CASE("bitsandbytes 4-bit: NF4 and FP4, with and without double quantization
   CHECK(weights("nf4-no-dq") - weights("nf4") == 325'450'880);
   CHECK(weights("fp4") == weights("nf4-no-dq"));
   CHECK(weights("fp4-dq") == weights("nf4"));
+}
+
+TEST_CASE("names as the output prints them, in any case, and the one key a name begins") {
+  auto title = [](const std::string& args) {
+    const result r = run(args + " --format json");
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out).at("configuration").get<std::string>();
+  };
+  // The output prints "Llama-3-8B", "mixed-bf16", "pure-bf16", "H100 80GB SXM", "bnb-nf4+dq".
+  CHECK(title("train --model Llama-3-8B --gpu H100") == title("train"));
+  CHECK(title("train --precision mixed-bf16") == title("train --precision bf16-fp32-master"));
+  CHECK(title("train --precision PURE-BF16") == title("train --precision bf16"));
+  CHECK(title("train --gpu 'H100 80GB SXM'") == title("train --gpu h100"));
+  CHECK(title("infer --weights bnb-nf4+dq") == title("infer --weights nf4"));
+  CHECK(title("train --gpu rtx-40") == title("train --gpu rtx-4090"));  // the one key it begins
+  for (const auto& [args, message] :
+       {std::pair{"train --gpu a100", "GPU 'a100' is ambiguous: a100-80gb, a100-40gb"},
+        std::pair{"train --model llama-3", "model 'llama-3' is ambiguous: llama-3-8b"},
+        std::pair{"train --precision amp", "precision 'amp' is ambiguous: amp-bf16, amp-fp16"}}) {
+    CAPTURE(args);
+    const result r = run(args);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
 }
