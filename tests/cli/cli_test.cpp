@@ -447,13 +447,18 @@ TEST_CASE("names as the output prints them, in any case, and the one key a name 
   CHECK(title("train --gpu 'H100 80GB SXM'") == title("train --gpu h100"));
   CHECK(title("infer --weights bnb-nf4+dq") == title("infer --weights nf4"));
   CHECK(title("train --gpu rtx-40") == title("train --gpu rtx-4090"));  // the one key it begins
-  for (const auto& [args, message] :
-       {std::pair{"train --gpu a100", "GPU 'a100' is ambiguous: a100-80gb, a100-40gb"},
-        std::pair{"train --model llama-3", "model 'llama-3' is ambiguous: llama-3-8b"},
-        std::pair{"train --precision amp", "precision 'amp' is ambiguous: amp-bf16, amp-fp16"}}) {
-    CAPTURE(args);
-    const result r = run(args);
+  const struct {
+    const char* args;
+    const char* message;
+  } ambiguous[] = {
+      {"train --gpu a100", "GPU 'a100' is ambiguous: a100-80gb, a100-40gb"},
+      {"train --model llama-3", "model 'llama-3' is ambiguous: llama-3-8b"},
+      {"train --precision amp", "precision 'amp' is ambiguous: amp-bf16, amp-fp16"},
+  };
+  for (const auto& c : ambiguous) {
+    CAPTURE(c.args);
+    const result r = run(c.args);
     CHECK(r.status == 2);
-    CHECK(r.err.find(message) != std::string::npos);
+    CHECK(r.err.find(c.message) != std::string::npos);
   }
 }
