@@ -27,10 +27,10 @@ inline bool same_name(std::string_view a, std::string_view b) {
 
 /// The entry of `table` that `name` means: its key, or the name the output prints for it
 /// (`printed`), in any case, or else the one key that `name` begins. None or several: an error
-/// that lists the keys (or the candidates).
+/// that lists the keys (or the candidates), then `hint`.
 template <class Entry, std::size_t N, class Key, class Printed>
 const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* what, Key&& key,
-                    Printed&& printed) {
+                    Printed&& printed, const char* hint = "") {
   for (const Entry& e : table)
     if (same_name(name, key(e)) || same_name(name, printed(e))) return e;
   std::vector<const Entry*> begun;  // keys that `name` begins
@@ -45,12 +45,12 @@ const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* 
     std::string candidates;
     for (const Entry* e : begun)
       candidates += std::string(candidates.empty() ? "" : ", ") + std::string(key(*e));
-    detail::raise(std::string(what) + " '" + shown + "' is ambiguous: " + candidates);
+    detail::raise(std::string(what) + " '" + shown + "' is ambiguous: " + candidates + hint);
   }
   std::string known;
   for (const Entry& e : table)
     known += std::string(known.empty() ? "" : ", ") + std::string(key(e));
-  detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known);
+  detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known + hint);
 }
 
 /// The value called `name` among `table` (see lookup), or an error listing the names.

@@ -68,29 +68,22 @@ model load_model(const std::string& name) {
   const bool path_like = name.find('/') != std::string::npos ||
                          (name.size() > 5 && name.substr(name.size() - 5) == ".json");
   if (path_like || std::filesystem::exists(name)) return load_hf_config(name);
-  try {
-    return cli::lookup(
-               presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
-               [](const preset& p) { return std::string_view(p.value.name); })
-        .value;
-  } catch (const error& e) {
-    detail::raise(std::string(e.what()).substr(9) +
-                  " (a preset; a config.json path also works)");  // drop "vramfit: "
-  }
+  return cli::lookup(
+             presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
+             [](const preset& p) { return std::string_view(p.value.name); },
+             " (a preset; a config.json path also works)")
+      .value;
 }
 
 /// A GPU preset by its key or name in any case ("H100", "a100-80gb"), or a GPU given by its
 /// capacity ("96GiB", "44GB").
 gpu gpu_named(const std::string& key) {
   if (!key.empty() && key[0] >= '0' && key[0] <= '9') return gpu_with_capacity(key);
-  try {
-    return cli::lookup(
-               gpu_presets, key, "GPU", [](const gpu_preset& p) { return std::string_view(p.key); },
-               [](const gpu_preset& p) { return std::string_view(p.value.name); })
-        .value;
-  } catch (const error& e) {
-    detail::raise(std::string(e.what()).substr(9) + ", or a capacity such as 96GiB or 44GB");
-  }
+  return cli::lookup(
+             gpu_presets, key, "GPU", [](const gpu_preset& p) { return std::string_view(p.key); },
+             [](const gpu_preset& p) { return std::string_view(p.value.name); },
+             ", or a capacity such as 96GiB or 44GB")
+      .value;
 }
 
 /// "kinds[:first-last layers[:first-last experts]]", e.g. "expert:0-5:0-1" or "router".

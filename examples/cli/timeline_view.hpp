@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 #include <vramfit/timeline.hpp>
 
@@ -28,12 +29,18 @@ struct timeline_view {
   [[nodiscard]] bytes overheads() const { return e.fit.required - tl.peak.alive; }
 };
 
+/// The first and last layer of an event's run in the order the step visits them (backward goes
+/// down).
+inline std::pair<std::int64_t, std::int64_t> visited_layers(const timeline_event& ev) {
+  const std::int64_t last = ev.first_layer + ev.layers - 1;
+  if (ev.phase == step_phase::backward) return {last, ev.first_layer};
+  return {ev.first_layer, last};
+}
+
 /// The layers of an event in the order the step visits them ("0-31"; backward "31-0").
 inline std::string layer_span(const timeline_event& ev) {
   if (ev.first_layer < 0) return "";
-  const std::int64_t last = ev.first_layer + ev.layers - 1;
-  const bool down = ev.phase == step_phase::backward;
-  const std::int64_t from = down ? last : ev.first_layer, to = down ? ev.first_layer : last;
+  const auto [from, to] = visited_layers(ev);
   return from == to ? std::to_string(from) : std::to_string(from) + "-" + std::to_string(to);
 }
 
@@ -129,9 +136,8 @@ inline nlohmann::json timeline_json(const timeline_view& v) {
                      {"bytes", ev.delta.count},
                      {"alive", totals[i].first.count}};
     if (ev.first_layer >= 0) {
-      const bool down = ev.phase == step_phase::backward;
-      const std::int64_t last = ev.first_layer + ev.layers - 1;
-      j["layers"] = {down ? last : ev.first_layer, down ? ev.first_layer : last};
+      const auto [from, to] = visited_layers(ev);
+      j["layers"] = {from, to};
       j["alive_last_layer"] = totals[i].last.count;
     } else {
       j["layers"] = nullptr;

@@ -52,6 +52,20 @@ constexpr layer_edges edges_of(const tensor_ledger& tensors, const finetuning& f
   return e;
 }
 
+/// Calls `visit(first, count)` for each run of layers [first, first + count) of [first, end) that
+/// no cut splits, in order: the distinct layer groups a closed form walks instead of the layers.
+template <class Cuts, class Visit>
+constexpr void for_each_layer_run(std::int64_t first, std::int64_t end, const Cuts& cuts,
+                                  Visit&& visit) {
+  while (first < end) {
+    std::int64_t next = end;
+    for (std::int64_t cut : cuts)
+      if (cut > first && cut < next) next = cut;
+    visit(first, next - first);
+    first = next;
+  }
+}
+
 /// Calls `visit(stage)` for each pipeline stage that can need the most memory, in closed form:
 /// stages form runs that hold the same kinds and numbers of layers (a run ends at the first and
 /// last stages, where the stage length changes, and around each layer edge), and within a run an

@@ -62,7 +62,7 @@ struct layer_pattern {
   bytes grads_out[2]{}, grads_rest[2]{};  ///< [layer_part]
   bytes saved_out[2]{}, saved_rest[2]{};
   bytes selective[2]{};  ///< saved tensors that selective recompute drops and recomputes
-  bytes casts{}, casts_out[2]{}, casts_rest[2]{};  ///< autocast weight copies, whole and split
+  bytes casts_out[2]{}, casts_rest[2]{};  ///< autocast weight copies
   bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
   bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
   bool full = false;
@@ -86,7 +86,6 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
     const bool output_linear = g.split == tp_split::input && g.rank == 2;
     (output_linear ? p.grads_out : p.grads_rest)[part] += grads;
     (output_linear ? p.casts_out : p.casts_rest)[part] += acc.cast_copies;
-    p.casts += acc.cast_copies;
     p.cached_casts += acc.cast_copies - acc.frozen_cast_copies;
   }
   p.full = full_recompute;
@@ -113,6 +112,12 @@ constexpr bytes forward_kept(const layer_pattern& p) {
 constexpr bytes saved_total(const layer_pattern& p) {
   bytes sum{};
   for (int part : {0, 1}) sum += p.saved_out[part] + p.saved_rest[part];
+  return sum;
+}
+
+constexpr bytes casts_total(const layer_pattern& p) {
+  bytes sum{};
+  for (int part : {0, 1}) sum += p.casts_out[part] + p.casts_rest[part];
   return sum;
 }
 
@@ -178,13 +183,16 @@ constexpr std::int64_t layer_at(const timeline_event& e, std::int64_t rep) {
   return e.phase == step_phase::backward ? e.first_layer + e.layers - 1 - rep : e.first_layer + rep;
 }
 
-/// Calls `visit(begin, end, repetitions)` for each pattern of events, in order.
+/// Calls `visit(begin, end, repetitions, change)` for each pattern of events, in order, with the
+/// total change of one repetition.
 template <class Visit>
 constexpr void for_each_pattern(const timeline_events& events, Visit&& visit) {
   for (std::size_t i = 0; i < events.size();) {
     std::size_t j = i + 1;
     while (j < events.size() && same_run(events[i], events[j])) ++j;
-    visit(i, j, events[i].first_layer >= 0 ? events[i].layers : std::int64_t{1});
+    bytes change{};
+    for (std::size_t e = i; e < j; ++e) change += events[e].delta;
+    visit(i, j, events[i].first_layer >= 0 ? events[i].layers : std::int64_t{1}, change);
     i = j;
   }
 }
@@ -195,9 +203,7 @@ constexpr step_peak find_peak(const step_timeline& tl) {
   step_peak best{0, -1, tl.at_start};
   bytes alive = tl.at_start;
   bool found = false;
-  for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k) {
-    bytes d{};
-    for (std::size_t e = begin; e < end; ++e) d += tl.events[e].delta;
+  for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k, bytes d) {
     const std::int64_t rep = d > bytes{} ? k - 1 : 0;
     bytes here = alive + d * rep;
     for (std::size_t e = begin; e < end; ++e) {
@@ -218,10 +224,8 @@ constexpr void time_entries(step_timeline& tl) {
   for (std::size_t i = 0; i < tl.ledger.size(); ++i)
     if (tl.ledger[i].lifetime == lifetime::persistent)
       alive[i] = most[i] = at[i] = tl.ledger[i].size;
-  for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k) {
+  for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k, bytes d) {
     const bool peak_here = tl.peak.event >= begin && tl.peak.event < end;
-    bytes d{};
-    for (std::size_t e = begin; e < end; ++e) d += tl.events[e].delta;
     const std::int64_t peak_rep = d > bytes{} ? k - 1 : 0;
     for (std::size_t e = begin; e < end; ++e) {
       const int x = tl.events[e].entry;
@@ -297,21 +301,17 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
   cuts.push_back(recompute_end);
   layer_runs runs{};
-  for (std::int64_t first = range.first_layer; first < end;) {
-    std::int64_t next = end;
-    for (std::int64_t cut : cuts)
-      if (cut > first && cut < next) next = cut;
-    runs.push_back({first, next - first,
+  for_each_layer_run(range.first_layer, end, cuts, [&](std::int64_t first, std::int64_t count) {
+    runs.push_back({first, count,
                     pattern_of(t, o, tensors, first, experts_per_rank, shards, sharded_grads,
                                first < recompute_end)});
-    first = next;
-  }
+  });
 
   // What the runs account for; the rest of each entry belongs to the layers' outside.
   bytes own_saved{}, layer_casts{}, layer_grads{};
   for (const layer_run& r : runs) {
     own_saved += forward_kept(r.pattern) * r.count;
-    layer_casts += r.pattern.casts * r.count;
+    layer_casts += casts_total(r.pattern) * r.count;
     for (int part : {0, 1})
       layer_grads += (r.pattern.grads_out[part] + r.pattern.grads_rest[part]) * r.count;
   }
@@ -368,7 +368,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     for (const layer_run& r : runs) {
       // A checkpointed layer's autograd keeps nothing: only the cache's copies stay.
       w.add("autocast weight copies", casts,
-            r.pattern.full ? r.pattern.cached_casts : r.pattern.casts, r.first, r.count);
+            r.pattern.full ? r.pattern.cached_casts : casts_total(r.pattern), r.first, r.count);
       w.add("saved activations", saved, forward_kept(r.pattern), r.first, r.count);
     }
     w.add_each(lifetime::forward, -1, not_logits);
@@ -407,7 +407,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
         add("saved tensors brought back from the host", reloaded, forward_kept(p));
       if (p.full) {
         add("recomputed layer", recomputed, saved_total(p));
-        add("recomputed layer's autocast weight copies", casts, p.casts);
+        add("recomputed layer's autocast weight copies", casts, casts_total(p));
         // torch/utils/checkpoint.py CheckpointFunction.backward: its grad argument lives until
         // the inner torch.autograd.backward returns.
         if (held) add("reentrant checkpoint: output gradient held", working, p.kept_input);
@@ -471,19 +471,18 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
 template <class Visit>
 constexpr void for_each_event(const step_timeline& tl, std::int64_t expand, Visit&& visit) {
   bytes alive = tl.at_start;
-  detail::for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k) {
-    bytes d{};
-    for (std::size_t e = begin; e < end; ++e) d += tl.events[e].delta;
-    for (std::int64_t rep = 0; rep < k; ++rep) {
-      if (k > expand && rep == 1) rep = k - 1;  // skip to the last layer
-      bytes here = alive + d * rep;
-      for (std::size_t e = begin; e < end; ++e) {
-        here += tl.events[e].delta;
-        visit(tl.events[e], e, detail::layer_at(tl.events[e], rep), here);
-      }
-    }
-    alive += d * k;
-  });
+  detail::for_each_pattern(tl.events,
+                           [&](std::size_t begin, std::size_t end, std::int64_t k, bytes d) {
+                             for (std::int64_t rep = 0; rep < k; ++rep) {
+                               if (k > expand && rep == 1) rep = k - 1;  // skip to the last layer
+                               bytes here = alive + d * rep;
+                               for (std::size_t e = begin; e < end; ++e) {
+                                 here += tl.events[e].delta;
+                                 visit(tl.events[e], e, detail::layer_at(tl.events[e], rep), here);
+                               }
+                             }
+                             alive += d * k;
+                           });
 }
 
 /// Everything one training step keeps on a GPU of pipeline stage `stage`, each entry timed: its

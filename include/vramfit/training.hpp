@@ -129,26 +129,44 @@ struct stage_range {
   bool first, last;
 };
 
+/// Whether pipeline stage `stage` holds `g`, a tensor outside the layers: embeddings (the tensors
+/// before the first layer group) on the first stage, the rest on the last (Megatron-LM:
+/// pre_process / post_process); a tied embedding is also needed by the head, so the last stage
+/// keeps its own copy (Megatron-LM: shared_embedding_or_output_weight).
+constexpr bool stage_holds(const model& m, const tensor_group& g, const stage_range& stage,
+                           bool before_layers) {
+  if (!before_layers) return stage.last;
+  return stage.first || (stage.last && m.tied_embeddings && g.split == tp_split::vocab);
+}
+
+/// LoRA's two adapters on a weight of local shape `shape`: A [r, in] and B [out, r], in the
+/// adapters' format (the weights' unless given).
+struct lora_adapters {
+  local_shape a, b;
+  element_format format;
+};
+constexpr lora_adapters lora_adapters_of(const training& t, const tensor_group& g,
+                                         const local_shape& shape) {
+  const std::int64_t r = t.finetune.lora.rank;
+  const std::int64_t out = g.input_major ? shape.last : shape.second;
+  const std::int64_t in = g.input_major ? shape.second : shape.last;
+  const element_format& f = t.finetune.lora.adapters;
+  return {{r, in}, {out, r}, f.payload_bits > 0 ? f : t.precision.weights};
+}
+
 /// Accumulates the tensors of `g` that pipeline stage `stage` and expert rank 0 hold.
 constexpr void add_group(const training& t, const tensor_group& g, const stage_range& stage,
                          bool before_layers, std::int64_t experts_per_rank, std::int64_t shards,
                          unsharded_states& acc) {
   const model& m = t.model;
   const layout& l = t.layout;
-  // Which copies live here: layers of this stage; embeddings on the first stage, the rest of the
-  // non-layer tensors on the last (Megatron-LM: pre_process / post_process).
+  // Which copies live here: layers of this stage, and the tensors outside the layers it holds.
   tensor_block block = block_of(g);
   if (g.layer_count > 0) {
     block.layer_count = overlap(g.first_layer, g.layer_count, stage.first_layer, stage.layers);
     block.first_layer = g.first_layer > stage.first_layer ? g.first_layer : stage.first_layer;
   } else {
-    const bool here = before_layers ? stage.first : stage.last;
-    // A tied embedding is also needed by the head: the last stage keeps its own copy
-    // (Megatron-LM: shared_embedding_or_output_weight).
-    const bool tied_copy = !before_layers ? false
-                                          : (stage.last && !stage.first && m.tied_embeddings &&
-                                             g.split == tp_split::vocab);
-    block.layer_count = here || tied_copy ? 1 : 0;
+    block.layer_count = stage_holds(m, g, stage, before_layers) ? 1 : 0;
   }
   if (g.kind == tensor_kind::expert) block.expert_count = experts_per_rank;
   const std::int64_t copies = checked_mul(block.layer_count, block.expert_count);
@@ -229,16 +247,12 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   };
   add_trained(trained, shape, p.weights);
 
-  // LoRA adapters: A [r, in] and B [out, r] on the layer's local shape.
+  // LoRA adapters on the layer's local shape.
   if (lora_elements(t.finetune, g) > 0) {
-    const std::int64_t r = t.finetune.lora.rank;
-    const std::int64_t out = g.input_major ? shape.last : shape.second;
-    const std::int64_t in = g.input_major ? shape.second : shape.last;
-    const element_format& adapter =
-        t.finetune.lora.adapters.payload_bits > 0 ? t.finetune.lora.adapters : p.weights;
+    const lora_adapters lora = lora_adapters_of(t, g, shape);
     acc.weight_tensors = checked_add(acc.weight_tensors, checked_mul(2, copies));
-    add_trained(copies, {r, in}, adapter);
-    add_trained(copies, {out, r}, adapter);
+    add_trained(copies, lora.a, lora.format);
+    add_trained(copies, lora.b, lora.format);
   }
 }
 
@@ -272,14 +286,10 @@ constexpr void for_each_updated_tensor(const training& t, const tensor_group& g,
   };
   updated(p.weights, shape, trained_tensors(t.finetune, g, one));
   if (lora_elements(t.finetune, g) > 0) {
-    const std::int64_t r = t.finetune.lora.rank;
-    const std::int64_t out = g.input_major ? shape.last : shape.second;
-    const std::int64_t in = g.input_major ? shape.second : shape.last;
-    const element_format& adapter =
-        t.finetune.lora.adapters.payload_bits > 0 ? t.finetune.lora.adapters : p.weights;
+    const lora_adapters lora = lora_adapters_of(t, g, shape);
     for (std::int64_t e = 0; e < (one.expert_count < 2 ? one.expert_count : 2); ++e) {
-      updated(adapter, {r, in}, e == 0 ? one.expert_count : 0);
-      updated(adapter, {out, r}, e == 0 ? one.expert_count : 0);
+      updated(lora.format, lora.a, e == 0 ? one.expert_count : 0);
+      updated(lora.format, lora.b, e == 0 ? one.expert_count : 0);
     }
   }
 }
@@ -319,31 +329,25 @@ constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors
     bool seen_layers = false;
     for (const tensor_group& g : tensors) {
       seen_layers = seen_layers || g.layer_count > 0;
-      const bool tied_copy = range.last && t.model.tied_embeddings && g.split == tp_split::vocab;
-      const bool here = before ? range.first || tied_copy : range.last;
-      if (g.layer_count == 0 && seen_layers != before && here)
+      if (g.layer_count == 0 && seen_layers != before && stage_holds(t.model, g, range, before))
         for_each_updated_tensor(t, g, -1, experts_per_rank, shards, visit);
     }
   };
   outside(true);
-  const std::int64_t end = range.first_layer + range.layers;
-  const layer_edges edges = edges_of(tensors, t.finetune);
-  for (std::int64_t first = range.first_layer; first < end;) {
-    std::int64_t next = end;
-    for (std::int64_t cut : edges.at)
-      if (cut > first && cut < next) next = cut;
-    for (std::int64_t rep = 0; rep < (next - first < 2 ? next - first : 2); ++rep) {
-      for (const tensor_group& g : tensors) {
-        if (!g.in_layer(first)) continue;
-        for_each_updated_tensor(
-            t, g, first, experts_per_rank, shards,
-            [&](bytes b, const local_shape& shape, std::int64_t copies) {
-              visit(b, shape, rep == 0 ? checked_mul(copies, next - first) : std::int64_t{0});
-            });
-      }
-    }
-    first = next;
-  }
+  for_each_layer_run(range.first_layer, range.first_layer + range.layers,
+                     edges_of(tensors, t.finetune).at, [&](std::int64_t first, std::int64_t count) {
+                       for (std::int64_t rep = 0; rep < (count < 2 ? count : 2); ++rep) {
+                         for (const tensor_group& g : tensors) {
+                           if (!g.in_layer(first)) continue;
+                           for_each_updated_tensor(
+                               t, g, first, experts_per_rank, shards,
+                               [&](bytes b, const local_shape& shape, std::int64_t copies) {
+                                 visit(b, shape,
+                                       rep == 0 ? checked_mul(copies, count) : std::int64_t{0});
+                               });
+                         }
+                       }
+                     });
   outside(false);
   return all * s.lists + largest * s.largest +
          (s.largest_mask ? bytes{largest_elements} : bytes{}) + pair;
