@@ -24,7 +24,7 @@ struct train_options {
   std::string model = "llama-3-8b";
   std::string precision = "bf16-fp32-master";
   std::string optimizer = "adamw";
-  std::string optimizer_impl;  ///< empty: what torch.optim picks on CUDA
+  std::optional<std::string> optimizer_impl;  ///< unset: what the optimizer's library picks
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 2048;
   std::int64_t grad_accum = 1;
@@ -119,10 +119,10 @@ tensor_selector parse_selector(const std::string& text) {
 training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
-  if (!o.optimizer_impl.empty())
+  if (o.optimizer_impl)
     t.optimizer = with_implementation(
         t.optimizer,
-        cli::choose(cli::optimizer_impls, o.optimizer_impl, "optimizer implementation"));
+        cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.qlora || o.lora_rank > 0) {

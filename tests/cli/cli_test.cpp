@@ -401,6 +401,7 @@ TEST_CASE("--optimizer-impl chooses how torch.optim runs the step") {
   CHECK(rprop.status == 2);
   CHECK(rprop.err.find("optimizer_must_offer_the_implementation") != std::string::npos);
   CHECK(run("train --optimizer-impl sometimes").status == 2);
+  CHECK(run("train --optimizer-impl ''").status == 2);  // given empty, not taken as unset
 }
 
 TEST_CASE("--gpu takes a capacity as well as a preset") {
