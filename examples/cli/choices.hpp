@@ -149,6 +149,12 @@ inline constexpr named<fsdp_strategy> fsdp_strategies[] = {
     {"hybrid", fsdp_strategy::hybrid_shard},
     {"none", fsdp_strategy::no_shard}};
 
+inline constexpr named<sharding_family> sharding_families[] = {
+    {"deepspeed", sharding_family::deepspeed},
+    {"megatron", sharding_family::megatron},
+    {"fsdp", sharding_family::fsdp},
+    {"any", sharding_family::any}};
+
 inline constexpr named<offload_target> offload_targets[] = {{"cpu", offload_target::cpu},
                                                             {"nvme", offload_target::nvme}};
 

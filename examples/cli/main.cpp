@@ -3,16 +3,26 @@
 // time, from a preset or a Hugging Face config.json. Bad input: one message on stderr, exit 2.
 // "Does not fit": exit 1, only with --check.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 #include <vramfit/hf_config.hpp>
 #include <vramfit/vramfit.hpp>
 
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
 #include "choices.hpp"
+#include "plan_view.hpp"
 #include "render.hpp"
 #include "timeline_view.hpp"
 
@@ -425,98 +435,313 @@ int run_infer(const infer_options& o) {
   return o.check && !e.fit.fits() ? 1 : 0;
 }
 
-/// `vramfit plan`: the train options, and the space to search.
+/// `vramfit plan`: the space to search and the cluster its ranking assumes.
 struct plan_options {
   std::int64_t gpus = 8;
-  std::int64_t max_tp = 8;
-  std::int64_t max_pp = 4;
+  std::int64_t global_batch = 0;
+  std::int64_t top = 10;
+  bool all = false;
+  std::int64_t max_tp = 0, max_pp = 0, max_cp = 0;
   bool no_offload = false;
-  std::string sharding = "deepspeed";
+  std::optional<std::string> sharding;
+  cluster net{};
 };
 
-std::string describe_layout(const candidate& c) {
-  const layout& l = c.layout;
-  std::ostringstream s;
-  s << "DP " << l.data;
-  if (l.zero != sharding::none)
-    s << (l.implementation == shard_implementation::fsdp
-              ? (l.zero == sharding::zero3 ? " FSDP full" : " FSDP grad-op")
-              : " ZeRO-" + std::to_string(static_cast<int>(l.zero)));
-  if (l.tensor > 1) s << ", TP " << l.tensor;
-  if (l.pipeline > 1) s << ", PP " << l.pipeline;
-  const char* recompute[] = {"none", "selective", "full"};
-  s << ", recompute " << recompute[static_cast<int>(c.recompute)];
-  if (l.optimizer_offload != offload_target::none) s << ", optimizer offloaded";
-  return s.str();
+/// The train options `plan` decides itself: given, they fix that knob (or make no sense).
+const std::set<std::string> decided_by_plan = {
+    "--dp",          "--tp",         "--sp",         "--pp",
+    "--pp-stages",   "--cp",         "--ep",         "--zero",
+    "--zero-impl",   "--fsdp",       "--fsdp-group", "--recompute",
+    "--micro-batch", "--grad-accum", "--schedule",   "--virtual-stages",
+    "--offload",     "--offload-to", "--model",      "--gpu",
+    "--format",      "--check",      "--timeline",   "--sweep",
+    "--sweep-max"};
+
+/// The first long name of an option ("--micro-batch").
+std::string long_name(const CLI::Option& o) {
+  return o.get_lnames().empty() ? o.get_name() : "--" + o.get_lnames().front();
 }
 
-int run_plan(const train_options& o, const plan_options& space) {
+/// The `vramfit train` arguments that reproduce candidate `c`'s memory: the model, the GPU, the
+/// train options the user gave `plan` that it does not decide, then the candidate's layout.
+std::vector<std::string> train_argv(const CLI::App& cmd, const std::vector<std::string>& train,
+                                    const train_options& o, const plan_candidate& c) {
+  std::vector<std::string> argv{"vramfit", "train", "--model", o.model, "--gpu", o.gpu};
+  for (const CLI::Option* opt : cmd.get_options()) {
+    const std::string name = long_name(*opt);
+    if (opt->count() == 0 || decided_by_plan.count(name) ||
+        std::find(train.begin(), train.end(), name) == train.end())
+      continue;
+    if (opt->get_expected_min() == 0) {  // a flag
+      argv.push_back(name);
+      continue;
+    }
+    for (const std::string& value : opt->results()) argv.insert(argv.end(), {name, value});
+  }
+  const layout& l = c.layout;
+  auto add = [&](const char* name, std::int64_t v) {
+    argv.insert(argv.end(), {name, std::to_string(v)});
+  };
+  add("--dp", l.data);
+  if (l.tensor > 1) add("--tp", l.tensor);
+  if (l.sequence) argv.push_back("--sp");
+  if (l.pipeline > 1) add("--pp", l.pipeline);
+  if (c.virtual_stages > 1) {
+    argv.insert(argv.end(), {"--schedule", "interleaved"});
+    add("--virtual-stages", c.virtual_stages);
+  } else if (o.schedule == "gpipe") {
+    argv.insert(argv.end(), {"--schedule", "gpipe"});
+  }
+  if (l.context > 1) add("--cp", l.context);
+  if (l.expert > 1) add("--ep", l.expert);
+  if (l.implementation == shard_implementation::fsdp) {
+    argv.insert(argv.end(), {"--fsdp", l.shard_group > 0           ? "hybrid"
+                                       : l.zero == sharding::zero2 ? "grad-op"
+                                                                   : "full"});
+    if (l.shard_group > 0) add("--fsdp-group", l.shard_group);
+  } else if (l.zero != sharding::none) {
+    add("--zero", static_cast<int>(l.zero));
+    argv.insert(argv.end(),
+                {"--zero-impl",
+                 l.implementation == shard_implementation::megatron ? "megatron" : "deepspeed"});
+  }
+  argv.insert(argv.end(), {"--recompute", cli::recompute_name(c.recompute)});
+  add("--micro-batch", c.micro_batch);
+  if (c.micro_batches > 1) add("--grad-accum", c.micro_batches);
+  if (l.optimizer_offload != offload_target::none)
+    argv.insert(argv.end(), {"--offload", cli::offload_name(l)});
+  return argv;
+}
+
+std::string joined(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const std::string& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+/// The search space: what the user fixed with train options, bounded by the plan options.
+search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
+  const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
+  for (const char* name : {"--grad-accum", "--pp-stages", "--offload", "--offload-to"})
+    if (given(name))
+      detail::raise(std::string(name) + " is not a plan option: " +
+                    (std::string(name) == "--grad-accum"
+                         ? "the plan derives micro-batches from --global-batch"
+                     : std::string(name) == "--pp-stages"
+                         ? "the plan splits the layers evenly"
+                         : "the plan offloads only when nothing else fits (--no-offload: never)"));
+  if (p.top <= 0 || static_cast<std::size_t>(p.top) > search_result::max_top)
+    detail::raise("--top must be between 1 and " + std::to_string(search_result::max_top) +
+                  ", got " + std::to_string(p.top));
+  search_space s{.gpus = p.gpus, .global_batch = p.global_batch};
+  if (given("--dp")) s.data = o.dp;
+  if (given("--tp")) s.tensor = o.tp;
+  if (given("--pp")) s.pipeline = o.pp;
+  if (given("--cp")) s.context = o.cp;
+  if (given("--ep")) s.expert = o.ep;
+  if (given("--virtual-stages")) s.virtual_stages = o.virtual_stages;
+  if (given("--micro-batch")) s.micro_batch = o.micro_batch;
+  if (given("--schedule") && o.schedule != "interleaved") s.virtual_stages = 1;
+  if (given("--recompute"))
+    s.recompute = static_cast<int>(cli::choose(cli::recomputes, o.recompute, "recompute policy"));
+  s.max_tensor = p.max_tp;
+  s.max_pipeline = p.max_pp;
+  s.max_context = p.max_cp;
+  s.try_offload = !p.no_offload;
+  s.top = static_cast<std::size_t>(p.top);
+  s.prune = !p.all;
+  s.net = p.net;
+  // The sharding: --sharding names a family; --zero (with --zero-impl) or --fsdp fix a stage.
+  std::optional<sharding_family> family;
+  if (p.sharding) family = cli::choose(cli::sharding_families, *p.sharding, "sharding");
+  auto fix = [&](sharding_family f, int stage) {
+    if (family && *family != f && *family != sharding_family::any)
+      detail::raise("--sharding " + *p.sharding + " contradicts the --zero/--fsdp given");
+    family = f;
+    s.zero = stage;
+  };
+  if (o.zero) {
+    if (*o.zero < 0 || *o.zero > 3)
+      detail::raise("--zero must be 0, 1, 2 or 3, got " + std::to_string(*o.zero));
+    const shard_implementation impl =
+        cli::choose(cli::zero_implementations, o.zero_impl, "ZeRO implementation");
+    if (impl == shard_implementation::paper)
+      detail::raise("plan searches deepspeed's and megatron's ZeRO, not the paper's");
+    fix(impl == shard_implementation::megatron ? sharding_family::megatron
+                                               : sharding_family::deepspeed,
+        *o.zero);
+  }
+  if (!o.fsdp.empty()) {
+    if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
+    const fsdp_strategy f = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
+    fix(sharding_family::fsdp, f == fsdp_strategy::no_shard        ? 0
+                               : f == fsdp_strategy::shard_grad_op ? 2
+                                                                   : 3);
+    if (f == fsdp_strategy::hybrid_shard) {
+      if (o.fsdp_group <= 0)
+        detail::raise("--fsdp hybrid needs --fsdp-group (ranks per shard group)");
+      s.shard_group = o.fsdp_group;
+    }
+  }
+  if (o.fsdp_group != 0 && s.shard_group == 0)
+    detail::raise("--fsdp-group applies to --fsdp hybrid only");
+  s.sharding = family.value_or(sharding_family::deepspeed);
+  return s;
+}
+
+bool stderr_is_terminal() {
+#if __has_include(<unistd.h>)
+  return isatty(STDERR_FILENO) != 0;
+#else
+  return false;
+#endif
+}
+
+/// A progress bar on stderr once a search has run for half a second, when stderr is a terminal.
+class progress_bar {
+ public:
+  void operator()(std::int64_t done, std::int64_t total) {
+    if (!terminal_) return;
+    const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
+    if (elapsed < 0.5 || done * 100 / total == shown_) return;
+    shown_ = done * 100 / total;
+    std::cerr << "\rvramfit: searching layouts " << shown_ << "% (" << done << " of " << total
+              << " structures)" << std::flush;
+    drawn_ = true;
+  }
+  ~progress_bar() {
+    if (drawn_) std::cerr << "\r" << std::string(72, ' ') << "\r" << std::flush;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool terminal_ = stderr_is_terminal();
+  clock::time_point start_ = clock::now();
+  std::int64_t shown_ = -1;
+  bool drawn_ = false;
+};
+
+int run_plan(const CLI::App& cmd, const std::vector<std::string>& train, const train_options& o,
+             const plan_options& p) {
   const model m = load_model(o.model);
   const gpu g = gpu_named(o.gpu);
   if (o.timeline) detail::raise("--timeline applies to `vramfit train`");
-  const training_plan_value base = build_plan(o, m);
-  if (space.gpus > max_world_size)
+  if (o.sweep.size()) detail::raise("--sweep applies to `vramfit train`");
+  if (p.gpus > max_world_size)
     detail::raise("--gpus must be at most " + std::to_string(max_world_size) + ", got " +
-                  std::to_string(space.gpus));
-  if (space.sharding != "deepspeed" && space.sharding != "fsdp")
-    detail::raise("unknown --sharding '" + space.sharding + "'; known: deepspeed, fsdp");
-  const search_result r =
-      search_layouts(base, g,
-                     {.gpus = space.gpus,
-                      .max_tensor = space.max_tp,
-                      .max_pipeline = space.max_pp,
-                      .try_offload = !space.no_offload,
-                      .sharding = space.sharding == "fsdp" ? shard_implementation::fsdp
-                                                           : shard_implementation::deepspeed});
-  const char* verdicts[] = {"chosen", "does not fit", "breaks a rule", "costlier (not evaluated)"};
-  nlohmann::json candidates = nlohmann::json::array();
-  report::table t({"layout", "required", "verdict"});
-  for (const candidate& c : r.candidates) {
-    const std::string verdict = c.verdict == rejection::breaks_a_rule
-                                    ? std::string("breaks a rule: ") + c.rule
-                                    : verdicts[static_cast<int>(c.verdict)];
-    candidates.push_back(
-        {{"layout", describe_layout(c)}, {"required", c.required.count}, {"verdict", verdict}});
-    if (c.verdict != rejection::costlier)
-      t.add({describe_layout(c), c.required == bytes{} ? "-" : to_string(c.required), verdict});
+                  std::to_string(p.gpus));
+  const search_space space = space_of(cmd, o, p);
+  // The model, precision, optimizer, fine-tuning and batch options, on one GPU: the search
+  // decides the layout, micro-batch and recompute.
+  train_options single = o;
+  single.dp = single.tp = single.pp = single.cp = single.ep = single.virtual_stages = 1;
+  single.micro_batch = single.grad_accum = 1;
+  single.sp = false;
+  single.zero.reset();
+  single.fsdp.clear();
+  single.fsdp_group = 0;
+  if (single.schedule == "interleaved") single.schedule = "1f1b";
+  const training_plan_value base = build_plan(single, m);
+  std::vector<plan_candidate> listed;
+  search_result r;
+  {
+    progress_bar bar;
+    const auto list = [&](const plan_candidate& c) {
+      if (p.all) listed.push_back(c);
+    };
+    r = search_layouts(base, g, space, list, std::ref(bar));
   }
-  nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
-                        {"gpus", space.gpus},
-                        {"candidates", candidates},
-                        {"unlisted_candidates", r.unlisted}};
-  std::ostringstream text;
-  text << "Searching layouts of " << space.gpus << " x " << g.name << " for " << m.name << " | "
-       << base.setup.precision.name << " | " << base.setup.optimizer.name << " | micro-batch "
-       << o.micro_batch << " x " << o.seq_len << "\n"
-       << "Cost order: no offload, then less model parallelism, then less recompute, then a "
-          "lower ZeRO stage.\n\n";
-  if (r.chosen >= 0) {
-    const candidate& c = r.candidates[static_cast<std::size_t>(r.chosen)];
-    training_plan_value chosen = base;
-    chosen.setup.layout = c.layout;
-    chosen.batch.recompute = c.recompute;
-    const std::int64_t batch = max_micro_batch(chosen, g, 1024);
-    const std::int64_t sequence = max_sequence(chosen, g);
-    answer["chosen"] = {{"layout", describe_layout(c)},
-                        {"required", c.required.count},
-                        {"max_micro_batch", batch},
-                        {"max_sequence", sequence}};
-    text << "Chosen: " << describe_layout(c) << ", " << to_string(c.required) << " per GPU\n"
-         << "With it: micro-batch up to " << batch << " at " << o.seq_len
-         << " tokens; sequences up to " << report::grouped(sequence) << " tokens at micro-batch "
-         << o.micro_batch << "\n\n";
-  } else {
-    answer["chosen"] = nullptr;
-    text << "No layout of " << space.gpus << " GPUs fits.\n\n";
-  }
-  if (o.format == "json")
+  std::vector<cli::ranked_layout> ranked;
+  for (const plan_candidate& c : r.best) ranked.push_back({c, train_argv(cmd, train, o, c)});
+  const cluster_figures f = figures_of(space.net, g);
+
+  // Counts of the rest, by reason; broken rules by rule.
+  const char* reasons[] = {"ranked", "does_not_fit", "breaks_a_rule", "batch_indivisible",
+                           "slower", "outranked"};
+  nlohmann::json counts = nlohmann::json::object(), rules = nlohmann::json::object();
+  for (std::size_t i = 0; i < rejection_count; ++i) counts[reasons[i]] = r.counts[i];
+  for (std::size_t i = 0; i < layout_rule_count; ++i)
+    if (r.rules[i] > 0) rules[to_string(static_cast<layout_rule>(i))] = r.rules[i];
+  std::ostringstream title;
+  title << "Planning " << m.name << " on " << report::grouped(p.gpus) << " x " << g.name << " | "
+        << base.setup.precision.name << " | " << base.setup.optimizer.name << " | "
+        << base.setup.finetune.name << " | global batch " << report::grouped(r.global_batch)
+        << " x " << report::grouped(o.seq_len) << " tokens";
+  char assumptions[400];
+  std::snprintf(assumptions, sizeof assumptions,
+                "Ranked by an estimated step time, not a measurement: %.0f%% of %.0f TFLOP/s%s "
+                "per GPU, %.0f GB/s within nodes of %lld GPUs%s, %.0f GB/s between nodes "
+                "(docs/planner.md). Memory per GPU is exact.",
+                100 * space.net.mfu, f.flops / space.net.mfu / 1e12,
+                f.assumed_peak ? " (an H100's: the GPU's peak is unknown)" : "", f.intra / 1e9,
+                static_cast<long long>(f.gpus_per_node),
+                f.assumed_link ? " (an H100's NVLink: the GPU's link is unknown)" : "",
+                f.inter / 1e9);
+  if (o.format == "json") {
+    nlohmann::json best = nlohmann::json::array();
+    for (const cli::ranked_layout& c : ranked) best.push_back(cli::to_json(c, g));
+    nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                          {"gpus", p.gpus},
+                          {"global_batch", r.global_batch},
+                          {"sequence", o.seq_len},
+                          {"estimate",
+                           {{"note", assumptions},
+                            {"flops_per_second", f.flops},
+                            {"intra_node_bytes_per_second", f.intra},
+                            {"inter_node_bytes_per_second", f.inter},
+                            {"gpus_per_node", f.gpus_per_node}}},
+                          {"chosen", best.empty() ? nlohmann::json(nullptr) : best[0]},
+                          {"candidates", best},
+                          {"offload_searched", r.offloaded},
+                          {"rejected", counts},
+                          {"broken_rules", rules},
+                          {"memory_evaluations", r.memory_evaluations}};
+    if (p.all) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const plan_candidate& c : listed) {
+        nlohmann::json j = cli::to_json({c, {}}, g);
+        j.erase("argv");
+        j["verdict"] = reasons[static_cast<int>(c.verdict)];
+        if (c.verdict == rejection::breaks_a_rule) j["rule"] = to_string(c.rule);
+        all.push_back(j);
+      }
+      answer["all"] = all;
+    }
     std::cout << answer.dump(2) << "\n";
-  else
-    std::cout << text.str() << (o.format == "markdown" ? "" : "Candidates evaluated:\n\n") << t
-              << (r.unlisted > 0
-                      ? "\n... and " + std::to_string(r.unlisted) + " more candidates, not listed\n"
-                      : std::string());
-  return o.check && r.chosen < 0 ? 1 : 0;
+  } else if (o.format == "svg") {
+    cli::print_plan_svg(std::cout, title.str(), ranked, g);
+  } else {
+    std::cout << (o.format == "markdown" ? "**" + title.str() + "**" : title.str()) << "\n\n"
+              << assumptions << "\n\n";
+    if (ranked.empty()) {
+      std::cout << "No layout of " << report::grouped(p.gpus) << " GPUs fits"
+                << (r.offloaded ? ", even with offload" : "") << ".\n\n";
+    } else {
+      if (r.offloaded) std::cout << "Nothing fits without offload; offloaded layouts:\n\n";
+      std::cout << cli::plan_table(ranked, g) << "\nReproduce #1: `" << joined(ranked.front().argv)
+                << "`\n\n";
+    }
+    std::cout << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << r.counts[0]
+              << ", outranked " << report::grouped(r.counts[5]) << ", does not fit "
+              << report::grouped(r.counts[1]) << ", breaks a rule " << report::grouped(r.counts[2])
+              << ", batch does not divide " << report::grouped(r.counts[3]) << ", cannot beat #"
+              << space.top << " (not evaluated) " << report::grouped(r.counts[4]) << ".\n";
+    for (std::size_t i = 0; i < layout_rule_count; ++i)
+      if (r.rules[i] > 0)
+        std::cout << "  " << to_string(static_cast<layout_rule>(i)) << ": "
+                  << report::grouped(r.rules[i]) << "\n";
+    if (p.all) {
+      report::table t({"layout", "micro-batch", "recompute", "per GPU", "step (s)", "verdict"});
+      for (const plan_candidate& c : listed)
+        t.add({cli::describe(c), std::to_string(c.micro_batch), cli::recompute_name(c.recompute),
+               c.required == bytes{} ? "-" : to_string(c.required),
+               c.time.total() > 0 ? cli::seconds(c.time.total()) : "-",
+               c.verdict == rejection::breaks_a_rule ? to_string(c.rule)
+                                                     : reasons[static_cast<int>(c.verdict)]});
+      std::cout << "\nEvery candidate:\n\n" << t;
+    }
+  }
+  return o.check && ranked.empty() ? 1 : 0;
 }
 
 int run_models(const std::string& format) {
@@ -711,20 +936,48 @@ int vramfit_cli_main(int argc, char** argv) {
   train_options plan;
   plan_options space;
   CLI::App* plan_cmd = app.add_subcommand(
-      "plan", "Search layouts (ZeRO stage, TP, PP, recompute, offload) for the cheapest that fits");
+      "plan",
+      "Search every layout of N GPUs (DP x TP x PP x CP x EP, sharding, recompute, micro-batch, "
+      "virtual stages; offload if nothing else fits) and rank those that fit by estimated step "
+      "time. Train options given fix their knob (--tp 8: only TP 8)");
   add_train_options(*plan_cmd, plan);
+  std::vector<std::string> train_names;  // the train options, for the argv of each candidate
+  for (const CLI::Option* o : plan_cmd->get_options()) train_names.push_back(long_name(*o));
   plan_cmd->add_option("--gpus", space.gpus, "GPUs every candidate uses")
       ->check(positive)
       ->capture_default_str();
-  plan_cmd->add_option("--max-tp", space.max_tp, "Largest tensor-parallel degree to try")
+  plan_cmd->add_option("--global-batch", space.global_batch,
+                       "Sequences per optimizer step (default: one per GPU)");
+  plan_cmd->add_option("--top", space.top, "How many layouts to show")->capture_default_str();
+  plan_cmd->add_flag("--all", space.all,
+                     "List every candidate with its verdict (evaluates all: slower)");
+  plan_cmd
+      ->add_option("--max-tp", space.max_tp,
+                   "Largest tensor-parallel degree (default: the GPUs of a node)")
+      ->check(positive);
+  plan_cmd->add_option("--max-pp", space.max_pp, "Largest pipeline degree (default: the layers)")
+      ->check(positive);
+  plan_cmd->add_option("--max-cp", space.max_cp, "Largest context-parallel degree")
+      ->check(positive);
+  plan_cmd->add_flag("--no-offload", space.no_offload, "Never offload to the host");
+  plan_cmd->add_option("--sharding", space.sharding,
+                       "Sharding to search: deepspeed (default), megatron, fsdp or any");
+  plan_cmd->add_option("--gpus-per-node", space.net.gpus_per_node, "GPUs per node")
       ->check(positive)
       ->capture_default_str();
-  plan_cmd->add_option("--max-pp", space.max_pp, "Largest pipeline degree to try")
-      ->check(positive)
+  plan_cmd->add_option("--intra-bw", space.net.intra_node_gb_per_s,
+                       "GB/s per GPU and direction within a node (default: the GPU's link)");
+  plan_cmd
+      ->add_option("--inter-bw", space.net.inter_node_gb_per_s,
+                   "GB/s per GPU and direction between nodes")
       ->capture_default_str();
-  plan_cmd->add_flag("--no-offload", space.no_offload, "Do not try optimizer offload");
-  plan_cmd->add_option("--sharding", space.sharding, "deepspeed (ZeRO) or fsdp")
+  plan_cmd
+      ->add_option("--host-bw", space.net.host_gb_per_s, "GB/s per GPU to the host, for offload")
       ->capture_default_str();
+  plan_cmd->add_option("--mfu", space.net.mfu, "Fraction of the peak FLOP/s the matmuls reach")
+      ->capture_default_str();
+  plan_cmd->add_option("--peak-tflops", space.net.peak_tflops,
+                       "Dense 16-bit TFLOP/s per GPU (default: the GPU's datasheet figure)");
   infer_options infer;
   CLI::App* infer_cmd =
       app.add_subcommand("infer", "Memory per GPU of inference: weights, KV cache, working memory");
@@ -743,7 +996,7 @@ int vramfit_cli_main(int argc, char** argv) {
     app.parse(argc, argv);
     if (train_cmd->parsed()) return run_train(train);
     if (infer_cmd->parsed()) return run_infer(infer);
-    if (plan_cmd->parsed()) return run_plan(plan, space);
+    if (plan_cmd->parsed()) return run_plan(*plan_cmd, train_names, plan, space);
     if (models_cmd->parsed()) return run_models(list_format);
     if (gpus_cmd->parsed()) return run_gpus(list_format);
   } catch (const CLI::CallForHelp& e) {

@@ -20,6 +20,12 @@ struct gpu {
   bytes capacity{};  ///< total device memory as the driver reports it
   gpu_generation generation = gpu_generation::hopper;
   char source[96] = {};
+  /// Dense 16-bit tensor-core peak (bf16; fp16 on Volta), TFLOP/s; 0: unknown. For the planner's
+  /// step-time estimate only, never for memory.
+  std::int64_t dense_tflops = 0;
+  /// GPU-to-GPU bandwidth inside a node, GB/s per direction (NVLink, Infinity Fabric, or PCIe
+  /// where the part has no such link); 0: unknown.
+  std::int64_t link_gb_per_s = 0;
 };
 
 template <class T>
@@ -38,24 +44,29 @@ namespace gpus {
 // clang-format off
 // nvidia-smi "Total" readings (MiB) as published in the issues cited; MI300X in bytes from
 // rocm-smi; the rest (marked "nominal") are vendor capacities without a driver reading found.
-struct h100_80gb : gpu_type<gpu{"H100 80GB SXM", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, modal-client#2797)"}> {};
-struct h100_pcie : gpu_type<gpu{"H100 80GB PCIe", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB as the SXM part (modal-client#2797: H100)"}> {};
-struct h100_96gb : gpu_type<gpu{"H100 96GB", 96 * GiB, gpu_generation::hopper, "nominal 96 GiB HBM3 (no driver reading found)"}> {};
-struct h100_nvl : gpu_type<gpu{"H100 NVL 94GB", bytes{99'961'274'368}, gpu_generation::hopper, "driver total 99961274368 B (fastfetch-cli/fastfetch#1658)"}> {};
-struct h200 : gpu_type<gpu{"H200 141GB", 143771 * MiB, gpu_generation::hopper, "nvidia-smi 143771MiB (public H200 nvidia-smi logs)"}> {};
-struct a100_80gb : gpu_type<gpu{"A100 80GB", 81920 * MiB, gpu_generation::ampere, "nvidia-smi 81920MiB (modal-client#2797)"}> {};
-struct a100_40gb : gpu_type<gpu{"A100 40GB", 40960 * MiB, gpu_generation::ampere, "nvidia-smi 40960MiB (modal-client#2797)"}> {};
-struct l40s : gpu_type<gpu{"L40S 48GB", 46068 * MiB, gpu_generation::ada, "nvidia-smi 46068MiB (modal-client#2797)"}> {};
-struct l4 : gpu_type<gpu{"L4 24GB", 23034 * MiB, gpu_generation::ada, "nvidia-smi 23034MiB (modal-client#2797)"}> {};
-struct rtx_a6000 : gpu_type<gpu{"RTX A6000 48GB", 49140 * MiB, gpu_generation::ampere, "nvidia-smi 49140MiB (public RTX A6000 nvidia-smi logs)"}> {};
-struct rtx_4090 : gpu_type<gpu{"RTX 4090 24GB", 24564 * MiB, gpu_generation::ada, "nvidia-smi 24564MiB (RLinf/RLinf#255)"}> {};
-struct rtx_3090 : gpu_type<gpu{"RTX 3090 24GB", 24576 * MiB, gpu_generation::ampere, "nvidia-smi 24576MiB (noonghunna/club-3090#1129)"}> {};
-struct v100_16gb : gpu_type<gpu{"V100 16GB", 16 * GiB, gpu_generation::volta, "nominal 16 GiB (no driver reading found)"}> {};
-struct v100_32gb : gpu_type<gpu{"V100 32GB", 32 * GiB, gpu_generation::volta, "nominal 32 GiB (no driver reading found)"}> {};
-struct mi300x : gpu_type<gpu{"MI300X 192GB", bytes{206'141'652'992}, gpu_generation::cdna, "rocm-smi VRAM Total 206141652992 B (ROCm legacy-rocm-build#4750)"}> {};
-struct mi250x_gcd : gpu_type<gpu{"MI250X (one GCD) 64GB", 64 * GiB, gpu_generation::cdna, "nominal 128 GB per MI250X = two 64 GiB GCDs"}> {};
-struct gaudi2 : gpu_type<gpu{"Gaudi 2 96GB", 96 * GiB, gpu_generation::gaudi, "nominal 96 GB HBM2E (Intel spec)"}> {};
-struct gaudi3 : gpu_type<gpu{"Gaudi 3 128GB", 128 * GiB, gpu_generation::gaudi, "nominal 128 GB HBM2E (Intel spec)"}> {};
+// The last two numbers (dense 16-bit TFLOP/s, intra-node GB/s per direction) are datasheet figures:
+// NVIDIA's H100/H200/A100/L40S/L4/A6000/V100 datasheets (dense, no sparsity; torchtitan's
+// get_peak_flops uses the same 989/756/312), the Ada and GA102 whitepapers for the 4090 and 3090
+// (fp32 accumulate), AMD's MI300X and MI250X (half of the OAM) datasheets, Intel's Gaudi 3
+// whitepaper; PCIe parts get their x16 link (Gen5 64, Gen4 32 GB/s). Gaudi 2: not found (0).
+struct h100_80gb : gpu_type<gpu{"H100 80GB SXM", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, modal-client#2797)", 989, 450}> {};
+struct h100_pcie : gpu_type<gpu{"H100 80GB PCIe", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB as the SXM part (modal-client#2797: H100)", 756, 64}> {};
+struct h100_96gb : gpu_type<gpu{"H100 96GB", 96 * GiB, gpu_generation::hopper, "nominal 96 GiB HBM3 (no driver reading found)", 989, 450}> {};
+struct h100_nvl : gpu_type<gpu{"H100 NVL 94GB", bytes{99'961'274'368}, gpu_generation::hopper, "driver total 99961274368 B (fastfetch-cli/fastfetch#1658)", 835, 300}> {};
+struct h200 : gpu_type<gpu{"H200 141GB", 143771 * MiB, gpu_generation::hopper, "nvidia-smi 143771MiB (public H200 nvidia-smi logs)", 989, 450}> {};
+struct a100_80gb : gpu_type<gpu{"A100 80GB", 81920 * MiB, gpu_generation::ampere, "nvidia-smi 81920MiB (modal-client#2797)", 312, 300}> {};
+struct a100_40gb : gpu_type<gpu{"A100 40GB", 40960 * MiB, gpu_generation::ampere, "nvidia-smi 40960MiB (modal-client#2797)", 312, 300}> {};
+struct l40s : gpu_type<gpu{"L40S 48GB", 46068 * MiB, gpu_generation::ada, "nvidia-smi 46068MiB (modal-client#2797)", 362, 32}> {};
+struct l4 : gpu_type<gpu{"L4 24GB", 23034 * MiB, gpu_generation::ada, "nvidia-smi 23034MiB (modal-client#2797)", 121, 32}> {};
+struct rtx_a6000 : gpu_type<gpu{"RTX A6000 48GB", 49140 * MiB, gpu_generation::ampere, "nvidia-smi 49140MiB (public RTX A6000 nvidia-smi logs)", 155, 32}> {};
+struct rtx_4090 : gpu_type<gpu{"RTX 4090 24GB", 24564 * MiB, gpu_generation::ada, "nvidia-smi 24564MiB (RLinf/RLinf#255)", 165, 32}> {};
+struct rtx_3090 : gpu_type<gpu{"RTX 3090 24GB", 24576 * MiB, gpu_generation::ampere, "nvidia-smi 24576MiB (noonghunna/club-3090#1129)", 71, 32}> {};
+struct v100_16gb : gpu_type<gpu{"V100 16GB", 16 * GiB, gpu_generation::volta, "nominal 16 GiB (no driver reading found)", 125, 150}> {};
+struct v100_32gb : gpu_type<gpu{"V100 32GB", 32 * GiB, gpu_generation::volta, "nominal 32 GiB (no driver reading found)", 125, 150}> {};
+struct mi300x : gpu_type<gpu{"MI300X 192GB", bytes{206'141'652'992}, gpu_generation::cdna, "rocm-smi VRAM Total 206141652992 B (ROCm legacy-rocm-build#4750)", 1307, 448}> {};
+struct mi250x_gcd : gpu_type<gpu{"MI250X (one GCD) 64GB", 64 * GiB, gpu_generation::cdna, "nominal 128 GB per MI250X = two 64 GiB GCDs", 191, 100}> {};
+struct gaudi2 : gpu_type<gpu{"Gaudi 2 96GB", 96 * GiB, gpu_generation::gaudi, "nominal 96 GB HBM2E (Intel spec)", 0, 0}> {};
+struct gaudi3 : gpu_type<gpu{"Gaudi 3 128GB", 128 * GiB, gpu_generation::gaudi, "nominal 128 GB HBM2E (Intel spec)", 1835, 600}> {};
 // clang-format on
 }  // namespace gpus
 

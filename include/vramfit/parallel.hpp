@@ -186,8 +186,10 @@ enum class layout_rule : unsigned char {
   expert_parallel_must_divide_experts,
   expert_parallel_must_divide_data_times_context,
   deepspeed_forbids_zero2_or_3_with_pipeline_parallel,
-  parameter_offload_needs_zero3,
+  parameter_offload_needs_zero3,  // the last: layout_rule_count follows it
 };
+inline constexpr std::size_t layout_rule_count =
+    static_cast<std::size_t>(layout_rule::parameter_offload_needs_zero3) + 1;
 
 /// The first rule a layout breaks for a model, with its numbers.
 struct layout_violation {
@@ -262,7 +264,7 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
 
 /// The rule in a few words, for reports.
 constexpr const char* to_string(layout_rule r) {
-  constexpr const char* text[] = {
+  constexpr const char* text[layout_rule_count] = {
       "valid",
       "a parallel degree is not positive",
       "more GPUs than the world-size limit",

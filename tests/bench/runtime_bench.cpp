@@ -54,14 +54,34 @@ void sweep(benchmark::State& state) {
 }
 BENCHMARK(sweep);
 
-void layout_search(benchmark::State& state) {
-  training_plan_value plan = llama;
+/// The whole layout search (DeepSpeed's sharding, every degree, recompute, micro-batch and
+/// virtual stage count) for a model on N H100s, sequence 8192: time per search and memory
+/// evaluations per second.
+void search_on(benchmark::State& state, const model& m, std::int64_t gpus) {
+  training_plan_value plan{training{m, mixed<bf16>::value, adamw<>::value},
+                           activation_options{.sequence = 8192}};
+  std::int64_t evaluations = 0;
   for (auto _ : state) {
     benchmark::DoNotOptimize(plan);
-    benchmark::DoNotOptimize(search_layouts(plan, gpus::h100_80gb::value, {.gpus = 8}));
+    const search_result r = search_layouts(plan, gpus::h100_80gb::value, {.gpus = gpus});
+    evaluations += r.memory_evaluations;
+    benchmark::DoNotOptimize(r);
   }
+  state.counters["evaluations/s"] =
+      benchmark::Counter(static_cast<double>(evaluations), benchmark::Counter::kIsRate);
 }
-BENCHMARK(layout_search);
+void layout_search_8(benchmark::State& state) {
+  search_on(state, models::llama_3_8b::value, 8);
+}
+BENCHMARK(layout_search_8)->Unit(benchmark::kMillisecond);
+void layout_search_405b_16384(benchmark::State& state) {
+  search_on(state, models::llama_3_1_405b::value, 16384);
+}
+BENCHMARK(layout_search_405b_16384)->Unit(benchmark::kMillisecond);
+void layout_search_671b_16384(benchmark::State& state) {
+  search_on(state, models::deepseek_v3::value, 16384);
+}
+BENCHMARK(layout_search_671b_16384)->Unit(benchmark::kMillisecond);
 
 void inference_max_batch(benchmark::State& state) {
   model m = models::llama_3_8b::value;

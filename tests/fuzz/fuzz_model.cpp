@@ -7,6 +7,7 @@
 // invariant is a defect. See docs/robustness.md.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -606,21 +607,31 @@ void run(FuzzedDataProvider& in) {
   });
   attempt([&] {
     search_space space{};
-    space.gpus = degree(in);
+    space.gpus = std::min<i64>(degree(in), 4096);  // the search's cost grows with the divisors
+    space.global_batch = in.ConsumeBool() ? 0 : count(in);
     space.max_tensor = degree(in);
     space.max_pipeline = degree(in);
     space.try_offload = in.ConsumeBool();
-    space.sharding = pick_enum<shard_implementation>(in, 3);
-    note("search_layouts gpus %lld max_tensor %lld max_pipeline %lld offload %d sharding %d\n",
-         ll(space.gpus), ll(space.max_tensor), ll(space.max_pipeline), int(space.try_offload),
-         int(space.sharding));
+    space.sharding = pick_enum<sharding_family>(in, 3);
+    space.zero = in.ConsumeIntegralInRange<int>(-1, 3);
+    space.top =
+        static_cast<std::size_t>(in.ConsumeIntegralInRange<int>(0, 40));  // 0 and > 32: errors
+    note(
+        "search_layouts gpus %lld batch %lld max_tensor %lld max_pipeline %lld offload %d "
+        "sharding %d zero %d top %zu\n",
+        ll(space.gpus), ll(space.global_batch), ll(space.max_tensor), ll(space.max_pipeline),
+        int(space.try_offload), int(space.sharding), space.zero, space.top);
     const search_result r = search_layouts(plan, g, space);
-    expect(r.chosen >= -1 && r.chosen < static_cast<i64>(r.candidates.size()),
-           "the chosen candidate is out of range");
-    if (r.chosen >= 0) {
-      const candidate& c = r.candidates[static_cast<std::size_t>(r.chosen)];
-      expect(c.verdict == rejection::chosen && c.required <= g.capacity,
-             "the chosen candidate does not fit");
+    i64 counted = 0;
+    for (const i64 c : r.counts) counted += c;
+    expect(counted == r.candidates() && r.best.size() <= search_result::max_top,
+           "the search's counts do not add up");
+    for (std::size_t i = 0; i < r.best.size(); ++i) {
+      const plan_candidate& c = r.best[i];
+      expect(c.required <= g.capacity && c.layout.world() == space.gpus,
+             "a ranked candidate does not fit or does not use every GPU");
+      expect(i == 0 || !(c.time.total() < r.best[i - 1].time.total()),
+             "the ranked candidates are out of order");
     }
   });
 

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: MIT
+// `vramfit plan`: the ranked layouts as a table, Markdown, JSON, or an SVG of memory per GPU
+// against estimated throughput. Display only: the search is layout_search.hpp.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+#include <vramfit/layout_search.hpp>
+
+#include "render.hpp"
+
+namespace vramfit::cli {
+
+/// A ranked candidate and the `vramfit train` arguments that reproduce its memory.
+struct ranked_layout {
+  plan_candidate c;
+  std::vector<std::string> argv;
+};
+
+/// The sharding as the JSON names it.
+inline const char* sharding_name(const layout& l) {
+  switch (l.implementation) {
+    case shard_implementation::fsdp:
+      if (l.zero == sharding::zero2) return "fsdp-grad-op";
+      if (l.zero == sharding::zero3) return l.shard_group > 0 ? "fsdp-hybrid" : "fsdp-full";
+      break;
+    case shard_implementation::megatron:
+      if (l.zero == sharding::zero1) return "megatron-distributed-optimizer";
+      break;
+    case shard_implementation::deepspeed:
+    case shard_implementation::paper: {
+      constexpr const char* stages[] = {"none", "zero-1", "zero-2", "zero-3"};
+      return stages[static_cast<int>(l.zero)];
+    }
+  }
+  return "none";
+}
+
+inline const char* offload_name(const layout& l) {
+  return l.parameter_offload != offload_target::none   ? "all"
+         : l.optimizer_offload != offload_target::none ? "optimizer"
+                                                       : "none";
+}
+
+inline const char* recompute_name(recompute_kind r) {
+  constexpr const char* names[] = {"none", "selective", "full"};
+  return names[static_cast<int>(r)];
+}
+
+/// "DP 8 ZeRO-1, TP 2+SP, PP 64 x 2 chunks, CP 16, EP 8".
+inline std::string describe(const plan_candidate& c) {
+  const layout& l = c.layout;
+  std::string s = "DP " + std::to_string(l.data);
+  const std::string sharding = sharding_name(l);
+  if (sharding != "none") s += " " + sharding;
+  if (l.shard_group > 0) s += " (groups of " + std::to_string(l.shard_group) + ")";
+  if (l.tensor > 1) s += ", TP " + std::to_string(l.tensor) + (l.sequence ? "+SP" : "");
+  if (l.pipeline > 1) s += ", PP " + std::to_string(l.pipeline);
+  if (c.virtual_stages > 1) s += " x " + std::to_string(c.virtual_stages) + " chunks";
+  if (l.context > 1) s += ", CP " + std::to_string(l.context);
+  if (l.expert > 1) s += ", EP " + std::to_string(l.expert);
+  if (l.optimizer_offload != offload_target::none) s += std::string(", offload ") + offload_name(l);
+  return s;
+}
+
+inline std::string seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", s);
+  return text;
+}
+
+inline nlohmann::json to_json(const ranked_layout& r, const gpu& g) {
+  const plan_candidate& c = r.c;
+  const layout& l = c.layout;
+  const step_time& t = c.time;
+  return {{"layout",
+           {{"dp", l.data},
+            {"tp", l.tensor},
+            {"sequence_parallel", l.sequence},
+            {"pp", l.pipeline},
+            {"virtual_stages", c.virtual_stages},
+            {"cp", l.context},
+            {"ep", l.expert},
+            {"sharding", sharding_name(l)},
+            {"shard_group", l.shard_group},
+            {"recompute", recompute_name(c.recompute)},
+            {"micro_batch", c.micro_batch},
+            {"micro_batches", c.micro_batches},
+            {"offload", offload_name(l)}}},
+          {"required", c.required.count},
+          {"headroom", (g.capacity - c.required).count},
+          {"step_time",
+           {{"total", t.total()},
+            {"compute", t.compute},
+            {"bubble", t.bubble},
+            {"tensor", t.tensor},
+            {"context", t.context},
+            {"expert", t.expert},
+            {"pipeline", t.pipeline},
+            {"data", t.data},
+            {"offload", t.offload}}},
+          {"tokens_per_second", c.tokens_per_second},
+          {"argv", r.argv}};
+}
+
+inline report::table plan_table(const std::vector<ranked_layout>& ranked, const gpu& g) {
+  report::table t({"#", "layout", "micro-batch", "recompute", "per GPU", "headroom",
+                   "step (s, estimate)", "tokens/s (estimate)"});
+  int i = 0;
+  for (const ranked_layout& r : ranked) {
+    const plan_candidate& c = r.c;
+    t.add({std::to_string(++i), describe(c),
+           std::to_string(c.micro_batch) + " x " + std::to_string(c.micro_batches),
+           recompute_name(c.recompute), to_string(c.required), to_string(g.capacity - c.required),
+           seconds(c.time.total()),
+           report::grouped(static_cast<std::int64_t>(std::llround(c.tokens_per_second)))});
+  }
+  return t;
+}
+
+/// Memory per GPU (y) against estimated tokens per second (x) for the ranked layouts, numbered by
+/// rank, with the GPU's capacity.
+inline void print_plan_svg(std::ostream& out, const std::string& title,
+                           const std::vector<ranked_layout>& ranked, const gpu& g) {
+  const double left = 80, right = 30, height = 300, width = 720;
+  const double top = 40 + 20 * static_cast<double>(svg::wrap(title).size());
+  double most = static_cast<double>(g.capacity.count), fastest = 0, slowest = 0;
+  for (const ranked_layout& r : ranked) {
+    fastest = std::max(fastest, r.c.tokens_per_second);
+    slowest = slowest == 0 ? r.c.tokens_per_second : std::min(slowest, r.c.tokens_per_second);
+  }
+  const double step = svg::tick_step(most);
+  const double ticks = std::ceil(most / step);
+  most = ticks * step;
+  const double span = fastest > slowest ? fastest - slowest : 1;
+  auto x_of = [&](double v) {
+    return left + 20 + (width - left - right - 40) * (v - slowest) / span;
+  };
+  auto y_of = [&](double b) { return top + height - height * b / most; };
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
+      << top + height + 60 << "\" font-family=\"sans-serif\" font-size=\"13\">\n<title>"
+      << svg::escape(title) << "</title>\n";
+  svg::title(out, title, left);
+  out << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
+      << top + height << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << top + height
+      << "\" x2=\"" << width - right << "\" y2=\"" << top + height << "\" stroke=\"#000\"/>\n";
+  for (double tick = 0; tick <= ticks; ++tick)
+    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(step * tick) + 4
+        << "\" text-anchor=\"end\">"
+        << svg::escape(to_string(bytes{static_cast<std::int64_t>(step * tick)}, GiB))
+        << "</text>\n";
+  for (const double v : {slowest, fastest})
+    out << "<text x=\"" << x_of(v) << "\" y=\"" << top + height + 18 << "\" text-anchor=\"middle\">"
+        << report::grouped(std::llround(v)) << "</text>\n";
+  int rank = 0;
+  for (const ranked_layout& r : ranked) {
+    const double x = x_of(r.c.tokens_per_second);
+    const double y = y_of(static_cast<double>(r.c.required.count));
+    ++rank;
+    out << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"5\" fill=\"" << svg::colors[0]
+        << "\"><title>#" << rank << " " << svg::escape(describe(r.c)) << ": "
+        << svg::escape(to_string(r.c.required)) << ", "
+        << report::grouped(std::llround(r.c.tokens_per_second))
+        << " tokens/s</title></circle>\n<text x=\"" << x + 7 << "\" y=\"" << y - 7 << "\">" << rank
+        << "</text>\n";
+  }
+  const double cap = y_of(static_cast<double>(g.capacity.count));
+  out << "<line x1=\"" << left << "\" y1=\"" << cap << "\" x2=\"" << width - right << "\" y2=\""
+      << cap << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << width - right
+      << "\" y=\"" << cap - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">" << svg::escape(g.name)
+      << " capacity " << svg::escape(to_string(g.capacity)) << "</text>\n<text x=\""
+      << (left + width - right) / 2 << "\" y=\"" << top + height + 44
+      << "\" text-anchor=\"middle\">tokens per second (estimate)</text>\n</svg>\n";
+}
+
+}  // namespace vramfit::cli

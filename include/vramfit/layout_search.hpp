@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: MIT
+// The layout search: every way to lay a training job over N GPUs (data x tensor x pipeline x
+// context, experts within data x context; ZeRO/FSDP sharding; virtual pipeline stages; recompute;
+// micro-batch; offload as a last resort), each checked for memory exactly and ranked by the
+// step-time estimate of step_time.hpp. Constexpr, streaming: it keeps the best k and counts the
+// rest by why they lost.
+#pragma once
+
+#include <cstdint>
+
+#include "detail/static_vector.hpp"
+#include "fit.hpp"
+#include "step_time.hpp"
+
+namespace vramfit {
+
+/// The largest micro-batch the search tries, and the most sizes it tries per layout: the smallest
+/// 512 divisors of the replica's batch (only a batch with more divisors below 4,096 loses some).
+inline constexpr std::int64_t max_micro_batch_searched = 4096;
+inline constexpr std::size_t max_micro_batches = 512;
+/// The largest global batch, in sequences: its divisors are found by trial division.
+inline constexpr std::int64_t max_global_batch = std::int64_t{1} << 30;
+
+/// Which sharding implementations the search tries.
+enum class sharding_family : unsigned char {
+  deepspeed,  ///< DDP, ZeRO-1, ZeRO-2, ZeRO-3 (DeepSpeed's buffers; no ZeRO-2/3 with PP)
+  megatron,   ///< DDP, Megatron-LM's distributed optimizer
+  fsdp,       ///< DDP, FSDP SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD over every shard group
+  any,        ///< all of the above
+};
+
+/// What the search may vary. A positive degree fixes that knob; 0 searches it within its bound.
+struct search_space {
+  std::int64_t gpus = 8;          ///< every candidate uses all of them
+  std::int64_t global_batch = 0;  ///< sequences per optimizer step; 0: one per GPU
+  std::int64_t data = 0, tensor = 0, pipeline = 0, context = 0, expert = 0;
+  std::int64_t virtual_stages = 0;  ///< model chunks per pipeline rank (interleaved 1F1B)
+  std::int64_t micro_batch = 0;
+  std::int64_t max_tensor = 0;    ///< 0: the GPUs of a node (TP across nodes is never faster)
+  std::int64_t max_pipeline = 0;  ///< 0: the model's layers
+  std::int64_t max_context = 0;   ///< 0: as far as the sequence divides
+  sharding_family sharding = sharding_family::deepspeed;
+  int zero = -1;                  ///< a fixed sharding stage 0-3; -1: every stage of the family
+  int recompute = -1;             ///< a fixed recompute_kind; -1: none, selective and full
+  std::int64_t shard_group = 0;   ///< a fixed hybrid FSDP shard group; 0: every proper one
+  bool sequence_parallel = true;  ///< Megatron SP with every TP degree the sequence divides by
+  bool try_offload = true;        ///< optimizer (and ZeRO-3 weight) offload when nothing else fits
+  cluster net{};
+  std::size_t top = 10;  ///< candidates kept, fastest first: 1 to search_result::max_top
+  bool prune = true;     ///< skip candidates whose best possible time cannot reach the top
+};
+
+/// Why a candidate is not among the best.
+enum class rejection : unsigned char {
+  ranked,             ///< kept: among the best `top`, or listed for --all
+  does_not_fit,       ///< needs more memory than the GPU has even at micro-batch 1
+  breaks_a_rule,      ///< a layout rule (check_layout), e.g. TP must divide the heads
+  batch_indivisible,  ///< the global batch does not split into its micro-batches and replicas
+  slower,             ///< its best possible time is beyond the k-th best: not evaluated
+  outranked,          ///< evaluated and fits, but k faster ones were found
+};
+inline constexpr std::size_t rejection_count = 6;
+
+/// One layout of the search, with its memory and estimated time.
+struct plan_candidate {
+  vramfit::layout layout{};
+  recompute_kind recompute = recompute_kind::none;
+  std::int64_t micro_batch = 1;
+  std::int64_t micro_batches = 1;   ///< per step and data-parallel replica
+  std::int64_t virtual_stages = 1;  ///< 1: plain 1F1B
+  bytes required{};                 ///< the most loaded rank's peak with runtime overheads
+  step_time time{};
+  double tokens_per_second = 0;
+  rejection verdict = rejection::ranked;
+  layout_rule rule = layout_rule::none;  ///< for breaks_a_rule
+};
+
+/// The best candidates, fastest first, and the count of every other one by reason.
+struct search_result {
+  /// The most candidates a result keeps (the largest search_space::top).
+  static constexpr std::size_t max_top = 32;
+  detail::static_vector<plan_candidate, max_top> best{};
+  std::int64_t counts[rejection_count] = {};   ///< by rejection, ranked ones included
+  std::int64_t rules[layout_rule_count] = {};  ///< breaks_a_rule, by rule
+  std::int64_t memory_evaluations = 0;         ///< fit() calls
+  bool offloaded = false;  ///< nothing fit without offload: offloaded layouts were searched
+  std::int64_t global_batch = 0;
+
+  [[nodiscard]] constexpr bool found() const { return !best.empty(); }
+  [[nodiscard]] constexpr std::int64_t candidates() const {
+    std::int64_t n = 0;
+    for (const std::int64_t c : counts) n += c;
+    return n;
+  }
+};
+
+namespace detail {
+
+namespace rules {
+[[noreturn]] inline void searched_gpus_must_be_in_range(std::int64_t gpus, std::int64_t limit) {
+  raise("the GPUs to search must be between 1 and " + str(limit) + ", got " + str(gpus));
+}
+[[noreturn]] inline void ranked_count_must_be_in_range(std::size_t top, std::size_t limit) {
+  raise("the layouts to rank must be between 1 and " + std::to_string(limit) + ", got " +
+        std::to_string(top));
+}
+[[noreturn]] inline void global_batch_must_be_in_range(std::int64_t batch, std::int64_t limit) {
+  raise("the global batch must be between 1 and " + str(limit) +
+        " sequences (0: one per GPU), got " + str(batch));
+}
+}  // namespace rules
+
+/// Calls visit(d) for every divisor d of n up to `limit`, ascending, by trial division: 2·sqrt(n)
+/// steps (8,192 for the largest world, 65,536 for the largest global batch).
+template <class Visit>
+constexpr void for_each_divisor(std::int64_t n, std::int64_t limit, Visit visit) {
+  std::int64_t root = 1;
+  while ((root + 1) * (root + 1) <= n) ++root;
+  for (std::int64_t i = 1; i <= root && i <= limit; ++i)
+    if (n % i == 0) visit(i);
+  for (std::int64_t i = root; i >= 1; --i)  // the cofactors above sqrt(n), ascending
+    if (n % i == 0 && n / i != i && n / i <= limit) visit(n / i);
+}
+
+/// Whether candidate a is preferred to b: faster, then less memory, then less model parallelism.
+constexpr bool ranks_before(const plan_candidate& a, const plan_candidate& b) {
+  const double ta = a.time.total(), tb = b.time.total();
+  if (ta != tb) return ta < tb;
+  if (a.required != b.required) return a.required < b.required;
+  const std::int64_t ma = a.layout.tensor * a.layout.pipeline * a.layout.context;
+  const std::int64_t mb = b.layout.tensor * b.layout.pipeline * b.layout.context;
+  return ma < mb;
+}
+
+struct ignore_candidate {
+  constexpr void operator()(const plan_candidate&) const {}
+};
+struct ignore_progress {
+  constexpr void operator()(std::int64_t, std::int64_t) const {}
+};
+
+/// A positive fixed value, else a positive bound, else the fallback.
+constexpr std::int64_t bound_of(std::int64_t fixed, std::int64_t max, std::int64_t fallback) {
+  return fixed > 0 ? fixed : max > 0 ? max : fallback;
+}
+constexpr bool allowed(std::int64_t fixed, std::int64_t value) {
+  return fixed <= 0 || fixed == value;
+}
+
+/// The search, one level per member: parallel structure, sharding, virtual stages and recompute,
+/// micro-batch.
+template <class Listed, class Progress>
+class layout_searcher {
+ public:
+  constexpr layout_searcher(const training_plan_value& plan, const gpu& g,
+                            const search_space& space, Listed& listed, Progress& progress)
+      : plan_(plan),
+        m_(plan.setup.model),
+        g_(g),
+        space_(space),
+        listed_(listed),
+        progress_(progress) {
+    const std::int64_t n = space.gpus;
+    if (n <= 0 || n > max_world_size) rules::searched_gpus_must_be_in_range(n, max_world_size);
+    net_ = figures_of(space.net, g);
+    r_.global_batch = space.global_batch > 0 ? space.global_batch : n;
+    if (space.global_batch < 0 || r_.global_batch > max_global_batch)
+      rules::global_batch_must_be_in_range(space.global_batch, max_global_batch);
+    if (space.top == 0 || space.top > search_result::max_top)
+      rules::ranked_count_must_be_in_range(space.top, search_result::max_top);
+    top_ = space.top;
+    work_ = work_of(plan.setup, plan.batch.sequence);
+  }
+
+  constexpr search_result run() {
+    std::int64_t structures = 0, done = 0;
+    for_each_structure([&](const layout&) { ++structures; });
+    for (const bool offloaded : {false, true}) {
+      if (offloaded && (r_.found() || !space_.try_offload)) break;
+      r_.offloaded = offloaded;
+      for_each_structure([&](const layout& l) {
+        progress_(done++, offloaded ? 2 * structures : structures);
+        structure(l, offloaded);
+      });
+    }
+    return r_;
+  }
+
+ private:
+  /// Every tp | n (up to the bound), pp | n/tp, cp | n/(tp·pp), dp the rest, ep | dp·cp.
+  template <class Visit>
+  constexpr void for_each_structure(Visit visit) const {
+    const search_space& s = space_;
+    const std::int64_t n = s.gpus;
+    for_each_divisor(n, bound_of(s.tensor, s.max_tensor, s.net.gpus_per_node), [&](auto tp) {
+      if (!allowed(s.tensor, tp)) return;
+      for_each_divisor(n / tp, bound_of(s.pipeline, s.max_pipeline, m_.layers), [&](auto pp) {
+        if (!allowed(s.pipeline, pp)) return;
+        for_each_divisor(n / (tp * pp), bound_of(s.context, s.max_context, n), [&](auto cp) {
+          const std::int64_t dp = n / (tp * pp * cp);
+          // CP splits the sequence (activations.hpp's rule): only degrees that divide it.
+          if (!allowed(s.context, cp) || !allowed(s.data, dp) || plan_.batch.sequence % cp != 0)
+            return;
+          for_each_divisor(dp * cp, m_.is_moe() ? m_.moe.routed_experts : 1, [&](auto ep) {
+            if (!allowed(s.expert, ep)) return;
+            layout l{};
+            l.data = dp;
+            l.tensor = tp;
+            l.pipeline = pp;
+            l.context = cp;
+            l.expert = ep;
+            l.sequence = s.sequence_parallel && tp > 1 && (plan_.batch.sequence / cp) % tp == 0;
+            visit(l);
+          });
+        });
+      });
+    });
+  }
+
+  constexpr void structure(const layout& l, bool offloaded) {
+    plan_candidate c{};
+    c.layout = l;
+    if (const layout_violation v = check_layout(l, m_); v.rule != layout_rule::none) {
+      c.rule = v.rule;
+      return reject(c, rejection::breaks_a_rule);
+    }
+    if (r_.global_batch % l.data != 0) return reject(c, rejection::batch_indivisible);
+    const std::int64_t per_replica = r_.global_batch / l.data;
+    detail::static_vector<std::int64_t, max_micro_batches> sizes{};
+    for_each_divisor(per_replica, bound_of(space_.micro_batch, 0, max_micro_batch_searched),
+                     [&](std::int64_t b) {
+                       if (allowed(space_.micro_batch, b) && sizes.size() < max_micro_batches)
+                         sizes.push_back(b);
+                     });
+    const auto shard = [&](sharding stage, shard_implementation impl, std::int64_t group) {
+      if (space_.zero >= 0 && space_.zero != static_cast<int>(stage)) return;
+      // Nothing to shard over, unless ZeRO-Offload moves a single GPU's optimizer to the host.
+      if (stage != sharding::none && l.data * l.context == 1 && !offloaded) return;
+      if (offloaded && stage == sharding::none) return;
+      plan_candidate s = c;
+      s.layout.zero = stage;
+      s.layout.implementation = impl;
+      s.layout.shard_group = group;
+      if (offloaded) {
+        s.layout.optimizer_offload = offload_target::cpu;
+        if (stage == sharding::zero3) s.layout.parameter_offload = offload_target::cpu;
+      }
+      sharded(s, per_replica, sizes);
+    };
+    using enum shard_implementation;
+    const sharding_family f = space_.sharding;
+    const bool any = f == sharding_family::any;
+    shard(sharding::none, layout{}.implementation, 0);  // plain DDP, as `train` without --zero
+    if (f == sharding_family::deepspeed || any)
+      for (const sharding s : {sharding::zero1, sharding::zero2, sharding::zero3})
+        shard(s, deepspeed, 0);
+    if (f == sharding_family::megatron || any) shard(sharding::zero1, megatron, 0);
+    if (f == sharding_family::fsdp || any) {
+      if (space_.shard_group == 0) {
+        shard(sharding::zero2, fsdp, 0);
+        shard(sharding::zero3, fsdp, 0);
+      }
+      // Hybrid sharding: every proper shard group of the data-parallel ranks.
+      for_each_divisor(l.data, l.data - 1, [&](std::int64_t group) {
+        if (group > 1 && allowed(space_.shard_group, group)) shard(sharding::zero3, fsdp, group);
+      });
+    }
+  }
+
+  /// One sharding of a structure: each virtual-stage count and recompute policy; the fastest
+  /// of them competes for the top, the others count as outranked.
+  constexpr void sharded(plan_candidate c, std::int64_t per_replica,
+                         const detail::static_vector<std::int64_t, max_micro_batches>& sizes) {
+    if (const layout_violation v = check_layout(c.layout, m_); v.rule != layout_rule::none) {
+      c.rule = v.rule;
+      return reject(c, rejection::breaks_a_rule);
+    }
+    // Virtual stages: 1, or a divisor of each stage's layers (Megatron-LM needs layers
+    // divisible by p·v).
+    const std::int64_t pp = c.layout.pipeline;
+    const std::int64_t chunks = pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
+    for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, chunks), [&](std::int64_t v) {
+      if (!allowed(space_.virtual_stages, v)) return;
+      // The interleaved schedule needs a multiple of p micro-batches (Megatron-LM's rule).
+      detail::static_vector<std::int64_t, max_micro_batches> usable{};
+      for (const std::int64_t b : sizes)
+        if (v == 1 || (per_replica / b) % pp == 0) usable.push_back(b);
+      plan_candidate fastest{};
+      bool found = false;
+      for (int k = 0; k < 3; ++k) {
+        if (space_.recompute >= 0 && space_.recompute != k) continue;
+        plan_candidate e = c;
+        e.recompute = static_cast<recompute_kind>(k);
+        e.virtual_stages = v;
+        if (!evaluate(e, per_replica, usable)) continue;
+        if (found) listed_(ranks_before(e, fastest) ? fastest : e);
+        if (!found || ranks_before(e, fastest)) fastest = e;
+        if (found) ++r_.counts[static_cast<int>(rejection::outranked)];
+        found = true;
+      }
+      if (found) keep(fastest);
+    });
+  }
+
+  /// The micro-batch of candidate `e` (from `sizes`) that fits and runs fastest; false, with
+  /// the candidate rejected, when none does or none can beat the top.
+  constexpr bool evaluate(plan_candidate& e, std::int64_t per_replica,
+                          const detail::static_vector<std::int64_t, max_micro_batches>& sizes) {
+    if (sizes.empty()) {
+      reject(e, rejection::batch_indivisible);
+      return false;
+    }
+    training_plan_value p = plan_;
+    p.setup.layout = e.layout;
+    p.batch.recompute = e.recompute;
+    p.batch.virtual_stages = e.virtual_stages;
+    if (e.virtual_stages > 1)
+      p.batch.schedule = pipeline_schedule::interleaved;
+    else if (p.batch.schedule == pipeline_schedule::interleaved)
+      p.batch.schedule = pipeline_schedule::one_f_one_b;
+    const auto with = [&](std::size_t i) {
+      training_plan_value q = p;
+      q.batch.micro_batch = sizes[i];
+      q.batch.micro_batches = per_replica / sizes[i];
+      return q;
+    };
+    const auto time_of = [&](std::size_t i) { return estimate_step_time(with(i), net_, work_); };
+    const std::size_t last = sizes.size() - 1;
+    // A lower bound of its time over every micro-batch, before any memory is evaluated: each
+    // term is monotone in the micro-batch (the bubble grows, per-micro-batch gathers shrink).
+    const double cut = r_.best.size() < top_ ? -1.0 : r_.best[top_ - 1].time.total();
+    if (space_.prune && cut >= 0) {
+      const step_time small = time_of(0), large = time_of(last);
+      step_time low = small;
+      low.data = small.data < large.data ? small.data : large.data;
+      low.offload = small.offload < large.offload ? small.offload : large.offload;
+      if (low.total() > cut) {
+        reject(e, rejection::slower);
+        return false;
+      }
+    }
+    // Memory grows with the micro-batch (a 1F1B stage holds min(p, m)·b sequences, which never
+    // falls as b grows): the sizes that fit are a prefix.
+    const auto required = [&](std::size_t i) {
+      ++r_.memory_evaluations;
+      return fit(with(i), g_).required;
+    };
+    e.required = required(0);
+    if (e.required > g_.capacity) {
+      reject(e, rejection::does_not_fit);
+      return false;
+    }
+    const auto fitting = static_cast<std::size_t>(largest_fitting(
+        1, static_cast<std::int64_t>(last),
+        [&](std::int64_t i) { return required(static_cast<std::size_t>(i)) <= g_.capacity; }));
+    // The fastest that fits; ties go to the larger micro-batch.
+    std::size_t chosen = 0;
+    e.time = time_of(0);
+    for (std::size_t i = 1; i <= fitting; ++i) {
+      const step_time t = time_of(i);
+      if (t.total() <= e.time.total()) {
+        e.time = t;
+        chosen = i;
+      }
+    }
+    const training_plan_value q = with(chosen);
+    e.micro_batch = q.batch.micro_batch;
+    e.micro_batches = q.batch.micro_batches;
+    if (chosen > 0) e.required = required(chosen);
+    e.tokens_per_second = tokens_per_second(q, e.time);
+    return true;
+  }
+
+  constexpr void reject(plan_candidate c, rejection why) {
+    c.verdict = why;
+    ++r_.counts[static_cast<int>(why)];
+    if (why == rejection::breaks_a_rule) ++r_.rules[static_cast<int>(c.rule)];
+    listed_(c);
+  }
+
+  /// Into the best, in order; what falls off the end is outranked.
+  constexpr void keep(const plan_candidate& c) {
+    std::size_t at = r_.best.size();
+    while (at > 0 && ranks_before(c, r_.best[at - 1])) --at;
+    if (at >= top_) {
+      ++r_.counts[static_cast<int>(rejection::outranked)];
+      plan_candidate o = c;
+      o.verdict = rejection::outranked;
+      return listed_(o);
+    }
+    listed_(c);
+    ++r_.counts[static_cast<int>(rejection::ranked)];
+    if (r_.best.size() == top_) {
+      --r_.counts[static_cast<int>(rejection::ranked)];
+      ++r_.counts[static_cast<int>(rejection::outranked)];
+      r_.best.count = top_ - 1;
+    }
+    r_.best.push_back(c);
+    for (std::size_t i = r_.best.size() - 1; i > at; --i) {
+      const plan_candidate t = r_.best[i];
+      r_.best[i] = r_.best[i - 1];
+      r_.best[i - 1] = t;
+    }
+  }
+
+  const training_plan_value& plan_;
+  const model& m_;
+  const gpu& g_;
+  const search_space& space_;
+  Listed& listed_;
+  Progress& progress_;
+  search_result r_{};
+  std::size_t top_ = 10;
+  cluster_figures net_{};
+  model_work work_{};
+};
+
+}  // namespace detail
+
+/// Searches layouts of `space.gpus` GPUs for `plan` (its model, precision, optimizer, fine-tuning,
+/// sequence, attention and loss; its layout, micro-batch and recompute are what is searched) on
+/// `g`, and returns the fastest `space.top` that fit, fastest first, with every other candidate
+/// counted by why it lost. `listed(candidate)` sees each candidate with its verdict as it is
+/// decided (one kept may later be outranked: `best` says who stayed); `progress(done, total)` is
+/// called per parallel structure.
+template <class Listed = detail::ignore_candidate, class Progress = detail::ignore_progress>
+constexpr search_result search_layouts(const training_plan_value& plan, const gpu& g,
+                                       const search_space& space = {}, Listed listed = {},
+                                       Progress progress = {}) {
+  return detail::layout_searcher<Listed, Progress>(plan, g, space, listed, progress).run();
+}
+
+}  // namespace vramfit

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: MIT
+// An estimate of a training step's time, to rank layouts that fit: the model's FLOPs at a stated
+// efficiency, the pipeline bubble, and the communication each parallel dimension adds over the
+// links it crosses. Memory is exact; this is not: it is an analytic model with stated assumptions
+// (docs/planner.md), used only to order candidates.
+#pragma once
+
+#include <cstdint>
+
+#include "plan.hpp"
+
+namespace vramfit {
+
+/// What the estimate assumes about the machines beyond the GPU preset.
+struct cluster {
+  std::int64_t gpus_per_node = 8;  ///< a DGX/HGX node
+  double intra_node_gb_per_s = 0;  ///< per GPU and direction; 0: the GPU preset's link
+  /// Per GPU and direction between nodes: one 400 Gb/s InfiniBand NIC per GPU (DGX H100).
+  double inter_node_gb_per_s = 50;
+  double host_gb_per_s = 25;  ///< GPU to host for offload (PCIe, per direction, achieved)
+  double peak_tflops = 0;     ///< dense 16-bit peak per GPU; 0: the GPU preset's
+  double mfu = 0.5;           ///< fraction of the peak the step's matmuls reach
+};
+
+/// The figures the estimate used, and whether some were assumed for want of a preset's.
+struct cluster_figures {
+  double flops = 0;  ///< per GPU, per second, at the stated efficiency
+  double intra = 0;  ///< bytes per second
+  double inter = 0;
+  double host = 0;
+  std::int64_t gpus_per_node = 8;
+  bool assumed_peak = false;  ///< the GPU has no known peak: an H100 SXM's was taken
+  bool assumed_link = false;  ///< the GPU has no known link: an H100 SXM's NVLink was taken
+};
+
+namespace detail::rules {
+[[noreturn]] inline void cluster_figure_must_be_positive(const char* what, double value) {
+  raise(std::string(what) + " must be positive, got " + std::to_string(value));
+}
+}  // namespace detail::rules
+
+constexpr cluster_figures figures_of(const cluster& c, const gpu& g) {
+  auto positive = [](const char* what, double v) {
+    if (!(v > 0)) detail::rules::cluster_figure_must_be_positive(what, v);  // NaN too
+  };
+  positive("the inter-node bandwidth", c.inter_node_gb_per_s);
+  positive("the host link bandwidth", c.host_gb_per_s);
+  positive("the model FLOPs utilisation", c.mfu);
+  if (c.mfu > 1) detail::rules::cluster_figure_must_be_positive("1 - the utilisation", 1 - c.mfu);
+  if (c.gpus_per_node <= 0)
+    detail::rules::cluster_figure_must_be_positive("GPUs per node",
+                                                   static_cast<double>(c.gpus_per_node));
+  if (c.peak_tflops < 0 || c.intra_node_gb_per_s < 0)
+    detail::rules::cluster_figure_must_be_positive(
+        "a given peak or link", c.peak_tflops < 0 ? c.peak_tflops : c.intra_node_gb_per_s);
+  constexpr double h100_tflops = 989, h100_nvlink = 450;  // gpus::h100_80gb
+  cluster_figures f{};
+  double tflops = c.peak_tflops > 0 ? c.peak_tflops : static_cast<double>(g.dense_tflops);
+  if (tflops == 0) {
+    tflops = h100_tflops;
+    f.assumed_peak = true;
+  }
+  double link =
+      c.intra_node_gb_per_s > 0 ? c.intra_node_gb_per_s : static_cast<double>(g.link_gb_per_s);
+  if (link == 0) {
+    link = h100_nvlink;
+    f.assumed_link = true;
+  }
+  f.flops = tflops * 1e12 * c.mfu;
+  f.intra = link * 1e9;
+  f.inter = c.inter_node_gb_per_s * 1e9;
+  f.host = c.host_gb_per_s * 1e9;
+  f.gpus_per_node = c.gpus_per_node;
+  return f;
+}
+
+/// What the estimate needs of the model, computed once per search. FLOPs of one token's forward
+/// pass, by where they run: 2 per weight a token multiplies (every
+/// parameter but the embedding lookups; a tied embedding is the head's matmul) and
+/// 4·layers·heads·head_dim·sequence for the attention core, causal sparsity not counted (PaLM,
+/// Chowdhery et al. 2022, appendix B; torchtitan get_num_flop_per_token: 6N + 12lhqt per
+/// training token). Backward costs twice the forward, less the weight gradients of frozen weights
+/// (LoRA, QLoRA): 2 + trainable_share times the weights' forward.
+struct model_work {
+  double layers = 0;     ///< the layers' weights, all layers
+  double head = 0;       ///< the output projection
+  double attention = 0;  ///< the attention core, all layers
+  double trainable_share = 1;
+  double parameters = 0;         ///< all of them, for what data parallelism moves
+  double expert_parameters = 0;  ///< the routed experts' share of them
+  /// Forward and backward of the layers and the head, without recompute.
+  [[nodiscard]] constexpr double training() const {
+    return (2 + trainable_share) * (layers + head) + 3 * attention;
+  }
+};
+
+constexpr model_work work_of(const training& t, std::int64_t sequence) {
+  const model& m = t.model;
+  const tensor_ledger ledger = tensors(m);
+  const auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  const double head =
+      d(parameters(ledger, tensor_kind::head)) + (m.tied_embeddings ? d(m.vocab) * d(m.hidden) : 0);
+  const double not_multiplied = d(parameters(ledger, tensor_kind::embedding));
+  model_work f{};
+  f.layers = 2 * (d(active_parameters(m, ledger)) - not_multiplied -
+                  d(parameters(ledger, tensor_kind::head)));
+  f.head = 2 * head;
+  f.attention = 4 * d(m.layers) * d(m.heads) * d(m.head_dim) * d(sequence);
+  f.parameters = d(parameters(ledger));
+  f.trainable_share = d(trainable_parameters(t.finetune, ledger)) / f.parameters;
+  f.expert_parameters = d(parameters(ledger, tensor_kind::expert));
+  return f;
+}
+
+/// Seconds of one optimizer step on the most loaded rank, by cause.
+struct step_time {
+  double compute = 0;   ///< matmul FLOPs (recompute included) at the stated efficiency
+  double bubble = 0;    ///< pipeline fill and drain: (p-1)/(m·v) of compute
+  double tensor = 0;    ///< TP all-reduces (or SP all-gathers and reduce-scatters)
+  double context = 0;   ///< CP ring exchanges of K and V not hidden behind attention
+  double expert = 0;    ///< EP all-to-all dispatch and combine
+  double pipeline = 0;  ///< PP sends of activations and their gradients
+  double data = 0;      ///< DP/ZeRO/FSDP gathers and reductions not hidden behind compute
+  double offload = 0;   ///< host transfers of offloaded states (the CPU's own step not counted)
+
+  [[nodiscard]] constexpr double total() const {
+    return compute + bubble + tensor + context + expert + pipeline + data + offload;
+  }
+};
+
+namespace detail {
+
+/// Bytes per element of a format, for communication volumes.
+constexpr double element_bytes(const element_format& f) {
+  const ratio r = bits_per_element(f);
+  return static_cast<double>(r.num) / static_cast<double>(r.den) / 8;
+}
+
+/// Link bandwidth of a group of `size` ranks `stride` apart: inside a node when the node holds
+/// whole groups, else the inter-node link (ranks ordered TP, CP, DP, PP from the innermost, as
+/// Megatron-LM's "tp-cp-ep-dp-pp" and torchtitan's device mesh order them).
+constexpr double group_bandwidth(const cluster_figures& c, std::int64_t size, std::int64_t stride) {
+  const std::int64_t span = size * stride;  // below max_world_size
+  return c.gpus_per_node % span == 0 ? c.intra : c.inter;
+}
+
+/// Bytes one rank sends in a ring all-reduce of `message` bytes over `n` ranks: 2(n-1)/n of it
+/// (Patarasuk and Yuan 2009; NCCL's ring); an all-gather or a reduce-scatter sends half that.
+constexpr double all_reduce_bytes(double message, std::int64_t n) {
+  return 2 * message * static_cast<double>(n - 1) / static_cast<double>(n);
+}
+constexpr double gather_bytes(double message, std::int64_t n) {
+  return all_reduce_bytes(message, n) / 2;
+}
+
+}  // namespace detail
+
+/// The step-time estimate of plan `p` on cluster `c`, with its model's work `f` (work_of): its
+/// micro-batch, micro-batches per step (per data-parallel replica), layout and recompute as given.
+constexpr step_time estimate_step_time(const training_plan_value& p, const cluster_figures& c,
+                                       const model_work& f) {
+  using detail::all_reduce_bytes, detail::element_bytes, detail::gather_bytes,
+      detail::group_bandwidth;
+  const training& t = p.setup;
+  const model& m = t.model;
+  const layout& l = t.layout;
+  const activation_options& o = p.batch;
+  const auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  const double tp = d(l.tensor), pp = d(l.pipeline), cp = d(l.context), ep = d(l.expert);
+  const double micro_batches = d(o.micro_batches);
+  const double v = o.schedule == pipeline_schedule::interleaved ? d(o.virtual_stages) : 1;
+
+  // The pipeline runs at the pace of its slowest stage: the first holds the most layers, the
+  // last the fewest plus the head. Recompute repeats forward work of the layers it covers: all
+  // of it (full, the first recompute_layers of each stage) or the attention core (selective;
+  // Korthikanti et al. 2022 §5).
+  const double layer = (f.training() - (2 + f.trainable_share) * f.head) / d(m.layers);
+  const double forward = (f.layers + f.attention) / d(m.layers);
+  const auto stage_flops = [&](std::int64_t stage) {
+    const std::int64_t layers = l.layers_of_stage(m.layers, stage);
+    double extra = 0;
+    if (o.recompute == recompute_kind::full)
+      extra =
+          forward *
+          d(o.recompute_layers < 0 || o.recompute_layers > layers ? layers : o.recompute_layers);
+    else if (o.recompute == recompute_kind::selective)
+      extra = f.attention / d(m.layers) * d(layers);
+    return d(layers) * layer + extra +
+           (stage == l.pipeline - 1 ? (2 + f.trainable_share) * f.head : 0);
+  };
+  const double first = stage_flops(0), last = stage_flops(l.pipeline - 1);
+  const double micro_batch_tokens = d(o.micro_batch) * d(o.sequence);
+  const double per_micro_batch =
+      micro_batch_tokens * (first > last ? first : last) / (tp * cp * c.flops);
+  step_time s{};
+  s.compute = micro_batches * per_micro_batch;
+  // Narayanan et al. 2021 §2.2: 1F1B (and GPipe) take p-1 extra micro-batch slots to fill and
+  // drain; the interleaved schedule (p-1)/v.
+  s.bubble = (pp - 1) / v * per_micro_batch;
+
+  const double activation = element_bytes(t.precision.compute);
+  // One micro-batch's hidden states on a rank: b x s/cp x h.
+  const double hidden_states = d(o.micro_batch) * d(o.sequence) / cp * d(m.hidden) * activation;
+  const double layers_here = d((m.layers + l.pipeline - 1) / l.pipeline);  // the largest stage
+  const double forward_passes = o.recompute == recompute_kind::full ? 2 : 1;
+  if (l.tensor > 1) {
+    // Megatron-LM (Narayanan 2021 §3; Shoeybi et al. 2019 fig. 4): two all-reduces of the hidden
+    // states per layer forward (after attention, after the MLP) and two backward; sequence
+    // parallelism swaps each for an all-gather and a reduce-scatter of the same volume
+    // (Korthikanti 2022 §4.2.2). A full recompute repeats the forward pair.
+    const double per_layer = (2 * forward_passes + 2) * all_reduce_bytes(hidden_states, l.tensor);
+    s.tensor = micro_batches * layers_here * per_layer / group_bandwidth(c, l.tensor, 1);
+  }
+  if (l.context > 1) {
+    // Ring attention (Liu et al. 2023; Megatron-LM context parallel, torchtitan): each rank
+    // passes its K and V shards cp-1 times forward; backward passes K, V and their gradients;
+    // the exchange overlaps the attention blocks, so only what exceeds them is exposed.
+    const double kv_width =
+        d(m.kv_heads * m.head_dim) / (m.kv_heads >= l.tensor ? tp : d(m.kv_heads));
+    const double kv = 2 * d(o.micro_batch) * d(o.sequence) / cp * kv_width * activation;
+    const double ring = 3 * (cp - 1) * kv * micro_batches * layers_here;
+    const double attention_time = micro_batches * micro_batch_tokens * 3 * f.attention /
+                                  d(m.layers) * layers_here / (tp * cp * c.flops);
+    const double exposed = ring / group_bandwidth(c, l.context, l.tensor) - attention_time;
+    s.context = exposed > 0 ? exposed : 0;
+  }
+  if (l.expert > 1 && m.is_moe()) {
+    // Dispatch and combine all-to-alls forward and backward (GShard, Lepikhin et al. 2020):
+    // top_k copies of each token's hidden state, (ep-1)/ep of which leave the rank.
+    const double moe_layers = d(m.layers - m.moe.first_dense_layers) / pp;
+    const double per_layer = 4 * hidden_states * d(m.moe.top_k) * (ep - 1) / ep;
+    s.expert = micro_batches * moe_layers * per_layer / group_bandwidth(c, l.expert, l.tensor);
+  }
+  if (l.pipeline > 1) {
+    // One send of the stage's output forward and of its gradient backward per micro-batch and
+    // model chunk (split over TP under sequence parallelism).
+    const double message = hidden_states / (l.sequence ? tp : 1);
+    s.pipeline = 2 * micro_batches * v * message /
+                 group_bandwidth(c, l.pipeline, l.tensor * l.context * l.data);
+  }
+
+  // Data parallelism: the weights and gradients this rank holds a replica of.
+  const double dense_weights = (f.parameters - f.expert_parameters) / (tp * pp);
+  const double expert_weights = f.expert_parameters / (tp * pp * ep);
+  const double trainable_share = f.trainable_share;
+  const double weight = element_bytes(t.precision.weights);
+  const double grad = element_bytes(t.precision.gradients);
+  const double replicas = d(l.data) * cp;  // gradients are averaged over data x context
+  const double backward = s.compute * 2 / 3;
+  double data_time = 0, overlap = 0;
+  for (const auto& [params, group] :
+       {std::pair{dense_weights, replicas}, std::pair{expert_weights, replicas / ep}}) {
+    if (group <= 1 || params == 0) continue;
+    const auto n = static_cast<std::int64_t>(group);
+    const double weights = params * weight, grads = params * trainable_share * grad;
+    const double bandwidth = group_bandwidth(c, n, l.tensor);
+    switch (l.zero) {
+      case sharding::none:  // DDP: one all-reduce per step, behind the last backward (no_sync)
+        data_time += all_reduce_bytes(grads, n) / bandwidth;
+        overlap = backward / micro_batches;
+        break;
+      case sharding::zero1:  // a reduce-scatter and an all-gather: the same 2Ψ (ZeRO §7.2.1)
+        data_time += (gather_bytes(grads, n) + gather_bytes(weights, n)) / bandwidth;
+        overlap = backward / micro_batches;
+        break;
+      case sharding::zero2:  // the reduce-scatter runs every micro-batch
+        data_time +=
+            (micro_batches * gather_bytes(grads, n) + gather_bytes(weights, n)) / bandwidth;
+        overlap = backward;
+        break;
+      case sharding::zero3: {
+        // Each micro-batch gathers the weights forward and backward and reduce-scatters the
+        // gradients (ZeRO §7.2.2: 3Ψ) within the shard group; hybrid sharding then all-reduces
+        // the shard across the group's replicas. Prefetch runs it all beside compute.
+        const double s_ranks = d(l.shard_degree()) < group ? d(l.shard_degree()) : group;
+        const auto k = static_cast<std::int64_t>(s_ranks);
+        data_time += micro_batches * (2 * gather_bytes(weights, k) + gather_bytes(grads, k)) /
+                     group_bandwidth(c, k, l.tensor);
+        if (group > s_ranks)
+          data_time += micro_batches * all_reduce_bytes(grads / s_ranks, n / k) /
+                       group_bandwidth(c, n / k, l.tensor * k);
+        overlap = s.compute;
+        break;
+      }
+    }
+  }
+  s.data = data_time > overlap ? data_time - overlap : 0;
+
+  if (l.optimizer_offload != offload_target::none) {
+    // Gradients down and updated weights up, once per step, for this rank's shard.
+    const double shard = d(l.shard_degree());
+    const double shard_params = (dense_weights + expert_weights) / shard * trainable_share;
+    s.offload = shard_params * (grad + weight) / c.host;
+    if (l.parameter_offload != offload_target::none)  // weights fetched forward and backward
+      s.offload += 2 * micro_batches * (dense_weights + expert_weights) / shard * weight / c.host;
+  }
+  return s;
+}
+
+/// The step-time estimate of plan `p` on `g` in cluster `net`.
+constexpr step_time estimate_step_time(const training_plan_value& p, const gpu& g,
+                                       const cluster& net = {}) {
+  return estimate_step_time(p, figures_of(net, g), work_of(p.setup, p.batch.sequence));
+}
+
+/// Tokens per second of the whole job under the estimate.
+constexpr double tokens_per_second(const training_plan_value& p, const step_time& s) {
+  const layout& l = p.setup.layout;
+  return static_cast<double>(l.data) * static_cast<double>(p.batch.micro_batches) *
+         static_cast<double>(p.batch.micro_batch) * static_cast<double>(p.batch.sequence) /
+         s.total();
+}
+
+}  // namespace vramfit
