@@ -206,6 +206,15 @@ class block_builder {
     }
   }
 
+  /// A per-head RMSNorm of `width` over `heads` local heads (Qwen3's q_norm and k_norm), read
+  /// from a projection's output in the compute format: as norm(), its normalized input in that
+  /// format.
+  constexpr void head_norm(const char* name, std::int64_t heads, std::int64_t width) {
+    add(name, split(checked_mul(heads, width)), 32);
+    if (o_.norm_statistics) add("head norm rstd (fp32)", split(heads), 32);
+    if (!frozen_base_) add("head norm normalized input", split(checked_mul(heads, width)), beta_);
+  }
+
   constexpr void dropout_mask(const char* name, std::int64_t elements) {
     add(name, elements, o_.dropout_mask_bits);
   }
@@ -236,20 +245,36 @@ class block_builder {
   saved_tensor_ledger ledger_{};
 };
 
-/// Attention scores kept by eager attention: the softmax output (fp32 in Hugging Face's Llama
-/// family, softmax(dtype=float32)), then either the dropout mask and output or, without dropout
-/// and with an fp32 softmax, the 16-bit copy the value matmul saves.
+/// The format of eager attention's softmax output: fp32 in Hugging Face's Llama family
+/// (softmax(dtype=float32)) and in GPTBigCode (attention_softmax_in_fp32 upcasts); gpt-oss's
+/// softmax(dtype=combined_logits.dtype) keeps the logits' format; GPT-2 calls softmax without a
+/// dtype, which autocast runs in fp32 (softmax is on its fp32 list).
+constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b) {
+  if (m.attention_sinks) return b.beta();
+  if (m.family == family::llama || m.family == family::phi3 || m.family == family::gpt_bigcode)
+    return 32;
+  return m.family == family::gpt2 ? b.autocast_wide() : b.beta();
+}
+
+/// Attention scores kept by eager attention: the softmax output, then either the dropout mask
+/// and output or, without dropout and with an fp32 softmax, the 16-bit copy the value matmul
+/// saves (GPT-2: attn_weights.type(value.dtype)).
 constexpr void eager_scores(block_builder& b, const model& m, const activation_options& o,
                             std::int64_t local_heads) {
-  const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, local_heads),
-                                          checked_mul(b.tokens() / o.micro_batch, o.sequence));
-  // GPT-2 calls softmax without a dtype; autocast runs it in fp32 (softmax is on its fp32 list)
-  // and attn_weights.type(value.dtype) makes the 16-bit copy.
-  const bool fp32_softmax = m.family == family::llama || m.family == family::phi3;
-  const std::int64_t softmax_bits = fp32_softmax               ? 32
-                                    : m.family == family::gpt2 ? b.autocast_wide()
-                                                               : b.beta();
-  b.add("attention softmax output", scores, softmax_bits, true);
+  const std::int64_t rows =
+      checked_mul(checked_mul(o.micro_batch, local_heads), b.tokens() / o.micro_batch);
+  const std::int64_t scores = checked_mul(rows, o.sequence);
+  const std::int64_t softmax_bits = eager_softmax_bits(m, b);
+  if (m.attention_sinks) {
+    // modeling_gpt_oss.py eager_attention_forward: each row gains its head's sink logit
+    // ([.., s, s + 1]); max(dim=-1) keeps its int64 indices; the value matmul reads a view of the
+    // softmax output without the sink column.
+    b.add("attention softmax output (with the sink column)", checked_add(scores, rows),
+          softmax_bits, true);
+    b.add("attention logits max indices (int64)", rows, 64, true);
+  } else {
+    b.add("attention softmax output", scores, softmax_bits, true);
+  }
   if (o.attention_dropout) {
     b.add("attention dropout mask", scores, o.dropout_mask_bits, true);
     b.add("attention dropout output", scores, b.beta(), true);
@@ -297,12 +322,19 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
   } else {
     const std::int64_t d = m.head_dim;
     const std::int64_t kv = detail::local_kv_heads(m, t);
-    const bool fused_qkv =
-        m.family == family::gpt2 || m.family == family::bert || m.family == family::vit;
+    const bool fused_qkv = m.family == family::gpt2 || m.family == family::bert ||
+                           m.family == family::vit || m.family == family::distilbert ||
+                           m.family == family::gpt_bigcode;
     if (fused_qkv) {
-      // Q, K and V are views of one projection output, which therefore stays whole.
+      // Q, K and V are views of one projection output, which therefore stays whole (BERT's and
+      // DistilBERT's three projections keep the same elements).
       b.add("QKV projection output", b.split((heads + 2 * kv) * d), beta);
     } else {
+      if (m.qk_norm) {
+        // modeling_qwen3.py: q_norm and k_norm over each head of the projections' outputs.
+        b.head_norm("q_norm input (fp32)", heads, d);
+        b.head_norm("k_norm input (fp32)", kv, d);
+      }
       b.add("query (after rotary)", b.split(heads * d), beta);
       // Eager attention repeats the KV heads into new tensors (Hugging Face repeat_kv);
       // flash attention keeps them un-repeated.
@@ -357,13 +389,41 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
   }
 }
 
+/// gpt-oss's experts as modeling_gpt_oss.py GptOssExperts trains them: a loop over the experts
+/// hit, each gathering its `routed` tokens' share, indexing its weights (a copy, which the
+/// matmuls keep), then the clamped GLU: gate_up (kept by both clamps through their views), the
+/// clamped gate, sigmoid(alpha x gate), up + 1 and their product, the down input, the expert
+/// output and its routing weight; the token indices serve the gather and index_add_.
+constexpr void gpt_oss_experts_block(block_builder& b, const model& m, std::int64_t routed,
+                                     std::int64_t local_experts, std::int64_t width) {
+  const std::int64_t beta = b.beta();
+  const std::int64_t hit = routed < local_experts ? routed : local_experts;
+  b.add("expert token indices (int64, gather and index_add_)", checked_mul(2, routed), 64);
+  b.add("expert inputs (gathered tokens)", checked_mul(routed, m.hidden), beta);
+  b.add("indexed expert weights (gate_up_proj and down_proj copies)",
+        checked_mul(hit, checked_mul(3 * m.hidden, width)), beta);
+  b.add("expert gate_up output (kept by both clamps)", checked_mul(routed, 2 * width), beta);
+  b.add("expert clamped gate", checked_mul(routed, width), beta);
+  b.add("expert sigmoid output", checked_mul(routed, width), beta);
+  b.add("expert up + 1", checked_mul(routed, width), beta);
+  b.add("expert GLU", checked_mul(routed, width), beta);
+  b.add("expert GLU product (down input)", checked_mul(routed, width), beta, false, true);
+  b.add("expert outputs (before weighting)", checked_mul(routed, m.hidden), beta);
+  b.add("routing weights (gathered)", routed, beta);
+}
+
 /// The MLP sub-block's saved tensors (dense or mixture of experts).
 constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
                                   const layout& l, bool moe_layer) {
   const std::int64_t beta = b.beta();
   const std::int64_t t = b.tp();
   // Gate and up as separate projections (Llama family) each cast an fp32 input.
+  const bool gpt_oss_experts = moe_layer && m.moe.layout == moe_layout::gpt_oss;
   if (m.parallel_block) {
+  } else if (gpt_oss_experts) {
+    // The router's F.linear keeps the norm output (under autocast its 16-bit cast); the experts
+    // gather their tokens from it.
+    b.add("MLP input (norm output, router input)", b.replicated(m.hidden), beta);
   } else if (m.family == family::llama && m.mlp != mlp_kind::gelu) {
     b.linear_input("MLP input (norm output)", b.replicated(1), m.hidden, {"gate_proj", "up_proj"});
   } else {
@@ -378,7 +438,13 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
     // gathered input of every routed token, each expert's MLP over its tokens, and the
     // weighted expert outputs. With a capacity factor, each expert takes
     // ceil(cf x k x tokens / experts) tokens of its expert-parallel group (GShard §2.2).
-    b.add("router probabilities (fp32)", checked_mul(tau, e.routed_experts), 32);
+    if (e.layout == moe_layout::gpt_oss) {
+      // modeling_gpt_oss.py GptOssTopKRouter: top-k of the logits, then a softmax over the k
+      // values in their own format.
+      b.add("router top-k softmax output", checked_mul(tau, e.top_k), beta);
+    } else {
+      b.add("router probabilities (fp32)", checked_mul(tau, e.routed_experts), 32);
+    }
     b.add("top-k expert indices (int64)", checked_mul(tau, e.top_k), 64);
     std::int64_t routed = checked_mul(tau, e.top_k);
     if (o.capacity_factor_percent > 0) {
@@ -388,9 +454,13 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
                    checked_mul(100, e.routed_experts));
       routed = checked_mul(capacity, e.routed_experts / l.expert);
     }
-    b.add("expert inputs (dispatched tokens)", checked_mul(routed, m.hidden), beta);
-    mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output");
-    b.add("expert outputs (before weighting)", checked_mul(routed, m.hidden), beta);
+    if (e.layout == moe_layout::gpt_oss) {
+      gpt_oss_experts_block(b, m, routed, e.routed_experts / l.expert, e.expert_ffn / t);
+    } else {
+      b.add("expert inputs (dispatched tokens)", checked_mul(routed, m.hidden), beta);
+      mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output");
+      b.add("expert outputs (before weighting)", checked_mul(routed, m.hidden), beta);
+    }
     if (e.shared_experts > 0)
       mlp_block(b, m, tau, e.shared_experts * e.expert_ffn / t, "shared expert gate output");
   }
@@ -469,10 +539,7 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
   if (o.attention == attention_kind::eager) {
     const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, heads),
                                             checked_mul(b.tokens() / o.micro_batch, o.sequence));
-    const bool fp32_softmax = m.family == family::llama || m.family == family::phi3;
-    const std::int64_t bits = fp32_softmax               ? 32
-                              : m.family == family::gpt2 ? b.autocast_wide()
-                                                         : beta;
+    const std::int64_t bits = detail::eager_softmax_bits(m, b);
     w.attention = bytes_for_bits(checked_mul(scores, 3 * bits));
   } else {
     const std::int64_t qkv_width =

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "detail/name.hpp"
 #include "model.hpp"
@@ -73,8 +74,10 @@ inline nlohmann::json parse_config(std::string_view text, const std::string& wha
 /// Reads fields of one config.json with messages that name the field and the model_type.
 class hf_fields {
  public:
-  hf_fields(const nlohmann::json& config, std::string model_type)
-      : config_(config), model_type_(std::move(model_type)) {}
+  /// `where` names the object in messages: "config.json", or "config.json text_config" for a
+  /// multimodal model's text decoder.
+  hf_fields(const nlohmann::json& config, std::string model_type, std::string where = "config.json")
+      : config_(config), model_type_(std::move(model_type)), where_(std::move(where)) {}
 
   /// The first of `names` that is present and not null, as an integer.
   [[nodiscard]] std::optional<std::int64_t> optional_int(
@@ -131,7 +134,7 @@ class hf_fields {
   [[nodiscard]] const nlohmann::json& json() const { return config_; }
 
   [[noreturn]] void fail(const std::string& what) const {
-    raise("config.json (model_type '" + model_type_ + "'): " + what);
+    raise(where_ + " (model_type '" + model_type_ + "'): " + what);
   }
 
  private:
@@ -143,6 +146,7 @@ class hf_fields {
 
   const nlohmann::json& config_;
   std::string model_type_;
+  std::string where_;
 };
 
 inline void read_attention(const hf_fields& f, model& m) {
@@ -152,6 +156,40 @@ inline void read_attention(const hf_fields& f, model& m) {
   m.kv_heads = f.integer_or({"num_key_value_heads"}, m.heads);
   m.head_dim = f.integer_or({"head_dim"}, m.heads > 0 ? m.hidden / m.heads : 0);
   m.vocab = f.integer({"vocab_size"});
+}
+
+/// Indices of a JSON array of integers, or nullopt for anything else.
+inline std::optional<std::vector<std::int64_t>> integer_list(const nlohmann::json& value) {
+  if (!value.is_array()) return std::nullopt;
+  std::vector<std::int64_t> list;
+  for (const nlohmann::json& item : value) {
+    if (!item.is_number_integer()) return std::nullopt;
+    list.push_back(item.get<std::int64_t>());
+  }
+  return list;
+}
+
+// Qwen3MoeConfig (configuration_qwen3_moe.py): layer i routes when i is not in mlp_only_layers and
+// (i + 1) % decoder_sparse_step == 0 (modeling_qwen3_moe.py Qwen3MoeDecoderLayer).
+inline void read_qwen3_moe(const hf_fields& f, model& m) {
+  m.moe.routed_experts = f.integer_or({"num_experts"}, 0);
+  if (m.moe.routed_experts == 0) return;  // every layer is a dense MLP of intermediate_size
+  m.moe.top_k = f.integer({"num_experts_per_tok"});
+  m.moe.expert_ffn = f.integer({"moe_intermediate_size"});
+  m.moe.layout = moe_layout::mlp_experts;
+  if (const std::int64_t step = f.integer_or({"decoder_sparse_step"}, 1); step != 1)
+    f.fail("decoder_sparse_step = " + str(step) + " is not modelled (only every layer, 1)");
+  // Dense layers are modelled as the first ones: mlp_only_layers must be [0, 1, ..., k - 1].
+  const auto field = f.json().find("mlp_only_layers");
+  if (field == f.json().end() || field->is_null()) return;
+  const auto dense = integer_list(*field);
+  if (!dense)
+    f.fail("field 'mlp_only_layers' must be a list of layer indices, got " + shown(*field));
+  for (std::size_t i = 0; i < dense->size(); ++i)
+    if ((*dense)[i] != static_cast<std::int64_t>(i))
+      f.fail("mlp_only_layers other than the first layers (0, 1, ...) is not modelled, got " +
+             field->dump());
+  m.moe.first_dense_layers = static_cast<std::int64_t>(dense->size());
 }
 
 // Hugging Face LlamaConfig and relatives: configuration_llama.py and siblings.
@@ -164,6 +202,13 @@ inline model read_llama_like(const hf_fields& f, std::string_view type) {
   if (f.boolean_or("mlp_bias", false)) m.bias = bias_kind::all;
   if (type == "mistral" || type == "mixtral" || type == "phi3")
     m.sliding_window = f.integer_or({"sliding_window"}, 0);
+  if (type == "qwen3" || type == "qwen3_moe") {
+    m.qk_norm = true;  // Qwen3Attention: q_norm, k_norm
+    if (f.boolean_or("use_sliding_window", false))
+      f.fail(
+          "use_sliding_window = true (per-layer windows from max_window_layers) is not modelled");
+  }
+  if (type == "qwen3_moe") read_qwen3_moe(f, m);
   if (type == "mixtral") {
     m.moe.routed_experts = f.integer({"num_local_experts"});
     m.moe.top_k = f.integer({"num_experts_per_tok"});
@@ -203,6 +248,110 @@ inline model read_deepseek(const hf_fields& f) {
            .router_score_bias = f.string_or("topk_method", "") == "noaux_tc"};
   if (const std::int64_t freq = f.integer_or({"moe_layer_freq"}, 1); freq != 1)
     f.fail("moe_layer_freq = " + str(freq) + " is not modelled (only every layer, 1)");
+  return m;
+}
+
+/// The labels of a sequence-classification checkpoint (architectures:
+/// ...ForSequenceClassification), or 0.
+inline std::int64_t sequence_classes(const hf_fields& f) {
+  const auto architectures = f.json().find("architectures");
+  auto classifier = [](const nlohmann::json& name) {
+    return name.is_string() && name.get_ref<const std::string&>().find(
+                                   "ForSequenceClassification") != std::string::npos;
+  };
+  if (architectures == f.json().end() || !architectures->is_array() ||
+      std::none_of(architectures->begin(), architectures->end(), classifier))
+    return 0;
+  const auto labels = f.json().find("id2label");
+  return labels != f.json().end() && labels->is_object() ? static_cast<std::int64_t>(labels->size())
+                                                         : f.integer_or({"num_labels"}, 2);
+}
+
+// GptOssConfig (configuration_gpt_oss.py): attention with biases and sinks, every layer MoE,
+// sliding-window and full attention layers from layer_types.
+inline model read_gpt_oss(const hf_fields& f) {
+  model m{};
+  read_attention(f, m);
+  m.ffn = f.integer({"intermediate_size"});
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  if (f.boolean_or("attention_bias", true)) m.bias = bias_kind::attention;
+  m.attention_sinks = true;
+  m.moe = {.routed_experts = f.integer({"num_local_experts"}),
+           .top_k = f.integer({"num_experts_per_tok", "experts_per_token"}),
+           .expert_ffn = m.ffn,
+           .layout = moe_layout::gpt_oss};
+  m.sliding_window = f.integer_or({"sliding_window"}, 0);
+  // GptOssConfig's default layer_types alternate from a sliding layer 0; the model's windows are
+  // every layer (period 1) or every other layer from layer 0 (period 2).
+  m.sliding_window_period = 2;
+  const auto types = f.json().find("layer_types");
+  if (types != f.json().end() && !types->is_null()) {
+    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != m.layers)
+      f.fail("field 'layer_types' must list one type per layer (" + str(m.layers) + "), got " +
+             shown(*types));
+    bool alternating = true, all_sliding = true, none_sliding = true;
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const nlohmann::json& t = (*types)[i];
+      if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
+        f.fail("field 'layer_types' must hold \"sliding_attention\" or \"full_attention\", got " +
+               shown(t));
+      const bool sliding = t == "sliding_attention";
+      alternating = alternating && sliding == (i % 2 == 0);
+      all_sliding = all_sliding && sliding;
+      none_sliding = none_sliding && !sliding;
+    }
+    if (none_sliding)
+      m.sliding_window = 0;
+    else if (all_sliding)
+      m.sliding_window_period = 1;
+    else if (!alternating)
+      f.fail("layer_types other than alternating from a sliding layer 0 is not modelled");
+  }
+  return m;
+}
+
+// GPTBigCodeConfig (configuration_gpt_bigcode.py): GPT-2's fields, multi_query (default true).
+inline model read_gpt_bigcode(const hf_fields& f) {
+  model m{.family = family::gpt_bigcode,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .bias = bias_kind::all,
+          .positions = position_kind::learned};
+  m.hidden = f.integer({"n_embd", "hidden_size"});
+  m.layers = f.integer({"n_layer", "num_hidden_layers"});
+  m.heads = f.integer({"n_head", "num_attention_heads"});
+  m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
+  m.kv_heads = f.boolean_or("multi_query", true) ? 1 : m.heads;  // GPTBigCodeAttention.kv_heads
+  m.ffn = f.integer_or({"n_inner"}, 4 * m.hidden);  // GPTBigCodeBlock: n_inner or 4 * n_embd
+  m.vocab = f.integer({"vocab_size"});
+  m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  // GPTBigCodeConfig: activation_function "gelu_pytorch_tanh" (fused); "gelu_new" is Python.
+  m.gelu_in_python = f.string_or("activation_function", "gelu_pytorch_tanh") == "gelu_new";
+  if (f.boolean_or("add_cross_attention", false))
+    f.fail("add_cross_attention = true (an encoder-decoder GPTBigCode) is not modelled");
+  return m;
+}
+
+// DistilBertConfig (configuration_distilbert.py): dim, hidden_dim, n_layers, n_heads.
+inline model read_distilbert(const hf_fields& f) {
+  model m{.family = family::distilbert,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .bias = bias_kind::all,
+          .tied_embeddings = true,
+          .positions = position_kind::learned};
+  m.hidden = f.integer({"dim"});
+  m.layers = f.integer({"n_layers"});
+  m.heads = m.kv_heads = f.integer({"n_heads"});
+  m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
+  m.ffn = f.integer({"hidden_dim"});
+  m.vocab = f.integer({"vocab_size"});
+  m.max_positions = f.integer({"max_position_embeddings"});
+  // Sinusoidal positions are a frozen table (modeling_distilbert.py Embeddings), not learned.
+  if (f.boolean_or("sinusoidal_pos_embds", false))
+    f.fail("sinusoidal_pos_embds = true (a frozen position table) is not modelled");
+  m.encoder.classes = sequence_classes(f);
   return m;
 }
 
@@ -262,21 +411,20 @@ inline model read_bert(const hf_fields& f) {
   m.ffn = f.integer({"intermediate_size"});
   m.max_positions = f.integer({"max_position_embeddings"});
   m.encoder.token_types = f.integer({"type_vocab_size"});
-  m.encoder.pooler = true;  // BertModel(add_pooling_layer=True)
-  // A sequence-classification checkpoint (architectures: BertForSequenceClassification) has a
-  // classifier over its labels.
-  const auto architectures = f.json().find("architectures");
-  auto classifier = [](const nlohmann::json& name) {
-    return name.is_string() && name.get_ref<const std::string&>().find(
-                                   "ForSequenceClassification") != std::string::npos;
-  };
-  if (architectures != f.json().end() && architectures->is_array() &&
-      std::any_of(architectures->begin(), architectures->end(), classifier)) {
-    const auto labels = f.json().find("id2label");
-    m.encoder.classes = labels != f.json().end() && labels->is_object()
-                            ? static_cast<std::int64_t>(labels->size())
-                            : f.integer_or({"num_labels"}, 2);
-  }
+  m.encoder.pooler = true;  // BertModel(add_pooling_layer=True); BigBirdModel likewise
+  m.encoder.classes = sequence_classes(f);
+  return m;
+}
+
+// BigBirdConfig (configuration_big_bird.py): BERT's fields and tensors; block-sparse attention
+// has no parameters of its own. BigBirdForSequenceClassification's head has a dense layer.
+inline model read_big_bird(const hf_fields& f) {
+  model m = read_bert(f);
+  m.encoder.classifier_dense = m.encoder.classes > 0;
+  // BigBirdConfig: hidden_act "gelu_new", the tanh GELU in Python operations.
+  m.gelu_in_python = f.string_or("hidden_act", "gelu_new") == "gelu_new";
+  if (!f.boolean_or("use_bias", true))
+    f.fail("use_bias = false (Q, K and V without biases) is not modelled");
   return m;
 }
 
@@ -309,43 +457,71 @@ inline model read_vit(const hf_fields& f) {
 }  // namespace detail
 
 /// The model_type values model_from_hf_config reads.
-inline constexpr const char* hf_model_types[] = {"gpt2",        "llama",       "mistral", "mixtral",
-                                                 "qwen2",       "gemma2",      "phi3",    "falcon",
-                                                 "deepseek_v2", "deepseek_v3", "bert",    "vit"};
+inline constexpr const char* hf_model_types[] = {
+    "gpt2",   "llama",    "mistral",    "mixtral",     "qwen2",       "qwen3",   "qwen3_moe",
+    "gemma2", "phi3",     "falcon",     "deepseek_v2", "deepseek_v3", "gpt_oss", "gpt_bigcode",
+    "bert",   "big_bird", "distilbert", "vit",         "mistral3",    "llava"};
+
+namespace detail {
+/// The model of one configuration object: config.json itself, or (`where` "config.json
+/// text_config") the text decoder of a multimodal one, whose model_type defaults to
+/// `default_type` as its configuration class does.
+inline model read_hf_model(const nlohmann::json& config, const std::string& where,
+                           const char* default_type = nullptr) {
+  if (!config.is_object()) raise(where + " must be a JSON object");
+  const auto type_field = config.find("model_type");
+  const bool typed = type_field != config.end() && type_field->is_string();
+  if (!typed && default_type == nullptr)
+    raise(where + ": missing field 'model_type' (a string such as \"llama\")");
+  const std::string type = typed ? type_field->get<std::string>() : default_type;
+  const hf_fields fields(config, type, where);
+  model m{};
+  if (type == "llama" || type == "mistral" || type == "mixtral" || type == "qwen2" ||
+      type == "qwen3" || type == "qwen3_moe" || type == "gemma2" || type == "phi3") {
+    m = read_llama_like(fields, type);
+  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+    m = read_deepseek(fields);
+  } else if (type == "gpt_oss") {
+    m = read_gpt_oss(fields);
+  } else if (type == "gpt2") {
+    m = read_gpt2(fields);
+  } else if (type == "gpt_bigcode") {
+    m = read_gpt_bigcode(fields);
+  } else if (type == "falcon" || type == "RefinedWeb" || type == "RefinedWebModel") {
+    m = read_falcon(fields);
+  } else if (type == "bert") {
+    m = read_bert(fields);
+  } else if (type == "big_bird") {
+    m = read_big_bird(fields);
+  } else if (type == "distilbert") {
+    m = read_distilbert(fields);
+  } else if (type == "vit") {
+    m = read_vit(fields);
+  } else if (type == "mistral3" || type == "llava") {
+    // Mistral3Config and LlavaConfig: the text decoder is text_config (a MistralConfig or
+    // LlamaConfig by default); the vision tower and projector are not counted.
+    const auto text = config.find("text_config");
+    if (text == config.end() || !text->is_object())
+      fields.fail("missing field 'text_config' (the text decoder's configuration)");
+    return read_hf_model(*text, where + " text_config", type == "mistral3" ? "mistral" : "llama");
+  } else {
+    std::string supported;
+    for (const char* t : hf_model_types)
+      supported += std::string(supported.empty() ? "" : ", ") + t;
+    raise(where + ": model_type '" + type + "' is not supported; supported: " + supported);
+  }
+  m.dropout = fields.any_positive({"resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob",
+                                   "attention_probs_dropout_prob", "attention_dropout",
+                                   "hidden_dropout", "dropout"});
+  return m;
+}
+}  // namespace detail
 
 /// A model from a parsed config.json; `name` labels it in reports and errors. Throws
 /// vramfit::error naming the missing or invalid field, or the broken rule.
 inline model model_from_hf_config(const nlohmann::json& config, std::string_view name = "config") {
   if (!config.is_object()) detail::raise("config.json must be a JSON object");
-  const auto type_field = config.find("model_type");
-  if (type_field == config.end() || !type_field->is_string())
-    detail::raise("config.json: missing field 'model_type' (a string such as \"llama\")");
-  const std::string type = type_field->get<std::string>();
-  const detail::hf_fields fields(config, type);
-  model m{};
-  if (type == "llama" || type == "mistral" || type == "mixtral" || type == "qwen2" ||
-      type == "gemma2" || type == "phi3") {
-    m = detail::read_llama_like(fields, type);
-  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
-    m = detail::read_deepseek(fields);
-  } else if (type == "gpt2") {
-    m = detail::read_gpt2(fields);
-  } else if (type == "falcon" || type == "RefinedWeb" || type == "RefinedWebModel") {
-    m = detail::read_falcon(fields);
-  } else if (type == "bert") {
-    m = detail::read_bert(fields);
-  } else if (type == "vit") {
-    m = detail::read_vit(fields);
-  } else {
-    std::string supported;
-    for (const char* t : hf_model_types)
-      supported += std::string(supported.empty() ? "" : ", ") + t;
-    detail::raise("config.json: model_type '" + type +
-                  "' is not supported; supported: " + supported);
-  }
-  m.dropout = fields.any_positive({"resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob",
-                                   "attention_probs_dropout_prob", "attention_dropout",
-                                   "hidden_dropout", "dropout"});
+  model m = detail::read_hf_model(config, "config.json");
   detail::copy_name(m.name, std::string(name).c_str());
   return validated(m);
 }

@@ -17,12 +17,14 @@ namespace vramfit {
 /// architecture stores Q, K and V as three tensors in Llama and as one in GPT-2, Falcon and Phi-3,
 /// and per-tensor costs (optimizer step counters, allocator rounding) depend on it.
 enum class family : unsigned char {
-  llama,   ///< Hugging Face Llama, Mistral, Mixtral, Qwen2, Gemma 2, DeepSeek V2/V3 naming
-  phi3,    ///< Hugging Face Phi-3: fused qkv_proj and gate_up_proj
-  gpt2,    ///< Hugging Face GPT-2: fused c_attn, Conv1D layers, learned positions
-  falcon,  ///< Hugging Face Falcon: fused query_key_value, parallel attention + MLP
-  bert,    ///< Hugging Face BertModel: encoder, post-LN, token types, pooler
-  vit,     ///< torchvision VisionTransformer: patch embedding, class token, class head
+  llama,        ///< Hugging Face Llama, Mistral, Mixtral, Qwen2, Gemma 2, DeepSeek V2/V3 naming
+  phi3,         ///< Hugging Face Phi-3: fused qkv_proj and gate_up_proj
+  gpt2,         ///< Hugging Face GPT-2: fused c_attn, Conv1D layers, learned positions
+  falcon,       ///< Hugging Face Falcon: fused query_key_value, parallel attention + MLP
+  bert,         ///< Hugging Face BertModel: encoder, post-LN, token types, pooler (and BigBird's)
+  vit,          ///< torchvision VisionTransformer: patch embedding, class token, class head
+  distilbert,   ///< Hugging Face DistilBertModel: q_lin/k_lin/v_lin/out_lin, no token types
+  gpt_bigcode,  ///< Hugging Face GPTBigCode: GPT-2's block with nn.Linear and a fused MQA c_attn
 };
 
 enum class mlp_kind : unsigned char {
@@ -48,6 +50,20 @@ enum class position_kind : unsigned char {
   learned,  ///< a max_positions x hidden table
 };
 
+/// Whose module names and tensors the routed experts follow.
+enum class moe_layout : unsigned char {
+  /// Mixtral's block_sparse_moe.gate and experts.{e}.w1/w3/w2 without shared experts or MLA,
+  /// DeepSeek's mlp.gate, mlp.experts.{e}.gate_proj/up_proj/down_proj and mlp.shared_experts
+  /// with them.
+  standard,
+  /// mlp.gate and mlp.experts.{e}.gate_proj/up_proj/down_proj without shared experts
+  /// (modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock).
+  mlp_experts,
+  /// modeling_gpt_oss.py GptOssMLP: mlp.router with a bias; mlp.experts.gate_up_proj [E, h, 2f]
+  /// and down_proj [E, f, h], each with a bias, one tensor over the experts.
+  gpt_oss,
+};
+
 /// Mixture of experts. Layers [first_dense_layers, layers) route each token to top_k of
 /// routed_experts experts of width expert_ffn, plus shared_experts always-active experts.
 struct moe_config {
@@ -59,6 +75,7 @@ struct moe_config {
   /// DeepSeek-V3's e_score_correction_bias: stored per MoE layer, adjusted by the load-balancing
   /// rule rather than by gradients, so not counted among the trainable parameters.
   bool router_score_bias = false;
+  moe_layout layout = moe_layout::standard;
   friend constexpr bool operator==(const moe_config&, const moe_config&) = default;
 };
 
@@ -81,6 +98,9 @@ struct encoder_config {
   std::int64_t patch_size = 0;
   std::int64_t channels = 0;
   std::int64_t classes = 0;
+  /// The sequence classifier has a hidden x hidden dense layer before the one over the classes
+  /// (modeling_big_bird.py BigBirdClassificationHead; DistilBERT's pre_classifier always has it).
+  bool classifier_dense = false;
   friend constexpr bool operator==(const encoder_config&, const encoder_config&) = default;
 };
 
@@ -119,13 +139,19 @@ struct model {
   /// A GELU MLP whose tanh GELU is written as Python operations (Hugging Face's gelu_new, GPT-2's
   /// default): autograd keeps four [tokens, ffn] intermediates where a fused GELU keeps one.
   bool gelu_in_python = false;
+  /// A per-head RMSNorm of head_dim on the queries and keys before rotary (modeling_qwen3.py
+  /// Qwen3Attention q_norm, k_norm).
+  bool qk_norm = false;
+  /// One learned logit per head in each layer that joins the softmax's denominator
+  /// (modeling_gpt_oss.py GptOssAttention.sinks).
+  bool attention_sinks = false;
 
   friend constexpr bool operator==(const model&, const model&) = default;
 
   [[nodiscard]] constexpr bool is_moe() const { return moe.routed_experts > 0; }
   [[nodiscard]] constexpr bool is_mla() const { return mla.kv_lora_rank > 0; }
   [[nodiscard]] constexpr bool is_encoder() const {
-    return family == family::bert || family == family::vit;
+    return family == family::bert || family == family::vit || family == family::distilbert;
   }
   /// Whether `layer` routes tokens to experts.
   [[nodiscard]] constexpr bool is_moe_layer(std::int64_t layer) const {
@@ -248,7 +274,8 @@ constexpr const model& validated(const model& m) {
   positive("sliding-window period", m.sliding_window_period, bounds::sliding_window_period);
 
   const bool fused_classic = m.family == family::gpt2 || m.family == family::falcon ||
-                             m.family == family::bert || m.family == family::vit;
+                             m.family == family::bert || m.family == family::vit ||
+                             m.family == family::distilbert || m.family == family::gpt_bigcode;
   if (fused_classic) {
     if (m.hidden != m.heads * m.head_dim)
       hidden_must_equal_heads_times_head_dim(m, m.hidden, m.heads, m.head_dim);
@@ -260,6 +287,15 @@ constexpr const model& validated(const model& m) {
   }
   if (m.family != family::falcon && m.parallel_block)
     family_has_a_fixed_layout(m, "sequential attention and MLP (parallel blocks are Falcon's)");
+  if ((m.qk_norm || m.attention_sinks) && (m.family != family::llama || m.is_mla()))
+    family_has_a_fixed_layout(
+        m, "its attention (per-head Q/K norms and attention sinks are Llama-family options)");
+  if (m.moe.layout != moe_layout::standard &&
+      (m.family != family::llama || m.is_mla() || m.moe.shared_experts > 0))
+    family_has_a_fixed_layout(
+        m,
+        "its experts (the mlp_experts and gpt_oss layouts are Llama-family MoE without shared "
+        "experts)");
 
   non_negative("routed experts", m.moe.routed_experts, bounds::heads);
   non_negative("shared experts", m.moe.shared_experts, bounds::heads);

@@ -105,6 +105,18 @@ struct qwen2_5_7b : model_type<detail::edited(detail::llama_preset("Qwen2.5-7B",
 struct qwen2_5_72b : model_type<detail::edited(detail::llama_preset("Qwen2.5-72B", 8192, 80, 64, 8, 29568, 152064),
     [](model& m) { m.bias = bias_kind::qkv; })> {};
 
+// Qwen3 (Qwen/Qwen3-0.6B, Qwen3-8B, Qwen3-30B-A3B): per-head q_norm and k_norm, head_dim 128, no
+// biases; the 0.6B ties its embeddings; the 30B-A3B routes every layer to 8 of 128 experts.
+struct qwen3_0_6b : model_type<detail::edited(detail::llama_preset("Qwen3-0.6B", 1024, 28, 16, 8, 3072, 151936),
+    [](model& m) { m.qk_norm = true; m.tied_embeddings = true; })> {};
+struct qwen3_8b : model_type<detail::edited(detail::llama_preset("Qwen3-8B", 4096, 36, 32, 8, 12288, 151936),
+    [](model& m) { m.qk_norm = true; })> {};
+struct qwen3_30b_a3b : model_type<detail::edited(detail::llama_preset("Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 151936),
+    [](model& m) {
+      m.qk_norm = true;
+      m.moe = {.routed_experts = 128, .top_k = 8, .expert_ffn = 768, .layout = moe_layout::mlp_experts};
+    })> {};
+
 // Gemma 2 (google/gemma-2-*): GeGLU, four RMSNorms per layer, tied, sliding window on every other
 // layer.
 constexpr auto gemma2 = [](model& m) {
@@ -149,9 +161,32 @@ struct deepseek_v2 : model_type<detail::edited(detail::llama_preset("DeepSeek-V2
                .qk_rope_head_dim = 64, .v_head_dim = 128};
     })> {};
 
+// gpt-oss (openai/gpt-oss-20b, gpt-oss-120b): Q, K, V and O biases, one attention sink per head,
+// a 128-token window on every other layer from layer 0, every layer 4 experts of 32 or 128 with
+// biases and a router with a bias.
+constexpr auto gpt_oss = [](model& m) {
+  m.head_dim = 64; m.bias = bias_kind::attention; m.attention_sinks = true;
+  m.sliding_window = 128; m.sliding_window_period = 2;
+};
+struct gpt_oss_20b : model_type<detail::edited(detail::llama_preset("gpt-oss-20b", 2880, 24, 64, 8, 2880, 201088),
+    [](model& m) {
+      gpt_oss(m);
+      m.moe = {.routed_experts = 32, .top_k = 4, .expert_ffn = 2880, .layout = moe_layout::gpt_oss};
+    })> {};
+struct gpt_oss_120b : model_type<detail::edited(detail::llama_preset("gpt-oss-120b", 2880, 36, 64, 8, 2880, 201088),
+    [](model& m) {
+      gpt_oss(m);
+      m.moe = {.routed_experts = 128, .top_k = 4, .expert_ffn = 2880, .layout = moe_layout::gpt_oss};
+    })> {};
+
 // BERT (google-bert/bert-*-uncased) as BertModel, with the pooler.
 struct bert_base_uncased : model_type<detail::bert_preset("BERT-base-uncased", 768, 12, 12)> {};
 struct bert_large_uncased : model_type<detail::bert_preset("BERT-large-uncased", 1024, 24, 16)> {};
+
+// DistilBERT (distilbert/distilbert-base-uncased) as DistilBertModel: BERT-base's block in 6
+// layers, no token types, no pooler.
+struct distilbert_base_uncased : model_type<detail::edited(detail::bert_preset("DistilBERT-base-uncased", 768, 6, 12),
+    [](model& m) { m.family = family::distilbert; m.encoder = {}; })> {};
 
 // ViT-L/16 (torchvision vit_l_16): 224 px images, 16 px patches, 1000 classes.
 struct vit_l_16 : model_type<detail::edited(detail::bert_preset("ViT-L/16", 1024, 24, 16),
@@ -187,6 +222,9 @@ inline constexpr preset presets[] = {
     {"qwen2.5-0.5b", models::qwen2_5_0_5b::value},
     {"qwen2.5-7b", models::qwen2_5_7b::value},
     {"qwen2.5-72b", models::qwen2_5_72b::value},
+    {"qwen3-0.6b", models::qwen3_0_6b::value},
+    {"qwen3-8b", models::qwen3_8b::value},
+    {"qwen3-30b-a3b", models::qwen3_30b_a3b::value},
     {"gemma-2-2b", models::gemma_2_2b::value},
     {"gemma-2-9b", models::gemma_2_9b::value},
     {"gemma-2-27b", models::gemma_2_27b::value},
@@ -194,8 +232,11 @@ inline constexpr preset presets[] = {
     {"falcon-7b", models::falcon_7b::value},
     {"deepseek-v3", models::deepseek_v3::value},
     {"deepseek-v2", models::deepseek_v2::value},
+    {"gpt-oss-20b", models::gpt_oss_20b::value},
+    {"gpt-oss-120b", models::gpt_oss_120b::value},
     {"bert-base-uncased", models::bert_base_uncased::value},
     {"bert-large-uncased", models::bert_large_uncased::value},
+    {"distilbert-base-uncased", models::distilbert_base_uncased::value},
     {"vit-l-16", models::vit_l_16::value},
 };
 

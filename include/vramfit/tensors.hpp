@@ -249,6 +249,12 @@ constexpr void add_llama_attention(ledger_builder& b, const char* p) {
   }
   b.add_linear(p, "self_attn.o_proj", h, q, tensor_kind::attention, output_bias(m), all,
                tp_split::input);
+  if (m.qk_norm) {  // modeling_qwen3.py Qwen3Attention: q_norm, k_norm = RMSNorm(head_dim)
+    b.add_norm(p, "self_attn.q_norm", m.head_dim, all);
+    b.add_norm(p, "self_attn.k_norm", m.head_dim, all);
+  }
+  if (m.attention_sinks)  // modeling_gpt_oss.py GptOssAttention: sinks = Parameter(heads)
+    b.add({p, "self_attn.sinks"}, {m.heads}, tensor_kind::attention, all, 1, tp_split::output);
 }
 
 constexpr void add_llama_mlp(ledger_builder& b, const char* p, std::int64_t width, tensor_kind kind,
@@ -273,9 +279,28 @@ constexpr void add_llama_moe(ledger_builder& b, const char* p) {
   const layer_range moe_layers{e.first_dense_layers, m.layers - e.first_dense_layers};
   if (moe_layers.count == 0) return;
   const std::int64_t h = m.hidden;
-  // Mixtral names its experts w1 (gate), w3 (up), w2 (down) under block_sparse_moe; DeepSeek uses
-  // mlp.experts.{e}.gate_proj/up_proj/down_proj beside mlp.shared_experts.
-  if (e.shared_experts == 0 && !m.is_mla()) {
+  if (e.layout == moe_layout::gpt_oss) {
+    // modeling_gpt_oss.py GptOssTopKRouter (weight and bias) and GptOssExperts: gate_up_proj
+    // [E, h, 2f] and down_proj [E, f, h] are stored [in, out], each with a bias; one tensor over
+    // the experts, listed one slice per expert.
+    b.add_linear(p, "mlp.router", e.routed_experts, h, tensor_kind::router, true, moe_layers);
+    const std::int64_t f = e.expert_ffn;
+    const std::int64_t n = e.routed_experts;
+    b.add({p, "mlp.experts.gate_up_proj[{expert}]"}, {h, 2 * f}, tensor_kind::expert, moe_layers, n,
+          tp_split::output);
+    b.last().input_major = true;
+    b.add({p, "mlp.experts.gate_up_proj_bias[{expert}]"}, {2 * f}, tensor_kind::expert, moe_layers,
+          n, tp_split::output);
+    b.add({p, "mlp.experts.down_proj[{expert}]"}, {f, h}, tensor_kind::expert, moe_layers, n,
+          tp_split::input);
+    b.last().input_major = true;
+    b.add({p, "mlp.experts.down_proj_bias[{expert}]"}, {h}, tensor_kind::expert, moe_layers, n);
+    return;
+  }
+  // Mixtral names its experts w1 (gate), w3 (up), w2 (down) under block_sparse_moe; DeepSeek and
+  // Qwen3-MoE use mlp.experts.{e}.gate_proj/up_proj/down_proj (DeepSeek beside
+  // mlp.shared_experts).
+  if (e.layout == moe_layout::standard && e.shared_experts == 0 && !m.is_mla()) {
     b.add_linear(p, "block_sparse_moe.gate", e.routed_experts, h, tensor_kind::router, false,
                  moe_layers);
     const char* ep = "block_sparse_moe.experts.{expert}.";
@@ -410,9 +435,62 @@ constexpr tensor_ledger bert_tensors(const model& m) {
   b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
   b.add_norm(p, "output.LayerNorm", h, all);
   if (m.encoder.pooler) b.add_linear("", "pooler.dense", h, h, tensor_kind::head, true);
-  // BertForSequenceClassification's head, when the model has classes.
-  if (m.encoder.classes > 0)
+  // BertForSequenceClassification's head, when the model has classes; BigBird's
+  // (modeling_big_bird.py BigBirdClassificationHead) has a dense layer before it.
+  if (m.encoder.classes > 0 && m.encoder.classifier_dense) {
+    b.add_linear("", "classifier.dense", h, h, tensor_kind::head, true);
+    b.add_linear("", "classifier.out_proj", m.encoder.classes, h, tensor_kind::head, true);
+  } else if (m.encoder.classes > 0) {
     b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, true);
+  }
+  return b.result();
+}
+
+// Hugging Face DistilBertModel (modeling_distilbert.py): BERT's post-LN block without token types
+// or pooler; DistilBertForSequenceClassification adds pre_classifier and classifier.
+constexpr tensor_ledger distilbert_tensors(const model& m) {
+  ledger_builder b(m);
+  const auto all = b.all_layers();
+  const std::int64_t h = m.hidden;
+  const char* p = "transformer.layer.{layer}.";
+  b.add({"embeddings.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1,
+        tp_split::vocab);
+  b.add({"embeddings.position_embeddings.weight"}, {m.max_positions, h}, tensor_kind::embedding);
+  b.add_norm("embeddings.", "LayerNorm", h);
+  b.add_linear(p, "attention.q_lin", h, h, tensor_kind::attention, true, all, tp_split::output);
+  b.add_linear(p, "attention.k_lin", h, h, tensor_kind::attention, true, all, tp_split::kv);
+  b.add_linear(p, "attention.v_lin", h, h, tensor_kind::attention, true, all, tp_split::kv);
+  b.add_linear(p, "attention.out_lin", h, h, tensor_kind::attention, true, all, tp_split::input);
+  b.add_norm(p, "sa_layer_norm", h, all);
+  b.add_linear(p, "ffn.lin1", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
+  b.add_linear(p, "ffn.lin2", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
+  b.add_norm(p, "output_layer_norm", h, all);
+  if (m.encoder.classes > 0) {
+    b.add_linear("", "pre_classifier", h, h, tensor_kind::head, true);
+    b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, true);
+  }
+  return b.result();
+}
+
+// Hugging Face GPTBigCode (modeling_gpt_bigcode.py): GPT-2's block with nn.Linear weights
+// [out, in] and one c_attn of hidden + 2 x kv_heads x head_dim outputs (MQA: one K and V head).
+constexpr tensor_ledger gpt_bigcode_tensors(const model& m) {
+  ledger_builder b(m);
+  const auto all = b.all_layers();
+  const std::int64_t h = m.hidden;
+  const char* p = "transformer.h.{layer}.";
+  b.add({"transformer.wte.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1, tp_split::vocab);
+  b.add({"transformer.wpe.weight"}, {m.max_positions, h}, tensor_kind::embedding);
+  b.add_norm(p, "ln_1", h, all);
+  b.add_linear(p, "attn.c_attn", h + 2 * m.kv_heads * m.head_dim, h, tensor_kind::attention, true,
+               all, tp_split::qkv);
+  b.add_linear(p, "attn.c_proj", h, h, tensor_kind::attention, true, all, tp_split::input);
+  b.add_norm(p, "ln_2", h, all);
+  b.add_linear(p, "mlp.c_fc", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
+  b.add_linear(p, "mlp.c_proj", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
+  b.add_norm("transformer.", "ln_f", h);
+  if (!m.tied_embeddings)
+    b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head, {}, 1, tp_split::vocab);
   return b.result();
 }
 
@@ -456,6 +534,10 @@ constexpr tensor_ledger tensors(const model& m) {
       return detail::bert_tensors(m);
     case family::vit:
       return detail::vit_tensors(m);
+    case family::distilbert:
+      return detail::distilbert_tensors(m);
+    case family::gpt_bigcode:
+      return detail::gpt_bigcode_tensors(m);
     case family::llama:
     case family::phi3:
       break;

@@ -176,7 +176,7 @@ model random_model(FuzzedDataProvider& in) {
   detail::copy_name(m.name, name.c_str());
   if (valid_utf8(name) && !valid_utf8(m.name))
     defect("a valid UTF-8 model name was cut mid-character:", m.name);
-  m.family = pick_enum<family>(in, 5);
+  m.family = pick_enum<family>(in, 7);
   m.hidden = count(in);
   m.layers = count(in);
   m.heads = count(in);
@@ -201,6 +201,7 @@ model random_model(FuzzedDataProvider& in) {
     m.moe.expert_ffn = count(in);
     m.moe.first_dense_layers = in.ConsumeBool() ? in.ConsumeIntegralInRange<i64>(0, 3) : count(in);
     m.moe.router_score_bias = in.ConsumeBool();
+    m.moe.layout = pick_enum<moe_layout>(in, 2);
   }
   if (in.ConsumeBool()) {
     m.mla.q_lora_rank = in.ConsumeBool() ? 0 : count(in);
@@ -215,6 +216,9 @@ model random_model(FuzzedDataProvider& in) {
   m.encoder.patch_size = count(in);
   m.encoder.channels = in.ConsumeBool() ? 3 : count(in);
   m.encoder.classes = count(in);
+  m.encoder.classifier_dense = in.ConsumeBool();
+  m.qk_norm = in.ConsumeBool();
+  m.attention_sinks = in.ConsumeBool();
   m.dropout = in.ConsumeBool();
   m.checkpoint_rotary_buffers = in.ConsumeBool();
 
@@ -231,6 +235,8 @@ model random_model(FuzzedDataProvider& in) {
       m.mla = {};
     }
     if (m.family != family::falcon) m.parallel_block = false;
+    if (fused || m.family == family::phi3) m.qk_norm = m.attention_sinks = false;
+    if (m.moe.shared_experts > 0 || m.mla.kv_lora_rank > 0) m.moe.layout = moe_layout::standard;
     if (m.family == family::vit && m.encoder.patch_size > 0) {
       m.encoder.image_size = product_or(m.encoder.patch_size, in.ConsumeIntegralInRange<i64>(1, 64),
                                         m.encoder.image_size);
@@ -489,9 +495,13 @@ void print(const model& m) {
       int(m.bias), int(m.tied_embeddings), int(m.positions), ll(m.max_positions),
       int(m.parallel_block), ll(m.sliding_window), ll(m.sliding_window_period), int(m.dropout),
       int(m.checkpoint_rotary_buffers));
-  note("  moe: routed %lld top_k %lld shared %lld expert_ffn %lld first_dense %lld score_bias %d\n",
-       ll(m.moe.routed_experts), ll(m.moe.top_k), ll(m.moe.shared_experts), ll(m.moe.expert_ffn),
-       ll(m.moe.first_dense_layers), int(m.moe.router_score_bias));
+  note(
+      "  moe: routed %lld top_k %lld shared %lld expert_ffn %lld first_dense %lld score_bias %d "
+      "layout %d\n",
+      ll(m.moe.routed_experts), ll(m.moe.top_k), ll(m.moe.shared_experts), ll(m.moe.expert_ffn),
+      ll(m.moe.first_dense_layers), int(m.moe.router_score_bias), int(m.moe.layout));
+  note("  attention: qk_norm %d sinks %d classifier_dense %d\n", int(m.qk_norm),
+       int(m.attention_sinks), int(m.encoder.classifier_dense));
   note("  mla: q_lora %lld kv_lora %lld qk_nope %lld qk_rope %lld v_head %lld\n",
        ll(m.mla.q_lora_rank), ll(m.mla.kv_lora_rank), ll(m.mla.qk_nope_head_dim),
        ll(m.mla.qk_rope_head_dim), ll(m.mla.v_head_dim));

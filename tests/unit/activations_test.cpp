@@ -427,3 +427,51 @@ TEST_CASE("activation offload keeps what layers save on the host and brings one 
   // rotary tables they save) is on the GPU; the loss's own tensors are.
   CHECK(kept - at_loss_gradients(tl) == per_layer * 32 + inputs);
 }
+
+TEST_CASE("Qwen3's q_norm and k_norm keep what an RMSNorm keeps, per head") {
+  // Qwen3-8B, 2 x 1,024 tokens in bf16, flash attention: per token and head of 128, each norm
+  // keeps its fp32 input (4 x 128 bytes), an fp32 rstd (4) and its normalized input in bf16
+  // (2 x 128); 32 query heads, 8 key heads.
+  const std::int64_t tokens = 2 * 1024;
+  const activation_options o{.micro_batch = 2, .sequence = 1024};
+  model without = models::qwen3_8b::value;
+  without.qk_norm = false;
+  const bytes with_norms = layer_activation_bytes(models::qwen3_8b::value, pure<bf16>::value, o, {},
+                                                  false, recompute_kind::none);
+  const bytes plain =
+      layer_activation_bytes(without, pure<bf16>::value, o, {}, false, recompute_kind::none);
+  CHECK(with_norms - plain == bytes{tokens * (32 + 8) * (4 * 128 + 4 + 2 * 128)});
+}
+
+TEST_CASE(
+    "gpt-oss: the sink column in eager attention, and its experts as transformers trains them") {
+  const model& m = models::gpt_oss_20b::value;
+  const std::int64_t s = 1024;
+  const activation_options o{.micro_batch = 1, .sequence = s, .attention = attention_kind::eager};
+  bytes mlp{};
+  auto bytes_of = [&](const char* name) {
+    bytes found{};
+    for (const saved_tensor& t : layer_saved_tensors(m, pure<bf16>::value, o, layout{}, true))
+      if (std::string(t.name) == name) found = t.size;
+    return found;
+  };
+  for (const saved_tensor& t : layer_saved_tensors(m, pure<bf16>::value, o, layout{}, true))
+    if (t.part == layer_part::mlp) mlp += t.size;
+  // 64 heads of s rows over s keys and the sink, softmax in bf16 (no fp32 copy); max's int64
+  // indices per row.
+  CHECK(bytes_of("attention softmax output (with the sink column)") == bytes{2 * 64 * s * (s + 1)});
+  CHECK(bytes_of("attention logits max indices (int64)") == bytes{8 * 64 * s});
+  CHECK(bytes_of("attention probabilities (16-bit copy)") == bytes{});
+  // The MLP half, 1,024 tokens routed to 4 experts each (n = 4,096 rows), h = f = 2,880, bf16:
+  // the post-attention RMSNorm (fp32 input 4h, rstd 4, normalized 2h per token), the router's
+  // input 2h; top-k softmax 2 x 4 and indices 8 x 4 per token; per routed row two int64 indices,
+  // the gathered input 2h, gate_up 2 x 2f, five [n, f] tensors in bf16, the output 2h and its
+  // routing weight 2; and every one of the 32 experts' weights indexed into a bf16 copy.
+  const std::int64_t h = 2880, f = 2880, n = 4 * s;
+  const std::int64_t norm = s * (4 * h + 4 + 2 * h);
+  const std::int64_t router = s * 2 * h + s * (2 * 4 + 8 * 4);
+  const std::int64_t experts = n * (16 + 2 * h + 2 * 2 * f + 5 * 2 * f + 2 * h + 2);
+  const std::int64_t weights = 32LL * 3 * h * f * 2;
+  CHECK(bytes_of("indexed expert weights (gate_up_proj and down_proj copies)") == bytes{weights});
+  CHECK(mlp == bytes{norm + router + experts + weights});
+}

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <vramfit/hf_config.hpp>
+#include <vramfit/inference.hpp>
 #include <vramfit/presets.hpp>
 #include <vramfit/tensors.hpp>
 
@@ -114,4 +115,210 @@ TEST_CASE("optional fields take their Hugging Face defaults") {
   c["attention_bias"] = true;  // q, k, v and o biases
   CHECK(parameters(tensors(model_from_hf_config(c))) ==
         parameters(tensors(m)) + 32 * (4096 + 4096 + 4096 + 4096));
+}
+
+namespace {
+json config_of(const char* file) {
+  std::ifstream in(data_dir / "hf" / (std::string(file) + ".json"));
+  return json::parse(in);
+}
+std::int64_t count_of(const char* file) {
+  return parameters(tensors(load_hf_config(data_dir / "hf" / (std::string(file) + ".json"))));
+}
+/// Whether `n` rounds to `tenths` tenths of `unit` (20.9B: 209, 1e8).
+bool rounds_to(std::int64_t n, std::int64_t tenths, std::int64_t unit) {
+  return (10 * n + unit / 2) / unit == tenths;
+}
+}  // namespace
+
+TEST_CASE("Qwen3: per-head q_norm and k_norm of head_dim") {
+  const model m = load_hf_config(data_dir / "hf" / "qwen3-0.6b.json");
+  CHECK(m.qk_norm);
+  CHECK(m.head_dim == 128);  // explicit: hidden 1024 / 16 heads would be 64
+  std::int64_t q_norm = 0, k_norm = 0;
+  for_each_tensor(tensors(m), [&](const tensor& t) {
+    if (t.name == "model.layers.27.self_attn.q_norm.weight") q_norm = t.group->elements();
+    if (t.name == "model.layers.27.self_attn.k_norm.weight") k_norm = t.group->elements();
+  });
+  CHECK(q_norm == 128);
+  CHECK(k_norm == 128);
+  // Model card: 0.6B, of which 0.44B non-embedding (tied: the embedding once); keras-hub's
+  // exact 596,049,920 is in presets_test.cpp.
+  CHECK(rounds_to(count_of("qwen3-0.6b"), 6, 1'000'000'000));
+  CHECK((count_of("qwen3-0.6b") - 151936LL * 1024 + 5'000'000) / 10'000'000 == 44);
+}
+
+TEST_CASE("Qwen3-MoE: experts in every layer unless mlp_only_layers lists the first ones") {
+  json c = config_of("qwen3-30b-a3b");
+  const model all_moe = model_from_hf_config(c);
+  CHECK(all_moe.moe.layout == moe_layout::mlp_experts);
+  bool named = false;
+  for_each_tensor(tensors(all_moe), [&](const tensor& t) {
+    if (t.name == "model.layers.47.mlp.experts.127.down_proj.weight") named = true;
+    CHECK(t.name.find("block_sparse_moe") == std::string::npos);
+  });
+  CHECK(named);
+  // Two dense layers of intermediate_size 6144 in place of two MoE layers: each swaps a router
+  // (128 x 2048) and 128 experts (3 x 2048 x 768) for one MLP of 3 x 2048 x 6144.
+  c["mlp_only_layers"] = {0, 1};
+  CHECK(parameters(tensors(model_from_hf_config(c))) ==
+        30'532'122'624 - 2 * (128LL * 2048 + 128LL * 3 * 2048 * 768) + 2 * 3LL * 2048 * 6144);
+  c["mlp_only_layers"] = {1};
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    doctest::Contains("mlp_only_layers other than the first layers"));
+  c["mlp_only_layers"] = json::array();
+  c["decoder_sparse_step"] = 2;
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    "vramfit: config.json (model_type 'qwen3_moe'): decoder_sparse_step = 2 is "
+                    "not modelled (only every layer, 1)");
+}
+
+TEST_CASE("gpt-oss: exact counts by hand, the model card's figures and its MXFP4 checkpoints") {
+  // Per layer: q 4096 x 2880, k and v 512 x 2880, o 2880 x 4096, each with a bias; 64 sinks;
+  // router 32 x 2880 + 32; per expert gate_up 2880 x 5760 + 5760 and down 2880 x 2880 + 2880;
+  // two norms of 2880. Outside: embedding and head 201088 x 2880, final norm 2880.
+  const std::int64_t attention =
+      4096LL * 2880 + 4096 + 2 * (512LL * 2880 + 512) + 2880LL * 4096 + 2880 + 64;
+  const std::int64_t expert = 2880LL * 5760 + 5760 + 2880LL * 2880 + 2880;
+  const std::int64_t outside = 2 * 201088LL * 2880 + 2880;
+  auto total = [&](std::int64_t layers, std::int64_t experts) {
+    return outside + layers * (attention + experts * (2880 + 1) + experts * expert + 2 * 2880);
+  };
+  CHECK(count_of("gpt-oss-20b") == total(24, 32));
+  CHECK(count_of("gpt-oss-120b") == total(36, 128));
+  CHECK(total(24, 32) == 20'914'757'184);
+  CHECK(total(36, 128) == 116'829'156'672);
+  // Model card (arXiv 2508.10925): 20.9B and 116.8B total; 3.6B and 5.1B active per token, which
+  // leaves out the embedding table (a lookup).
+  CHECK(rounds_to(total(24, 32), 209, 1'000'000'000));
+  CHECK(rounds_to(total(36, 128), 1168, 1'000'000'000));
+  const model small = models::gpt_oss_20b::value, large = models::gpt_oss_120b::value;
+  const std::int64_t embedding = 201088LL * 2880;
+  CHECK(active_parameters(small, tensors(small)) == total(24, 32) - 24 * 28 * expert);
+  CHECK(rounds_to(active_parameters(small, tensors(small)) - embedding, 36, 1'000'000'000));
+  CHECK(rounds_to(active_parameters(large, tensors(large)) - embedding, 51, 1'000'000'000));
+  // Checkpoints: the expert matrices in MXFP4 (4 bits and one E8M0 scale byte per 32 values:
+  // 17/32 bytes each), everything else in bf16. Model card: 12.8 GiB and 60.8 GiB.
+  auto checkpoint = [&](std::int64_t layers, std::int64_t experts) {
+    const std::int64_t matrices = layers * experts * (2880LL * 5760 + 2880LL * 2880);
+    return matrices / 32 * 17 + 2 * (total(layers, experts) - matrices);
+  };
+  CHECK(weight_bytes(small, {}, mxfp4_experts::value).count == checkpoint(24, 32));
+  CHECK(weight_bytes(large, {}, mxfp4_experts::value).count == checkpoint(36, 128));
+  CHECK(rounds_to(checkpoint(24, 32), 128, std::int64_t{1} << 30));
+  CHECK(rounds_to(checkpoint(36, 128), 608, std::int64_t{1} << 30));
+  // Every other layer from layer 0 keeps a 128-token window: at 1,000 tokens 12 layers keep 128
+  // and 12 keep 1,000, 8 KV heads of 64 in bf16 each.
+  const request_shape r{.prompt = 1000};
+  CHECK(kv_cache_bytes(small, {}, {}, r).count == 2 * 8 * 64 * 2 * (12 * 1000 + 12 * 128));
+}
+
+TEST_CASE("gpt-oss: layer_types decide the windows") {
+  json c = config_of("gpt-oss-20b");
+  c["layer_types"] = json::array();
+  for (int i = 0; i < 24; ++i) c["layer_types"].push_back("sliding_attention");
+  CHECK(model_from_hf_config(c).sliding_window_period == 1);
+  for (auto& t : c["layer_types"]) t = "full_attention";
+  CHECK(model_from_hf_config(c).sliding_window == 0);
+  c["layer_types"][1] = "sliding_attention";
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    doctest::Contains("layer_types other than alternating from a sliding layer 0"));
+  c["layer_types"].erase(0);
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    doctest::Contains("'layer_types' must list one type per layer (24)"));
+  c.erase("layer_types");  // GptOssConfig's default: alternating from a sliding layer 0
+  CHECK(model_from_hf_config(c) == model_from_hf_config(config_of("gpt-oss-20b")));
+}
+
+TEST_CASE("GPTBigCode: SantaCoder and StarCoder by hand, MQA, learned positions, tied") {
+  // Per layer: two LayerNorms (2 x 2 x h), c_attn (h + 2 x 128) x h + its bias, c_proj h x h + h,
+  // c_fc 4h x h + 4h, c_proj h x 4h + h. Outside: wte vocab x h, wpe positions x h, ln_f 2h.
+  auto total = [](std::int64_t h, std::int64_t layers, std::int64_t vocab, std::int64_t positions) {
+    const std::int64_t layer =
+        4 * h + (h + 256) * h + (h + 256) + h * h + h + 4 * h * h + 4 * h + 4 * h * h + h;
+    return vocab * h + positions * h + layers * layer + 2 * h;
+  };
+  const model santacoder = load_hf_config(data_dir / "hf" / "gpt_bigcode-santacoder.json");
+  CHECK(santacoder.kv_heads == 1);
+  CHECK(santacoder.tied_embeddings);
+  CHECK_FALSE(santacoder.gelu_in_python);  // gelu_pytorch_tanh
+  CHECK(parameters(tensors(santacoder)) == total(2048, 24, 49280, 2048));
+  CHECK(total(2048, 24, 49280, 2048) == 1'124'886'528);
+  // "1.1B" (bigcode/santacoder model card) and "15.5B" (StarCoder paper, arXiv 2305.06161); the
+  // exact 15,517,456,384 is also what published tables list for StarCoder-15B fine-tunes.
+  CHECK(rounds_to(1'124'886'528, 11, 1'000'000'000));
+  CHECK(count_of("starcoder") == total(6144, 40, 49152, 8192));
+  CHECK(total(6144, 40, 49152, 8192) == 15'517'456'384);
+  json c = config_of("gpt_bigcode-santacoder");
+  c["multi_query"] = false;  // c_attn becomes 3h x h + 3h: K and V grow from 128 to 2048 rows
+  CHECK(parameters(tensors(model_from_hf_config(c))) ==
+        1'124'886'528 + 24 * 2 * (2048LL - 128) * (2048 + 1));
+  c["add_cross_attention"] = true;
+  CHECK_THROWS_WITH(model_from_hf_config(c), doctest::Contains("add_cross_attention = true"));
+}
+
+TEST_CASE("DistilBERT: DistilBertModel, and its sequence classifier") {
+  const model m = load_hf_config(data_dir / "hf" / "distilbert-base-uncased.json");
+  CHECK(m.family == family::distilbert);
+  CHECK(m.dropout);
+  // DistilBertForSequenceClassification with 2 labels: pre_classifier 768 x 768 + 768 and
+  // classifier 2 x 768 + 2 (Keras's summary of TFDistilBertForSequenceClassification: 590,592
+  // and 1,538, total 66,955,010).
+  json c = config_of("distilbert-base-uncased");
+  c["architectures"] = {"DistilBertForSequenceClassification"};
+  c["id2label"] = {{"0", "NEGATIVE"}, {"1", "POSITIVE"}};
+  CHECK(parameters(tensors(model_from_hf_config(c))) == 66'955'010);
+  CHECK(66'955'010 == 66'362'880 + 768 * 768 + 768 + 2 * 768 + 2);
+  c["sinusoidal_pos_embds"] = true;
+  CHECK_THROWS_WITH(model_from_hf_config(c), doctest::Contains("sinusoidal_pos_embds = true"));
+}
+
+TEST_CASE("BigBird: BERT's tensors with 4,096 positions; its classifier has a dense layer") {
+  const model m = load_hf_config(data_dir / "hf" / "bigbird-roberta-base.json");
+  CHECK(m.family == family::bert);
+  CHECK(m.gelu_in_python);  // hidden_act gelu_new
+  // BigBirdModel: word 50358 x 768, positions 4096 x 768, token types 2 x 768, embedding
+  // LayerNorm; 12 BERT layers of 7,087,872 (4 x (768^2 + 768), 768 x 3072 + 3072,
+  // 3072 x 768 + 768, two LayerNorms); pooler 768^2 + 768.
+  const std::int64_t layer = 4 * (768 * 768 + 768) + 768 * 3072 + 3072 + 3072 * 768 + 768 + 4 * 768;
+  CHECK(layer == 7'087'872);
+  const std::int64_t base =
+      50358LL * 768 + 4096 * 768 + 2 * 768 + 2 * 768 + 12 * layer + 768 * 768 + 768;
+  CHECK(parameters(tensors(m)) == base);
+  CHECK(base == 127'468'800);
+  // The Hub's "128M" for google/bigbird-roberta-base is the checkpoint's BigBirdForPreTraining:
+  // with its heads (transform 768^2 + 768 and LayerNorm, decoder bias 50358 on the tied
+  // embedding, next-sentence 2 x 768 + 2) it rounds to 128M.
+  CHECK((base + 768 * 768 + 768 + 2 * 768 + 50358 + 2 * 768 + 2 + 500'000) / 1'000'000 == 128);
+  json c = config_of("bigbird-roberta-base");
+  c["architectures"] = {"BigBirdForSequenceClassification"};
+  c["num_labels"] = 2;
+  // BigBirdClassificationHead: dense 768 x 768 + 768, out_proj 2 x 768 + 2.
+  CHECK(parameters(tensors(model_from_hf_config(c))) == base + 768 * 768 + 768 + 2 * 768 + 2);
+  c["use_bias"] = false;
+  CHECK_THROWS_WITH(model_from_hf_config(c), doctest::Contains("use_bias = false"));
+}
+
+TEST_CASE("Mistral 3: the text decoder of text_config; the vision tower is not counted") {
+  // Mistral-Small-3.1-24B: the text decoder is Mistral-Small-24B's, 23,572,403,200 (keras-hub
+  // magistral_small_2506_en and devstral_small_1_1, the same decoder). The Pixtral vision
+  // encoder (403,305,472) and the projector (35,652,608) make the Hub's 24.0B; neither is here.
+  const model m = load_hf_config(data_dir / "hf" / "mistral-small-3.1-24b.json");
+  CHECK(parameters(tensors(m)) == 23'572'403'200);
+  CHECK(std::string(m.name) == "mistral-small-3.1-24b");
+  CHECK(m.sliding_window == 0);  // sliding_window null
+  json c = config_of("mistral-small-3.1-24b");
+  c["text_config"].erase("model_type");  // Mistral3Config: a MistralConfig by default
+  CHECK(model_from_hf_config(c) == model_from_hf_config(config_of("mistral-small-3.1-24b")));
+  c["text_config"].erase("hidden_size");
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    "vramfit: config.json text_config (model_type 'mistral'): missing field "
+                    "'hidden_size'");
+  c.erase("text_config");
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    "vramfit: config.json (model_type 'mistral3'): missing field 'text_config' "
+                    "(the text decoder's configuration)");
+  c = config_of("mistral-small-3.1-24b");
+  c["model_type"] = "llava";  // Pixtral-12B's config: LlavaConfig with a Mistral text_config
+  CHECK(parameters(tensors(model_from_hf_config(c))) == 23'572'403'200);
 }

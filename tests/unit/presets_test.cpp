@@ -32,6 +32,9 @@ constexpr official official_counts[] = {
     {"qwen2.5-0.5b", 494'032'768, "keras-hub qwen presets; 942.3 MiB bf16 safetensors"},
     {"qwen2.5-7b", 7'615'616'512, "keras-hub qwen presets"},
     {"qwen2.5-72b", 72'706'203'648, "keras-hub qwen presets"},
+    {"qwen3-0.6b", 596'049'920, "keras-hub qwen3_0.6b_en"},
+    {"qwen3-8b", 8'190'735'360, "keras-hub qwen3_8b_en"},
+    {"qwen3-30b-a3b", 30'532'122'624, "keras-hub qwen3_moe_30b_a3b_en"},
     {"gemma-2-2b", 2'614'341'888, "keras-hub gemma presets; Gemma 2 paper Table 2"},
     {"gemma-2-9b", 9'241'705'984, "keras-hub gemma presets; Gemma 2 paper Table 2"},
     {"gemma-2-27b", 27'227'128'320, "keras-hub gemma presets; Gemma 2 paper Table 2"},
@@ -39,8 +42,13 @@ constexpr official official_counts[] = {
     {"falcon-7b", 6'921'720'704, "count from config (tied head; the Hub's 7.22B counts it twice)"},
     {"deepseek-v3", 671'026'404'352, "config_671B.json; README '671B'"},
     {"deepseek-v2", 235'741'434'880, "config_236B.json; paper '236B'"},
+    // Rounded in the gpt-oss model card (arXiv 2508.10925): "116.8B" and "20.9B"; derived by hand
+    // in hf_config_test.cpp.
+    {"gpt-oss-20b", 20'914'757'184, "count from config; model card 20.9B"},
+    {"gpt-oss-120b", 116'829'156'672, "count from config; model card 116.8B"},
     {"bert-base-uncased", 109'482'240, "BertModel with pooler; _PRETRAINED_PARAMS 'bert-base'"},
     {"bert-large-uncased", 335'141'888, "keras-hub bert presets"},
+    {"distilbert-base-uncased", 66'362'880, "keras-hub distil_bert_base_en_uncased"},
     {"vit-l-16", 304'326'632, "torchvision ViT_L_16_Weights num_params"},
 };
 }  // namespace
@@ -78,6 +86,11 @@ TEST_CASE("MoE active parameters per token") {
       active_parameters(models::deepseek_v2::value, tensors(models::deepseek_v2::value));
   CHECK(v2 >= 21'000'000'000);
   CHECK(v2 < 22'000'000'000);
+  // Qwen3-30B-A3B: "3.3B activated" (model card): all but 120 of 128 experts in 48 layers of
+  // 3 x 2048 x 768 each.
+  CHECK(active_parameters(models::qwen3_30b_a3b::value, tensors(models::qwen3_30b_a3b::value)) ==
+        30'532'122'624 - 48LL * 120 * 3 * 2048 * 768);
+  CHECK(30'532'122'624 - 48LL * 120 * 3 * 2048 * 768 == 3'353'032'704);
   // A dense model's active parameters are all of them.
   CHECK(active_parameters(models::llama_3_8b::value, tensors(models::llama_3_8b::value)) ==
         8'030'261'248);

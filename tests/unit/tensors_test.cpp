@@ -123,3 +123,20 @@ TEST_CASE("families name and fuse tensors as their implementations do") {
     }
   }
 }
+
+TEST_CASE("gpt-oss: fused experts listed one slice per expert, router and sinks") {
+  const tensor_ledger ledger = tensors(models::gpt_oss_20b::value);
+  std::map<std::string, const tensor_group*> named;
+  for_each_tensor(ledger, [&](const tensor& t) { named[t.name] = t.group; });
+  // modeling_gpt_oss.py: gate_up_proj [E, h, 2f] and down_proj [E, f, h] are [in, out] per expert.
+  const tensor_group* gate_up = named.at("model.layers.23.mlp.experts.gate_up_proj[31]");
+  CHECK(gate_up->shape[0] == 2880);
+  CHECK(gate_up->shape[1] == 5760);
+  CHECK(gate_up->input_major);
+  CHECK(named.at("model.layers.0.mlp.experts.down_proj_bias[0]")->elements() == 2880);
+  CHECK(named.at("model.layers.0.mlp.router.bias")->kind == tensor_kind::router);
+  CHECK(named.at("model.layers.0.self_attn.sinks")->elements() == 64);
+  CHECK(named.at("model.layers.0.self_attn.o_proj.bias")->elements() == 2880);
+  // Router: 32 x 2880 weights and 32 biases in each of 24 layers.
+  CHECK(parameters(ledger, tensor_kind::router) == 24 * (32 * 2880 + 32));
+}
