@@ -53,13 +53,13 @@ struct search_space {
 /// Why a candidate is not among the best.
 enum class rejection : unsigned char {
   ranked,             ///< kept: among the best `top`, or listed for --all
-  does_not_fit,       ///< needs more memory than the GPU has even at micro-batch 1
+  does_not_fit,       ///< needs more than the GPU has even at its smallest micro-batch
   breaks_a_rule,      ///< a layout rule (check_layout), e.g. TP must divide the heads
   batch_indivisible,  ///< the global batch does not split into its micro-batches and replicas
   slower,             ///< its best possible time is beyond the k-th best: not evaluated
-  outranked,          ///< evaluated and fits, but k faster ones were found
+  outranked,          ///< evaluated and fits, but k faster ones were found (the last reason)
 };
-inline constexpr std::size_t rejection_count = 6;
+inline constexpr std::size_t rejection_count = static_cast<std::size_t>(rejection::outranked) + 1;
 
 /// One layout of the search, with its memory and estimated time.
 struct plan_candidate {
