@@ -18,6 +18,9 @@ namespace vramfit {
 /// 512 divisors of the replica's batch (only a batch with more divisors below 4,096 loses some).
 inline constexpr std::int64_t max_micro_batch_searched = 4096;
 inline constexpr std::size_t max_micro_batches = 512;
+/// The most model chunks per pipeline rank the search tries (a fixed count may be larger): the
+/// cost would otherwise grow with the layers' divisors.
+inline constexpr std::int64_t max_virtual_stages_searched = 16;
 /// The largest global batch, in sequences: its divisors are found by trial division.
 inline constexpr std::int64_t max_global_batch = std::int64_t{1} << 30;
 
@@ -279,27 +282,29 @@ class layout_searcher {
     // divisible by p·v).
     const std::int64_t pp = c.layout.pipeline;
     const std::int64_t chunks = pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
-    for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, chunks), [&](std::int64_t v) {
-      if (!allowed(space_.virtual_stages, v)) return;
-      // The interleaved schedule needs a multiple of p micro-batches (Megatron-LM's rule).
-      detail::static_vector<std::int64_t, max_micro_batches> usable{};
-      for (const std::int64_t b : sizes)
-        if (v == 1 || (per_replica / b) % pp == 0) usable.push_back(b);
-      plan_candidate fastest{};
-      bool found = false;
-      for (int k = 0; k < 3; ++k) {
-        if (space_.recompute >= 0 && space_.recompute != k) continue;
-        plan_candidate e = c;
-        e.recompute = static_cast<recompute_kind>(k);
-        e.virtual_stages = v;
-        if (!evaluate(e, per_replica, usable)) continue;
-        if (found) listed_(ranks_before(e, fastest) ? fastest : e);
-        if (!found || ranks_before(e, fastest)) fastest = e;
-        if (found) ++r_.counts[static_cast<int>(rejection::outranked)];
-        found = true;
-      }
-      if (found) keep(fastest);
-    });
+    for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, max_virtual_stages_searched),
+                     [&](std::int64_t v) {
+                       if (!allowed(space_.virtual_stages, v)) return;
+                       // The interleaved schedule needs a multiple of p micro-batches
+                       // (Megatron-LM's rule).
+                       detail::static_vector<std::int64_t, max_micro_batches> usable{};
+                       for (const std::int64_t b : sizes)
+                         if (v == 1 || (per_replica / b) % pp == 0) usable.push_back(b);
+                       plan_candidate fastest{};
+                       bool found = false;
+                       for (int k = 0; k < 3; ++k) {
+                         if (space_.recompute >= 0 && space_.recompute != k) continue;
+                         plan_candidate e = c;
+                         e.recompute = static_cast<recompute_kind>(k);
+                         e.virtual_stages = v;
+                         if (!evaluate(e, per_replica, usable)) continue;
+                         if (found) listed_(ranks_before(e, fastest) ? fastest : e);
+                         if (!found || ranks_before(e, fastest)) fastest = e;
+                         if (found) ++r_.counts[static_cast<int>(rejection::outranked)];
+                         found = true;
+                       }
+                       if (found) keep(fastest);
+                     });
   }
 
   /// The micro-batch of candidate `e` (from `sizes`) that fits and runs fastest; false, with

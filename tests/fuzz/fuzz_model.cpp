@@ -617,8 +617,10 @@ void run(FuzzedDataProvider& in) {
   });
   attempt([&] {
     search_space space{};
-    space.gpus = std::min<i64>(degree(in), 4096);  // the search's cost grows with the divisors
-    space.global_batch = in.ConsumeBool() ? 0 : count(in);
+    // Small worlds and batches: a search's cost grows with their divisors (benchmarked, not
+    // fuzzed).
+    space.gpus = std::min<i64>(degree(in), 16);
+    space.global_batch = in.ConsumeBool() ? 0 : in.ConsumeIntegralInRange<i64>(-2, 64);
     space.max_tensor = degree(in);
     space.max_pipeline = degree(in);
     space.try_offload = in.ConsumeBool();
