@@ -126,40 +126,25 @@ inline report::table plan_table(const std::vector<ranked_layout>& ranked, const 
 /// rank, with the GPU's capacity.
 inline void print_plan_svg(std::ostream& out, const std::string& title,
                            const std::vector<ranked_layout>& ranked, const gpu& g) {
-  const double left = 80, right = 30, height = 300, width = 720;
-  const double top = 40 + 20 * static_cast<double>(svg::wrap(title).size());
-  double most = static_cast<double>(g.capacity.count), fastest = 0, slowest = 0;
+  double fastest = 0, slowest = 0;
   for (const ranked_layout& r : ranked) {
     fastest = std::max(fastest, r.c.tokens_per_second);
     slowest = slowest == 0 ? r.c.tokens_per_second : std::min(slowest, r.c.tokens_per_second);
   }
-  const double step = svg::tick_step(most);
-  const double ticks = std::ceil(most / step);
-  most = ticks * step;
+  // Every ranked layout fits: the capacity is the top of the scale.
+  svg::bytes_chart chart(out, title, 720, static_cast<double>(g.capacity.count));
+  const double left = svg::bytes_chart::left;
   const double span = fastest > slowest ? fastest - slowest : 1;
   auto x_of = [&](double v) {
-    return left + 20 + (width - left - right - 40) * (v - slowest) / span;
+    return left + 20 + (chart.width() - left - svg::bytes_chart::right - 40) * (v - slowest) / span;
   };
-  auto y_of = [&](double b) { return top + height - height * b / most; };
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
-      << top + height + 60 << "\" font-family=\"sans-serif\" font-size=\"13\">\n<title>"
-      << svg::escape(title) << "</title>\n";
-  svg::title(out, title, left);
-  out << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
-      << top + height << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << top + height
-      << "\" x2=\"" << width - right << "\" y2=\"" << top + height << "\" stroke=\"#000\"/>\n";
-  for (double tick = 0; tick <= ticks; ++tick)
-    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(step * tick) + 4
-        << "\" text-anchor=\"end\">"
-        << svg::escape(to_string(bytes{static_cast<std::int64_t>(step * tick)}, GiB))
-        << "</text>\n";
   for (const double v : {slowest, fastest})
-    out << "<text x=\"" << x_of(v) << "\" y=\"" << top + height + 18 << "\" text-anchor=\"middle\">"
-        << report::grouped(std::llround(v)) << "</text>\n";
+    out << "<text x=\"" << x_of(v) << "\" y=\"" << chart.bottom() + 18
+        << "\" text-anchor=\"middle\">" << report::grouped(std::llround(v)) << "</text>\n";
   int rank = 0;
   for (const ranked_layout& r : ranked) {
     const double x = x_of(r.c.tokens_per_second);
-    const double y = y_of(static_cast<double>(r.c.required.count));
+    const double y = chart.y_of(static_cast<double>(r.c.required.count));
     ++rank;
     out << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"5\" fill=\"" << svg::colors[0]
         << "\"><title>#" << rank << " " << svg::escape(describe(r.c)) << ": "
@@ -168,13 +153,7 @@ inline void print_plan_svg(std::ostream& out, const std::string& title,
         << " tokens/s</title></circle>\n<text x=\"" << x + 7 << "\" y=\"" << y - 7 << "\">" << rank
         << "</text>\n";
   }
-  const double cap = y_of(static_cast<double>(g.capacity.count));
-  out << "<line x1=\"" << left << "\" y1=\"" << cap << "\" x2=\"" << width - right << "\" y2=\""
-      << cap << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << width - right
-      << "\" y=\"" << cap - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">" << svg::escape(g.name)
-      << " capacity " << svg::escape(to_string(g.capacity)) << "</text>\n<text x=\""
-      << (left + width - right) / 2 << "\" y=\"" << top + height + 44
-      << "\" text-anchor=\"middle\">tokens per second (estimate)</text>\n</svg>\n";
+  chart.end(g, "tokens per second (estimate)");
 }
 
 }  // namespace vramfit::cli

@@ -193,6 +193,51 @@ inline double tick_step(double most) {
 
 inline const char* colors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
+
+/// A chart of bytes (y, from 0 on a GiB scale up to at least `most`) against some x: the
+/// constructor writes the <svg> element, the title, the axes and the scale; the caller draws its
+/// points at y_of(bytes); end() draws the GPU's capacity and the x axis's name and closes it.
+class bytes_chart {
+ public:
+  static constexpr double left = 80, right = 30, height = 300;
+
+  bytes_chart(std::ostream& out, const std::string& title, double width, double most)
+      : out_(out), width_(width), top_(40 + 20 * static_cast<double>(wrap(title).size())) {
+    const double step = tick_step(most);
+    const double ticks = std::ceil(most / step);
+    most_ = ticks * step;
+    out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
+        << top_ + height + 60 << "\" font-family=\"sans-serif\" font-size=\"13\">\n<title>"
+        << escape(title) << "</title>\n";
+    svg::title(out, title, left);
+    out << "<line x1=\"" << left << "\" y1=\"" << top_ << "\" x2=\"" << left << "\" y2=\""
+        << bottom() << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << bottom()
+        << "\" x2=\"" << width - right << "\" y2=\"" << bottom() << "\" stroke=\"#000\"/>\n";
+    for (double tick = 0; tick <= ticks; ++tick) {
+      const double b = step * tick;
+      out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(b) + 4 << "\" text-anchor=\"end\">"
+          << escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
+    }
+  }
+
+  [[nodiscard]] double y_of(double b) const { return top_ + height - height * b / most_; }
+  [[nodiscard]] double bottom() const { return top_ + height; }
+  [[nodiscard]] double width() const { return width_; }
+
+  void end(const gpu& device, const std::string& x_axis) {
+    const double cap = y_of(static_cast<double>(device.capacity.count));
+    out_ << "<line x1=\"" << left << "\" y1=\"" << cap << "\" x2=\"" << width_ - right << "\" y2=\""
+         << cap << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << width_ - right
+         << "\" y=\"" << cap - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
+         << escape(device.name) << " capacity " << escape(to_string(device.capacity))
+         << "</text>\n<text x=\"" << (left + width_ - right) / 2 << "\" y=\"" << bottom() + 44
+         << "\" text-anchor=\"middle\">" << escape(x_axis) << "</text>\n</svg>\n";
+  }
+
+ private:
+  std::ostream& out_;
+  double width_, top_, most_ = 0;
+};
 }  // namespace svg
 
 /// A stacked bar of what is allocated at the peak, by component, against the GPU's capacity.
@@ -240,52 +285,27 @@ inline void print_svg(std::ostream& out, const estimate& e) {
 /// Required memory against a swept value, with the capacity line.
 inline void print_sweep_svg(std::ostream& out, const std::string& title, const char* axis,
                             const std::vector<sweep_point>& points, const gpu& device) {
-  const double left = 80, right = 30, height = 300, width = 700;
-  const double top = 40 + 20 * static_cast<double>(svg::wrap(title).size());
   double most = static_cast<double>(device.capacity.count);
   for (const sweep_point& p : points) most = std::max(most, static_cast<double>(p.required.count));
-  const double step = svg::tick_step(most);
-  const double ticks = std::ceil(most / step);
-  most = ticks * step;
+  svg::bytes_chart chart(out, title, 700, most);
+  const double left = svg::bytes_chart::left, span = chart.width() - left - svg::bytes_chart::right;
   const std::size_t n = points.size();
   auto x_of = [&](std::size_t i) {
-    return left +
-           (n > 1 ? (width - left - right) * static_cast<double>(i) / static_cast<double>(n - 1)
-                  : 0);
+    return left + (n > 1 ? span * static_cast<double>(i) / static_cast<double>(n - 1) : 0);
   };
-  auto y_of = [&](double b) { return top + height - height * b / most; };
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
-      << top + height + 60 << "\" font-family=\"sans-serif\" font-size=\"13\">\n<title>"
-      << svg::escape(title) << "</title>\n";
-  svg::title(out, title, left);
-  // Axes and a GiB scale.
-  out << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
-      << top + height << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << top + height
-      << "\" x2=\"" << width - right << "\" y2=\"" << top + height << "\" stroke=\"#000\"/>\n";
-  for (double tick = 0; tick <= ticks; ++tick) {
-    const double b = step * tick;
-    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(b) + 4 << "\" text-anchor=\"end\">"
-        << svg::escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
-  }
+  auto y_of = [&](std::size_t i) {
+    return chart.y_of(static_cast<double>(points[i].required.count));
+  };
   out << "<polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" points=\"";
-  for (std::size_t i = 0; i < n; ++i)
-    out << x_of(i) << "," << y_of(static_cast<double>(points[i].required.count)) << " ";
+  for (std::size_t i = 0; i < n; ++i) out << x_of(i) << "," << y_of(i) << " ";
   out << "\"/>\n";
-  for (std::size_t i = 0; i < n; ++i) {
-    out << "<circle cx=\"" << x_of(i) << "\" cy=\""
-        << y_of(static_cast<double>(points[i].required.count))
+  for (std::size_t i = 0; i < n; ++i)
+    out << "<circle cx=\"" << x_of(i) << "\" cy=\"" << y_of(i)
         << "\" r=\"3\" fill=\"#4e79a7\"><title>" << axis << " " << points[i].x << ": "
         << svg::escape(to_string(points[i].required)) << "</title></circle>\n<text x=\"" << x_of(i)
-        << "\" y=\"" << top + height + 18 << "\" text-anchor=\"middle\">" << points[i].x
+        << "\" y=\"" << chart.bottom() + 18 << "\" text-anchor=\"middle\">" << points[i].x
         << "</text>\n";
-  }
-  const double cap = y_of(static_cast<double>(device.capacity.count));
-  out << "<line x1=\"" << left << "\" y1=\"" << cap << "\" x2=\"" << width - right << "\" y2=\""
-      << cap << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << width - right
-      << "\" y=\"" << cap - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
-      << svg::escape(device.name) << " capacity " << svg::escape(to_string(device.capacity))
-      << "</text>\n<text x=\"" << (left + width - right) / 2 << "\" y=\"" << top + height + 44
-      << "\" text-anchor=\"middle\">" << axis << "</text>\n</svg>\n";
+  chart.end(device, axis);
 }
 
 }  // namespace vramfit::cli
