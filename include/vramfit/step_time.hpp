@@ -37,6 +37,10 @@ namespace detail::rules {
 [[noreturn]] inline void cluster_figure_must_be_positive(const char* what, double value) {
   raise(std::string(what) + " must be positive, got " + std::to_string(value));
 }
+[[noreturn]] inline void gpu_figure_must_be_zero_or_positive(const char* what, double value) {
+  raise(std::string(what) + " must be 0 (the GPU's figure) or positive, got " +
+        std::to_string(value));
+}
 }  // namespace detail::rules
 
 constexpr cluster_figures figures_of(const cluster& c, const gpu& g) {
@@ -50,9 +54,12 @@ constexpr cluster_figures figures_of(const cluster& c, const gpu& g) {
   if (c.gpus_per_node <= 0)
     detail::rules::cluster_figure_must_be_positive("GPUs per node",
                                                    static_cast<double>(c.gpus_per_node));
-  if (c.peak_tflops < 0 || c.intra_node_gb_per_s < 0)
-    detail::rules::cluster_figure_must_be_positive(
-        "a given peak or link", c.peak_tflops < 0 ? c.peak_tflops : c.intra_node_gb_per_s);
+  // 0 takes the GPU preset's figure; negative or NaN is an error.
+  if (!(c.peak_tflops >= 0))
+    detail::rules::gpu_figure_must_be_zero_or_positive("the peak TFLOP/s", c.peak_tflops);
+  if (!(c.intra_node_gb_per_s >= 0))
+    detail::rules::gpu_figure_must_be_zero_or_positive("the intra-node bandwidth",
+                                                       c.intra_node_gb_per_s);
   constexpr double h100_tflops = 989, h100_nvlink = 450;  // gpus::h100_80gb
   cluster_figures f{};
   double tflops = c.peak_tflops > 0 ? c.peak_tflops : static_cast<double>(g.dense_tflops);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 #include <vramfit/layout_search.hpp>
 #include <vramfit/presets.hpp>
@@ -182,6 +183,12 @@ TEST_CASE("bad search spaces are errors naming the rule") {
                     doctest::Contains("utilisation must be positive"));
   CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.inter_node_gb_per_s = -1}}),
                     doctest::Contains("inter-node bandwidth must be positive"));
+  CHECK_THROWS_WITH(
+      search_layouts(plan, h100, {.gpus = 8, .net = {.intra_node_gb_per_s = NAN}}),
+      doctest::Contains("intra-node bandwidth must be 0 (the GPU's figure) or positive, got nan"));
+  CHECK_THROWS_WITH(
+      search_layouts(plan, h100, {.gpus = 8, .net = {.peak_tflops = -1}}),
+      doctest::Contains("peak TFLOP/s must be 0 (the GPU's figure) or positive, got -1"));
 }
 
 TEST_CASE("FLOPs per token: torchtitan's 6N + 12lhqt, N without the token embedding") {
