@@ -6,7 +6,9 @@
 // rest by why they lost.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "detail/static_vector.hpp"
 #include "fit.hpp"
@@ -154,6 +156,58 @@ constexpr bool allowed(std::int64_t fixed, std::int64_t value) {
 /// micro-batch.
 template <class Listed, class Progress>
 class layout_searcher {
+  using micro_batch_sizes = static_vector<std::int64_t, max_micro_batches>;
+  /// A candidate without its recompute policy and micro-batch, queued by the least time any of
+  /// them could take: its layout's degrees and sharding (not the whole layout, whose list of
+  /// stage sizes would make it 600 bytes).
+  struct bounded {
+    std::int64_t data, tensor, pipeline, context, expert, shard_group, virtual_stages;
+    std::int64_t per_replica;  ///< sequences per data-parallel replica and step
+    double bound;
+    std::int64_t order;  ///< enumeration order: ties keep it
+    sharding zero;
+    shard_implementation implementation;
+    offload_target optimizer_offload, parameter_offload;
+    bool sequence;
+
+    static constexpr bounded of(const plan_candidate& c, std::int64_t per_replica,
+                                std::int64_t order) {
+      const layout& l = c.layout;
+      return {l.data,
+              l.tensor,
+              l.pipeline,
+              l.context,
+              l.expert,
+              l.shard_group,
+              c.virtual_stages,
+              per_replica,
+              0.0,
+              order,
+              l.zero,
+              l.implementation,
+              l.optimizer_offload,
+              l.parameter_offload,
+              l.sequence};
+    }
+    [[nodiscard]] constexpr plan_candidate candidate() const {
+      plan_candidate c{};
+      layout& l = c.layout;
+      l.data = data;
+      l.tensor = tensor;
+      l.pipeline = pipeline;
+      l.context = context;
+      l.expert = expert;
+      l.sequence = sequence;
+      l.zero = zero;
+      l.implementation = implementation;
+      l.shard_group = shard_group;
+      l.optimizer_offload = optimizer_offload;
+      l.parameter_offload = parameter_offload;
+      c.virtual_stages = virtual_stages;
+      return c;
+    }
+  };
+
  public:
   constexpr layout_searcher(const training_plan_value& plan, const gpu& g,
                             const search_space& space, Listed& listed, Progress& progress)
@@ -175,16 +229,24 @@ class layout_searcher {
     work_ = work_of(plan.setup, plan.batch.sequence);
   }
 
+  /// Two passes per offload setting: every candidate's lower bound of its step time (cheap: no
+  /// memory), then memory for the candidates in order of that bound, so that the best k are
+  /// found early and the rest are cut without a memory evaluation.
   constexpr search_result run() {
-    std::int64_t structures = 0, done = 0;
-    for_each_structure([&](const layout&) { ++structures; });
+    std::int64_t done = 0;
     for (const bool offloaded : {false, true}) {
       if (offloaded && (r_.found() || !space_.try_offload)) break;
       r_.offloaded = offloaded;
-      for_each_structure([&](const layout& l) {
-        progress_(done++, offloaded ? 2 * structures : structures);
-        structure(l, offloaded);
+      std::vector<bounded> queue;
+      for_each_structure([&](const layout& l) { structure(l, offloaded, queue); });
+      std::sort(queue.begin(), queue.end(), [](const bounded& a, const bounded& b) {
+        return a.bound != b.bound ? a.bound < b.bound : a.order < b.order;
       });
+      const std::int64_t total = done + static_cast<std::int64_t>(queue.size());
+      for (const bounded& b : queue) {
+        progress_(done++, total);
+        compete(b);
+      }
     }
     return r_;
   }
@@ -220,7 +282,9 @@ class layout_searcher {
     });
   }
 
-  constexpr void structure(const layout& l, bool offloaded) {
+  /// A structure's shardings and virtual-stage counts that break no rule, queued with their
+  /// bounds.
+  constexpr void structure(const layout& l, bool offloaded, std::vector<bounded>& queue) {
     plan_candidate c{};
     c.layout = l;
     if (const layout_violation v = check_layout(l, m_); v.rule != layout_rule::none) {
@@ -229,12 +293,7 @@ class layout_searcher {
     }
     if (r_.global_batch % l.data != 0) return reject(c, rejection::batch_indivisible);
     const std::int64_t per_replica = r_.global_batch / l.data;
-    detail::static_vector<std::int64_t, max_micro_batches> sizes{};
-    for_each_divisor(per_replica, bound_of(space_.micro_batch, 0, max_micro_batch_searched),
-                     [&](std::int64_t b) {
-                       if (allowed(space_.micro_batch, b) && sizes.size() < max_micro_batches)
-                         sizes.push_back(b);
-                     });
+    const micro_batch_sizes sizes = sizes_of(per_replica);
     const auto shard = [&](sharding stage, shard_implementation impl, std::int64_t group) {
       if (space_.zero >= 0 && space_.zero != static_cast<int>(stage)) return;
       // Nothing to shard over, unless ZeRO-Offload moves a single GPU's optimizer to the host.
@@ -248,7 +307,7 @@ class layout_searcher {
         s.layout.optimizer_offload = offload_target::cpu;
         if (stage == sharding::zero3) s.layout.parameter_offload = offload_target::cpu;
       }
-      sharded(s, per_replica, sizes);
+      sharded(s, per_replica, sizes, queue);
     };
     using enum shard_implementation;
     const sharding_family f = space_.sharding;
@@ -270,10 +329,9 @@ class layout_searcher {
     }
   }
 
-  /// One sharding of a structure: each virtual-stage count and recompute policy; the fastest
-  /// of them competes for the top, the others count as outranked.
-  constexpr void sharded(plan_candidate c, std::int64_t per_replica,
-                         const detail::static_vector<std::int64_t, max_micro_batches>& sizes) {
+  /// One sharding of a structure: a queued candidate per virtual-stage count.
+  constexpr void sharded(plan_candidate c, std::int64_t per_replica, const micro_batch_sizes& sizes,
+                         std::vector<bounded>& queue) {
     if (const layout_violation v = check_layout(c.layout, m_); v.rule != layout_rule::none) {
       c.rule = v.rule;
       return reject(c, rejection::breaks_a_rule);
@@ -285,36 +343,83 @@ class layout_searcher {
     for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, max_virtual_stages_searched),
                      [&](std::int64_t v) {
                        if (!allowed(space_.virtual_stages, v)) return;
-                       // The interleaved schedule needs a multiple of p micro-batches
-                       // (Megatron-LM's rule).
-                       detail::static_vector<std::int64_t, max_micro_batches> usable{};
-                       for (const std::int64_t b : sizes)
-                         if (v == 1 || (per_replica / b) % pp == 0) usable.push_back(b);
-                       plan_candidate fastest{};
-                       bool found = false;
-                       for (int k = 0; k < 3; ++k) {
-                         if (space_.recompute >= 0 && space_.recompute != k) continue;
-                         plan_candidate e = c;
-                         e.recompute = static_cast<recompute_kind>(k);
-                         e.virtual_stages = v;
-                         if (!evaluate(e, per_replica, usable)) continue;
-                         if (found) listed_(ranks_before(e, fastest) ? fastest : e);
-                         if (!found || ranks_before(e, fastest)) fastest = e;
-                         if (found) ++r_.counts[static_cast<int>(rejection::outranked)];
-                         found = true;
-                       }
-                       if (found) keep(fastest);
+                       c.virtual_stages = v;
+                       bounded b =
+                           bounded::of(c, per_replica, static_cast<std::int64_t>(queue.size()));
+                       const micro_batch_sizes usable = usable_sizes(b, sizes);
+                       // No usable size: bound 0, first in the queue, rejected there.
+                       bool first = true;
+                       for_each_recompute(c, [&](plan_candidate& e) {
+                         if (usable.empty()) return;
+                         const double t = lower_bound(e, b.per_replica, usable);
+                         if (first || t < b.bound) b.bound = t;
+                         first = false;
+                       });
+                       queue.push_back(b);
                      });
   }
 
-  /// The micro-batch of candidate `e` (from `sizes`) that fits and runs fastest; false, with
-  /// the candidate rejected, when none does or none can beat the top.
-  constexpr bool evaluate(plan_candidate& e, std::int64_t per_replica,
-                          const detail::static_vector<std::int64_t, max_micro_batches>& sizes) {
-    if (sizes.empty()) {
-      reject(e, rejection::batch_indivisible);
-      return false;
+  /// Each recompute policy the space allows, on a copy of `c`.
+  template <class Visit>
+  constexpr void for_each_recompute(const plan_candidate& c, Visit visit) const {
+    for (int k = 0; k < 3; ++k) {
+      if (space_.recompute >= 0 && space_.recompute != k) continue;
+      plan_candidate e = c;
+      e.recompute = static_cast<recompute_kind>(k);
+      visit(e);
     }
+  }
+
+  /// The micro-batch sizes a queued candidate may use: the interleaved schedule needs a
+  /// multiple of p micro-batches (Megatron-LM's rule).
+  static constexpr micro_batch_sizes usable_sizes(const bounded& b,
+                                                  const micro_batch_sizes& sizes) {
+    micro_batch_sizes usable{};
+    for (const std::int64_t size : sizes)
+      if (b.virtual_stages == 1 || (b.per_replica / size) % b.pipeline == 0) usable.push_back(size);
+    return usable;
+  }
+
+  /// A queued candidate's recompute policies, each evaluated unless its bound is beyond the k-th
+  /// best; the fastest of them competes for the top, the others count as outranked.
+  constexpr void compete(const bounded& b) {
+    if (beyond_cut(b.bound)) {
+      for_each_recompute(b.candidate(), [&](plan_candidate& e) { reject(e, rejection::slower); });
+      return;
+    }
+    const micro_batch_sizes sizes = usable_sizes(b, sizes_of(b.per_replica));
+    plan_candidate fastest{};
+    bool found = false;
+    for_each_recompute(b.candidate(), [&](plan_candidate& e) {
+      if (!evaluate(e, b.per_replica, sizes)) return;
+      if (found) listed_(ranks_before(e, fastest) ? fastest : e);
+      if (!found || ranks_before(e, fastest)) fastest = e;
+      if (found) ++r_.counts[static_cast<int>(rejection::outranked)];
+      found = true;
+    });
+    if (found) keep(fastest);
+  }
+
+  /// Whether a time cannot reach the top: the top is full and its k-th is faster.
+  [[nodiscard]] constexpr bool beyond_cut(double time) const {
+    return space_.prune && r_.best.size() == top_ && time > r_.best[top_ - 1].time.total();
+  }
+
+  /// The divisors of the replica's batch the search tries as micro-batches, ascending.
+  [[nodiscard]] constexpr micro_batch_sizes sizes_of(std::int64_t per_replica) const {
+    micro_batch_sizes sizes{};
+    for_each_divisor(per_replica, bound_of(space_.micro_batch, 0, max_micro_batch_searched),
+                     [&](std::int64_t b) {
+                       if (allowed(space_.micro_batch, b) && sizes.size() < max_micro_batches)
+                         sizes.push_back(b);
+                     });
+    return sizes;
+  }
+
+  /// The plan of candidate `e` at its micro-batch `size`.
+  [[nodiscard]] constexpr training_plan_value plan_of(const plan_candidate& e,
+                                                      std::int64_t per_replica,
+                                                      std::int64_t size) const {
     training_plan_value p = plan_;
     p.setup.layout = e.layout;
     p.batch.recompute = e.recompute;
@@ -323,56 +428,81 @@ class layout_searcher {
       p.batch.schedule = pipeline_schedule::interleaved;
     else if (p.batch.schedule == pipeline_schedule::interleaved)
       p.batch.schedule = pipeline_schedule::one_f_one_b;
-    const auto with = [&](std::size_t i) {
-      training_plan_value q = p;
-      q.batch.micro_batch = sizes[i];
-      q.batch.micro_batches = per_replica / sizes[i];
-      return q;
-    };
-    const auto time_of = [&](std::size_t i) { return estimate_step_time(with(i), net_, work_); };
-    const std::size_t last = sizes.size() - 1;
-    // A lower bound of its time over every micro-batch, before any memory is evaluated: each
-    // term is monotone in the micro-batch (the bubble grows, per-micro-batch gathers shrink).
-    const double cut = r_.best.size() < top_ ? -1.0 : r_.best[top_ - 1].time.total();
-    if (space_.prune && cut >= 0) {
-      const step_time small = time_of(0), large = time_of(last);
-      step_time low = small;
-      low.data = small.data < large.data ? small.data : large.data;
-      low.offload = small.offload < large.offload ? small.offload : large.offload;
-      if (low.total() > cut) {
-        reject(e, rejection::slower);
-        return false;
-      }
+    p.batch.micro_batch = size;
+    p.batch.micro_batches = per_replica / size;
+    return p;
+  }
+
+  /// A lower bound of candidate `e`'s time over every size, before any memory is evaluated: each
+  /// term is monotone in the micro-batch (the bubble grows, per-micro-batch gathers shrink).
+  [[nodiscard]] constexpr double lower_bound(const plan_candidate& e, std::int64_t per_replica,
+                                             const micro_batch_sizes& sizes) const {
+    const step_time small = estimate_step_time(plan_of(e, per_replica, sizes[0]), net_, work_);
+    const step_time large =
+        estimate_step_time(plan_of(e, per_replica, sizes[sizes.size() - 1]), net_, work_);
+    step_time low = small;
+    low.data = small.data < large.data ? small.data : large.data;
+    low.offload = small.offload < large.offload ? small.offload : large.offload;
+    return low.total();
+  }
+
+  /// The micro-batch of candidate `e` (from `sizes`) that fits and runs fastest; false, with
+  /// the candidate rejected, when none does or none can beat the top.
+  constexpr bool evaluate(plan_candidate& e, std::int64_t per_replica,
+                          const micro_batch_sizes& sizes) {
+    if (sizes.empty()) {
+      reject(e, rejection::batch_indivisible);
+      return false;
     }
-    // Memory grows with the micro-batch (a 1F1B stage holds min(p, m)·b sequences, which never
-    // falls as b grows): the sizes that fit are a prefix.
+    if (beyond_cut(lower_bound(e, per_replica, sizes))) {
+      reject(e, rejection::slower);
+      return false;
+    }
+    const auto with = [&](std::size_t i) { return plan_of(e, per_replica, sizes[i]); };
     const auto required = [&](std::size_t i) {
       ++r_.memory_evaluations;
       return fit(with(i), g_).required;
     };
+    static_vector<step_time, max_micro_batches> times{};
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      times.push_back(estimate_step_time(with(i), net_, work_));
+    // The fastest of the first `count` sizes; ties go to the larger micro-batch.
+    const auto fastest_of = [&](std::size_t count) {
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < count; ++i)
+        if (times[i].total() <= times[best].total()) best = i;
+      return best;
+    };
+    std::size_t chosen = fastest_of(sizes.size());
+    if (beyond_cut(times[chosen].total())) {
+      reject(e, rejection::slower);
+      return false;
+    }
+    // Memory grows with the micro-batch (a 1F1B stage holds min(p, m)·b sequences, which never
+    // falls as b grows): the sizes that fit are a prefix. The smallest size decides whether any
+    // fits (one evaluation where none does, the search's slowest case); then the fastest size;
+    // when it does not fit, the fastest below the prefix's end.
     e.required = required(0);
     if (e.required > g_.capacity) {
       reject(e, rejection::does_not_fit);
       return false;
     }
-    const auto fitting = static_cast<std::size_t>(largest_fitting(
-        1, static_cast<std::int64_t>(last),
-        [&](std::int64_t i) { return required(static_cast<std::size_t>(i)) <= g_.capacity; }));
-    // The fastest that fits; ties go to the larger micro-batch.
-    std::size_t chosen = 0;
-    e.time = time_of(0);
-    for (std::size_t i = 1; i <= fitting; ++i) {
-      const step_time t = time_of(i);
-      if (t.total() <= e.time.total()) {
-        e.time = t;
-        chosen = i;
+    if (chosen > 0) {
+      const bytes at_fastest = required(chosen);
+      if (at_fastest <= g_.capacity) {
+        e.required = at_fastest;
+      } else {
+        const auto fitting = static_cast<std::size_t>(largest_fitting(
+            1, static_cast<std::int64_t>(chosen) - 1,
+            [&](std::int64_t i) { return required(static_cast<std::size_t>(i)) <= g_.capacity; }));
+        chosen = fastest_of(fitting + 1);
+        if (chosen > 0) e.required = required(chosen);
       }
     }
-    const training_plan_value q = with(chosen);
-    e.micro_batch = q.batch.micro_batch;
-    e.micro_batches = q.batch.micro_batches;
-    if (chosen > 0) e.required = required(chosen);
-    e.tokens_per_second = tokens_per_second(q, e.time);
+    e.time = times[chosen];
+    e.micro_batch = sizes[chosen];
+    e.micro_batches = per_replica / sizes[chosen];
+    e.tokens_per_second = tokens_per_second(with(chosen), e.time);
     return true;
   }
 

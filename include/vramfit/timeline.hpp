@@ -217,7 +217,9 @@ constexpr step_peak find_peak(const step_timeline& tl) {
 }
 
 /// Sets each entry's bytes at the peak (persistent ones in full, the others as the events left
-/// them there), and grows a transient entry's size to the most it holds at once in the step.
+/// them there), and a transient device entry's size to the most it holds at once in the step: a
+/// one-layer buffer sized for the largest layer type holds less on a stage without that type, or
+/// when its halves come and go in turn.
 constexpr void time_entries(step_timeline& tl) {
   bytes alive[memory_ledger::capacity]{}, most[memory_ledger::capacity]{},
       at[memory_ledger::capacity]{};
@@ -253,7 +255,7 @@ constexpr void time_entries(step_timeline& tl) {
   for (std::size_t i = 0; i < tl.ledger.size(); ++i) {
     memory_entry& e = tl.ledger[i];
     e.timed = true;
-    if (e.lifetime != lifetime::persistent && most[i] > e.size) e.size = most[i];
+    if (e.lifetime != lifetime::persistent && e.space == memory_space::device) e.size = most[i];
     e.at_peak = e.space == memory_space::device ? at[i] : bytes{};
     e.peak_at = region;
   }

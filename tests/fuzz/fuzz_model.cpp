@@ -617,9 +617,12 @@ void run(FuzzedDataProvider& in) {
   });
   attempt([&] {
     search_space space{};
-    // Small worlds and batches: a search's cost grows with their divisors (benchmarked, not
-    // fuzzed).
-    space.gpus = std::min<i64>(degree(in), 16);
+    // Small worlds and batches, one recompute policy (all three only on 2 GPUs): a search's cost
+    // grows with the divisors (benchmarked, not fuzzed), and where nothing fits every candidate
+    // takes a memory evaluation (1,300 for a MoE with many layers on 4 GPUs, past the 2 s
+    // timeout under ASan).
+    space.recompute = in.ConsumeIntegralInRange<int>(-1, 2);
+    space.gpus = std::min<i64>(degree(in), space.recompute < 0 ? 2 : 4);
     space.global_batch = in.ConsumeBool() ? 0 : in.ConsumeIntegralInRange<i64>(-2, 64);
     space.max_tensor = degree(in);
     space.max_pipeline = degree(in);
@@ -630,10 +633,12 @@ void run(FuzzedDataProvider& in) {
         static_cast<std::size_t>(in.ConsumeIntegralInRange<int>(0, 40));  // 0 and > 32: errors
     note(
         "search_layouts gpus %lld batch %lld max_tensor %lld max_pipeline %lld offload %d "
-        "sharding %d zero %d top %zu\n",
+        "sharding %d zero %d recompute %d top %zu\n",
         ll(space.gpus), ll(space.global_batch), ll(space.max_tensor), ll(space.max_pipeline),
-        int(space.try_offload), int(space.sharding), space.zero, space.top);
+        int(space.try_offload), int(space.sharding), space.zero, space.recompute, space.top);
     const search_result r = search_layouts(plan, g, space);
+    note("-> %zu ranked of %lld candidates, %lld memory evaluations\n", r.best.size(),
+         ll(r.candidates()), ll(r.memory_evaluations));
     i64 counted = 0;
     for (const i64 c : r.counts) counted += c;
     expect(counted == r.candidates() && r.best.size() <= search_result::max_top,

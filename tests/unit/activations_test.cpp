@@ -428,6 +428,35 @@ TEST_CASE("activation offload keeps what layers save on the host and brings one 
   CHECK(kept - at_loss_gradients(tl) == per_layer * 32 + inputs);
 }
 
+TEST_CASE("the layer brought back from the host is sized by what it holds at once") {
+  // With activation offload, a layer's backward brings back what its forward kept; selective
+  // recompute then adds the attention core while the MLP's saved tensors are already freed, so
+  // the reloaded buffer never holds a whole un-recomputed layer. Under full recompute nothing
+  // comes back (the recompute rebuilds the layer on the GPU), so the entry holds nothing.
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  activation_options o{.micro_batch = 1, .sequence = 4096, .attention = attention_kind::eager};
+  o.offload = true;
+  auto reloaded = [&](recompute_kind kind) {
+    o.recompute = kind;
+    const step_timeline tl = step_timeline_of(t, o);
+    for (const memory_entry& e : tl.ledger)
+      if (std::string(e.name) == entry_names::reloaded_layer) {
+        CHECK(e.size <= tl.peak.alive);
+        return e.size;
+      }
+    FAIL("no reloaded-layer entry");
+    return bytes{};
+  };
+  const bytes whole =
+      layer_activation_bytes(t.model, t.precision, o, {}, false, recompute_kind::none);
+  const bytes kept =
+      layer_activation_bytes(t.model, t.precision, o, {}, false, recompute_kind::selective);
+  const bytes selective = reloaded(recompute_kind::selective);
+  CHECK(selective >= kept);
+  CHECK(selective < whole);
+  CHECK(reloaded(recompute_kind::full) == bytes{});
+}
+
 TEST_CASE("Qwen3's q_norm and k_norm keep what an RMSNorm keeps, per head") {
   // Qwen3-8B, 2 x 1,024 tokens in bf16, flash attention: per token and head of 128, each norm
   // keeps its fp32 input (4 x 128 bytes), an fp32 rstd (4) and its normalized input in bf16
