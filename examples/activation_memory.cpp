@@ -106,13 +106,13 @@ int main() {
   report::table steps({"attention", "recompute", "activations", "model states", "peak"});
   const training single{llama, amp<bf16>::value, adamw<>::value};
   for (attention_kind a : {attention_kind::eager, attention_kind::flash}) {
-    for (recompute_kind r :
-         {recompute_kind::none, recompute_kind::selective, recompute_kind::full}) {
+    for (recompute_kind r : {recompute_kind::none, recompute_kind::selective, recompute_kind::full,
+                             recompute_kind::op_sac}) {
       const activation_options o{
           .micro_batch = 1, .sequence = 4096, .attention = a, .recompute = r};
       const memory_ledger l = training_step(single, o);
       const bytes acts = total(l, component::activations);
-      const char* names[] = {"none", "selective", "full"};
+      const char* names[] = {"none", "selective", "full", "op-level SAC"};
       steps.add({a == attention_kind::eager ? "eager" : "flash", names[static_cast<int>(r)],
                  to_string(acts), to_string(total(l) - acts), to_string(peak(l))});
     }

@@ -136,7 +136,8 @@ inline constexpr named<attention_kind> attentions[] = {{"eager", attention_kind:
 
 inline constexpr named<recompute_kind> recomputes[] = {{"none", recompute_kind::none},
                                                        {"selective", recompute_kind::selective},
-                                                       {"full", recompute_kind::full}};
+                                                       {"full", recompute_kind::full},
+                                                       {"op-sac", recompute_kind::op_sac}};
 
 inline constexpr named<shard_implementation> zero_implementations[] = {
     {"deepspeed", shard_implementation::deepspeed},

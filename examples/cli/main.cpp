@@ -202,7 +202,9 @@ training_plan_value build_plan(const train_options& o, const model& m) {
     detail::raise("unknown --activation-offload '" + o.activation_offload.substr(0, 40) +
                   "'; known: none, cpu");
   if (o.non_reentrant && o.recompute != "full")
-    detail::raise("--non-reentrant applies to --recompute full only");
+    detail::raise(
+        "--non-reentrant applies to --recompute full only (op-sac is always "
+        "non-reentrant)");
   activation_options a{.micro_batch = o.micro_batch,
                        .sequence = o.seq_len,
                        .micro_batches = o.grad_accum,
@@ -827,7 +829,10 @@ void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--attention", o.attention, "eager or flash")->capture_default_str();
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
-  cmd.add_option("--recompute", o.recompute, "none, selective or full")->capture_default_str();
+  cmd.add_option("--recompute", o.recompute,
+                 "none, selective (the attention core), full, or op-sac (torchtitan's op-level "
+                 "selective checkpointing: every second matmul and attention outputs kept)")
+      ->capture_default_str();
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
       ->capture_default_str();

@@ -11,6 +11,7 @@
 #include <vector>
 #include <vramfit/layout_search.hpp>
 
+#include "choices.hpp"
 #include "render.hpp"
 
 namespace vramfit::cli {
@@ -47,8 +48,9 @@ inline const char* offload_name(const layout& l) {
 }
 
 inline const char* recompute_name(recompute_kind r) {
-  constexpr const char* names[] = {"none", "selective", "full"};
-  return names[static_cast<int>(r)];
+  for (const auto& [name, value] : recomputes)
+    if (value == r) return name;
+  return "none";
 }
 
 /// "DP 8 ZeRO-1, TP 2+SP, PP 64 x 2 chunks, CP 16, EP 8".

@@ -9,6 +9,7 @@
 #include "detail/name.hpp"
 #include "detail/static_vector.hpp"
 #include "ledger.hpp"
+#include "op_sac.hpp"
 #include "training.hpp"
 
 namespace vramfit {
@@ -22,6 +23,9 @@ enum class recompute_kind : unsigned char {
   none,
   selective,  ///< the attention core is recomputed (Korthikanti et al. 2022 §5)
   full,       ///< only each layer's input is kept; the layer is recomputed in backward
+  /// torchtitan's op-level SAC: each layer's input and the operator outputs its policy caches
+  /// (every second matmul, attention) are kept; the rest is recomputed (op_sac.hpp)
+  op_sac,
 };
 
 enum class loss_kind : unsigned char {
@@ -94,6 +98,11 @@ namespace rules {
 }
 [[noreturn]] inline void context_parallel_must_divide_sequence(std::int64_t cp, std::int64_t s) {
   raise("context parallel degree " + str(cp) + " must divide the sequence length (" + str(s) + ")");
+}
+[[noreturn]] inline void op_level_sac_needs_full_linears() {
+  raise(
+      "op-level selective checkpointing (--recompute op-sac) counts the layer's matmuls; LoRA "
+      "adapters add their own: use full or selective recompute with LoRA");
 }
 [[noreturn]] inline void sequence_parallel_must_divide_sequence(std::int64_t tp, std::int64_t s) {
   raise("sequence parallelism splits the sequence (" + str(s) + ") over the tensor degree " +
@@ -494,14 +503,35 @@ constexpr bytes layer_activation_bytes(const model& m, const precision& p,
                                        const activation_options& o, const layout& l, bool moe_layer,
                                        recompute_kind recompute,
                                        const finetuning& f = full_finetune::value) {
-  if (recompute == recompute_kind::full) {
+  if (recompute == recompute_kind::full || recompute == recompute_kind::op_sac) {
     detail::block_builder b(m, p, o, l);
-    return bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), b.rho()));
+    const bytes input = bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), b.rho()));
+    if (recompute == recompute_kind::full) return input;
+    // peft's adapters add matmuls of their own to the policy's count: not modelled.
+    if (f.kind == finetune_kind::lora) detail::rules::op_level_sac_needs_full_linears();
+    const std::int64_t layer = moe_layer ? m.layers - 1 : 0;
+    return input +
+           op_sac_cache(m, l, layer, b.tokens(), b.beta(), o.attention == attention_kind::flash)
+               .cached;
   }
   bytes sum{};
   for (const saved_tensor& s : layer_saved_tensors(m, p, o, l, moe_layer, f))
     if (!(recompute == recompute_kind::selective && s.recomputed_by_selective)) sum += s.size;
   return sum;
+}
+
+/// How many of a stage's `layers` are checkpointed whole (their input kept, the rest recomputed
+/// in backward): the first recompute_layers under full recompute (all when -1), all under
+/// op-level SAC.
+constexpr std::int64_t checkpointed_layers(const activation_options& o, std::int64_t layers) {
+  if (o.recompute == recompute_kind::op_sac) return layers;
+  if (o.recompute != recompute_kind::full) return 0;
+  return o.recompute_layers < 0 || o.recompute_layers > layers ? layers : o.recompute_layers;
+}
+
+/// What a checkpointed layer keeps from forward: its input, plus op-level SAC's cache.
+constexpr recompute_kind checkpoint_policy(const activation_options& o) {
+  return o.recompute == recompute_kind::op_sac ? recompute_kind::op_sac : recompute_kind::full;
 }
 
 /// What one layer's backward allocates besides the weight gradients, at its two fullest points.
@@ -610,9 +640,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   const std::int64_t n = range.layers;
   auto clamp = [n](std::int64_t x) { return x < 0 ? 0 : x > n ? n : x; };
   const std::int64_t dense = m.is_moe() ? clamp(m.moe.first_dense_layers - range.first_layer) : n;
-  const std::int64_t full = o.recompute != recompute_kind::full ? 0
-                            : o.recompute_layers < 0            ? n
-                                                                : clamp(o.recompute_layers);
+  const std::int64_t full = clamp(checkpointed_layers(o, n));
   const std::int64_t dense_full = dense < full ? dense : full;
   const std::int64_t count[2][2] = {{dense - dense_full, dense_full},  // [moe][full]
                                     {n - dense - (full - dense_full), full - dense_full}};
@@ -623,7 +651,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     const bytes kept =
         layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy, t.finetune);
     const bytes input =
-        layer_activation_bytes(m, t.precision, o, l, moe == 1, recompute_kind::full);
+        layer_activation_bytes(m, t.precision, o, l, moe == 1, checkpoint_policy(o), t.finetune);
     layers += kept * count[moe][0] + input * count[moe][1];
     const bytes whole = kept_policy == recompute_kind::none
                             ? kept

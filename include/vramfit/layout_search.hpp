@@ -46,7 +46,7 @@ struct search_space {
   std::int64_t max_context = 0;   ///< 0: as far as the sequence divides
   sharding_family sharding = sharding_family::deepspeed;
   int zero = -1;                  ///< a fixed sharding stage 0-3; -1: every stage of the family
-  int recompute = -1;             ///< a fixed recompute_kind; -1: none, selective and full
+  int recompute = -1;             ///< a fixed recompute_kind; -1: none, selective, full, op_sac
   std::int64_t shard_group = 0;   ///< a fixed hybrid FSDP shard group; 0: every proper one
   bool sequence_parallel = true;  ///< Megatron SP with every TP degree the sequence divides by
   bool try_offload = true;        ///< optimizer (and ZeRO-3 weight) offload when nothing else fits
@@ -359,11 +359,14 @@ class layout_searcher {
                      });
   }
 
-  /// Each recompute policy the space allows, on a copy of `c`.
+  /// Each recompute policy the space allows, on a copy of `c` (op-level SAC not with LoRA, whose
+  /// adapters' matmuls it does not model).
   template <class Visit>
   constexpr void for_each_recompute(const plan_candidate& c, Visit visit) const {
-    for (int k = 0; k < 3; ++k) {
+    constexpr int op_sac = static_cast<int>(recompute_kind::op_sac);
+    for (int k = 0; k <= op_sac; ++k) {
       if (space_.recompute >= 0 && space_.recompute != k) continue;
+      if (k == op_sac && plan_.setup.finetune.kind == finetune_kind::lora) continue;
       plan_candidate e = c;
       e.recompute = static_cast<recompute_kind>(k);
       visit(e);

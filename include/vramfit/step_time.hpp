@@ -92,6 +92,8 @@ struct model_work {
   double layers = 0;     ///< the layers' weights, all layers
   double head = 0;       ///< the output projection
   double attention = 0;  ///< the attention core, all layers
+  /// The layers' matmuls that op-level SAC does not cache, all layers: what its recompute repeats
+  double op_sac_recomputed = 0;
   double trainable_share = 1;
   double parameters = 0;         ///< all of them, for what data parallelism moves
   double expert_parameters = 0;  ///< the routed experts' share of them
@@ -116,6 +118,13 @@ constexpr model_work work_of(const training& t, std::int64_t sequence) {
   f.parameters = d(parameters(ledger));
   f.trainable_share = d(trainable_parameters(t.finetune, ledger)) / f.parameters;
   f.expert_parameters = d(parameters(ledger, tensor_kind::expert));
+  const std::int64_t dense = m.is_moe() ? m.moe.first_dense_layers : m.layers;
+  for (const std::int64_t layer : {std::int64_t{0}, m.layers - 1}) {
+    const std::int64_t count = layer == 0 ? dense : m.layers - dense;
+    if (count == 0) continue;
+    const op_sac_layer c = op_sac_cache(m, layout{}, layer, 1, 16, true);
+    f.op_sac_recomputed += 2 * d(c.all_weights - c.cached_weights) * d(count);
+  }
   return f;
 }
 
@@ -192,6 +201,9 @@ constexpr step_time estimate_step_time(const training_plan_value& p, const clust
           d(o.recompute_layers < 0 || o.recompute_layers > layers ? layers : o.recompute_layers);
     else if (o.recompute == recompute_kind::selective)
       extra = f.attention / d(m.layers) * d(layers);
+    else if (o.recompute == recompute_kind::op_sac)  // eager attention has no SDPA to cache
+      extra = (f.op_sac_recomputed + (o.attention == attention_kind::eager ? f.attention : 0)) /
+              d(m.layers) * d(layers);
     return d(layers) * layer + extra +
            (stage == l.pipeline - 1 ? (2 + f.trainable_share) * f.head : 0);
   };
@@ -209,7 +221,12 @@ constexpr step_time estimate_step_time(const training_plan_value& p, const clust
   // One micro-batch's hidden states on a rank: b x s/cp x h.
   const double hidden_states = d(o.micro_batch) * d(o.sequence) / cp * d(m.hidden) * activation;
   const double layers_here = d((m.layers + l.pipeline - 1) / l.pipeline);  // the largest stage
-  const double forward_passes = o.recompute == recompute_kind::full ? 2 : 1;
+  // A full recompute repeats the forward's collectives; op-level SAC keeps the reduce-scatters'
+  // outputs and repeats the all-gathers (sequence parallelism) or all-reduces.
+  const double forward_passes = o.recompute == recompute_kind::full     ? 2
+                                : o.recompute != recompute_kind::op_sac ? 1
+                                : l.sequence                            ? 1.5
+                                                                        : 2;
   if (l.tensor > 1) {
     // Megatron-LM (Narayanan 2021 §3; Shoeybi et al. 2019 fig. 4): two all-reduces of the hidden
     // states per layer forward (after attention, after the MLP) and two backward; sequence

@@ -96,7 +96,8 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
     (s.output_linear_input ? p.saved_out : p.saved_rest)[part] += s.size;
   }
   if (full_recompute)
-    p.kept_input = layer_activation_bytes(m, t.precision, o, l, moe, recompute_kind::full);
+    p.kept_input =
+        layer_activation_bytes(m, t.precision, o, l, moe, checkpoint_policy(o), t.finetune);
   p.working = layer_backward_bytes(m, t.precision, o, l, moe);
   return p;
 }
@@ -295,11 +296,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   // The stage's layer runs: cut at the ledger's edges and where full recompute stops.
   static_vector<std::int64_t, 2 * 48 + 2 * 4 + 4> cuts{};
   const std::int64_t end = range.first_layer + range.layers;
-  // Full recompute of the stage's first recompute_layers layers (all when -1 or more than it has).
-  const bool all_recomputed = o.recompute_layers < 0 || o.recompute_layers >= range.layers;
-  const std::int64_t recompute_end = o.recompute != recompute_kind::full ? range.first_layer
-                                     : all_recomputed                    ? end
-                                                      : range.first_layer + o.recompute_layers;
+  const std::int64_t recompute_end = range.first_layer + checkpointed_layers(o, range.layers);
   for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
   cuts.push_back(recompute_end);
   layer_runs runs{};
@@ -401,7 +398,8 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       auto add = [&](const char* what, int entry, bytes delta) {
         w.add(what, entry, delta, r.first, r.count);
       };
-      const bool held = p.full && o.reentrant_checkpoint;
+      // Selective checkpoint contexts need use_reentrant=False (torch/utils/checkpoint.py).
+      const bool held = p.full && o.reentrant_checkpoint && o.recompute != recompute_kind::op_sac;
       // What the layer's backward reads and frees: its recompute, what offloading brings back
       // from the host (its forward kept it there), or what autograd kept on the device.
       const int layer_saved = p.full ? recomputed : o.offload ? reloaded : saved;

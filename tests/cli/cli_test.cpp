@@ -266,6 +266,7 @@ TEST_CASE("plan: train options fix their knob, plan options bound the rest") {
       {"--fsdp hybrid --fsdp-group 4", "shard_group", 4},
       {"--fsdp grad-op", "sharding", "fsdp-grad-op"},
       {"--recompute full", "recompute", "full"},
+      {"--recompute op-sac", "recompute", "op-sac"},
       {"--micro-batch 2", "micro_batch", 2},
       {"--max-tp 2 --max-pp 1", "pp", 1},
   };
@@ -374,6 +375,7 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --lora-rank -5", "--lora-rank must be positive"},
       {"train --recompute-layers -5", "--recompute-layers must be a layer count or -1"},
       {"train --recompute-layers 4", "--recompute-layers applies to --recompute full only"},
+      {"train --recompute op-sac --lora-rank 8", "LoRA adapters add their own"},
       {"train --sweep micro-batch --sweep-max -5", "--sweep-max must be at least the first"},
       {"train --sweep seq-len --sweep-max 9223372036854775807", "--sweep-max: at seq-len"},
       {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},

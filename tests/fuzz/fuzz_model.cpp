@@ -391,7 +391,7 @@ activation_options random_batch(FuzzedDataProvider& in) {
   o.attention_dropout = in.ConsumeBool();
   o.hidden_dropout = in.ConsumeBool();
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) o.dropout_mask_bits = count(in);
-  o.recompute = pick_enum<recompute_kind>(in, 2);
+  o.recompute = pick_enum<recompute_kind>(in, 3);
   if (in.ConsumeBool()) o.recompute_layers = count(in);
   o.offload = in.ConsumeBool();
   o.loss = pick_enum<loss_kind>(in, 2);
@@ -617,11 +617,11 @@ void run(FuzzedDataProvider& in) {
   });
   attempt([&] {
     search_space space{};
-    // Small worlds and batches, one recompute policy (all three only on 2 GPUs): a search's cost
+    // Small worlds and batches, one recompute policy (all four only on 2 GPUs): a search's cost
     // grows with the divisors (benchmarked, not fuzzed), and where nothing fits every candidate
     // takes a memory evaluation (1,300 for a MoE with many layers on 4 GPUs, past the 2 s
     // timeout under ASan).
-    space.recompute = in.ConsumeIntegralInRange<int>(-1, 2);
+    space.recompute = in.ConsumeIntegralInRange<int>(-1, 3);
     space.gpus = std::min<i64>(degree(in), space.recompute < 0 ? 2 : 4);
     space.global_batch = in.ConsumeBool() ? 0 : in.ConsumeIntegralInRange<i64>(-2, 64);
     space.max_tensor = degree(in);

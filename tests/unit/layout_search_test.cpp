@@ -50,7 +50,7 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
             // Per recompute policy the fastest micro-batch (ties: the larger); across policies
             // the fastest (ties: the smaller memory).
             found_layout fastest{};
-            for (int r = 0; r < 3; ++r) {
+            for (int r = 0; r <= static_cast<int>(recompute_kind::op_sac); ++r) {
               found_layout policy{};
               for (std::int64_t b = 1; b <= per_replica; ++b) {
                 if (per_replica % b != 0 || (v > 1 && (per_replica / b) % pp != 0)) continue;
