@@ -4,6 +4,7 @@
 // "Does not fit": exit 1, only with --check.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -50,6 +51,8 @@ struct train_options {
   std::string zero_impl = "deepspeed";
   std::string fsdp;
   std::int64_t fsdp_group = 0;
+  std::int64_t fsdp_version = 1;
+  std::string reshard_after_forward;
   std::int64_t tp = 1;
   bool sp = false;
   std::int64_t pp = 1;
@@ -126,6 +129,19 @@ tensor_selector parse_selector(const std::string& text) {
   return s;
 }
 
+/// --reshard-after-forward as layout::reshard_after_forward: true 0, false 1, or a rank count.
+std::int64_t reshard_ranks(const std::string& text) {
+  if (text.empty() || cli::same_name(text, "true")) return 0;
+  if (cli::same_name(text, "false")) return 1;
+  std::int64_t ranks = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ranks);
+  if (ec != std::errc{} || end != text.data() + text.size() || ranks < 2)
+    detail::raise(
+        "--reshard-after-forward must be true, false or a rank count of 2 or more, got '" +
+        text.substr(0, 40) + "'");
+  return ranks;
+}
+
 training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
@@ -183,6 +199,8 @@ training_plan_value build_plan(const train_options& o, const model& m) {
   }
   if (o.fsdp_group != 0 && l.shard_group == 0)
     detail::raise("--fsdp-group applies to --fsdp hybrid only");
+  l.fsdp_version = o.fsdp_version;
+  l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
   const offload_target target = cli::choose(cli::offload_targets, o.offload_to, "offload target");
   if (o.offload == "optimizer" || o.offload == "all") l.optimizer_offload = target;
   if (o.offload == "all") l.parameter_offload = target;
@@ -450,14 +468,32 @@ struct plan_options {
 };
 
 /// The train options `plan` decides itself: given, they fix that knob (or make no sense).
-const std::set<std::string> decided_by_plan = {
-    "--dp",          "--tp",         "--sp",         "--pp",
-    "--pp-stages",   "--cp",         "--ep",         "--zero",
-    "--zero-impl",   "--fsdp",       "--fsdp-group", "--recompute",
-    "--micro-batch", "--grad-accum", "--schedule",   "--virtual-stages",
-    "--offload",     "--offload-to", "--model",      "--gpu",
-    "--format",      "--check",      "--timeline",   "--sweep",
-    "--sweep-max"};
+const std::set<std::string> decided_by_plan = {"--dp",
+                                               "--tp",
+                                               "--sp",
+                                               "--pp",
+                                               "--pp-stages",
+                                               "--cp",
+                                               "--ep",
+                                               "--zero",
+                                               "--zero-impl",
+                                               "--fsdp",
+                                               "--fsdp-group",
+                                               "--fsdp-version",
+                                               "--recompute",
+                                               "--micro-batch",
+                                               "--grad-accum",
+                                               "--schedule",
+                                               "--virtual-stages",
+                                               "--offload",
+                                               "--offload-to",
+                                               "--model",
+                                               "--gpu",
+                                               "--format",
+                                               "--check",
+                                               "--timeline",
+                                               "--sweep",
+                                               "--sweep-max"};
 
 /// The first long name of an option ("--micro-batch").
 std::string long_name(const CLI::Option& o) {
@@ -501,6 +537,7 @@ std::vector<std::string> train_argv(const CLI::App& cmd, const std::vector<std::
                                        : l.zero == sharding::zero2 ? "grad-op"
                                                                    : "full"});
     if (l.shard_group > 0) add("--fsdp-group", l.shard_group);
+    if (o.fsdp_version != 1) add("--fsdp-version", o.fsdp_version);
   } else if (l.zero != sharding::none) {
     add("--zero", static_cast<int>(l.zero));
     argv.insert(argv.end(),
@@ -587,6 +624,10 @@ search_space space_of(const CLI::App& cmd, const train_options& o, const plan_op
   }
   if (o.fsdp_group != 0 && s.shard_group == 0)
     detail::raise("--fsdp-group applies to --fsdp hybrid only");
+  if (!o.reshard_after_forward.empty())
+    detail::raise(
+        "plan searches FSDP with reshard_after_forward=True; give "
+        "--reshard-after-forward to train");
   s.sharding = family.value_or(sharding_family::deepspeed);
   return s;
 }
@@ -852,6 +893,13 @@ void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--fsdp", o.fsdp,
                  "PyTorch FSDP over the data-parallel ranks: full, grad-op, hybrid or none");
   cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid");
+  cmd.add_option("--fsdp-version", o.fsdp_version,
+                 "1: FullyShardedDataParallel; 2: fully_shard (fp32 sharded parameters under "
+                 "mixed precision, gradients reduced through a copy-in buffer)")
+      ->capture_default_str();
+  cmd.add_option("--reshard-after-forward", o.reshard_after_forward,
+                 "FSDP2 full sharding: true (the default), false (units stay gathered until "
+                 "their backward) or N (resharded over N ranks)");
   cmd.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   cmd.add_flag("--sp", o.sp, "Sequence parallelism (with --tp)");
   cmd.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();

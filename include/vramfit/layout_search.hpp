@@ -425,6 +425,7 @@ class layout_searcher {
                                                       std::int64_t size) const {
     training_plan_value p = plan_;
     p.setup.layout = e.layout;
+    p.setup.layout.fsdp_version = plan_.setup.layout.fsdp_version;  // the user's FSDP API
     p.batch.recompute = e.recompute;
     p.batch.virtual_stages = e.virtual_stages;
     if (e.virtual_stages > 1)

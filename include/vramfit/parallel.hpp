@@ -62,6 +62,13 @@ struct layout {
   std::int64_t zero_reduce_bucket_elements = 500'000'000;    ///< DeepSpeed reduce_bucket_size
   std::int64_t zero3_prefetch_bucket_elements = 50'000'000;  ///< stage3_prefetch_bucket_size
   bool fsdp_prefetch = true;  ///< FSDP backward/forward prefetch: the next unit is gathered early
+  /// PyTorch FSDP's API: 1 FullyShardedDataParallel (flat parameters), 2 fully_shard (per-tensor
+  /// DTensors; its gradient reduction always copies into a reduce-scatter buffer).
+  std::int64_t fsdp_version = 1;
+  /// FSDP2 fully_shard(reshard_after_forward=...) as the ranks a unit's parameters are resharded
+  /// over after its forward: 0 all the shard ranks (True, the default), 1 none (False: the unit
+  /// stays gathered until its backward), N an int dividing the shard ranks.
+  std::int64_t reshard_after_forward = 0;
 
   [[nodiscard]] constexpr std::int64_t world() const {
     using detail::checked_mul;
@@ -149,6 +156,22 @@ namespace detail::rules {
 [[noreturn]] inline void parameter_offload_needs_zero3() {
   raise("offloading parameters needs ZeRO-3 (or FSDP full sharding)");
 }
+[[noreturn]] inline void fsdp_version_must_be_1_or_2(std::int64_t version) {
+  raise("the FSDP version must be 1 (FullyShardedDataParallel) or 2 (fully_shard), got " +
+        str(version));
+}
+[[noreturn]] inline void reshard_after_forward_needs_fsdp2_full_shard() {
+  raise(
+      "reshard_after_forward is an option of FSDP2's fully_shard: it needs FSDP version 2 with "
+      "full sharding");
+}
+[[noreturn]] inline void reshard_after_forward_must_divide_the_shard_ranks(std::int64_t ranks,
+                                                                           std::int64_t shard) {
+  raise("reshard_after_forward (" + str(ranks) +
+        " ranks) must divide the ranks the parameters "
+        "are sharded over (" +
+        str(shard) + ")");
+}
 [[noreturn]] inline void world_size_must_not_exceed_the_limit(std::int64_t gpus_so_far,
                                                               std::int64_t limit) {
   raise("the layout spans more than " + str(limit) +
@@ -186,6 +209,9 @@ enum class layout_rule : unsigned char {
   expert_parallel_must_divide_experts,
   expert_parallel_must_divide_data_times_context,
   deepspeed_forbids_zero2_or_3_with_pipeline_parallel,
+  fsdp_version_must_be_1_or_2,
+  reshard_after_forward_needs_fsdp2_full_shard,
+  reshard_after_forward_must_divide_the_shard_ranks,
   parameter_offload_needs_zero3,  // the last: layout_rule_count follows it
 };
 inline constexpr std::size_t layout_rule_count =
@@ -257,6 +283,16 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
       (l.zero == sharding::zero2 || l.zero == sharding::zero3))
     return {deepspeed_forbids_zero2_or_3_with_pipeline_parallel, static_cast<int>(l.zero),
             l.pipeline};
+  if (l.fsdp_version != 1 && l.fsdp_version != 2)
+    return {fsdp_version_must_be_1_or_2, l.fsdp_version};
+  if (l.reshard_after_forward != 0) {
+    if (l.fsdp_version != 2 || l.implementation != shard_implementation::fsdp ||
+        l.zero != sharding::zero3)
+      return {reshard_after_forward_needs_fsdp2_full_shard};
+    if (l.reshard_after_forward < 0 || l.shard_degree() % l.reshard_after_forward != 0)
+      return {reshard_after_forward_must_divide_the_shard_ranks, l.reshard_after_forward,
+              l.shard_degree()};
+  }
   if (l.parameter_offload != offload_target::none && l.zero != sharding::zero3)
     return {parameter_offload_needs_zero3};
   return {};
@@ -282,6 +318,9 @@ constexpr const char* to_string(layout_rule r) {
       "expert parallel must divide the experts",
       "expert parallel must divide data x context",
       "DeepSpeed forbids ZeRO-2/3 with pipeline parallelism",
+      "the FSDP version is not 1 or 2",
+      "reshard_after_forward needs FSDP2 full sharding",
+      "reshard_after_forward does not divide the shard ranks",
       "parameter offload needs ZeRO-3",
   };
   return text[static_cast<int>(r)];
@@ -327,6 +366,12 @@ constexpr const layout& validated(const layout& l, const model& m) {
       expert_parallel_must_divide_data_times_context(v.a, v.b);
     case layout_rule::deepspeed_forbids_zero2_or_3_with_pipeline_parallel:
       deepspeed_forbids_zero2_or_3_with_pipeline_parallel(static_cast<int>(v.a), v.b);
+    case layout_rule::fsdp_version_must_be_1_or_2:
+      fsdp_version_must_be_1_or_2(v.a);
+    case layout_rule::reshard_after_forward_needs_fsdp2_full_shard:
+      reshard_after_forward_needs_fsdp2_full_shard();
+    case layout_rule::reshard_after_forward_must_divide_the_shard_ranks:
+      reshard_after_forward_must_divide_the_shard_ranks(v.a, v.b);
     case layout_rule::parameter_offload_needs_zero3:
       parameter_offload_needs_zero3();
   }
@@ -377,6 +422,17 @@ struct fsdp {
              : Strategy == fsdp_strategy::no_shard    ? sharding::none
                                                       : sharding::zero3;
     if (Strategy == fsdp_strategy::hybrid_shard) l.shard_group = Group;
+  }
+};
+
+/// PyTorch FSDP2 (`fully_shard`) over N ranks with full sharding; `ReshardAfterForward` as
+/// layout::reshard_after_forward (0: True, 1: False, or the ranks of an int).
+template <std::int64_t N, std::int64_t ReshardAfterForward = 0>
+struct fully_shard {
+  static constexpr void apply(layout& l) {
+    fsdp<N>::apply(l);
+    l.fsdp_version = 2;
+    l.reshard_after_forward = ReshardAfterForward;
   }
 };
 

@@ -154,6 +154,18 @@ constexpr lora_adapters lora_adapters_of(const training& t, const tensor_group& 
   return {{r, in}, {out, r}, f.payload_bits > 0 ? f : t.precision.weights};
 }
 
+/// Whether FSDP2 with mixed precision shards the fp32 master as the parameter itself
+/// (MixedPrecisionPolicy: the 16-bit parameters exist only while a unit is gathered).
+constexpr bool fsdp2_master_shards(const training& t) {
+  return t.layout.implementation == shard_implementation::fsdp && t.layout.fsdp_version == 2 &&
+         t.precision.has_master();
+}
+
+/// The format of FSDP's sharded gradients: the sharded parameter's under FSDP2.
+constexpr const element_format& sharded_gradient_format(const training& t) {
+  return fsdp2_master_shards(t) ? t.precision.master : t.precision.gradients;
+}
+
 /// Accumulates the tensors of `g` that pipeline stage `stage` and expert rank 0 hold.
 constexpr void add_group(const training& t, const tensor_group& g, const stage_range& stage,
                          bool before_layers, std::int64_t experts_per_rank, std::int64_t shards,
@@ -200,7 +212,9 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
       acc.cast_copies += stored(fp8_e4m3::value, shape) * checked_mul(copies, p.fp8_weight_copies);
   }
 
-  // A trained tensor: its weight, gradient, master copy and optimizer states.
+  // A trained tensor: its weight, gradient, master copy and optimizer states. FSDP2's sharded
+  // parameter is the fp32 master itself, its sharded gradient in that format.
+  const bool master_shards = fsdp2_master_shards(t);
   auto add_trained = [&](std::int64_t count, const local_shape& s, const element_format& weight) {
     if (count == 0) return;
     const local_shape shard = dim0_shard(s, shards);
@@ -208,14 +222,14 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     acc.trained_tensors = checked_add(acc.trained_tensors, count);
     acc.trained_weights += stored(weight, s) * count;
     acc.rounding += allocator_rounding(stored(weight, s)) * count;
-    acc.fsdp_trained_weights += stored(weight, shard) * count;
+    acc.fsdp_trained_weights += stored(master_shards ? p.master : weight, shard) * count;
     acc.gradients += stored(p.gradients, s) * count;
     acc.rounding += allocator_rounding(stored(p.gradients, s)) * count;
-    acc.fsdp_gradients += stored(p.gradients, shard) * count;
+    acc.fsdp_gradients += stored(sharded_gradient_format(t), shard) * count;
     if (p.has_master()) {
       acc.master += stored(p.master, s) * count;
       acc.rounding += allocator_rounding(stored(p.master, s)) * count;
-      acc.fsdp_master += stored(p.master, shard) * count;
+      if (!master_shards) acc.fsdp_master += stored(p.master, shard) * count;
     }
     const bool hidden_matrix =
         s.second > 0 && g.kind != tensor_kind::embedding && g.kind != tensor_kind::head;
@@ -353,29 +367,43 @@ constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors
          (s.largest_mask ? bytes{largest_elements} : bytes{}) + pair;
 }
 
-/// Elements of the largest FSDP unit on a stage: each transformer layer is a unit
+/// Bytes of `n` elements in format `f`, none for none (a unit or stage may train nothing).
+constexpr bytes elements_in(const element_format& f, std::int64_t n) {
+  return n > 0 ? storage_bytes(f, n) : bytes{};
+}
+
+/// What an FSDP unit gathers: its trained elements (gathered in the compute format, each with a
+/// gradient) and its frozen weights as stored (a quantized base is gathered quantized).
+struct fsdp_unit {
+  std::int64_t trained = 0;
+  bytes frozen{};
+};
+
+/// The largest FSDP unit on a stage: each transformer layer is a unit
 /// (transformer_auto_wrap_policy), and the tensors outside the layers form the root unit. A
 /// layer's unit changes only at the edges of the ledger's layer groups, so only the stage's first
 /// layer and the edges inside it are compared.
-constexpr std::int64_t largest_unit(const training& t, const tensor_ledger& tensors,
-                                    const stage_range& stage, std::int64_t experts_per_rank) {
+constexpr fsdp_unit largest_unit(const training& t, const tensor_ledger& tensors,
+                                 const stage_range& stage, std::int64_t experts_per_rank) {
+  const element_format& compute = t.precision.compute;
+  // The root unit: a stage that is both first and last holds every tensor outside the layers.
   auto unit = [&](std::int64_t layer, bool root) {
-    std::int64_t elements = 0;
-    for (const tensor_group& g : tensors) {
-      if (g.role != tensor_role::parameter) continue;
-      if (root ? g.layer_count > 0 : !g.in_layer(layer)) continue;
-      const std::int64_t copies = g.kind == tensor_kind::expert ? experts_per_rank : 1;
-      elements = checked_add(
-          elements, checked_mul(tp_local_shape(g, t.model, t.layout.tensor).elements(), copies));
-    }
-    return elements;
+    unsharded_states acc{};
+    const stage_range only =
+        root ? stage_range{0, 0, true, true} : stage_range{layer, 1, false, false};
+    for (const tensor_group& g : tensors)
+      if (root ? g.layer_count == 0 : g.in_layer(layer))
+        add_group(t, g, only, root, experts_per_rank, 1, acc);
+    return fsdp_unit{acc.trained_elements, acc.frozen_weights};
   };
+  // Ranked by what a unit holds in backward: gathered weights and their gradients.
+  auto size = [&](const fsdp_unit& u) { return elements_in(compute, u.trained) * 2 + u.frozen; };
   const std::int64_t end = stage.first_layer + stage.layers;
-  std::int64_t largest = unit(0, true);
+  fsdp_unit largest = unit(0, true);
   auto consider = [&](std::int64_t layer) {
     if (layer < stage.first_layer || layer >= end) return;
-    const std::int64_t n = unit(layer, false);
-    if (n > largest) largest = n;
+    const fsdp_unit u = unit(layer, false);
+    if (size(u) > size(largest)) largest = u;
   };
   consider(stage.first_layer);
   for (const tensor_group& g : tensors) {
@@ -533,15 +561,38 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
                 "PyTorch FSDP SHARD_GRAD_OP: parameters stay gathered from forward to backward",
                 lifetime::forward_backward);
     } else if (fsdp) {
-      const std::int64_t unit = detail::largest_unit(t, model_tensors, range, experts_per_rank);
-      add_entry(
-          ledger,
-          l.fsdp_prefetch ? "gathered FSDP units (current + prefetched)" : "gathered FSDP unit",
-          component::buffers, device,
-          storage_bytes(p.compute, unit) * (l.fsdp_prefetch ? 2 : 1) +
-              storage_bytes(p.gradients, unit),
-          0, "FSDP paper (Zhao et al. 2023) §3.2: one unsharded unit plus its gradients",
-          lifetime::forward_backward);
+      const detail::fsdp_unit unit =
+          detail::largest_unit(t, model_tensors, range, experts_per_rank);
+      // FSDP2's foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies
+      // the unit's unsharded gradients (compute format) into a reduce-scatter buffer in the
+      // sharded gradients' format; FSDP1 reduces its flat gradient itself.
+      const bytes gradients =
+          l.fsdp_version == 2
+              ? detail::elements_in(p.compute, unit.trained) +
+                    detail::elements_in(detail::sharded_gradient_format(t), unit.trained)
+              : detail::elements_in(p.gradients, unit.trained);
+      const bytes gathered = detail::elements_in(p.compute, unit.trained) + unit.frozen;
+      // reshard_after_forward=False keeps every unit gathered from its forward to its backward,
+      // an int N keeps a 1/N share of each (FSDP2 fully_shard); the units are then not gathered
+      // again, or gathered from that share.
+      const std::int64_t kept_ranks = l.reshard_after_forward;
+      if (kept_ranks > 0) {
+        const bytes all = detail::elements_in(p.compute, acc.trained_elements) + acc.frozen_weights;
+        add_entry(ledger, "parameters kept gathered after forward (reshard_after_forward)",
+                  component::buffers, device, divide_up(all, kept_ranks), 0,
+                  "FSDP2 fully_shard reshard_after_forward: False keeps units unsharded, an int "
+                  "resharded to that many ranks",
+                  lifetime::forward_backward);
+      }
+      const bool regathered = kept_ranks != 1;
+      add_entry(ledger,
+                !regathered       ? "FSDP unit gradients (units stay gathered)"
+                : l.fsdp_prefetch ? "gathered FSDP units (current + prefetched)"
+                                  : "gathered FSDP unit",
+                component::buffers, device,
+                (regathered ? gathered * (l.fsdp_prefetch ? 2 : 1) : bytes{}) + gradients, 0,
+                "FSDP paper (Zhao et al. 2023) §3.2: one unsharded unit plus its gradients",
+                lifetime::forward_backward);
     } else {
       if (deepspeed) {
         add_entry(ledger, "ZeRO-3 prefetch bucket", component::buffers, device,

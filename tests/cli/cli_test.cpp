@@ -218,6 +218,7 @@ TEST_CASE("plan: the fastest layouts that fit, each reproduced exactly by its tr
       "plan --model mixtral-8x7b --gpus 32 --top 3",
       "plan --model llama-3.1-405b --seq-len 8192 --gpus 16384 --top 3",
       "plan --model llama-3-8b --gpus 1 --qlora --top 2",
+      "plan --model llama-3-8b --seq-len 4096 --gpus 8 --sharding fsdp --fsdp-version 2 --top 3",
   };
   for (const char* search : searches) {
     CAPTURE(search);
@@ -376,6 +377,12 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --recompute-layers -5", "--recompute-layers must be a layer count or -1"},
       {"train --recompute-layers 4", "--recompute-layers applies to --recompute full only"},
       {"train --recompute op-sac --lora-rank 8", "LoRA adapters add their own"},
+      {"train --dp 8 --fsdp full --reshard-after-forward 4", "needs FSDP version 2"},
+      {"train --dp 8 --fsdp full --fsdp-version 2 --reshard-after-forward 3",
+       "reshard_after_forward (3 ranks) must divide the ranks the parameters are sharded over (8)"},
+      {"train --reshard-after-forward maybe", "must be true, false or a rank count of 2 or more"},
+      {"train --fsdp-version 3", "the FSDP version must be 1"},
+      {"plan --gpus 8 --reshard-after-forward false", "give --reshard-after-forward to train"},
       {"train --sweep micro-batch --sweep-max -5", "--sweep-max must be at least the first"},
       {"train --sweep seq-len --sweep-max 9223372036854775807", "--sweep-max: at seq-len"},
       {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},

@@ -477,6 +477,81 @@ TEST_CASE("FSDP shards each tensor along dim 0 and gathers a whole unit") {
   CHECK(entry(l, "gathered FSDP units (current + prefetched)") == bytes{2 * 2 * root + 4 * root});
 }
 
+TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a copy-in buffer") {
+  // Llama-3-8B, fully_shard over 8 ranks with MixedPrecisionPolicy(param bf16, reduce fp32) on a
+  // bf16 model with an fp32 master: the sharded parameter is the fp32 master itself (no 16-bit
+  // shard, no separate master), its sharded gradient fp32.
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t p = 8'030'261'248;
+  const training t{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value,
+                   parallel<fully_shard<8>>::value};
+  const memory_ledger l = model_states(t);
+  CHECK(entry(l, "weights (ZeRO-3 partition)") == bytes{4 * p / 8});
+  CHECK(entry(l, "master weights (partition)") == bytes{0});
+  CHECK(entry(l, "gradients (partition)") == bytes{4 * p / 8});
+  CHECK(total(l, component::optimizer_states) == bytes{8 * p / 8});
+  // The root unit (1,050,677,248 elements) gathered in bf16 twice (current + prefetched); in
+  // backward its bf16 gradients and the fp32 reduce-scatter buffer they are copied into.
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  CHECK(entry(l, "gathered FSDP units (current + prefetched)") ==
+        bytes{2 * 2 * root + (2 + 4) * root});
+  // FSDP1 keeps the bf16 shard beside the fp32 master and reduces its flat bf16 gradient.
+  const memory_ledger v1 = model_states(training{m, mixed<bf16, bf16>::value, adamw<>::value,
+                                                 full_finetune::value, parallel<fsdp<8>>::value});
+  CHECK(entry(v1, "weights (ZeRO-3 partition)") == bytes{2 * p / 8});
+  CHECK(entry(v1, "master weights (partition)") == bytes{4 * p / 8});
+  CHECK(entry(v1, "gathered FSDP units (current + prefetched)") == bytes{2 * 2 * root + 2 * root});
+}
+
+TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int a share of it") {
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t p = 8'030'261'248;
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  auto states = [&](const layout& l) {
+    return model_states(
+        training{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value, l});
+  };
+  // False: all of the model's bf16 parameters from forward to backward; the units are not
+  // gathered again, so only their gradient buffers remain.
+  const memory_ledger kept = states(parallel<fully_shard<8, 1>>::value);
+  CHECK(entry(kept, "parameters kept gathered after forward (reshard_after_forward)") ==
+        bytes{2 * p});
+  CHECK(entry(kept, "FSDP unit gradients (units stay gathered)") == bytes{(2 + 4) * root});
+  // 4 of the 8 ranks: each keeps a quarter, and gathers units from it again.
+  const memory_ledger quarter = states(parallel<fully_shard<8, 4>>::value);
+  CHECK(entry(quarter, "parameters kept gathered after forward (reshard_after_forward)") ==
+        bytes{2 * p / 4});
+  CHECK(entry(quarter, "gathered FSDP units (current + prefetched)") ==
+        bytes{2 * 2 * root + (2 + 4) * root});
+  // The rules: FSDP2 full sharding only, and a rank count dividing the shard ranks.
+  CHECK(check_layout(parallel<fsdp<8>>::value, m).rule == layout_rule::none);
+  layout v1 = parallel<fsdp<8>>::value;
+  v1.reshard_after_forward = 4;
+  CHECK(check_layout(v1, m).rule == layout_rule::reshard_after_forward_needs_fsdp2_full_shard);
+  layout three = parallel<fully_shard<8>>::value;
+  three.reshard_after_forward = 3;
+  CHECK(check_layout(three, m).rule ==
+        layout_rule::reshard_after_forward_must_divide_the_shard_ranks);
+  layout version = parallel<fsdp<8>>::value;
+  version.fsdp_version = 3;
+  CHECK_THROWS_WITH_AS(validated(version, m),
+                       doctest::Contains("the FSDP version must be 1 (FullyShardedDataParallel) "
+                                         "or 2 (fully_shard), got 3"),
+                       error);
+}
+
+TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for trained ones") {
+  // LoRA r = 16 on q_proj and v_proj of Llama-3-8B, bf16 base, FSDP over 8 ranks: the root unit
+  // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) is the largest and has no
+  // gradient; it is gathered twice (current + prefetched).
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  training t{m, pure<bf16>::value, adamw<>::value, full_finetune::value, parallel<fsdp<8>>::value};
+  t.finetune = lora_finetuning(16, "q_proj,v_proj");
+  CHECK(entry(model_states(t), "gathered FSDP units (current + prefetched)") ==
+        bytes{2 * 2 * root});
+}
+
 TEST_CASE("ZeRO-2 with the optimizer offloaded keeps only the 16-bit weights on the GPU") {
   // DeepSpeed stage_1_and_2.py estimator: offload_optimizer=cpu: GPU = 2 P, CPU = 16 P in all.
   const model& m = models::llama_3_8b::value;
