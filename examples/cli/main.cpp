@@ -36,6 +36,7 @@ struct train_options {
   std::string precision = "bf16-fp32-master";
   std::string optimizer = "adamw";
   std::optional<std::string> optimizer_impl;  ///< unset: what the optimizer's library picks
+  bool optimizer_in_backward = false;
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 2048;
   std::int64_t grad_accum = 1;
@@ -149,6 +150,7 @@ training_plan_value build_plan(const train_options& o, const model& m) {
     t.optimizer = with_implementation(
         t.optimizer,
         cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
+  t.optimizer.options.in_backward = o.optimizer_in_backward;
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.qlora || o.lora_rank > 0) {
@@ -857,6 +859,9 @@ void add_train_options(CLI::App& cmd, train_options& o) {
       ->capture_default_str();
   cmd.add_option("--optimizer-impl", o.optimizer_impl,
                  "for-loop, foreach or fused (default: what torch.optim picks on CUDA)");
+  cmd.add_flag("--optimizer-in-backward", o.optimizer_in_backward,
+               "Step each parameter as its gradient is ready and free the gradient (torchtune "
+               "optimizer_in_bwd): no full set of gradients");
   cmd.add_option("--micro-batch,-b", o.micro_batch, "Sequences per micro-batch")
       ->check(positive)
       ->capture_default_str();

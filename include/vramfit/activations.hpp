@@ -99,6 +99,18 @@ namespace rules {
 [[noreturn]] inline void context_parallel_must_divide_sequence(std::int64_t cp, std::int64_t s) {
   raise("context parallel degree " + str(cp) + " must divide the sequence length (" + str(s) + ")");
 }
+[[noreturn]] inline void optimizer_in_backward_needs_one_micro_batch(std::int64_t micro_batches,
+                                                                     std::int64_t pipeline) {
+  raise(
+      "the optimizer steps in backward, freeing each gradient (torchtune optimizer_in_bwd): it "
+      "needs one micro-batch per step and no pipeline, got " +
+      str(micro_batches) + " micro-batches and " + str(pipeline) + " pipeline stages");
+}
+[[noreturn]] inline void optimizer_in_backward_needs_pytorch_gradients() {
+  raise(
+      "the optimizer steps in backward on PyTorch's per-parameter gradients: DeepSpeed's and "
+      "Megatron's flat gradient buffers have no per-parameter hook");
+}
 [[noreturn]] inline void op_level_sac_needs_full_linears() {
   raise(
       "op-level selective checkpointing (--recompute op-sac) counts the layer's matmuls; LoRA "
@@ -777,10 +789,15 @@ constexpr memory_ledger activations(const training& t, const activation_options&
 /// micro-batch's backward through the optimizer step (PyTorch zero_grad(set_to_none=True)).
 constexpr memory_ledger step_entries(const training& t, const activation_options& o,
                                      std::int64_t stage = 0) {
-  memory_ledger ledger = model_states(t, stage);
   const layout& l = t.layout;
   const bool flat = l.implementation == shard_implementation::deepspeed ||
                     l.implementation == shard_implementation::megatron;
+  if (t.optimizer.options.in_backward) {
+    if (o.micro_batches > 1 || l.pipeline > 1)
+      detail::rules::optimizer_in_backward_needs_one_micro_batch(o.micro_batches, l.pipeline);
+    if (flat) detail::rules::optimizer_in_backward_needs_pytorch_gradients();
+  }
+  memory_ledger ledger = model_states(t, stage);
   if (!flat && l.pipeline == 1) {
     for (memory_entry& e : ledger)
       if (e.component == component::gradients) e.lifetime = lifetime::gradients;

@@ -53,7 +53,11 @@ struct optimizer_options {
   /// capturable=True keeps the step counters on the device, as fused does; otherwise torch.optim
   /// keeps them on the host (torch/optim/adam.py, _init_group).
   bool capturable = false;
-  bool paged = false;       ///< bitsandbytes paged optimizers: states in host (unified) memory
+  bool paged = false;  ///< bitsandbytes paged optimizers: states in host (unified) memory
+  /// One optimizer per parameter stepped by its post-accumulate-grad hook, which then frees the
+  /// gradient (torchtune optimizer_in_bwd, training/_optimizer_in_backward.py): no step at the
+  /// end and no full set of gradients.
+  bool in_backward = false;
   element_format states{};  ///< payload 0: states like the tensor the optimizer updates
   friend constexpr bool operator==(const optimizer_options&, const optimizer_options&) = default;
 };

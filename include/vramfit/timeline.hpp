@@ -292,6 +292,11 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   const int logits_gradient = entry_where(ledger, component::activations, lifetime::backward);
   const bool sharded_grads =
       gradients >= 0 && (l.zero == sharding::zero2 || l.zero == sharding::zero3);
+  // An optimizer in backward (torchtune optimizer_in_bwd) steps each parameter as its gradient is
+  // accumulated and frees the gradient; the step's temporaries are one tensor's.
+  const bool in_backward = t.optimizer.options.in_backward;
+  const int step =
+      in_backward ? entry_where(ledger, component::buffers, lifetime::layer_backward) : -1;
 
   // The stage's layer runs: cut at the ledger's edges and where full recompute stops.
   static_vector<std::int64_t, 2 * 48 + 2 * 4 + 4> cuts{};
@@ -344,6 +349,14 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       tl.at_start += e.size;
 
   event_writer w{ledger, tl.events};
+  // After gradients of `grads` bytes are accumulated: under an optimizer in backward, their step
+  // and zero_grad (set_to_none) right away.
+  auto stepped = [&](bytes grads, std::int64_t first = -1, std::int64_t count = 0) {
+    if (!in_backward || grads == bytes{}) return;
+    w.add("optimizer step in backward", step, size_of(step), first, count);
+    w.add("optimizer step in backward", step, -size_of(step), first, count);
+    w.add("gradients freed after their step", gradients, -grads, first, count);
+  };
   // Working buffers of sharded weights (gathered units) live from forward to the end of backward;
   // the eager mask is forward's, the logits the loss's.
   auto is_buffer = [&](int i) {
@@ -391,6 +404,8 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     w.add("final norm, head input and log-probabilities", head_and_loss, -size_of(head_and_loss));
     w.add("head and final norm gradients", first_pass ? gradients : working, head_grads);
     if (!first_pass) w.add("head and final norm gradients", working, -head_grads);
+    // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
+    stepped(head_grads - tied_grads);
     w.region = moment::layer_backward;
     for (std::size_t i = runs.size(); i-- > 0;) {
       const layer_run& r = runs[i];
@@ -419,6 +434,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
         add(part ? "MLP output linear: weight gradients"
                  : "attention output linear: weight gradients",
             grad_entry, grads_per_layer ? p.grads_out[part] : bytes{});
+        stepped(grads_per_layer ? p.grads_out[part] : bytes{}, r.first, r.count);
         add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
             layer_saved, -p.saved_out[part]);
         // A linear's weight copy is saved for its input gradient and goes with its backward.
@@ -431,6 +447,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
             -(part ? p.working.mlp : p.working.attention));
         add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry,
             grads_per_layer ? p.grads_rest[part] : bytes{});
+        stepped(grads_per_layer ? p.grads_rest[part] : bytes{}, r.first, r.count);
         add(part ? "MLP saved tensors freed" : "attention saved tensors freed", layer_saved,
             -p.saved_rest[part]);
         add(part ? "MLP weight copies freed" : "attention weight copies freed", casts,
@@ -447,6 +464,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     w.add("embedding gradient (added into the tied head's)", working, -tied_grads);
     w.add("embedding gradients", first_pass ? gradients : working, untied_embedding_grads);
     if (!first_pass) w.add("embedding gradients", working, -untied_embedding_grads);
+    stepped(tied_grads + untied_embedding_grads);
     w.add("input ids, positions and rotary tables", embedding_inputs, -size_of(embedding_inputs));
     w.add("head weight copies", casts, -outside_casts);
   }
@@ -459,7 +477,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   w.add_each(lifetime::optimizer_step, -1, any);
   w.phase = step_phase::zero_grad;
   w.region = moment::end_of_backward;
-  w.add("gradients freed", gradients, -size_of(gradients));
+  if (!in_backward) w.add("gradients freed", gradients, -size_of(gradients));
   tl.peak = find_peak(tl);
   time_entries(tl);
   return tl;

@@ -315,7 +315,10 @@ constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors
                                  const stage_range& range, std::int64_t experts_per_rank,
                                  std::int64_t shards) {
   const step_scratch s = step_scratch_of(t.optimizer);
-  bytes all{}, largest{}, pair{}, previous{}, previous_column_mean{};
+  // An optimizer in backward steps one tensor at a time, each with its own optimizer: the most
+  // any one tensor's step takes.
+  const bool one_tensor = t.optimizer.options.in_backward;
+  bytes all{}, largest{}, pair{}, previous{}, previous_column_mean{}, single{};
   std::int64_t largest_elements = 0;
   auto block = [](bytes b) { return b + allocator_rounding(b); };
   auto visit = [&](bytes b, const local_shape& shape, std::int64_t copies) {
@@ -338,6 +341,9 @@ constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors
                        (s.larger_of_pair ? (b > previous ? b : previous) : bytes{});
     if (here > pair) pair = here;
     previous = b;
+    const bytes alone = b * (s.lists + s.largest) + current + (s.larger_of_pair ? b : bytes{}) +
+                        (s.largest_mask ? bytes{shape.elements()} : bytes{});
+    if (alone > single) single = alone;
   };
   auto outside = [&](bool before) {
     bool seen_layers = false;
@@ -363,6 +369,7 @@ constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors
                        }
                      });
   outside(false);
+  if (one_tensor) return single;
   return all * s.lists + largest * s.largest +
          (s.largest_mask ? bytes{largest_elements} : bytes{}) + pair;
 }
@@ -607,11 +614,15 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
     }
   }
   if (!flat_optimizer && l.optimizer_offload == offload_target::none) {
-    add_entry(ledger, "optimizer step temporaries", component::buffers, device,
+    const bool in_backward = t.optimizer.options.in_backward;
+    add_entry(ledger,
+              in_backward ? "optimizer step temporaries (one tensor, in backward)"
+                          : "optimizer step temporaries",
+              component::buffers, device,
               detail::step_temporaries(t, model_tensors, range, experts_per_rank,
                                        shard_optimizer ? n : 1),
               0, "optimizer.hpp step_scratch_of: torch/optim _multi_tensor_* / _single_tensor_*",
-              lifetime::optimizer_step);
+              in_backward ? lifetime::layer_backward : lifetime::optimizer_step);
   }
   return ledger;
 }

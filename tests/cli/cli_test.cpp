@@ -382,6 +382,7 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
        "reshard_after_forward (3 ranks) must divide the ranks the parameters are sharded over (8)"},
       {"train --reshard-after-forward maybe", "must be true, false or a rank count of 2 or more"},
       {"train --fsdp-version 3", "the FSDP version must be 1"},
+      {"train --optimizer-in-backward --grad-accum 4", "needs one micro-batch per step"},
       {"plan --gpus 8 --reshard-after-forward false", "give --reshard-after-forward to train"},
       {"train --sweep micro-batch --sweep-max -5", "--sweep-max must be at least the first"},
       {"train --sweep seq-len --sweep-max 9223372036854775807", "--sweep-max: at seq-len"},

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <vramfit/presets.hpp>
+#include <vramfit/timeline.hpp>
 #include <vramfit/training.hpp>
 
 using namespace vramfit;
@@ -152,4 +153,43 @@ TEST_CASE("Llama-3-8B cut to 2 layers on an H100, torch 2.11 (tests/validation/g
   CHECK(measured(pure<bf16>::value, sgd<optimizer_options{.momentum = true}>::value) == 0);
   // torch.optim.Adafactor(lr=1e-3): the embedding's update beside layer 0's q_proj column norm.
   CHECK(measured(pure<bf16>::value, adafactor<>::value) == 1'184'915'968);
+}
+
+TEST_CASE("an optimizer in backward steps one tensor at a time and frees each gradient") {
+  // torchtune optimizer_in_bwd: one optimizer per parameter, stepped by the parameter's
+  // post-accumulate-grad hook, then zero_grad(set_to_none=True).
+  auto in_backward = [](optimizer o) {
+    o.options.in_backward = true;
+    return training{hand_model, pure<bf16>::value, o};
+  };
+  auto step_entry = [](const memory_ledger& l) {
+    for (const memory_entry& e : l)
+      if (std::string(e.name) == "optimizer step temporaries (one tensor, in backward)")
+        return e.size.count;
+    return std::int64_t{-1};
+  };
+  // foreach on a list of one tensor: the head's exp_avg_sq_sqrt (E); for-loop: its sqrt and
+  // quotient, with no previous tensor's denom still bound (2E).
+  CHECK(step_entry(model_states(in_backward(adamw<>::value))) == E);
+  constexpr optimizer_options loop{.impl = optimizer_impl::for_loop};
+  CHECK(step_entry(model_states(in_backward(adamw<loop>::value))) == 2 * E);
+  // The most gradient held at once. The timeline steps a layer half's tensors together after
+  // its backward (PyTorch's engine runs each AccumulateGrad as soon as it is ready, so it holds
+  // one tensor's): gate and up with the layer's two norms, 2 x 262,144 + 2 x 512 bytes, more than
+  // the head's with the final norm's (E + 512). Nothing is left for a step at the end.
+  const training t = in_backward(adamw<>::value);
+  const activation_options o{.micro_batch = 1, .sequence = 64};
+  const memory_ledger step = training_step(t, o);
+  for (const memory_entry& e : step)
+    if (e.component == component::gradients) CHECK(e.size == bytes{2 * 262'144 + 2 * norm});
+  CHECK(peak_moment(step) != moment::optimizer_step);
+  const step_timeline tl = step_timeline_of(t, o);
+  CHECK(std::string(tl.events[tl.events.size() - 1].what) != "gradients freed");
+  // torchtune's rule: no gradient accumulation; DeepSpeed's flat buffers have no hooks.
+  CHECK_THROWS_WITH_AS(training_step(t, {.micro_batch = 1, .sequence = 64, .micro_batches = 2}),
+                       doctest::Contains("needs one micro-batch per step"), error);
+  training deepspeed = t;
+  deepspeed.layout = parallel<zero<2, 2>>::value;
+  CHECK_THROWS_WITH_AS(training_step(deepspeed, o), doctest::Contains("flat gradient buffers"),
+                       error);
 }
