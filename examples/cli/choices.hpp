@@ -74,6 +74,7 @@ inline constexpr named<precision> precisions[] = {
     {"amp-bf16", amp<bf16>::value},
     {"amp-fp16", amp<fp16>::value},
     {"bf16-fp32-master", mixed<bf16>::value},
+    {"bf16-fp32-master-16bit-grads", mixed<bf16, bf16>::value},
     {"fp16-fp32-master", mixed<fp16, fp16>::value},
     {"fp8", fp8_compute::value},
 };

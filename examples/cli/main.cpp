@@ -23,6 +23,7 @@
 #endif
 
 #include "choices.hpp"
+#include "frameworks.hpp"
 #include "plan_view.hpp"
 #include "render.hpp"
 #include "timeline_view.hpp"
@@ -35,6 +36,7 @@ struct train_options {
   std::string model = "llama-3-8b";
   std::string precision = "bf16-fp32-master";
   std::string optimizer = "adamw";
+  std::string framework;  ///< its defaults fill in what is not given (frameworks.hpp)
   std::optional<std::string> optimizer_impl;  ///< unset: what the optimizer's library picks
   bool optimizer_in_backward = false;
   std::int64_t micro_batch = 1;
@@ -221,7 +223,7 @@ training_plan_value build_plan(const train_options& o, const model& m) {
   if (o.activation_offload != "none" && o.activation_offload != "cpu")
     detail::raise("unknown --activation-offload '" + o.activation_offload.substr(0, 40) +
                   "'; known: none, cpu");
-  if (o.non_reentrant && o.recompute != "full")
+  if (o.non_reentrant && o.recompute != "full" && o.framework.empty())
     detail::raise(
         "--non-reentrant applies to --recompute full only (op-sac is always "
         "non-reentrant)");
@@ -374,9 +376,65 @@ struct infer_options {
   std::int64_t pp = 1;
   std::string gpu = "h100";
   std::optional<std::int64_t> utilization;
+  std::string framework;
   std::string format = "table";
   bool check = false;
 };
+
+/// The framework `name` names, for `subcommand`.
+const cli::framework& framework_named(const std::string& name, std::string_view subcommand) {
+  std::string known;
+  for (const cli::framework& f : cli::frameworks) {
+    if (cli::same_name(name, f.name)) {
+      if (subcommand == f.subcommand ||
+          (subcommand == "plan" && std::string_view(f.subcommand) == "train"))
+        return f;
+      detail::raise(std::string("--framework ") + f.name + " applies to vramfit " + f.subcommand +
+                    ", not " + std::string(subcommand));
+    }
+    known += (known.empty() ? "" : ", ") + std::string(f.name);
+  }
+  detail::raise("unknown --framework '" + name.substr(0, 40) + "'; known: " + known);
+}
+
+/// Fills in from `f` each option the command line left out, through `set(option, value)`.
+template <class Set>
+void apply_framework(const cli::framework& f, const CLI::App& cmd, bool lora, Set&& set) {
+  for (const cli::framework_default& d : f.defaults) {
+    if (cmd.get_option(d.option)->count() > 0) continue;
+    if ((d.recipe == cli::recipe::full_finetune && lora) ||
+        (d.recipe == cli::recipe::lora && !lora))
+      continue;
+    set(std::string_view(d.option), std::string(d.value));
+  }
+}
+
+/// --framework's defaults for train and plan.
+void apply_framework(const CLI::App& cmd, train_options& o) {
+  if (o.framework.empty()) return;
+  const cli::framework& f = framework_named(o.framework, cmd.get_name());
+  apply_framework(f, cmd, o.lora_rank > 0 || o.qlora, [&](std::string_view option, std::string v) {
+    if (option == "--precision") o.precision = v;
+    if (option == "--optimizer") o.optimizer = v;
+    if (option == "--optimizer-impl") o.optimizer_impl = v;
+    if (option == "--optimizer-in-backward") o.optimizer_in_backward = true;
+    if (option == "--recompute") o.recompute = v;
+    if (option == "--non-reentrant") o.non_reentrant = true;
+    if (option == "--loss") o.loss = v;
+    if (option == "--fsdp-version") o.fsdp_version = std::stoll(v);
+    if (option == "--zero-impl") o.zero_impl = v;
+  });
+}
+
+/// --framework's defaults for infer.
+void apply_framework(const CLI::App& cmd, infer_options& o) {
+  if (o.framework.empty()) return;
+  const cli::framework& f = framework_named(o.framework, cmd.get_name());
+  apply_framework(f, cmd, false, [&](std::string_view option, std::string v) {
+    if (option == "--utilization") o.utilization = std::stoll(v);
+    if (option == "--block") o.block = std::stoll(v);
+  });
+}
 
 int run_infer(const infer_options& o) {
   const model m = load_model(o.model);
@@ -827,6 +885,30 @@ int run_gpus(const std::string& format) {
   return 0;
 }
 
+int run_frameworks(const std::string& format) {
+  nlohmann::json rows = nlohmann::json::array();
+  report::table t({"framework", "command", "option", "value", "recipe", "source"});
+  constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA"};
+  for (const cli::framework& f : cli::frameworks) {
+    nlohmann::json defaults = nlohmann::json::array();
+    for (const cli::framework_default& d : f.defaults) {
+      const char* recipe = recipes[static_cast<int>(d.recipe)];
+      defaults.push_back(
+          {{"option", d.option}, {"value", d.value}, {"recipe", recipe}, {"source", d.source}});
+      t.add({f.name, f.subcommand, d.option, d.value, recipe, d.source});
+    }
+    rows.push_back({{"key", f.name},
+                    {"summary", f.summary},
+                    {"command", f.subcommand},
+                    {"defaults", defaults}});
+  }
+  if (format == "json")
+    std::cout << rows.dump(2) << "\n";
+  else
+    std::cout << t;
+  return 0;
+}
+
 /// An option that takes a positive integer, named as such in the error.
 const CLI::Validator positive(
     [](std::string& value) -> std::string {
@@ -849,8 +931,12 @@ void add_estimate_format(CLI::App& cmd, std::string& format) {
 void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--model,-m", o.model, "A preset (see `vramfit models`) or a config.json path")
       ->capture_default_str();
+  cmd.add_option("--framework", o.framework,
+                 "torchtitan, torchtune, deepspeed, megatron, fsdp1 or hf-trainer: its defaults "
+                 "for the options not given (vramfit frameworks lists them)");
   cmd.add_option("--precision", o.precision,
-                 "fp32, bf16, fp16, amp-bf16, amp-fp16, bf16-fp32-master, fp16-fp32-master, fp8")
+                 "fp32, bf16, fp16, amp-bf16, amp-fp16, bf16-fp32-master, "
+                 "bf16-fp32-master-16bit-grads, fp16-fp32-master, fp8")
       ->capture_default_str();
   cmd.add_option(
          "--optimizer", o.optimizer,
@@ -944,6 +1030,8 @@ void add_train_options(CLI::App& cmd, train_options& o) {
 }
 void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
+  c.add_option("--framework", o.framework,
+               "vllm: its defaults for the options not given (vramfit frameworks lists them)");
   c.add_option(
        "--weights", o.weights,
        "fp32, bf16, fp16, int8 (bitsandbytes), nf4 (double quantization), nf4-no-dq, fp4, fp4-dq, "
@@ -1047,16 +1135,30 @@ int vramfit_cli_main(int argc, char** argv) {
   CLI::App* gpus_cmd = app.add_subcommand("gpus", "List the GPU presets and their capacities");
   gpus_cmd->add_option("--format,-f", list_format, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
+  CLI::App* frameworks_cmd = app.add_subcommand(
+      "frameworks", "List the --framework presets: the defaults each sets, and their sources");
+  frameworks_cmd->add_option("--format,-f", list_format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
   // Help and errors say "vramfit", not the path the tool was started from.
   char program_name[] = "vramfit";
   if (argc > 0) argv[0] = program_name;
   try {
     app.parse(argc, argv);
-    if (train_cmd->parsed()) return run_train(train);
-    if (infer_cmd->parsed()) return run_infer(infer);
-    if (plan_cmd->parsed()) return run_plan(*plan_cmd, train_names, plan, space);
+    if (train_cmd->parsed()) {
+      apply_framework(*train_cmd, train);
+      return run_train(train);
+    }
+    if (infer_cmd->parsed()) {
+      apply_framework(*infer_cmd, infer);
+      return run_infer(infer);
+    }
+    if (plan_cmd->parsed()) {
+      apply_framework(*plan_cmd, plan);
+      return run_plan(*plan_cmd, train_names, plan, space);
+    }
     if (models_cmd->parsed()) return run_models(list_format);
     if (gpus_cmd->parsed()) return run_gpus(list_format);
+    if (frameworks_cmd->parsed()) return run_frameworks(list_format);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -219,6 +219,7 @@ TEST_CASE("plan: the fastest layouts that fit, each reproduced exactly by its tr
       "plan --model llama-3.1-405b --seq-len 8192 --gpus 16384 --top 3",
       "plan --model llama-3-8b --gpus 1 --qlora --top 2",
       "plan --model llama-3-8b --seq-len 4096 --gpus 8 --sharding fsdp --fsdp-version 2 --top 3",
+      "plan --model llama-3-8b --seq-len 4096 --gpus 8 --framework torchtitan --sharding any",
   };
   for (const char* search : searches) {
     CAPTURE(search);
@@ -383,6 +384,9 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --reshard-after-forward maybe", "must be true, false or a rank count of 2 or more"},
       {"train --fsdp-version 3", "the FSDP version must be 1"},
       {"train --optimizer-in-backward --grad-accum 4", "needs one micro-batch per step"},
+      {"train --framework nemo", "unknown --framework 'nemo'; known: torchtitan, torchtune"},
+      {"train --framework vllm", "--framework vllm applies to vramfit infer, not train"},
+      {"infer --framework torchtune", "--framework torchtune applies to vramfit train, not infer"},
       {"plan --gpus 8 --reshard-after-forward false", "give --reshard-after-forward to train"},
       {"train --sweep micro-batch --sweep-max -5", "--sweep-max must be at least the first"},
       {"train --sweep seq-len --sweep-max 9223372036854775807", "--sweep-max: at seq-len"},
@@ -578,4 +582,40 @@ TEST_CASE("names as the output prints them, in any case, and the one key a name 
     CHECK(r.status == 2);
     CHECK(r.err.find(c.message) != std::string::npos);
   }
+}
+
+TEST_CASE("--framework fills in the options not given, with the framework's sources") {
+  // torchtune's full fine-tune: pure bf16, paged 8-bit AdamW stepped in backward, full recompute;
+  // its LoRA recipes keep torch.optim.AdamW (fused) and step at the end.
+  const result full = run("train --framework torchtune -f json");
+  REQUIRE(full.status == 0);
+  const std::string config = nlohmann::json::parse(full.out).at("configuration");
+  CHECK(config.find("pure-bf16 | adamw-8bit (paged) | full") != std::string::npos);
+  CHECK(config.find("recompute full") != std::string::npos);
+  const result lora = run("train --framework torchtune --lora-rank 8 -f json");
+  REQUIRE(lora.status == 0);
+  CHECK(std::string(nlohmann::json::parse(lora.out).at("configuration")).find("adamw (fused)") !=
+        std::string::npos);
+  // What the user gives wins; the rest still comes from the framework.
+  const result given = run("train --framework torchtitan --precision bf16 -f json");
+  REQUIRE(given.status == 0);
+  const std::string titan = nlohmann::json::parse(given.out).at("configuration");
+  CHECK(titan.find("pure-bf16") != std::string::npos);
+  CHECK(titan.find("recompute op-sac") != std::string::npos);
+  // The preset is the options it lists: the same bytes as writing them out.
+  const auto total = [](const result& r) {
+    return nlohmann::json::parse(r.out).at("memory").at("total").get<std::int64_t>();
+  };
+  CHECK(total(run("train --framework torchtune -f json")) ==
+        total(run("train --precision bf16 --optimizer paged-adamw-8bit --optimizer-in-backward "
+                  "--recompute full --non-reentrant --loss fused-chunked -f json")));
+  CHECK(nlohmann::json::parse(run("infer --framework vllm -f json").out) ==
+        nlohmann::json::parse(run("infer --utilization 90 --block 16 -f json").out));
+  // The listing: every framework with its defaults, each with a source.
+  const result list = run("frameworks -f json");
+  REQUIRE(list.status == 0);
+  const nlohmann::json frameworks = nlohmann::json::parse(list.out);
+  CHECK(frameworks.size() == 7);
+  for (const auto& f : frameworks)
+    for (const auto& d : f.at("defaults")) CHECK(!d.at("source").get<std::string>().empty());
 }

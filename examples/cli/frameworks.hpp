@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: MIT
+// --framework: the defaults a training or serving framework really uses, each with the file it
+// comes from. They fill in the options the user leaves out; options given always win.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace vramfit::cli {
+
+/// Which of a framework's recipes a default belongs to: its LoRA recipes may differ (torchtune).
+enum class recipe : unsigned char { any, full_finetune, lora };
+
+/// One option a framework sets, as the command line spells it ("--recompute", "op-sac"; a flag's
+/// value is "true").
+struct framework_default {
+  const char* option;
+  const char* value;
+  const char* source;
+  cli::recipe recipe = recipe::any;
+};
+
+struct framework {
+  const char* name;
+  const char* summary;
+  const char* subcommand;  ///< "train" (and plan) or "infer"
+  std::span<const framework_default> defaults;
+};
+
+namespace detail {
+inline constexpr framework_default torchtitan[] = {
+    {"--precision", "amp-bf16",
+     "fp32 parameters; FSDP2 MixedPrecisionPolicy(bfloat16, float32): config/job_config.py "
+     "Training.mixed_precision_param/_reduce"},
+    {"--fsdp-version", "2", "fully_shard per block: models/llama3/infra/parallelize.py apply_fsdp"},
+    {"--recompute", "op-sac",
+     "models/llama3/train_configs/llama3_8b.toml: activation_checkpoint mode selective, "
+     "selective_ac_option op"},
+    {"--optimizer-impl", "fused", "config/job_config.py Optimizer.implementation = fused"},
+    {"--non-reentrant", "true",
+     "distributed/activation_checkpoint.py: ptd_checkpoint_wrapper is non-reentrant"},
+};
+inline constexpr framework_default torchtune[] = {
+    {"--precision", "bf16", "recipes/configs/llama3_1/8B_full_single_device.yaml: dtype bf16"},
+    {"--optimizer", "paged-adamw-8bit",
+     "8B_full_single_device.yaml: bitsandbytes.optim.PagedAdamW8bit", recipe::full_finetune},
+    {"--optimizer-in-backward", "true", "8B_full_single_device.yaml: optimizer_in_bwd True",
+     recipe::full_finetune},
+    {"--optimizer-impl", "fused", "8B_lora_single_device.yaml: torch.optim.AdamW fused True",
+     recipe::lora},
+    {"--recompute", "full", "8B_full_single_device.yaml: enable_activation_checkpointing True"},
+    {"--non-reentrant", "true",
+     "training/_activation_checkpointing.py: checkpoint_wrapper with NO_REENTRANT"},
+    {"--loss", "fused-chunked",
+     "8B_full_single_device.yaml: loss LinearCrossEntropyLoss (chunked over the output)"},
+};
+inline constexpr framework_default deepspeed[] = {
+    {"--precision", "bf16-fp32-master-16bit-grads",
+     "bf16.enabled: bf16 parameters and gradients, an fp32 master partition (runtime/zero/"
+     "stage_1_and_2.py, runtime/bf16_optimizer.py)"},
+    {"--zero-impl", "deepspeed", "runtime/zero/stage_1_and_2.py, stage3.py"},
+};
+inline constexpr framework_default megatron[] = {
+    {"--precision", "bf16-fp32-master",
+     "training/arguments.py --bf16: bf16 parameters, fp32 main parameters and gradients"},
+    {"--zero-impl", "megatron",
+     "core/optimizer/distrib_optimizer.py (--use-distributed-optimizer with --zero 1)"},
+};
+inline constexpr framework_default fsdp1[] = {
+    {"--precision", "amp-bf16",
+     "accelerate FullyShardedDataParallelPlugin mixed_precision bf16 over fp32 parameters"},
+    {"--fsdp-version", "1", "torch/distributed/fsdp/fully_sharded_data_parallel.py"},
+};
+inline constexpr framework_default hf_trainer[] = {
+    {"--precision", "amp-bf16", "transformers TrainingArguments bf16=True: torch.autocast"},
+    {"--optimizer", "adamw", "TrainingArguments optim adamw_torch: torch.optim.AdamW"},
+    {"--loss", "fp32-upcast", "modeling_llama.py LlamaForCausalLM: logits.float() in the loss"},
+};
+inline constexpr framework_default vllm[] = {
+    {"--utilization", "90", "vllm/config: gpu_memory_utilization 0.9"},
+    {"--block", "16", "vllm/config: block_size 16"},
+};
+}  // namespace detail
+
+inline constexpr framework frameworks[] = {
+    {"torchtitan", "pre-training with FSDP2, op-level SAC, fused AdamW", "train",
+     detail::torchtitan},
+    {"torchtune", "fine-tuning: bf16, optimizer in backward, 8-bit paged AdamW, chunked loss",
+     "train", detail::torchtune},
+    {"deepspeed", "ZeRO with bf16 parameters and an fp32 master partition", "train",
+     detail::deepspeed},
+    {"megatron", "Megatron-LM: bf16 with fp32 main gradients, distributed optimizer", "train",
+     detail::megatron},
+    {"fsdp1", "PyTorch FSDP1 through accelerate, bf16 mixed precision", "train", detail::fsdp1},
+    {"hf-trainer", "Hugging Face Trainer with bf16 autocast", "train", detail::hf_trainer},
+    {"vllm", "vLLM serving: 90% of the GPU, 16-token KV blocks", "infer", detail::vllm},
+};
+
+}  // namespace vramfit::cli
