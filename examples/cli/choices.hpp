@@ -123,6 +123,13 @@ inline constexpr named<weight_layout> weight_layouts[] = {
     {"nvfp4", nvfp4_weights::value},
 };
 
+inline constexpr named<load_kind> load_kinds[] = {{"meta", load_kind::direct},
+                                                  {"device", load_kind::fp32_on_device_then_cast},
+                                                  {"host", load_kind::fp32_on_host}};
+
+inline constexpr named<element_format> checkpoint_formats[] = {
+    {"bf16", bf16::value}, {"fp16", fp16::value}, {"fp32", fp32::value}};
+
 inline constexpr named<element_format> kv_formats[] = {
     {"bf16", bf16::value},
     {"fp16", fp16::value},

@@ -24,6 +24,10 @@ struct weight_layout {
   bool quantize_routers = false;  ///< bitsandbytes converts every nn.Linear but the head
   /// GPTQ with act-order keeps g_idx, one int32 per input column of each quantized weight.
   bool act_order_index = false;
+  /// bitsandbytes quantizes each 16-bit checkpoint weight on the GPU as it loads (transformers
+  /// integrations/bitsandbytes.py: Params4bit / Int8Params .to(device)); the others load as
+  /// stored.
+  bool quantized_at_load = false;
 };
 
 template <class T>
@@ -37,7 +41,8 @@ constexpr weight_layout named_layout(const char* name, const element_format& lin
                                      const element_format& other, bool experts_only = false,
                                      bool routers = false, bool act_order = false,
                                      const char* suffix = "") {
-  weight_layout w{{}, linear, other, experts_only, routers, act_order};
+  // The layouts that convert every nn.Linear are bitsandbytes', which quantizes as it loads.
+  weight_layout w{{}, linear, other, experts_only, routers, act_order, routers};
   copy_name(w.name, name, suffix);
   return w;
 }
@@ -214,10 +219,20 @@ constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_c
   return per_sequence * detail::checked_mul(r.batch, r.beams);
 }
 
-/// Weight bytes on one GPU of pipeline stage `stage` in the runtime's layout: the same tensor
-/// ledger, tensor-parallel split and stage assignment as training.
-constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layout& w,
-                             std::int64_t stage = 0) {
+/// Whether `g` is stored in the layout's linear (quantized) format rather than its other one.
+constexpr bool takes_linear_format(const weight_layout& w, const tensor_group& g) {
+  return g.role == tensor_role::parameter && g.rank == 2 &&
+         (w.experts_only ? g.kind == tensor_kind::expert
+                         : (g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
+                            g.kind == tensor_kind::expert ||
+                            (w.quantize_routers && g.kind == tensor_kind::router)));
+}
+
+/// Calls `visit(group, local shape, copies)` for each tensor group one GPU of pipeline stage
+/// `stage` holds: the same tensor ledger, tensor-parallel split and stage assignment as training.
+template <class Visit>
+constexpr void for_each_held_group(const model& m, const layout& l, std::int64_t stage,
+                                   Visit&& visit) {
   const tensor_ledger ledger = tensors(m);
   validated(l, m);
   std::size_t first_layer_group = ledger.size();
@@ -229,7 +244,6 @@ constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layou
   const std::int64_t first = l.first_layer_of_stage(m.layers, stage);
   const std::int64_t count = l.layers_of_stage(m.layers, stage);
   const bool first_stage = stage == 0, last_stage = stage == l.pipeline - 1;
-  bytes total{};
   for (std::size_t i = 0; i < ledger.size(); ++i) {
     const tensor_group& g = ledger[i];
     std::int64_t copies = g.layer_count > 0
@@ -237,22 +251,25 @@ constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layou
                               : ((i < first_layer_group ? first_stage : last_stage) ? 1 : 0);
     if (g.kind == tensor_kind::expert)
       copies = detail::checked_mul(copies, m.moe.routed_experts / l.expert);
-    if (copies == 0) continue;
-    const detail::local_shape s = detail::tp_local_shape(g, m, l.tensor);
-    if (g.role == tensor_role::state) {
-      total += bytes_for_bits(detail::checked_mul(s.elements(), g.state_bits)) * copies;
-      continue;
-    }
-    const bool linear =
-        g.rank == 2 &&
-        (w.experts_only ? g.kind == tensor_kind::expert
-                        : (g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
-                           g.kind == tensor_kind::expert ||
-                           (w.quantize_routers && g.kind == tensor_kind::router)));
-    total += detail::stored(linear ? w.linear : w.other, s) * copies;
-    if (linear && w.act_order_index)
-      total += bytes{4 * (g.input_major ? s.second : s.last)} * copies;
+    if (copies > 0) visit(g, detail::tp_local_shape(g, m, l.tensor), copies);
   }
+}
+
+/// Weight bytes on one GPU of pipeline stage `stage` in the runtime's layout.
+constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layout& w,
+                             std::int64_t stage = 0) {
+  bytes total{};
+  for_each_held_group(
+      m, l, stage, [&](const tensor_group& g, const detail::local_shape& s, std::int64_t n) {
+        if (g.role == tensor_role::state) {
+          total += bytes_for_bits(detail::checked_mul(s.elements(), g.state_bits)) * n;
+          return;
+        }
+        const bool linear = takes_linear_format(w, g);
+        total += detail::stored(linear ? w.linear : w.other, s) * n;
+        if (linear && w.act_order_index)
+          total += bytes{4 * (g.input_major ? s.second : s.last)} * n;
+      });
   return total;
 }
 
@@ -402,38 +419,6 @@ constexpr std::int64_t min_tensor_parallel(const model& m, const weight_layout& 
     if (tp > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }
   return 0;
-}
-
-/// How a model gets onto the GPU (seed article 004).
-enum class load_kind : unsigned char {
-  direct,  ///< created on the device in its final format (init_module, meta device)
-  fp32_on_device_then_cast,  ///< built in fp32 on the device, then cast tensor by tensor
-  fp32_on_host,              ///< built in fp32 on the host, cast and moved
-};
-
-/// The device bytes while loading: the final weights, or the fp32 model plus the largest tensor
-/// being cast; and the host bytes.
-struct loading_peak {
-  bytes device{};
-  bytes host{};
-};
-
-constexpr loading_peak load_peak(const model& m, const weight_layout& w, load_kind how) {
-  const bytes final_weights = weight_bytes(m, layout{}, w);
-  const tensor_ledger ledger = tensors(m);
-  const bytes fp32_model{detail::checked_mul(parameters(ledger), 4)};
-  std::int64_t largest = 0;
-  for (const tensor_group& g : ledger)
-    if (g.role == tensor_role::parameter && g.elements() > largest) largest = g.elements();
-  switch (how) {
-    case load_kind::fp32_on_device_then_cast:
-      return {fp32_model + storage_bytes(w.other, largest), bytes{}};
-    case load_kind::fp32_on_host:
-      return {final_weights, fp32_model};
-    case load_kind::direct:
-      break;
-  }
-  return {final_weights, bytes{}};
 }
 
 }  // namespace vramfit

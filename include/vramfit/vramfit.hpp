@@ -12,6 +12,7 @@
 #include "inference.hpp"
 #include "layout_search.hpp"
 #include "ledger.hpp"
+#include "load.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"
 #include "overheads.hpp"

@@ -385,6 +385,10 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --fsdp-version 3", "the FSDP version must be 1"},
       {"train --optimizer-in-backward --grad-accum 4", "needs one micro-batch per step"},
       {"train --framework nemo", "unknown --framework 'nemo'; known: torchtitan, torchtune"},
+      {"load --init device --weights nf4", "load quantized weights directly"},
+      {"load --init nope", "unknown initialization 'nope'; known: meta, device, host"},
+      {"load --checkpoint-dtype int8", "unknown checkpoint format 'int8'"},
+      {"load --tp 3", "tensor parallel"},
       {"train --framework vllm", "--framework vllm applies to vramfit infer, not train"},
       {"infer --framework torchtune", "--framework torchtune applies to vramfit train, not infer"},
       {"plan --gpus 8 --reshard-after-forward false", "give --reshard-after-forward to train"},
@@ -618,4 +622,25 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   CHECK(frameworks.size() == 7);
   for (const auto& f : frameworks)
     for (const auto& d : f.at("defaults")) CHECK(!d.at("source").get<std::string>().empty());
+}
+
+TEST_CASE("load: the peak while a model is put on the GPU") {
+  // Llama-3-8B (8,030,261,248 parameters) through the meta device: only its bf16 weights.
+  const auto json = [](const std::string& args) {
+    const result r = run("load " + args + " -f json");
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json meta = json("");
+  CHECK(meta.at("peak_allocated") == 2 * 8'030'261'248LL);
+  CHECK(meta.at("transient") == 0);
+  // Built in fp32 on the GPU, then cast: the fp32 model beside the embedding's bf16 copy.
+  CHECK(json("--init device").at("peak_allocated") == 4 * 8'030'261'248LL + 2 * 128'256LL * 4096);
+  // bitsandbytes NF4: one bf16 MLP matrix (14,336 x 4,096) beside the quantized model.
+  CHECK(json("--weights nf4").at("transient") == 2 * 14'336LL * 4096);
+  // Built on the host: nothing beside the weights on the GPU, the fp32 model on the host.
+  CHECK(json("--init host").at("host") == 4 * 8'030'261'248LL);
+  // --check: status 1 when it does not fit.
+  CHECK(run("load --gpu 8GB --check").status == 1);
+  CHECK(run("load --gpu 80GB --check").status == 0);
 }

@@ -706,9 +706,11 @@ void run(FuzzedDataProvider& in) {
   });
   attempt([&] {
     const auto how = pick_enum<load_kind>(in, 2);
-    note("load_peak %d\n", int(how));
-    const loading_peak l = load_peak(m, w, how);
-    expect(l.device >= bytes{} && l.host >= bytes{}, "negative loading peak");
+    const element_format& checkpoint = in.ConsumeBool() ? bf16::value : fp32::value;
+    note("load_peak %d checkpoint %s\n", int(how), checkpoint.name);
+    const loading_peak l = load_peak(m, w, how, served, checkpoint);
+    expect(l.device >= l.weights && l.weights > bytes{} && l.host >= bytes{},
+           "a loading peak below the loaded weights");
   });
 }
 }  // namespace

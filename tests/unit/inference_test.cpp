@@ -5,6 +5,7 @@
 
 #include <string_view>
 #include <vramfit/inference.hpp>
+#include <vramfit/load.hpp>
 #include <vramfit/presets.hpp>
 
 using namespace vramfit;
