@@ -664,6 +664,8 @@ std::vector<std::string> train_argv(const CLI::App& cmd, const std::vector<std::
                  l.implementation == shard_implementation::megatron ? "megatron" : "deepspeed"});
   }
   argv.insert(argv.end(), {"--recompute", cli::recompute_name(c.recompute)});
+  if (c.recompute == recompute_kind::full && c.recompute_layers > 0)
+    add("--recompute-layers", c.recompute_layers);
   add("--micro-batch", c.micro_batch);
   if (c.micro_batches > 1) add("--grad-accum", c.micro_batches);
   if (l.optimizer_offload != offload_target::none)
@@ -680,13 +682,15 @@ std::string joined(const std::vector<std::string>& argv) {
 /// The search space: what the user fixed with train options, bounded by the plan options.
 search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
   const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
-  for (const char* name : {"--grad-accum", "--pp-stages", "--offload", "--offload-to"})
+  for (const char* name :
+       {"--grad-accum", "--pp-stages", "--offload", "--offload-to", "--recompute-layers"})
     if (given(name))
       detail::raise(std::string(name) + " is not a plan option: " +
                     (std::string(name) == "--grad-accum"
                          ? "the plan derives micro-batches from --global-batch"
-                     : std::string(name) == "--pp-stages"
-                         ? "the plan splits the layers evenly"
+                     : std::string(name) == "--pp-stages" ? "the plan splits the layers evenly"
+                     : std::string(name) == "--recompute-layers"
+                         ? "the plan recomputes the fewest layers that fit"
                          : "the plan offloads only when nothing else fits (--no-offload: never)"));
   if (p.top <= 0 || static_cast<std::size_t>(p.top) > search_result::max_top)
     detail::raise("--top must be between 1 and " + std::to_string(search_result::max_top) +
@@ -895,7 +899,7 @@ int run_plan(const CLI::App& cmd, const std::vector<std::string>& train, const t
     if (p.all) {
       report::table t({"layout", "micro-batch", "recompute", "per GPU", "step (s)", "verdict"});
       for (const plan_candidate& c : listed)
-        t.add({cli::describe(c), std::to_string(c.micro_batch), cli::recompute_name(c.recompute),
+        t.add({cli::describe(c), std::to_string(c.micro_batch), cli::recompute_label(c),
                c.required == bytes{} ? "-" : to_string(c.required),
                c.time.total() > 0 ? cli::seconds(c.time.total()) : "-",
                c.verdict == rejection::breaks_a_rule ? to_string(c.rule)

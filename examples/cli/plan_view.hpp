@@ -53,6 +53,15 @@ inline const char* recompute_name(recompute_kind r) {
   return "none";
 }
 
+/// "full", or "full (first 3 layers)" when full recompute covers part of each stage.
+inline std::string recompute_label(const plan_candidate& c) {
+  std::string label = recompute_name(c.recompute);
+  if (c.recompute == recompute_kind::full && c.recompute_layers > 0)
+    label += " (first " + std::to_string(c.recompute_layers) +
+             (c.recompute_layers == 1 ? " layer)" : " layers)");
+  return label;
+}
+
 /// "DP 8 ZeRO-1, TP 2+SP, PP 64 x 2 chunks, CP 16, EP 8".
 inline std::string describe(const plan_candidate& c) {
   const layout& l = c.layout;
@@ -90,6 +99,7 @@ inline nlohmann::json to_json(const ranked_layout& r, const gpu& g) {
             {"sharding", sharding_name(l)},
             {"shard_group", l.shard_group},
             {"recompute", recompute_name(c.recompute)},
+            {"recompute_layers", c.recompute_layers},
             {"micro_batch", c.micro_batch},
             {"micro_batches", c.micro_batches},
             {"offload", offload_name(l)}}},
@@ -117,7 +127,7 @@ inline report::table plan_table(const std::vector<ranked_layout>& ranked, const 
     const plan_candidate& c = r.c;
     t.add({std::to_string(++i), describe(c),
            std::to_string(c.micro_batch) + " x " + std::to_string(c.micro_batches),
-           recompute_name(c.recompute), to_string(c.required), to_string(g.capacity - c.required),
+           recompute_label(c), to_string(c.required), to_string(g.capacity - c.required),
            seconds(c.time.total()),
            report::grouped(static_cast<std::int64_t>(std::llround(c.tokens_per_second)))});
   }

@@ -70,6 +70,8 @@ inline constexpr std::size_t rejection_count = static_cast<std::size_t>(rejectio
 struct plan_candidate {
   vramfit::layout layout{};
   recompute_kind recompute = recompute_kind::none;
+  /// Full recompute of the first N layers of each stage; -1: all of them.
+  std::int64_t recompute_layers = -1;
   std::int64_t micro_batch = 1;
   std::int64_t micro_batches = 1;   ///< per step and data-parallel replica
   std::int64_t virtual_stages = 1;  ///< 1: plain 1F1B
@@ -427,6 +429,7 @@ class layout_searcher {
     p.setup.layout = e.layout;
     p.setup.layout.fsdp_version = plan_.setup.layout.fsdp_version;  // the user's FSDP API
     p.batch.recompute = e.recompute;
+    p.batch.recompute_layers = e.recompute == recompute_kind::full ? e.recompute_layers : -1;
     p.batch.virtual_stages = e.virtual_stages;
     if (e.virtual_stages > 1)
       p.batch.schedule = pipeline_schedule::interleaved;
@@ -451,14 +454,18 @@ class layout_searcher {
   }
 
   /// The micro-batch of candidate `e` (from `sizes`) that fits and runs fastest; false, with
-  /// the candidate rejected, when none does or none can beat the top.
+  /// the candidate rejected, when none does or none can beat the top. Full recompute then covers
+  /// the fewest layers per stage that fit at that micro-batch.
   constexpr bool evaluate(plan_candidate& e, std::int64_t per_replica,
                           const micro_batch_sizes& sizes) {
     if (sizes.empty()) {
       reject(e, rejection::batch_indivisible);
       return false;
     }
-    if (beyond_cut(lower_bound(e, per_replica, sizes))) {
+    // Full recompute of one layer per stage is the least any refinement can cost.
+    plan_candidate least = e;
+    if (e.recompute == recompute_kind::full) least.recompute_layers = 1;
+    if (beyond_cut(lower_bound(least, per_replica, sizes))) {
       reject(e, rejection::slower);
       return false;
     }
@@ -478,7 +485,8 @@ class layout_searcher {
       return best;
     };
     std::size_t chosen = fastest_of(sizes.size());
-    if (beyond_cut(times[chosen].total())) {
+    if (beyond_cut(
+            estimate_step_time(plan_of(least, per_replica, sizes[chosen]), net_, work_).total())) {
       reject(e, rejection::slower);
       return false;
     }
@@ -506,8 +514,38 @@ class layout_searcher {
     e.time = times[chosen];
     e.micro_batch = sizes[chosen];
     e.micro_batches = per_replica / sizes[chosen];
-    e.tokens_per_second = tokens_per_second(with(chosen), e.time);
+    if (e.recompute == recompute_kind::full) fewest_recomputed_layers(e, per_replica);
+    e.tokens_per_second = tokens_per_second(plan_of(e, per_replica, e.micro_batch), e.time);
+    if (beyond_cut(e.time.total())) {
+      reject(e, rejection::slower);
+      return false;
+    }
     return true;
+  }
+
+  /// Full recompute of the fewest first layers per stage that still fit at `e`'s micro-batch:
+  /// memory falls and time grows with the layers recomputed (Megatron-LM
+  /// --recompute-num-layers with the block method), so a bisection finds them.
+  constexpr void fewest_recomputed_layers(plan_candidate& e, std::int64_t per_replica) {
+    const std::int64_t most = (m_.layers + e.layout.pipeline - 1) / e.layout.pipeline;
+    const auto with_layers = [&](std::int64_t k) {
+      plan_candidate c = e;
+      c.recompute_layers = k;
+      return plan_of(c, per_replica, e.micro_batch);
+    };
+    // Memory falls with the layers recomputed: the counts below `most` that fit are a prefix of
+    // the layers spared.
+    const std::int64_t spared = largest_fitting(1, most - 1, [&](std::int64_t t) {
+      ++r_.memory_evaluations;
+      return fit(with_layers(most - t), g_).required <= g_.capacity;
+    });
+    const std::int64_t k = most - spared;
+    if (k >= most) return;
+    const training_plan_value p = with_layers(k);
+    ++r_.memory_evaluations;
+    e.recompute_layers = k;
+    e.required = fit(p, g_).required;
+    e.time = estimate_step_time(p, net_, work_);
   }
 
   constexpr void reject(plan_candidate c, rejection why) {

@@ -389,6 +389,7 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"load --init nope", "unknown initialization 'nope'; known: meta, device, host"},
       {"load --checkpoint-dtype int8", "unknown checkpoint format 'int8'"},
       {"load --tp 3", "tensor parallel"},
+      {"plan --recompute-layers 4", "--recompute-layers is not a plan option"},
       {"train --framework vllm", "--framework vllm applies to vramfit infer, not train"},
       {"infer --framework torchtune", "--framework torchtune applies to vramfit train, not infer"},
       {"plan --gpus 8 --reshard-after-forward false", "give --reshard-after-forward to train"},

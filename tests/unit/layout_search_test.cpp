@@ -24,7 +24,8 @@ struct found_layout {
 };
 
 /// Every layout of `n` GPUs with DDP or DeepSpeed's sharding, written as plain loops over every
-/// degree, stage, virtual stage count, recompute and micro-batch: for each layout (structure,
+/// degree, stage, virtual stage count, recompute (full: the fewest first layers that fit at the
+/// chosen micro-batch) and micro-batch: for each layout (structure,
 /// sharding, virtual stages) the fastest configuration that fits, fastest first.
 std::vector<found_layout> brute_force(const training_plan_value& plan, std::int64_t n,
                                       std::int64_t global_batch) {
@@ -52,6 +53,7 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
             found_layout fastest{};
             for (int r = 0; r <= static_cast<int>(recompute_kind::op_sac); ++r) {
               found_layout policy{};
+              training_plan_value chosen = plan;
               for (std::int64_t b = 1; b <= per_replica; ++b) {
                 if (per_replica % b != 0 || (v > 1 && (per_replica / b) % pp != 0)) continue;
                 training_plan_value q = plan;
@@ -65,7 +67,20 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
                 const bytes required = fit(q, h100).required;
                 if (required > h100.capacity) continue;
                 const double t = estimate_step_time(q, h100).total();
-                if (policy.time == 0 || t <= policy.time) policy = {t, required};
+                if (policy.time == 0 || t <= policy.time) {
+                  policy = {t, required};
+                  chosen = q;
+                }
+              }
+              // Full recompute: of the fewest first layers per stage that fit at that size.
+              const std::int64_t most = (m.layers + pp - 1) / pp;
+              for (std::int64_t k = 1; policy.time > 0 && r == 2 && k < most; ++k) {
+                training_plan_value q = chosen;
+                q.batch.recompute_layers = k;
+                const bytes required = fit(q, h100).required;
+                if (required > h100.capacity) continue;
+                policy = {estimate_step_time(q, h100).total(), required};
+                break;
               }
               if (policy.time > 0 &&
                   (fastest.time == 0 || policy.time < fastest.time ||
