@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "training.hpp"
 
@@ -16,22 +17,28 @@ struct op_sac_layer {
   /// Bytes cached per micro-batch on one rank: odd matmul outputs, attention outputs and, with
   /// sequence parallelism, reduce-scatter outputs.
   bytes cached{};
-  /// Weight elements (per token, all ranks) of the matmuls whose output is cached and of all
-  /// matmuls of the layer (routed experts weighted by top_k / experts): the recompute repeats
-  /// the difference.
+  /// Weight elements a token meets (the whole layer's, not a rank's) in the matmuls whose output
+  /// is cached and in all matmuls of the layer (a routed expert's times top_k): the recompute
+  /// repeats the difference.
   std::int64_t cached_weights = 0, all_weights = 0;
 };
 
 namespace detail {
+constexpr bool ends_with(const tensor_name& name, std::string_view suffix) {
+  const std::size_t n = name.size();
+  if (n < suffix.size()) return false;
+  for (std::size_t i = 0; i < suffix.size(); ++i)
+    if (name[n - suffix.size() + i] != suffix[i]) return false;
+  return true;
+}
+
 /// Whether group `i` of the ledger is a linear weight followed by its bias (add_linear's order).
 constexpr bool has_bias(const tensor_ledger& ledger, std::size_t i) {
   if (i + 1 >= ledger.size()) return false;
   const tensor_group& w = ledger[i];
   const tensor_group& b = ledger[i + 1];
-  const std::size_t n = b.name.size();
   return b.rank == 1 && b.kind == w.kind && b.first_layer == w.first_layer &&
-         b.layer_count == w.layer_count && n > 5 && b.name[n - 5] == '.' && b.name[n - 4] == 'b' &&
-         b.name[n - 3] == 'i' && b.name[n - 2] == 'a' && b.name[n - 1] == 's';
+         b.layer_count == w.layer_count && ends_with(b.name, ".bias");
 }
 }  // namespace detail
 
