@@ -440,13 +440,22 @@ class layout_searcher {
     return p;
   }
 
-  /// A lower bound of candidate `e`'s time over every size, before any memory is evaluated: each
-  /// term is monotone in the micro-batch (the bubble grows, per-micro-batch gathers shrink).
+  /// `e` with the least recompute its refinement may reach: full recompute of one layer per
+  /// stage (fewest_recomputed_layers).
+  static constexpr plan_candidate least_recompute(plan_candidate e) {
+    if (e.recompute == recompute_kind::full) e.recompute_layers = 1;
+    return e;
+  }
+
+  /// A lower bound of candidate `e`'s time over every size and layer count, before any memory is
+  /// evaluated: each term is monotone in the micro-batch (the bubble grows, per-micro-batch
+  /// gathers shrink).
   [[nodiscard]] constexpr double lower_bound(const plan_candidate& e, std::int64_t per_replica,
                                              const micro_batch_sizes& sizes) const {
-    const step_time small = estimate_step_time(plan_of(e, per_replica, sizes[0]), net_, work_);
+    const plan_candidate least = least_recompute(e);
+    const step_time small = estimate_step_time(plan_of(least, per_replica, sizes[0]), net_, work_);
     const step_time large =
-        estimate_step_time(plan_of(e, per_replica, sizes[sizes.size() - 1]), net_, work_);
+        estimate_step_time(plan_of(least, per_replica, sizes[sizes.size() - 1]), net_, work_);
     step_time low = small;
     low.data = small.data < large.data ? small.data : large.data;
     low.offload = small.offload < large.offload ? small.offload : large.offload;
@@ -462,10 +471,7 @@ class layout_searcher {
       reject(e, rejection::batch_indivisible);
       return false;
     }
-    // Full recompute of one layer per stage is the least any refinement can cost.
-    plan_candidate least = e;
-    if (e.recompute == recompute_kind::full) least.recompute_layers = 1;
-    if (beyond_cut(lower_bound(least, per_replica, sizes))) {
+    if (beyond_cut(lower_bound(e, per_replica, sizes))) {
       reject(e, rejection::slower);
       return false;
     }
@@ -486,7 +492,8 @@ class layout_searcher {
     };
     std::size_t chosen = fastest_of(sizes.size());
     if (beyond_cut(
-            estimate_step_time(plan_of(least, per_replica, sizes[chosen]), net_, work_).total())) {
+            estimate_step_time(plan_of(least_recompute(e), per_replica, sizes[chosen]), net_, work_)
+                .total())) {
       reject(e, rejection::slower);
       return false;
     }

@@ -105,6 +105,19 @@ std::vector<double> times(const search_result& r) {
 }
 }  // namespace
 
+TEST_CASE("with full recompute fixed, pruning keeps what the layer refinement can reach") {
+  // Full recompute of fewer layers is faster than of all: the bounds that prune must be those of
+  // one layer per stage, or a layout whose refined time beats the cut would be cut.
+  const training_plan_value plan = llama_plan();
+  for (const std::int64_t gpus : {8, 16}) {
+    CAPTURE(gpus);
+    const search_space space{.gpus = gpus, .global_batch = 2 * gpus, .recompute = 2, .top = 5};
+    search_space unpruned = space;
+    unpruned.prune = false;
+    CHECK(times(search_layouts(plan, h100, space)) == times(search_layouts(plan, h100, unpruned)));
+  }
+}
+
 TEST_CASE("the search ranks what brute force ranks, pruned or not") {
   struct {
     std::int64_t gpus, global_batch;
