@@ -196,9 +196,7 @@ constexpr step_time estimate_step_time(const training_plan_value& p, const clust
     const std::int64_t layers = l.layers_of_stage(m.layers, stage);
     double extra = 0;
     if (o.recompute == recompute_kind::full)
-      extra =
-          forward *
-          d(o.recompute_layers < 0 || o.recompute_layers > layers ? layers : o.recompute_layers);
+      extra = forward * d(checkpointed_layers(o, layers));
     else if (o.recompute == recompute_kind::selective)
       extra = f.attention / d(m.layers) * d(layers);
     else if (o.recompute == recompute_kind::op_sac)  // eager attention has no SDPA to cache

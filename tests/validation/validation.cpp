@@ -328,13 +328,9 @@ std::vector<measured_case> cases() {
     };
     for (const tune_step& r : steps) {
       // Before the 8-bit row, torch.optim.AdamW as torchtune's configs pass it (fused=True).
-      const optimizer_options options{
-          .impl = r.eight_bit ? optimizer_impl::automatic : optimizer_impl::fused,
-          .in_backward = r.in_backward};
-      const optimizer o = r.eight_bit ? adamw_8bit<>::value : adamw<>::value;
-      optimizer chosen = o;
-      chosen.options.impl = options.impl;
-      chosen.options.in_backward = options.in_backward;
+      optimizer chosen = r.eight_bit ? adamw_8bit<>::value : adamw<>::value;
+      if (!r.eight_bit) chosen.options.impl = optimizer_impl::fused;
+      chosen.options.in_backward = r.in_backward;
       const training_plan_value plan{training{llama_3b, pure<bf16>::value, chosen},
                                      activation_options{.micro_batch = 2,
                                                         .sequence = 4096,
