@@ -43,6 +43,7 @@ namespace detail::rules {
 constexpr loading_peak load_peak(const model& m, const weight_layout& w, load_kind how,
                                  const layout& l = {},
                                  const element_format& checkpoint = bf16::value) {
+  validated(l, m);  // before its pipeline degree picks the stages
   if (how != load_kind::direct && w.linear != w.other)
     detail::rules::building_in_fp32_loads_unquantized_weights();
   loading_peak most{};

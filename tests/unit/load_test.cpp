@@ -2,6 +2,8 @@
 // article's ViT cases are in inference_test.cpp.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <vramfit/load.hpp>
 #include <vramfit/presets.hpp>
 
@@ -55,4 +57,11 @@ TEST_CASE("bitsandbytes quantizes each linear as it arrives: one 16-bit matrix b
   // From an fp32 checkpoint the matrix arrives in fp32.
   const loading_peak wide = load_peak(llama, bnb_4bit<>::value, load_kind::direct, {}, fp32::value);
   CHECK(wide.device - wide.weights == bytes{4 * mlp_matrix});
+}
+
+TEST_CASE("a broken layout is refused before it picks the stages to load") {
+  // Fuzz-found: a pipeline degree of -2^63 overflowed while choosing the last stage.
+  CHECK_THROWS_WITH_AS(load_peak(llama, plain_weights<bf16>::value, load_kind::direct,
+                                 {.pipeline = std::numeric_limits<std::int64_t>::min()}),
+                       doctest::Contains("pipeline"), error);
 }
