@@ -28,7 +28,7 @@ struct framework {
   std::span<const framework_default> defaults;
 };
 
-namespace detail {
+namespace framework_tables {
 inline constexpr framework_default torchtitan[] = {
     {"--precision", "amp-bf16",
      "fp32 parameters; FSDP2 MixedPrecisionPolicy(bfloat16, float32): config/job_config.py "
@@ -81,20 +81,22 @@ inline constexpr framework_default vllm[] = {
     {"--utilization", "90", "vllm/config: gpu_memory_utilization 0.9"},
     {"--block", "16", "vllm/config: block_size 16"},
 };
-}  // namespace detail
+}  // namespace framework_tables
 
 inline constexpr framework frameworks[] = {
     {"torchtitan", "pre-training with FSDP2, op-level SAC, fused AdamW", "train",
-     detail::torchtitan},
+     framework_tables::torchtitan},
     {"torchtune", "fine-tuning: bf16, optimizer in backward, 8-bit paged AdamW, chunked loss",
-     "train", detail::torchtune},
+     "train", framework_tables::torchtune},
     {"deepspeed", "ZeRO with bf16 parameters and an fp32 master partition", "train",
-     detail::deepspeed},
+     framework_tables::deepspeed},
     {"megatron", "Megatron-LM: bf16 with fp32 main gradients, distributed optimizer", "train",
-     detail::megatron},
-    {"fsdp1", "PyTorch FSDP1 through accelerate, bf16 mixed precision", "train", detail::fsdp1},
-    {"hf-trainer", "Hugging Face Trainer with bf16 autocast", "train", detail::hf_trainer},
-    {"vllm", "vLLM serving: 90% of the GPU, 16-token KV blocks", "infer", detail::vllm},
+     framework_tables::megatron},
+    {"fsdp1", "PyTorch FSDP1 through accelerate, bf16 mixed precision", "train",
+     framework_tables::fsdp1},
+    {"hf-trainer", "Hugging Face Trainer with bf16 autocast", "train",
+     framework_tables::hf_trainer},
+    {"vllm", "vLLM serving: 90% of the GPU, 16-token KV blocks", "infer", framework_tables::vllm},
 };
 
 }  // namespace vramfit::cli

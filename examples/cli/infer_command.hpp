@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: MIT
+// `vramfit infer`: weights, KV cache and working memory of inference, or vLLM's serving budget.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vramfit/vramfit.hpp>
+
+#include "inputs.hpp"
+#include "render.hpp"
+
+namespace vramfit::cli {
+
+/// Everything `vramfit infer` reads.
+struct infer_options {
+  std::string model = "llama-3-8b";
+  std::string weights = "bf16";
+  std::string kv_dtype = "bf16";
+  std::int64_t batch = 1;
+  std::int64_t beams = 1;
+  std::int64_t context = 4096;
+  std::int64_t generate = 0;
+  std::int64_t block = 0;
+  std::int64_t prefill_chunk = 0;
+  std::int64_t cuda_graphs_mib = 0;
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::string gpu = "h100";
+  std::optional<std::int64_t> utilization;
+  std::string framework;
+  std::string format = "table";
+  bool check = false;
+};
+
+inline void add_infer_options(CLI::App& c, infer_options& o) {
+  c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
+  c.add_option("--framework", o.framework,
+               "vllm: its defaults for the options not given (vramfit frameworks lists them)");
+  c.add_option(
+       "--weights", o.weights,
+       "fp32, bf16, fp16, int8 (bitsandbytes), nf4 (double quantization), nf4-no-dq, fp4, fp4-dq, "
+       "gptq, awq, fp8, fp8-per-channel, "
+       "mxfp4 (experts), nvfp4")
+      ->capture_default_str();
+  c.add_option("--kv-dtype", o.kv_dtype,
+               "bf16, fp16, fp32, fp8, int8, int4 (int8/int4 with an fp16 scale per head)")
+      ->capture_default_str();
+  c.add_option("--batch,-b", o.batch, "Sequences")->check(positive)->capture_default_str();
+  c.add_option("--beams", o.beams, "Beams per sequence (each keeps its own cache)")
+      ->check(positive)
+      ->capture_default_str();
+  c.add_option("--context,-c", o.context, "Prompt tokens per sequence")
+      ->check(positive)
+      ->capture_default_str();
+  c.add_option("--generate", o.generate, "Tokens generated per sequence")->capture_default_str();
+  c.add_option("--block", o.block, "Paged KV blocks of this many tokens (vLLM: 16; 0: none)")
+      ->capture_default_str();
+  c.add_option("--prefill-chunk", o.prefill_chunk,
+               "Chunked prefill: tokens per forward (0: whole prompt)")
+      ->capture_default_str();
+  c.add_option("--cuda-graphs", o.cuda_graphs_mib, "MiB of captured CUDA graphs")
+      ->capture_default_str();
+  c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
+  c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
+  c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")
+      ->capture_default_str();
+  c.add_option("--utilization", o.utilization,
+               "Serving budget in vLLM's style: gpu_memory_utilization in percent (e.g. 90)");
+  add_estimate_format(c, o.format);
+  c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
+}
+
+/// --framework's defaults for infer.
+inline void apply_framework(const CLI::App& cmd, infer_options& o) {
+  if (o.framework.empty()) return;
+  const cli::framework& f = framework_named(o.framework, cmd.get_name());
+  apply_framework(f, cmd, false, [&](std::string_view option, std::string v) {
+    if (option == "--utilization") o.utilization = std::stoll(v);
+    if (option == "--block") o.block = std::stoll(v);
+  });
+}
+
+inline int run_infer(const infer_options& o) {
+  const model m = load_model(o.model);
+  const gpu g = gpu_named(o.gpu);
+  const weight_layout w = cli::choose(cli::weight_layouts, o.weights, "weight format");
+  // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
+  kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block};
+  if (kv.format.level1.block > 0)
+    kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
+  const layout l = validated(layout{.tensor = o.tp, .pipeline = o.pp}, m);
+  if (o.cuda_graphs_mib < 0) detail::raise("--cuda-graphs must not be negative");
+  const request_shape r{.batch = o.batch,
+                        .beams = o.beams,
+                        .prompt = o.context,
+                        .generated = o.generate,
+                        .prefill_chunk = o.prefill_chunk,
+                        .cuda_graphs = (o.cuda_graphs_mib * MiB).count};
+  if (o.utilization && (*o.utilization < 1 || *o.utilization > 100))
+    detail::raise("--utilization must be a percentage from 1 to 100, got " +
+                  std::to_string(*o.utilization));
+  std::ostringstream title;
+  title << "Inference " << m.name << " | weights " << w.name << " | KV " << o.kv_dtype << " | "
+        << l.world() << (l.world() == 1 ? " GPU" : " GPUs")
+        << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
+        << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
+        << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
+        << o.context + o.generate;
+  if (o.utilization) {
+    const serving_budget b = serve(m, l, w, kv, r, g, *o.utilization);
+    const nlohmann::json j{{"configuration", title.str()},
+                           {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                           {"requested", b.requested.count},
+                           {"weights", b.weights.count},
+                           {"forward_peak", b.forward_peak.count},
+                           {"non_torch", b.non_torch.count},
+                           {"kv_pool", b.kv_pool.count},
+                           {"kv_tokens", b.kv_tokens},
+                           {"sequences", b.sequences}};
+    if (o.format == "json") {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << title.str() << "\nServing budget at " << *o.utilization << " % of " << g.name
+                << " (" << to_string(g.capacity) << ")\n\n"
+                << "  requested          " << to_string(b.requested) << "\n"
+                << "  - weights          " << to_string(b.weights) << "\n"
+                << "  - forward peak     " << to_string(b.forward_peak) << "\n"
+                << "  - non-torch        " << to_string(b.non_torch) << "\n"
+                << "  = KV pool          " << to_string(b.kv_pool) << "\n\n"
+                << "  " << report::grouped(b.kv_tokens) << " KV tokens, "
+                << report::grouped(b.sequences) << " concurrent sequences of "
+                << o.context + o.generate << " tokens\n";
+    }
+    return o.check && b.sequences < o.batch ? 1 : 0;
+  }
+  cli::estimate e;
+  e.title = title.str();
+  e.model_name = m.name;
+  e.parameters = parameters(tensors(m));
+  e.device = g;
+  const stage_states most = most_loaded_gpu(m, l, w, kv, r, g);
+  e.ledger = most.ledger;
+  e.stage = most.stage;
+  e.peak_at = peak_moment(e.ledger);
+  e.fit.required = peak(e.ledger);
+  e.fit.available = g.capacity;
+  if (o.format == "json")
+    std::cout << cli::to_json(e).dump(2) << "\n";
+  else if (o.format == "markdown")
+    cli::print_markdown(std::cout, e);
+  else if (o.format == "svg")
+    cli::print_svg(std::cout, e);
+  else {
+    cli::print_table(std::cout, e);
+    std::cout << "  At this context, up to " << report::grouped(max_batch(m, l, w, kv, r, g, 65536))
+              << " sequences fit; at this batch, up to "
+              << report::grouped(max_context(m, l, w, kv, r, g)) << " tokens.\n";
+  }
+  return o.check && !e.fit.fits() ? 1 : 0;
+}
+
+}  // namespace vramfit::cli

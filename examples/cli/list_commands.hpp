@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+// `vramfit models`, `gpus` and `frameworks`: the presets as tables or JSON.
+#pragma once
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vramfit/vramfit.hpp>
+
+#include "frameworks.hpp"
+#include "render.hpp"
+
+namespace vramfit::cli {
+
+inline int run_models(const std::string& format) {
+  nlohmann::json rows = nlohmann::json::array();
+  report::table t({"preset", "name", "parameters", "active per token", "layers", "hidden"});
+  for (const preset& p : presets) {
+    const tensor_ledger l = tensors(p.value);
+    rows.push_back({{"key", p.key},
+                    {"name", p.value.name},
+                    {"parameters", parameters(l)},
+                    {"active_parameters", active_parameters(p.value, l)}});
+    t.add({p.key, p.value.name, report::grouped(parameters(l)),
+           report::grouped(active_parameters(p.value, l)), std::to_string(p.value.layers),
+           std::to_string(p.value.hidden)});
+  }
+  if (format == "json")
+    std::cout << rows.dump(2) << "\n";
+  else
+    std::cout << t;
+  return 0;
+}
+
+inline int run_gpus(const std::string& format) {
+  nlohmann::json rows = nlohmann::json::array();
+  report::table t({"preset", "name", "capacity", "bytes", "source"});
+  for (const gpu_preset& g : gpu_presets) {
+    rows.push_back({{"key", g.key},
+                    {"name", g.value.name},
+                    {"capacity", g.value.capacity.count},
+                    {"source", g.value.source}});
+    t.add({g.key, g.value.name, to_string(g.value.capacity),
+           report::grouped(g.value.capacity.count), g.value.source});
+  }
+  if (format == "json")
+    std::cout << rows.dump(2) << "\n";
+  else
+    std::cout << t;
+  return 0;
+}
+
+inline int run_frameworks(const std::string& format) {
+  nlohmann::json rows = nlohmann::json::array();
+  report::table t({"framework", "command", "option", "value", "recipe", "source"});
+  constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA"};
+  for (const cli::framework& f : cli::frameworks) {
+    nlohmann::json defaults = nlohmann::json::array();
+    for (const cli::framework_default& d : f.defaults) {
+      const char* recipe = recipes[static_cast<int>(d.recipe)];
+      defaults.push_back(
+          {{"option", d.option}, {"value", d.value}, {"recipe", recipe}, {"source", d.source}});
+      t.add({f.name, f.subcommand, d.option, d.value, recipe, d.source});
+    }
+    rows.push_back({{"key", f.name},
+                    {"summary", f.summary},
+                    {"command", f.subcommand},
+                    {"defaults", defaults}});
+  }
+  if (format == "json")
+    std::cout << rows.dump(2) << "\n";
+  else
+    std::cout << t;
+  return 0;
+}
+
+}  // namespace vramfit::cli

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+// `vramfit load`: the peak while a model is loaded or initialized.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vramfit/vramfit.hpp>
+
+#include "inputs.hpp"
+#include "render.hpp"
+
+namespace vramfit::cli {
+
+/// Everything `vramfit load` reads.
+struct load_options {
+  std::string model = "llama-3-8b";
+  std::string weights = "bf16";
+  std::string init = "meta";
+  std::string checkpoint = "bf16";
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::string gpu = "h100";
+  std::string format = "table";
+  bool check = false;
+};
+
+inline void add_load_options(CLI::App& c, load_options& o) {
+  c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
+  c.add_option("--weights", o.weights, "The loaded format, as infer's --weights")
+      ->capture_default_str();
+  c.add_option("--init", o.init,
+               "meta (created on the meta device, each tensor materialized in its format: "
+               "from_pretrained), device (built in fp32 on the GPU, then cast) or host (built in "
+               "fp32 on the host, then moved)")
+      ->capture_default_str();
+  c.add_option("--checkpoint-dtype", o.checkpoint,
+               "The checkpoint's format, which bitsandbytes quantizes from: bf16, fp16 or fp32")
+      ->capture_default_str();
+  c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
+  c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
+  c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")
+      ->capture_default_str();
+  c.add_option("--format,-f", o.format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
+}
+
+inline int run_load(const load_options& o) {
+  const model m = load_model(o.model);
+  const gpu g = gpu_named(o.gpu);
+  const weight_layout w = cli::choose(cli::weight_layouts, o.weights, "weight format");
+  const load_kind how = cli::choose(cli::load_kinds, o.init, "initialization");
+  const element_format& checkpoint =
+      cli::choose(cli::checkpoint_formats, o.checkpoint, "checkpoint format");
+  const layout l = validated(layout{.tensor = o.tp, .pipeline = o.pp}, m);
+  const loading_peak p = load_peak(m, w, how, l, checkpoint);
+  // Loading runs no matmul and no collective: the CUDA context is the one overhead.
+  const memory_ledger context = overheads(
+      {.cublas_workspace = 0, .nccl_buffers = 0, .fragmentation_percent = 0}, g, p.device, 1);
+  const bytes required = p.device + total(context);
+  const bool fits = required <= g.capacity;
+  std::ostringstream title;
+  title << "Loading " << m.name << " | weights " << w.name << " | " << o.init << " init | "
+        << l.world() << (l.world() == 1 ? " GPU" : " GPUs");
+  const std::string verdict = fits ? "fits, " + to_string(g.capacity - required) + " free"
+                                   : "does not fit, " + to_string(required - g.capacity) + " over";
+  if (o.format == "json") {
+    const nlohmann::json j{{"configuration", title.str()},
+                           {"weights", p.weights.count},
+                           {"transient", (p.device - p.weights).count},
+                           {"transient_what", p.transient},
+                           {"peak_allocated", p.device.count},
+                           {"host", p.host.count},
+                           {"overhead", total(context).count},
+                           {"total", required.count},
+                           {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                           {"fits", fits}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    report::table t({"what", "bytes"});
+    t.add({"loaded weights", to_string(p.weights)});
+    t.add({std::string("beside them: ") + p.transient, to_string(p.device - p.weights)});
+    t.add({"peak allocated", to_string(p.device)});
+    t.add({"CUDA context", to_string(total(context))});
+    t.add({"total", to_string(required)});
+    if (p.host > bytes{}) t.add({"host memory", to_string(p.host)});
+    std::cout << title.str() << "\n\n"
+              << t << "\n  " << g.name << ": " << to_string(g.capacity) << " -> " << verdict
+              << "\n";
+  }
+  return o.check && !fits ? 1 : 0;
+}
+
+}  // namespace vramfit::cli

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: MIT
+// `vramfit plan`: the ranked layouts, with a progress bar while the search runs.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
+#include "plan_space.hpp"
+#include "plan_view.hpp"
+#include "train_setup.hpp"
+
+namespace vramfit::cli {
+
+inline bool stderr_is_terminal() {
+#if __has_include(<unistd.h>)
+  return isatty(STDERR_FILENO) != 0;
+#else
+  return false;
+#endif
+}
+
+/// A progress bar on stderr once a search has run for half a second, when stderr is a terminal.
+class progress_bar {
+ public:
+  void operator()(std::int64_t done, std::int64_t total) {
+    if (!terminal_) return;
+    const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
+    if (elapsed < 0.5 || done * 100 / total == shown_) return;
+    shown_ = done * 100 / total;
+    std::cerr << "\rvramfit: searching layouts " << shown_ << "% (" << done << " of " << total
+              << " structures)" << std::flush;
+    drawn_ = true;
+  }
+  ~progress_bar() {
+    if (drawn_) std::cerr << "\r" << std::string(72, ' ') << "\r" << std::flush;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool terminal_ = stderr_is_terminal();
+  clock::time_point start_ = clock::now();
+  std::int64_t shown_ = -1;
+  bool drawn_ = false;
+};
+
+inline int run_plan(const CLI::App& cmd, const std::vector<std::string>& train,
+                    const train_options& o, const plan_options& p) {
+  const model m = load_model(o.model);
+  const gpu g = gpu_named(o.gpu);
+  if (o.timeline) detail::raise("--timeline applies to `vramfit train`");
+  if (o.sweep.size()) detail::raise("--sweep applies to `vramfit train`");
+  if (p.gpus > max_world_size)
+    detail::raise("--gpus must be at most " + std::to_string(max_world_size) + ", got " +
+                  std::to_string(p.gpus));
+  const search_space space = space_of(cmd, o, p);
+  // The model, precision, optimizer, fine-tuning and batch options, on one GPU: the search
+  // decides the layout, micro-batch and recompute.
+  train_options single = o;
+  single.dp = single.tp = single.pp = single.cp = single.ep = single.virtual_stages = 1;
+  single.micro_batch = single.grad_accum = 1;
+  single.sp = false;
+  single.zero.reset();
+  single.fsdp.clear();
+  single.fsdp_group = 0;
+  if (single.schedule == "interleaved") single.schedule = "1f1b";
+  const training_plan_value base = build_plan(single, m);
+  std::vector<plan_candidate> listed;
+  search_result r;
+  {
+    progress_bar bar;
+    const auto list = [&](const plan_candidate& c) {
+      if (p.all) listed.push_back(c);
+    };
+    r = search_layouts(base, g, space, list, std::ref(bar));
+  }
+  std::vector<cli::ranked_layout> ranked;
+  for (const plan_candidate& c : r.best) ranked.push_back({c, train_argv(cmd, train, o, c)});
+  const cluster_figures f = figures_of(space.net, g);
+
+  // Counts of the rest, by reason; broken rules by rule.
+  const char* reasons[] = {"ranked", "does_not_fit", "breaks_a_rule", "batch_indivisible",
+                           "slower", "outranked"};
+  nlohmann::json counts = nlohmann::json::object(), rules = nlohmann::json::object();
+  for (std::size_t i = 0; i < rejection_count; ++i) counts[reasons[i]] = r.counts[i];
+  for (std::size_t i = 0; i < layout_rule_count; ++i)
+    if (r.rules[i] > 0) rules[to_string(static_cast<layout_rule>(i))] = r.rules[i];
+  std::ostringstream title;
+  title << "Planning " << m.name << " on " << report::grouped(p.gpus) << " x " << g.name << " | "
+        << base.setup.precision.name << " | " << base.setup.optimizer.name << " | "
+        << base.setup.finetune.name << " | global batch " << report::grouped(r.global_batch)
+        << " x " << report::grouped(o.seq_len) << " tokens";
+  char assumptions[400];
+  std::snprintf(assumptions, sizeof assumptions,
+                "Ranked by an estimated step time, not a measurement: %.0f%% of %.0f TFLOP/s%s "
+                "per GPU, %.0f GB/s within nodes of %lld GPUs%s, %.0f GB/s between nodes "
+                "(docs/planner.md). Memory per GPU is exact.",
+                100 * space.net.mfu, f.flops / space.net.mfu / 1e12,
+                f.assumed_peak ? " (an H100's: the GPU's peak is unknown)" : "", f.intra / 1e9,
+                static_cast<long long>(f.gpus_per_node),
+                f.assumed_link ? " (an H100's NVLink: the GPU's link is unknown)" : "",
+                f.inter / 1e9);
+  if (o.format == "json") {
+    nlohmann::json best = nlohmann::json::array();
+    for (const cli::ranked_layout& c : ranked) best.push_back(cli::to_json(c, g));
+    nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                          {"gpus", p.gpus},
+                          {"global_batch", r.global_batch},
+                          {"sequence", o.seq_len},
+                          {"estimate",
+                           {{"note", assumptions},
+                            {"flops_per_second", f.flops},
+                            {"intra_node_bytes_per_second", f.intra},
+                            {"inter_node_bytes_per_second", f.inter},
+                            {"gpus_per_node", f.gpus_per_node}}},
+                          {"chosen", best.empty() ? nlohmann::json(nullptr) : best[0]},
+                          {"candidates", best},
+                          {"offload_searched", r.offloaded},
+                          {"rejected", counts},
+                          {"broken_rules", rules},
+                          {"memory_evaluations", r.memory_evaluations}};
+    if (p.all) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const plan_candidate& c : listed) {
+        nlohmann::json j = cli::to_json({c, {}}, g);
+        j.erase("argv");
+        j["verdict"] = reasons[static_cast<int>(c.verdict)];
+        if (c.verdict == rejection::breaks_a_rule) j["rule"] = to_string(c.rule);
+        all.push_back(j);
+      }
+      answer["all"] = all;
+    }
+    std::cout << answer.dump(2) << "\n";
+  } else if (o.format == "svg") {
+    cli::print_plan_svg(std::cout, title.str(), ranked, g);
+  } else {
+    std::cout << (o.format == "markdown" ? "**" + title.str() + "**" : title.str()) << "\n\n"
+              << assumptions << "\n\n";
+    if (ranked.empty()) {
+      std::cout << "No layout of " << report::grouped(p.gpus) << " GPUs fits"
+                << (r.offloaded ? ", even with offload" : "") << ".\n\n";
+    } else {
+      if (r.offloaded) std::cout << "Nothing fits without offload; offloaded layouts:\n\n";
+      std::cout << cli::plan_table(ranked, g) << "\nReproduce #1: `" << joined(ranked.front().argv)
+                << "`\n\n";
+    }
+    std::cout << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << r.counts[0]
+              << ", outranked " << report::grouped(r.counts[5]) << ", does not fit "
+              << report::grouped(r.counts[1]) << ", breaks a rule " << report::grouped(r.counts[2])
+              << ", batch does not divide " << report::grouped(r.counts[3]) << ", cannot beat #"
+              << space.top << " (not evaluated) " << report::grouped(r.counts[4]) << ".\n";
+    for (std::size_t i = 0; i < layout_rule_count; ++i)
+      if (r.rules[i] > 0)
+        std::cout << "  " << to_string(static_cast<layout_rule>(i)) << ": "
+                  << report::grouped(r.rules[i]) << "\n";
+    if (p.all) {
+      report::table t({"layout", "micro-batch", "recompute", "per GPU", "step (s)", "verdict"});
+      for (const plan_candidate& c : listed)
+        t.add({cli::describe(c), std::to_string(c.micro_batch), cli::recompute_label(c),
+               c.required == bytes{} ? "-" : to_string(c.required),
+               c.time.total() > 0 ? cli::seconds(c.time.total()) : "-",
+               c.verdict == rejection::breaks_a_rule ? to_string(c.rule)
+                                                     : reasons[static_cast<int>(c.verdict)]});
+      std::cout << "\nEvery candidate:\n\n" << t;
+    }
+  }
+  return o.check && ranked.empty() ? 1 : 0;
+}
+
+}  // namespace vramfit::cli

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: MIT
+// `vramfit plan`'s search space from the train options given, and the train command line that
+// reproduces each candidate.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#include "inputs.hpp"
+#include "plan_view.hpp"
+#include "train_options.hpp"
+
+namespace vramfit::cli {
+
+/// `vramfit plan`: the space to search and the cluster its ranking assumes.
+struct plan_options {
+  std::int64_t gpus = 8;
+  std::int64_t global_batch = 0;
+  std::int64_t top = 10;
+  bool all = false;
+  std::int64_t max_tp = 0, max_pp = 0, max_cp = 0;
+  bool no_offload = false;
+  std::optional<std::string> sharding;
+  cluster net{};
+};
+
+/// The train options `plan` decides itself: given, they fix that knob (or make no sense).
+inline const std::set<std::string> decided_by_plan = {"--dp",
+                                                      "--tp",
+                                                      "--sp",
+                                                      "--pp",
+                                                      "--pp-stages",
+                                                      "--cp",
+                                                      "--ep",
+                                                      "--zero",
+                                                      "--zero-impl",
+                                                      "--fsdp",
+                                                      "--fsdp-group",
+                                                      "--fsdp-version",
+                                                      "--recompute",
+                                                      "--micro-batch",
+                                                      "--grad-accum",
+                                                      "--schedule",
+                                                      "--virtual-stages",
+                                                      "--offload",
+                                                      "--offload-to",
+                                                      "--model",
+                                                      "--gpu",
+                                                      "--format",
+                                                      "--check",
+                                                      "--timeline",
+                                                      "--sweep",
+                                                      "--sweep-max"};
+
+/// The `vramfit train` arguments that reproduce candidate `c`'s memory: the model, the GPU, the
+/// train options the user gave `plan` that it does not decide, then the candidate's layout.
+inline std::vector<std::string> train_argv(const CLI::App& cmd,
+                                           const std::vector<std::string>& train,
+                                           const train_options& o, const plan_candidate& c) {
+  std::vector<std::string> argv{"vramfit", "train", "--model", o.model, "--gpu", o.gpu};
+  for (const CLI::Option* opt : cmd.get_options()) {
+    const std::string name = long_name(*opt);
+    if (opt->count() == 0 || decided_by_plan.count(name) ||
+        std::find(train.begin(), train.end(), name) == train.end())
+      continue;
+    if (opt->get_expected_min() == 0) {  // a flag
+      argv.push_back(name);
+      continue;
+    }
+    for (const std::string& value : opt->results()) argv.insert(argv.end(), {name, value});
+  }
+  const layout& l = c.layout;
+  auto add = [&](const char* name, std::int64_t v) {
+    argv.insert(argv.end(), {name, std::to_string(v)});
+  };
+  add("--dp", l.data);
+  if (l.tensor > 1) add("--tp", l.tensor);
+  if (l.sequence) argv.push_back("--sp");
+  if (l.pipeline > 1) add("--pp", l.pipeline);
+  if (c.virtual_stages > 1) {
+    argv.insert(argv.end(), {"--schedule", "interleaved"});
+    add("--virtual-stages", c.virtual_stages);
+  } else if (o.schedule == "gpipe") {
+    argv.insert(argv.end(), {"--schedule", "gpipe"});
+  }
+  if (l.context > 1) add("--cp", l.context);
+  if (l.expert > 1) add("--ep", l.expert);
+  if (l.implementation == shard_implementation::fsdp) {
+    argv.insert(argv.end(), {"--fsdp", l.shard_group > 0           ? "hybrid"
+                                       : l.zero == sharding::zero2 ? "grad-op"
+                                                                   : "full"});
+    if (l.shard_group > 0) add("--fsdp-group", l.shard_group);
+    if (o.fsdp_version != 1) add("--fsdp-version", o.fsdp_version);
+  } else if (l.zero != sharding::none) {
+    add("--zero", static_cast<int>(l.zero));
+    argv.insert(argv.end(),
+                {"--zero-impl",
+                 l.implementation == shard_implementation::megatron ? "megatron" : "deepspeed"});
+  }
+  argv.insert(argv.end(), {"--recompute", cli::recompute_name(c.recompute)});
+  if (c.recompute == recompute_kind::full && c.recompute_layers > 0)
+    add("--recompute-layers", c.recompute_layers);
+  add("--micro-batch", c.micro_batch);
+  if (c.micro_batches > 1) add("--grad-accum", c.micro_batches);
+  if (l.optimizer_offload != offload_target::none)
+    argv.insert(argv.end(), {"--offload", cli::offload_name(l)});
+  return argv;
+}
+
+inline std::string joined(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const std::string& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+/// The search space: what the user fixed with train options, bounded by the plan options.
+inline search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
+  const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
+  for (const char* name :
+       {"--grad-accum", "--pp-stages", "--offload", "--offload-to", "--recompute-layers"})
+    if (given(name))
+      detail::raise(std::string(name) + " is not a plan option: " +
+                    (std::string(name) == "--grad-accum"
+                         ? "the plan derives micro-batches from --global-batch"
+                     : std::string(name) == "--pp-stages" ? "the plan splits the layers evenly"
+                     : std::string(name) == "--recompute-layers"
+                         ? "the plan recomputes the fewest layers that fit"
+                         : "the plan offloads only when nothing else fits (--no-offload: never)"));
+  if (p.top <= 0 || static_cast<std::size_t>(p.top) > search_result::max_top)
+    detail::raise("--top must be between 1 and " + std::to_string(search_result::max_top) +
+                  ", got " + std::to_string(p.top));
+  search_space s{.gpus = p.gpus, .global_batch = p.global_batch};
+  if (given("--dp")) s.data = o.dp;
+  if (given("--tp")) s.tensor = o.tp;
+  if (given("--pp")) s.pipeline = o.pp;
+  if (given("--cp")) s.context = o.cp;
+  if (given("--ep")) s.expert = o.ep;
+  if (given("--virtual-stages")) s.virtual_stages = o.virtual_stages;
+  if (given("--micro-batch")) s.micro_batch = o.micro_batch;
+  if (given("--schedule") && o.schedule != "interleaved") s.virtual_stages = 1;
+  if (given("--recompute"))
+    s.recompute = static_cast<int>(cli::choose(cli::recomputes, o.recompute, "recompute policy"));
+  s.max_tensor = p.max_tp;
+  s.max_pipeline = p.max_pp;
+  s.max_context = p.max_cp;
+  s.try_offload = !p.no_offload;
+  s.top = static_cast<std::size_t>(p.top);
+  s.prune = !p.all;
+  s.net = p.net;
+  // The sharding: --sharding names a family; --zero (with --zero-impl) or --fsdp fix a stage.
+  std::optional<sharding_family> family;
+  if (p.sharding) family = cli::choose(cli::sharding_families, *p.sharding, "sharding");
+  auto fix = [&](sharding_family f, int stage) {
+    if (family && *family != f && *family != sharding_family::any)
+      detail::raise("--sharding " + *p.sharding + " contradicts the --zero/--fsdp given");
+    family = f;
+    s.zero = stage;
+  };
+  if (o.zero) {
+    if (*o.zero < 0 || *o.zero > 3)
+      detail::raise("--zero must be 0, 1, 2 or 3, got " + std::to_string(*o.zero));
+    const shard_implementation impl =
+        cli::choose(cli::zero_implementations, o.zero_impl, "ZeRO implementation");
+    if (impl == shard_implementation::paper)
+      detail::raise("plan searches deepspeed's and megatron's ZeRO, not the paper's");
+    fix(impl == shard_implementation::megatron ? sharding_family::megatron
+                                               : sharding_family::deepspeed,
+        *o.zero);
+  }
+  if (!o.fsdp.empty()) {
+    if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
+    const fsdp_strategy f = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
+    fix(sharding_family::fsdp, f == fsdp_strategy::no_shard        ? 0
+                               : f == fsdp_strategy::shard_grad_op ? 2
+                                                                   : 3);
+    if (f == fsdp_strategy::hybrid_shard) {
+      if (o.fsdp_group <= 0)
+        detail::raise("--fsdp hybrid needs --fsdp-group (ranks per shard group)");
+      s.shard_group = o.fsdp_group;
+    }
+  }
+  if (o.fsdp_group != 0 && s.shard_group == 0)
+    detail::raise("--fsdp-group applies to --fsdp hybrid only");
+  if (!o.reshard_after_forward.empty())
+    detail::raise(
+        "plan searches FSDP with reshard_after_forward=True; give "
+        "--reshard-after-forward to train");
+  s.sharding = family.value_or(sharding_family::deepspeed);
+  return s;
+}
+
+}  // namespace vramfit::cli

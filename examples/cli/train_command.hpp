@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// `vramfit train`: one estimate, a sweep of them, or the step's timeline.
+#pragma once
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#include "inputs.hpp"
+#include "render.hpp"
+#include "timeline_view.hpp"
+#include "train_setup.hpp"
+
+namespace vramfit::cli {
+
+inline std::string describe(const train_options& o, const training_plan_value& p) {
+  std::ostringstream s;
+  s << "Training " << p.setup.model.name << " | " << p.setup.precision.name << " | "
+    << p.setup.optimizer.name << " | " << p.setup.finetune.name;
+  const layout& l = p.setup.layout;
+  s << " | " << l.world() << (l.world() == 1 ? " GPU" : " GPUs");
+  if (l.data > 1 || l.zero != sharding::none) {
+    s << " (data " << l.data;
+    if (l.zero != sharding::none)
+      s << (l.implementation == shard_implementation::fsdp ? ", FSDP" : ", ZeRO-")
+        << (l.implementation == shard_implementation::fsdp
+                ? ""
+                : std::to_string(static_cast<int>(l.zero)));
+    s << ")";
+  }
+  if (l.tensor > 1) s << " TP " << l.tensor << (l.sequence ? "+SP" : "");
+  if (l.pipeline > 1) s << " PP " << l.pipeline;
+  if (l.context > 1) s << " CP " << l.context;
+  if (l.expert > 1) s << " EP " << l.expert;
+  s << " | micro-batch " << o.micro_batch << " x " << o.seq_len;
+  if (o.grad_accum > 1) s << " x " << o.grad_accum << " accumulated";
+  s << " | " << o.attention << " attention, recompute " << o.recompute;
+  return s.str();
+}
+
+inline cli::estimate estimate_of(const train_options& o, const training_plan_value& p,
+                                 const gpu& g) {
+  const stage_states most = most_loaded_rank(p);
+  cli::estimate e;
+  e.title = describe(o, p);
+  e.model_name = p.setup.model.name;
+  const tensor_ledger ledger = tensors(p.setup.model);
+  e.parameters = parameters(ledger);
+  e.trainable_parameters = trainable_parameters(p.setup.finetune, ledger);
+  e.device = g;
+  e.ledger = breakdown(p, g);
+  e.fit = fit(p, g);
+  e.peak_at = peak_moment(e.ledger);
+  e.stage = most.stage;
+  const model& m = p.setup.model;
+  for (bool moe : {false, true}) {
+    if (moe && !m.is_moe()) continue;
+    const bytes b = layer_activation_bytes(m, p.setup.precision, p.batch, p.setup.layout, moe,
+                                           p.batch.recompute);
+    if (b > e.activations_per_layer) e.activations_per_layer = b;
+  }
+  return e;
+}
+
+inline int run_train(const train_options& o) {
+  const model m = load_model(o.model);
+  const gpu device = gpu_named(o.gpu);
+  const gpu* g = &device;
+  const training_plan_value plan = build_plan(o, m);
+  if (!o.sweep.empty()) {
+    if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
+    if (o.sweep != "micro-batch" && o.sweep != "seq-len")
+      detail::raise("unknown --sweep '" + o.sweep + "'; known: micro-batch, seq-len");
+    const std::int64_t start = o.sweep == "micro-batch" ? o.micro_batch : o.seq_len;
+    if (o.sweep_max != 0 && o.sweep_max < start)
+      detail::raise("--sweep-max must be at least the first value (" + std::to_string(start) +
+                    "), got " + std::to_string(o.sweep_max));
+    const std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : detail::checked_mul(start, 64);
+    std::vector<cli::sweep_point> points;  // doubling: at most 63 points
+    for (std::int64_t x = start;; x *= 2) {
+      train_options swept = o;
+      (o.sweep == "micro-batch" ? swept.micro_batch : swept.seq_len) = x;
+      try {
+        points.push_back({x, fit(build_plan(swept, m), *g).required});
+      } catch (const overflow_error&) {
+        detail::raise("--sweep-max: at " + o.sweep + " " + std::to_string(x) +
+                      " the memory no longer fits in 64 bits; choose a smaller --sweep-max");
+      }
+      if (x > stop / 2) break;  // the next value passes the last (and may not fit in 64 bits)
+    }
+    const std::string title = describe(o, plan) + " | sweep " + o.sweep;
+    if (o.format == "svg") {
+      cli::print_sweep_svg(std::cout, title, o.sweep.c_str(), points, *g);
+    } else if (o.format == "json") {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& p : points)
+        rows.push_back(
+            {{o.sweep, p.x}, {"total", p.required.count}, {"fits", p.required <= g->capacity}});
+      std::cout << nlohmann::json{{"configuration", title},
+                                  {"device", {{"name", g->name}, {"capacity", g->capacity.count}}},
+                                  {"sweep", rows}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::cout << title << "\n\n";
+      for (const auto& p : points)
+        std::cout << "  " << o.sweep << " " << p.x << ": " << to_string(p.required)
+                  << (p.required <= g->capacity ? "  fits\n" : "  does not fit\n");
+    }
+    return 0;
+  }
+  const cli::estimate e = estimate_of(o, plan, *g);
+  if (o.timeline) {
+    const step_timeline tl = step_timeline_of(plan.setup, plan.batch, e.stage);
+    const cli::timeline_view v{e, tl};
+    if (o.format == "json")
+      std::cout << cli::timeline_json(v).dump(2) << "\n";
+    else if (o.format == "svg")
+      cli::print_timeline_svg(std::cout, v);
+    else
+      cli::print_timeline_table(std::cout, v, o.format == "markdown");
+  } else if (o.format == "json")
+    std::cout << cli::to_json(e).dump(2) << "\n";
+  else if (o.format == "markdown")
+    cli::print_markdown(std::cout, e);
+  else if (o.format == "svg")
+    cli::print_svg(std::cout, e);
+  else
+    cli::print_table(std::cout, e);
+  return o.check && !e.fit.fits() ? 1 : 0;
+}
+
+}  // namespace vramfit::cli

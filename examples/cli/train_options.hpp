@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+// `vramfit train`'s options (plan reads the same ones), their registration and --framework's
+// defaults for them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "inputs.hpp"
+
+namespace vramfit::cli {
+
+/// Everything `vramfit train` reads.
+struct train_options {
+  std::string model = "llama-3-8b";
+  std::string precision = "bf16-fp32-master";
+  std::string optimizer = "adamw";
+  std::string framework;  ///< its defaults fill in what is not given (frameworks.hpp)
+  std::optional<std::string> optimizer_impl;  ///< unset: what the optimizer's library picks
+  bool optimizer_in_backward = false;
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 2048;
+  std::int64_t grad_accum = 1;
+  std::string attention = "flash";
+  std::optional<double> dropout;
+  std::string recompute = "none";
+  std::int64_t recompute_layers = -1;
+  bool non_reentrant = false;
+  std::string activation_offload = "none";
+  std::string loss = "fp32-upcast";
+  std::int64_t dp = 1;
+  std::optional<int> zero;
+  std::string zero_impl = "deepspeed";
+  std::string fsdp;
+  std::int64_t fsdp_group = 0;
+  std::int64_t fsdp_version = 1;
+  std::string reshard_after_forward;
+  std::int64_t tp = 1;
+  bool sp = false;
+  std::int64_t pp = 1;
+  std::vector<std::int64_t> pp_stages;
+  std::string schedule = "1f1b";
+  std::int64_t virtual_stages = 1;
+  std::int64_t cp = 1;
+  std::int64_t ep = 1;
+  std::string offload = "none";
+  std::string offload_to = "cpu";
+  std::int64_t lora_rank = 0;
+  std::string lora_targets = "q_proj,v_proj";
+  bool qlora = false;
+  std::vector<std::string> trainable;
+  std::string gpu = "h100";
+  bool expandable_segments = false;
+  std::string format = "table";
+  std::string sweep;
+  std::int64_t sweep_max = 0;
+  bool check = false;
+  bool timeline = false;
+};
+
+inline void add_train_options(CLI::App& cmd, train_options& o) {
+  cmd.add_option("--model,-m", o.model, "A preset (see `vramfit models`) or a config.json path")
+      ->capture_default_str();
+  cmd.add_option("--framework", o.framework,
+                 "torchtitan, torchtune, deepspeed, megatron, fsdp1 or hf-trainer: its defaults "
+                 "for the options not given (vramfit frameworks lists them)");
+  cmd.add_option("--precision", o.precision,
+                 "fp32, bf16, fp16, amp-bf16, amp-fp16, bf16-fp32-master, "
+                 "bf16-fp32-master-16bit-grads, fp16-fp32-master, fp8")
+      ->capture_default_str();
+  cmd.add_option(
+         "--optimizer", o.optimizer,
+         "sgd, sgd-momentum, adam, adamw, adamw-amsgrad, adamw-fused, adagrad, rmsprop, adadelta, "
+         "adamax, nadam, radam, rprop, lion, adafactor, adamw-8bit, paged-adamw-8bit, muon")
+      ->capture_default_str();
+  cmd.add_option("--optimizer-impl", o.optimizer_impl,
+                 "for-loop, foreach or fused (default: what torch.optim picks on CUDA)");
+  cmd.add_flag("--optimizer-in-backward", o.optimizer_in_backward,
+               "Step each parameter as its gradient is ready and free the gradient (torchtune "
+               "optimizer_in_bwd): no full set of gradients");
+  cmd.add_option("--micro-batch,-b", o.micro_batch, "Sequences per micro-batch")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--seq-len,-s", o.seq_len, "Tokens per sequence")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--grad-accum", o.grad_accum,
+                 "Micro-batches per optimizer step (gradient accumulation, pipeline)")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--attention", o.attention, "eager or flash")->capture_default_str();
+  cmd.add_option("--dropout", o.dropout,
+                 "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
+  cmd.add_option("--recompute", o.recompute,
+                 "none, selective (the attention core), full, or op-sac (torchtitan's op-level "
+                 "selective checkpointing: every second matmul and attention outputs kept)")
+      ->capture_default_str();
+  cmd.add_option("--recompute-layers", o.recompute_layers,
+                 "Full recompute for this many layers per stage (-1: all)")
+      ->capture_default_str();
+  cmd.add_option("--activation-offload", o.activation_offload,
+                 "cpu: keep saved activations on the host and bring each layer back for its "
+                 "backward (torchtune enable_activation_offloading), or none")
+      ->capture_default_str();
+  cmd.add_flag("--non-reentrant", o.non_reentrant,
+               "Checkpoint with use_reentrant=False (Hugging Face's default is True)");
+  cmd.add_option("--loss", o.loss, "fp32-upcast (Hugging Face), native or fused-chunked")
+      ->capture_default_str();
+  cmd.add_option("--dp", o.dp, "Data-parallel degree")->check(positive)->capture_default_str();
+  cmd.add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3");
+  cmd.add_option("--zero-impl", o.zero_impl,
+                 "deepspeed, paper or megatron (Megatron's distributed optimizer with --zero 1)")
+      ->capture_default_str();
+  cmd.add_option("--fsdp", o.fsdp,
+                 "PyTorch FSDP over the data-parallel ranks: full, grad-op, hybrid or none");
+  cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid");
+  cmd.add_option("--fsdp-version", o.fsdp_version,
+                 "1: FullyShardedDataParallel; 2: fully_shard (fp32 sharded parameters under "
+                 "mixed precision, gradients reduced through a copy-in buffer)")
+      ->capture_default_str();
+  cmd.add_option("--reshard-after-forward", o.reshard_after_forward,
+                 "FSDP2 full sharding: true (the default), false (units stay gathered until "
+                 "their backward) or N (resharded over N ranks)");
+  cmd.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
+  cmd.add_flag("--sp", o.sp, "Sequence parallelism (with --tp)");
+  cmd.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
+  cmd.add_option("--pp-stages", o.pp_stages, "Layers per pipeline stage, e.g. 11,11,10")
+      ->delimiter(',');
+  cmd.add_option("--schedule", o.schedule, "Pipeline schedule: 1f1b, interleaved or gpipe")
+      ->capture_default_str();
+  cmd.add_option("--virtual-stages", o.virtual_stages, "Model chunks per rank (interleaved)")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--cp", o.cp, "Context-parallel degree")->check(positive)->capture_default_str();
+  cmd.add_option("--ep", o.ep, "Expert-parallel degree")->check(positive)->capture_default_str();
+  cmd.add_option(
+         "--offload", o.offload,
+         "none, optimizer (master, states, gradient partitions) or all (also ZeRO-3 weights)")
+      ->capture_default_str();
+  cmd.add_option("--offload-to", o.offload_to, "cpu or nvme")->capture_default_str();
+  cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)");
+  cmd.add_option("--lora-targets", o.lora_targets, "Comma-separated module names, or all-linear")
+      ->capture_default_str();
+  cmd.add_flag("--qlora", o.qlora,
+               "QLoRA: NF4 base (double quantization), bf16 embeddings and head, LoRA r=16 on "
+               "all-linear unless set");
+  cmd.add_option("--trainable", o.trainable,
+                 "Train only kinds[:layers[:experts]], e.g. router or expert:0-5:0-1 (repeatable)");
+  cmd.add_option("--gpu,-g", o.gpu, "A GPU preset (see `vramfit gpus`) or a capacity such as 96GiB")
+      ->capture_default_str();
+  cmd.add_flag("--expandable-segments", o.expandable_segments,
+               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (smaller fragmentation reserve)");
+  add_estimate_format(cmd, o.format);
+  cmd.add_option("--sweep", o.sweep,
+                 "Repeat for doubling micro-batch or seq-len: micro-batch or seq-len");
+  cmd.add_option("--sweep-max", o.sweep_max, "Last value of the sweep (default: 64 x the first)");
+  cmd.add_flag("--check", o.check, "Exit with status 1 when the plan does not fit");
+  cmd.add_flag("--timeline", o.timeline,
+               "Show the step as allocations and frees (with -f svg: a plot of the step)");
+}
+
+/// --framework's defaults for train and plan.
+inline void apply_framework(const CLI::App& cmd, train_options& o) {
+  if (o.framework.empty()) return;
+  const cli::framework& f = framework_named(o.framework, cmd.get_name());
+  apply_framework(f, cmd, o.lora_rank > 0 || o.qlora, [&](std::string_view option, std::string v) {
+    if (option == "--precision") o.precision = v;
+    if (option == "--optimizer") o.optimizer = v;
+    if (option == "--optimizer-impl") o.optimizer_impl = v;
+    if (option == "--optimizer-in-backward") o.optimizer_in_backward = true;
+    if (option == "--recompute") o.recompute = v;
+    if (option == "--non-reentrant") o.non_reentrant = true;
+    if (option == "--loss") o.loss = v;
+    if (option == "--fsdp-version") o.fsdp_version = std::stoll(v);
+    if (option == "--zero-impl") o.zero_impl = v;
+  });
+}
+
+}  // namespace vramfit::cli

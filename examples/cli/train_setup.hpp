@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: MIT
+// From `vramfit train`'s options to the library's training plan: every option checked, every name
+// looked up in choices.hpp.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#include "choices.hpp"
+#include "train_options.hpp"
+
+namespace vramfit::cli {
+
+/// "kinds[:first-last layers[:first-last experts]]", e.g. "expert:0-5:0-1" or "router".
+inline tensor_selector parse_selector(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
+  if (parts.empty() || parts.size() > 3)
+    detail::raise("--trainable '" + text + "': use kinds[:layers[:experts]]");
+  tensor_selector s{};
+  std::stringstream listed(parts[0]);
+  for (std::string kind; std::getline(listed, kind, ',');)
+    s.kinds |= 1u << static_cast<int>(cli::choose(cli::kinds, kind, "tensor kind"));
+  auto range = [&text](const std::string& r, std::int64_t& first, std::int64_t& count) {
+    if (r == "*") return;
+    const auto dash = r.find('-');
+    try {
+      const std::int64_t a = std::stoll(r.substr(0, dash));
+      const std::int64_t b = dash == std::string::npos ? a : std::stoll(r.substr(dash + 1));
+      if (a < 0 || b < a || b >= bounds::layers) throw std::invalid_argument(r);
+      first = a;
+      count = b - a + 1;
+    } catch (const std::logic_error&) {
+      detail::raise("--trainable '" + text + "': '" + r + "' is not a range such as 0-5 (below " +
+                    std::to_string(bounds::layers) + ")");
+    }
+  };
+  if (parts.size() > 1) range(parts[1], s.first_layer, s.layer_count);
+  if (parts.size() > 2) range(parts[2], s.first_expert, s.expert_count);
+  return s;
+}
+
+/// --reshard-after-forward as layout::reshard_after_forward: true 0, false 1, or a rank count.
+inline std::int64_t reshard_ranks(const std::string& text) {
+  if (text.empty() || cli::same_name(text, "true")) return 0;
+  if (cli::same_name(text, "false")) return 1;
+  std::int64_t ranks = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ranks);
+  if (ec != std::errc{} || end != text.data() + text.size() || ranks < 2)
+    detail::raise(
+        "--reshard-after-forward must be true, false or a rank count of 2 or more, got '" +
+        text.substr(0, 40) + "'");
+  return ranks;
+}
+
+inline training_plan_value build_plan(const train_options& o, const model& m) {
+  training t{m, cli::choose(cli::precisions, o.precision, "precision"),
+             cli::choose(cli::optimizers, o.optimizer, "optimizer")};
+  if (o.optimizer_impl)
+    t.optimizer = with_implementation(
+        t.optimizer,
+        cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
+  t.optimizer.options.in_backward = o.optimizer_in_backward;
+  if (o.lora_rank < 0)
+    detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
+  if (o.qlora || o.lora_rank > 0) {
+    const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
+    t.finetune =
+        o.qlora
+            ? lora_finetuning(
+                  rank, o.lora_targets == "q_proj,v_proj" ? "all-linear" : o.lora_targets.c_str(),
+                  {}, nf4_double_quant::value, bf16::value)
+            : lora_finetuning(rank, o.lora_targets.c_str());
+  } else if (o.lora_targets != "q_proj,v_proj") {
+    detail::raise("--lora-targets applies with --lora-rank or --qlora only");
+  } else if (!o.trainable.empty()) {
+    if (o.trainable.size() > 4) detail::raise("at most 4 --trainable selections");
+    t.finetune = finetuning{"partial", finetune_kind::partial};
+    for (const std::string& s : o.trainable) t.finetune.trainable.push_back(parse_selector(s));
+  }
+  layout& l = t.layout;
+  l.data = o.dp;
+  l.tensor = o.tp;
+  l.sequence = o.sp;
+  l.pipeline = o.pp;
+  l.context = o.cp;
+  l.expert = o.ep;
+  if (o.pp_stages.size() > max_listed_stages)
+    detail::raise("--pp-stages lists at most " + std::to_string(max_listed_stages) +
+                  " stages, got " + std::to_string(o.pp_stages.size()) +
+                  "; leave it out for even stages");
+  for (std::int64_t layers : o.pp_stages) l.stage_layers.push_back(layers);
+  if (o.zero) {
+    if (*o.zero < 0 || *o.zero > 3)
+      detail::raise("--zero must be 0, 1, 2 or 3, got " + std::to_string(*o.zero));
+    l.zero = static_cast<sharding>(*o.zero);
+    l.implementation = cli::choose(cli::zero_implementations, o.zero_impl, "ZeRO implementation");
+  }
+  if (!o.fsdp.empty()) {
+    if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
+    const fsdp_strategy s = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
+    l.implementation = shard_implementation::fsdp;
+    l.zero = s == fsdp_strategy::shard_grad_op ? sharding::zero2
+             : s == fsdp_strategy::no_shard    ? sharding::none
+                                               : sharding::zero3;
+    if (s == fsdp_strategy::hybrid_shard) {
+      if (o.fsdp_group <= 0)
+        detail::raise("--fsdp hybrid needs --fsdp-group (ranks per shard group)");
+      l.shard_group = o.fsdp_group;
+    }
+  }
+  if (o.fsdp_group != 0 && l.shard_group == 0)
+    detail::raise("--fsdp-group applies to --fsdp hybrid only");
+  l.fsdp_version = o.fsdp_version;
+  l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
+  const offload_target target = cli::choose(cli::offload_targets, o.offload_to, "offload target");
+  if (o.offload == "optimizer" || o.offload == "all") l.optimizer_offload = target;
+  if (o.offload == "all") l.parameter_offload = target;
+  if (o.offload != "none" && o.offload != "optimizer" && o.offload != "all")
+    detail::raise("unknown --offload '" + o.offload + "'; known: none, optimizer, all");
+  validated(l, m);
+
+  const bool dropout = o.dropout ? *o.dropout > 0 : m.dropout;
+  if (o.dropout && !(*o.dropout >= 0 && *o.dropout < 1))  // NaN fails both comparisons
+    detail::raise("--dropout must be a probability in [0, 1), got " + std::to_string(*o.dropout));
+  if (o.recompute_layers < -1)
+    detail::raise("--recompute-layers must be a layer count or -1 (all), got " +
+                  std::to_string(o.recompute_layers));
+  if (o.recompute_layers != -1 && o.recompute != "full")
+    detail::raise("--recompute-layers applies to --recompute full only");
+  if (o.activation_offload != "none" && o.activation_offload != "cpu")
+    detail::raise("unknown --activation-offload '" + o.activation_offload.substr(0, 40) +
+                  "'; known: none, cpu");
+  if (o.non_reentrant && o.recompute != "full" && o.framework.empty())
+    detail::raise(
+        "--non-reentrant applies to --recompute full only (op-sac is always "
+        "non-reentrant)");
+  activation_options a{.micro_batch = o.micro_batch,
+                       .sequence = o.seq_len,
+                       .micro_batches = o.grad_accum,
+                       .attention = cli::choose(cli::attentions, o.attention, "attention"),
+                       .attention_dropout = dropout,
+                       .hidden_dropout = dropout,
+                       .recompute = cli::choose(cli::recomputes, o.recompute, "recompute policy"),
+                       .recompute_layers = o.recompute_layers,
+                       .reentrant_checkpoint = !o.non_reentrant,
+                       .offload = o.activation_offload == "cpu",
+                       .loss = cli::choose(cli::losses, o.loss, "loss"),
+                       .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
+                       .virtual_stages = o.virtual_stages};
+  detail::check(a, l);
+  return {t, a, runtime_overheads{.expandable_segments = o.expandable_segments}};
+}
+
+}  // namespace vramfit::cli
