@@ -784,23 +784,29 @@ constexpr memory_ledger activations(const training& t, const activation_options&
 
 /// The entries of one training step on a GPU of pipeline stage `stage`, before the timeline
 /// (timeline.hpp) times them: the model states and the activations, with the gradients' lifetime
-/// set: persistent where a framework keeps a flat gradient buffer (DeepSpeed, Megatron) or a
-/// pipeline keeps them across its interleaved backward passes, otherwise from the first
-/// micro-batch's backward through the optimizer step (PyTorch zero_grad(set_to_none=True)).
+/// set: persistent where a framework keeps a flat gradient buffer (Megatron; DeepSpeed without
+/// ZeRO and with ZeRO-3) or a pipeline keeps them across its interleaved backward passes,
+/// otherwise from the first micro-batch's backward through the optimizer step (PyTorch
+/// zero_grad(set_to_none=True); DeepSpeed ZeRO-1's autograd gradients and ZeRO-2's
+/// grads_in_partition, stage_1_and_2.py).
 constexpr memory_ledger step_entries(const training& t, const activation_options& o,
                                      std::int64_t stage = 0) {
   const layout& l = t.layout;
-  const bool flat = l.implementation == shard_implementation::deepspeed ||
-                    l.implementation == shard_implementation::megatron;
+  const bool deepspeed = l.implementation == shard_implementation::deepspeed;
+  const bool megatron = l.implementation == shard_implementation::megatron;
   if (t.optimizer.options.in_backward) {
     if (o.micro_batches > 1 || l.pipeline > 1)
       detail::rules::optimizer_in_backward_needs_one_micro_batch(o.micro_batches, l.pipeline);
-    if (flat) detail::rules::optimizer_in_backward_needs_pytorch_gradients();
+    if (deepspeed || megatron) detail::rules::optimizer_in_backward_needs_pytorch_gradients();
   }
   memory_ledger ledger = model_states(t, stage);
+  const bool flat =
+      megatron || (deepspeed && (l.zero == sharding::none || l.zero == sharding::zero3));
   if (!flat && l.pipeline == 1) {
     for (memory_entry& e : ledger)
-      if (e.component == component::gradients) e.lifetime = lifetime::gradients;
+      if (e.component == component::gradients && e.lifetime == lifetime::persistent &&
+          e.space == memory_space::device)
+        e.lifetime = lifetime::gradients;
   }
   append(ledger, activations(t, o, stage));
   return ledger;

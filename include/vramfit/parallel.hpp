@@ -61,6 +61,9 @@ struct layout {
   std::int64_t ddp_bucket_bytes = 25 * 1024 * 1024;          ///< DDP bucket_cap_mb = 25
   std::int64_t zero_reduce_bucket_elements = 500'000'000;    ///< DeepSpeed reduce_bucket_size
   std::int64_t zero3_prefetch_bucket_elements = 50'000'000;  ///< stage3_prefetch_bucket_size
+  /// DeepSpeed ZeRO-3 sub_group_size (runtime/zero/config.py: 1e9): the optimizer steps one
+  /// sub-group of the partition at a time, with fp32 gradients for that sub-group only.
+  std::int64_t zero3_sub_group_elements = 1'000'000'000;
   bool fsdp_prefetch = true;  ///< FSDP backward/forward prefetch: the next unit is gathered early
   /// PyTorch FSDP's API: 1 FullyShardedDataParallel (flat parameters), 2 fully_shard (per-tensor
   /// DTensors; its gradient reduction always copies into a reduce-scatter buffer).
@@ -239,10 +242,10 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
     if (world > max_world_size) return {world_size_must_not_exceed_the_limit, world};
   }
   const std::int64_t buffers[] = {l.ddp_bucket_bytes, l.zero_reduce_bucket_elements,
-                                  l.zero3_prefetch_bucket_elements};
+                                  l.zero3_prefetch_bucket_elements, l.zero3_sub_group_elements};
   const char* buffer_names[] = {"the DDP bucket", "the ZeRO reduce bucket",
-                                "the ZeRO-3 prefetch bucket"};
-  for (int i = 0; i < 3; ++i)
+                                "the ZeRO-3 prefetch bucket", "the ZeRO-3 sub-group"};
+  for (int i = 0; i < 4; ++i)
     if (buffers[i] < 0) return {buffer_size_must_not_be_negative, buffers[i], 0, buffer_names[i]};
   if (l.shard_group > 0 && l.data % l.shard_group != 0)
     return {shard_group_must_divide_data_parallel, l.shard_group, l.data};

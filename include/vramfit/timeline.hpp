@@ -472,12 +472,20 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   // The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
   w.phase = step_phase::optimizer;
   w.region = moment::optimizer_step;
+  // DeepSpeed ZeRO-1 reduces the accumulated gradients into this rank's partition at the
+  // boundary and drops the others before its step (stage_1_and_2.py reduce_gradients,
+  // _clear_param_grad_only).
+  const bool reduced_before_step = l.implementation == shard_implementation::deepspeed &&
+                                   l.zero == sharding::zero1 && !in_backward;
+  const bytes reduced_away =
+      reduced_before_step ? size_of(gradients) - divide_up(size_of(gradients), shards) : bytes{};
+  w.add("gradients reduced into the ZeRO-1 partition", gradients, -reduced_away);
   auto any = [](int) { return true; };
   w.add_each(lifetime::optimizer_step, 1, any);
   w.add_each(lifetime::optimizer_step, -1, any);
   w.phase = step_phase::zero_grad;
   w.region = moment::end_of_backward;
-  if (!in_backward) w.add("gradients freed", gradients, -size_of(gradients));
+  if (!in_backward) w.add("gradients freed", gradients, -(size_of(gradients) - reduced_away));
   tl.peak = find_peak(tl);
   time_entries(tl);
   return tl;

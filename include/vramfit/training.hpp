@@ -501,25 +501,52 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
   // Gradients.
   const bool deepspeed = l.implementation == shard_implementation::deepspeed;
   const bool megatron = l.implementation == shard_implementation::megatron;
+  const auto grad_space =
+      shard_grads && l.optimizer_offload != offload_target::none ? optimizer_space : device;
   if (deepspeed && l.zero == sharding::zero3) {
-    // DeepSpeed ZeRO-3 reduce-scatters 16-bit gradients from its buckets straight into the fp32
-    // partition (stage3.py: 18 bytes/param = 2 param + 4 grad + 4 master + 8 Adam).
+    // DeepSpeed ZeRO-3 allocates its gradient partitions once, as one flat buffer in the
+    // gradient-accumulation dtype (the model's with ZeRO: engine.py get_data_types), and
+    // reduce-scatters each bucket into it (stage3.py grad_partitions_flat_buffer).
+    add_entry(ledger, "gradient partitions (flat buffer)", component::gradients, grad_space,
+              divide_up(acc.gradients, n), 1,
+              "DeepSpeed stage3.py _setup_for_real_optimizer: grad_partitions_flat_buffer");
   } else {
     add_entry(ledger, shard_grads ? "gradients (partition)" : "gradients", component::gradients,
-              shard_grads && l.optimizer_offload != offload_target::none ? optimizer_space : device,
-              shard(acc.gradients, acc.fsdp_gradients, shard_grads && !megatron),
+              grad_space, shard(acc.gradients, acc.fsdp_gradients, shard_grads && !megatron),
               acc.trained_tensors,
               megatron ? "Megatron-LM dist_optimizer.md: full fp32 main grads"
                        : "ZeRO paper §5.2 (P_os+g): 2Ψ/N_d");
   }
-  if ((deepspeed || megatron) && p.has_master() && p.gradients.payload_bits < 32) {
+  if (megatron && p.has_master() && p.gradients.payload_bits < 32) {
     // The optimizer steps on fp32 copies of the 16-bit gradients, sharded like its states.
     const bytes fp32_grads{detail::checked_mul(acc.trained_elements, 4)};
     add_entry(ledger, shard_optimizer ? "fp32 gradient partition" : "fp32 gradient copy",
               component::gradients, optimizer_space,
               shard_optimizer ? divide_up(fp32_grads, n) : fp32_grads, 1,
-              deepspeed ? "DeepSpeed stage_1_and_2.py / stage3.py estimators: 4 B/param / N"
-                        : "Megatron-LM dist_optimizer.md: fp16 20 B, 4 + 16/d");
+              "Megatron-LM dist_optimizer.md: fp16 20 B, 4 + 16/d");
+  }
+  if (deepspeed && p.has_master()) {
+    // The step flattens one parameter group's (ZeRO-3: one sub-group's) gradient partition and
+    // casts it to fp32 for the optimizer; both copies live while the cast runs, the fp32 one
+    // until that group's step ends (stage_1_and_2.py step, stage3.py
+    // _prepare_fp32_grad_for_sub_group). Offloaded, the fp32 gradients are a pinned host buffer
+    // kept for the whole run (subgroup_gradient_buffer).
+    const std::int64_t partition =
+        shard_optimizer ? detail::ceil_div(acc.trained_elements, n) : acc.trained_elements;
+    const std::int64_t sub_group = l.zero3_sub_group_elements;
+    const std::int64_t group =
+        l.zero == sharding::zero3 && sub_group > 0 && sub_group < partition ? sub_group : partition;
+    const bool cast = p.gradients.payload_bits < 32;
+    const bool offloaded = l.optimizer_offload != offload_target::none;
+    const bytes fp32_grads{detail::checked_mul(offloaded ? partition : group, 4)};
+    const bytes flat = detail::elements_in(p.gradients, group);
+    add_entry(
+        ledger,
+        offloaded ? "fp32 gradient partition" : "gradients flattened and cast to fp32 (one group)",
+        component::gradients, optimizer_space,
+        offloaded ? fp32_grads : (cast ? fp32_grads + flat : flat), 1,
+        "DeepSpeed stage_1_and_2.py step / stage3.py _prepare_fp32_grad_for_sub_group",
+        offloaded ? lifetime::persistent : lifetime::optimizer_step);
   }
 
   // Master weights and optimizer states.
@@ -554,11 +581,22 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
         "PyTorch DDP Reducer: bucket copies of all gradients (gradient_as_bucket_view=False)");
   }
   if (deepspeed && shard_optimizer) {
+    // One bucket of reduce_bucket_size elements in the gradients' dtype, and the flattened
+    // (ZeRO-3: concatenated) copy each reduction makes of it. ZeRO-3 keeps its bucket for the
+    // whole run; ZeRO-1/2 allocate theirs at the first gradient hook and release them after
+    // backward (stage3.py IPGBucketZ3, stage_1_and_2.py setup_buckets / allreduce_bucket).
     const std::int64_t bucket = acc.trained_elements < l.zero_reduce_bucket_elements
                                     ? acc.trained_elements
                                     : l.zero_reduce_bucket_elements;
-    add_entry(ledger, "ZeRO reduce bucket", component::buffers, device, grad_16bit_element * bucket,
-              1, "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)");
+    const bytes one = detail::elements_in(p.gradients, bucket);
+    const bool kept = l.zero == sharding::zero3;
+    add_entry(ledger, "ZeRO reduce bucket", component::buffers, device, kept ? one : one * 2, 1,
+              "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)",
+              kept ? lifetime::persistent : lifetime::forward_backward);
+    if (kept)
+      add_entry(ledger, "ZeRO-3 reduce-scatter copy of the bucket", component::buffers, device, one,
+                0, "DeepSpeed coalesced_collectives.py reduce_scatter_coalesced: torch.cat",
+                lifetime::forward_backward);
   }
   if (shard_weights) {
     if (fsdp && l.zero == sharding::zero2) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "activations.hpp"
+#include "deepspeed_estimate.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
 #include "finetune.hpp"

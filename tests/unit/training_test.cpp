@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <vramfit/deepspeed_estimate.hpp>
 #include <vramfit/presets.hpp>
+#include <vramfit/timeline.hpp>
 #include <vramfit/training.hpp>
 
 #include "tiny_llama.hpp"
@@ -248,55 +250,98 @@ TEST_CASE("DeepSpeed's ZeRO-3 estimator for T0_3B, every cell") {
   // bigscience/T0_3B: "2783M total params, 65M largest layer params"; "GB" there are GiB.
   const tensor_ledger t5 = t0_3b();
   REQUIRE(parameters(t5) == 2'783'959'040);
+  const std::int64_t largest = 32128LL * 2048;  // shared.weight, the largest module's
   struct cell {
     std::int64_t gpus;
-    offload_target optimizer, params;
-    bool zero_init;
+    bool offload_optimizer, offload_params, zero_init;
     const char* per_cpu;
     const char* per_gpu;
   };
-  const auto cpu = offload_target::cpu;
-  const auto none = offload_target::none;
   const cell table[] = {
-      {1, cpu, cpu, true, "70.00 GiB", "0.25 GiB"},
-      {1, cpu, cpu, false, "70.00 GiB", "0.25 GiB"},
-      {1, cpu, none, true, "62.23 GiB", "5.43 GiB"},
-      {1, cpu, none, false, "62.23 GiB", "5.43 GiB"},
-      {1, none, none, true, "0.37 GiB", "46.91 GiB"},
-      {1, none, none, false, "15.56 GiB", "46.91 GiB"},
-      {2, cpu, cpu, true, "70.00 GiB", "0.25 GiB"},
-      {2, cpu, cpu, false, "70.00 GiB", "0.25 GiB"},
-      {2, cpu, none, true, "62.23 GiB", "2.84 GiB"},
-      {2, cpu, none, false, "62.23 GiB", "2.84 GiB"},
-      {2, none, none, true, "0.74 GiB", "23.58 GiB"},
-      {2, none, none, false, "31.11 GiB", "23.58 GiB"},
+      {1, true, true, true, "70.00 GiB", "0.25 GiB"},
+      {1, true, true, false, "70.00 GiB", "0.25 GiB"},
+      {1, true, false, true, "62.23 GiB", "5.43 GiB"},
+      {1, true, false, false, "62.23 GiB", "5.43 GiB"},
+      {1, false, false, true, "0.37 GiB", "46.91 GiB"},
+      {1, false, false, false, "15.56 GiB", "46.91 GiB"},
+      {2, true, true, true, "70.00 GiB", "0.25 GiB"},
+      {2, true, true, false, "70.00 GiB", "0.25 GiB"},
+      {2, true, false, true, "62.23 GiB", "2.84 GiB"},
+      {2, true, false, false, "62.23 GiB", "2.84 GiB"},
+      {2, false, false, true, "0.74 GiB", "23.58 GiB"},
+      {2, false, false, false, "31.11 GiB", "23.58 GiB"},
   };
   for (const cell& c : table) {
     CAPTURE(c.gpus);
-    CAPTURE(static_cast<int>(c.optimizer));
-    CAPTURE(static_cast<int>(c.params));
+    CAPTURE(c.offload_optimizer);
+    CAPTURE(c.offload_params);
     CAPTURE(c.zero_init);
-    model t5_shape = stand_in;  // only its 24 layers matter here
-    t5_shape.layers = 24;
-    const training t{t5_shape,
-                     mixed<fp16, fp16>::value,
-                     adam<>::value,
-                     full_finetune::value,
-                     {.data = c.gpus,
-                      .zero = sharding::zero3,
-                      .implementation = shard_implementation::deepspeed,
-                      .optimizer_offload = c.optimizer,
-                      .parameter_offload = c.params}};
+    const deepspeed_estimate e = deepspeed_zero3_estimate(
+        parameters(t5), largest, c.gpus, 1, c.offload_optimizer, c.offload_params, c.zero_init);
+    CHECK(to_string(e.per_gpu, GiB) == std::string(c.per_gpu));
+    CHECK(to_string(e.per_node_cpu, GiB) == std::string(c.per_cpu));
+  }
+}
+
+TEST_CASE("DeepSpeed ZeRO-3 as stage3.py allocates: T0_3B, fp16, by hand") {
+  // Per GPU: the fp16 parameter and gradient partitions (grad_partitions_flat_buffer in the
+  // gradient-accumulation dtype), fp32 master and Adam's two states: 16 B x params / N for the
+  // whole run, where the estimator counts 18; in the step, one sub-group (sub_group_size 1e9) of
+  // gradients flattened (fp16) and cast (fp32): 6 B x min(params / N, 1e9).
+  const tensor_ledger t5 = t0_3b();
+  const std::int64_t params = 2'783'959'040;
+  model t5_shape = stand_in;
+  t5_shape.layers = 24;
+  for (const std::int64_t n : {1, 2, 4}) {
+    CAPTURE(n);
+    const training t{
+        t5_shape,
+        mixed<fp16, fp16>::value,
+        adam<>::value,
+        full_finetune::value,
+        {.data = n, .zero = sharding::zero3, .implementation = shard_implementation::deepspeed}};
     const memory_ledger l = model_states(t, t5, 0);
-    // The estimator leaves out the communication buckets that vramfit lists.
-    const bytes gpu = total(l) - buckets(l);
-    CHECK(to_string(gpu, GiB) == std::string(c.per_gpu));
-    // Per node: every process's host bytes, or the load-time peak if larger, times DeepSpeed's
-    // additional_buffer_factor of 1.5.
-    const bytes host = total(l, memory_space::host);
-    const bytes load = host_bytes_at_load(t5, c.zero_init);
-    const bytes node = (host > load ? host : load) * c.gpus * 3;
-    CHECK(to_string(divide_up(node, 2), GiB) == std::string(c.per_cpu));
+    const std::int64_t partition = (params + n - 1) / n;
+    CHECK(entry(l, "gradient partitions (flat buffer)") == bytes{2 * partition});
+    CHECK(states_on_device(l) - entry(l, "gradients flattened and cast to fp32 (one group)") ==
+          bytes{16 * partition});
+    const std::int64_t group = partition < 1'000'000'000 ? partition : 1'000'000'000;
+    CHECK(entry(l, "gradients flattened and cast to fp32 (one group)") == bytes{6 * group});
+    // The bucket (reduce_bucket_size 5e8 fp16 elements) for the whole run, its concatenated copy
+    // in backward.
+    CHECK(entry(l, "ZeRO reduce bucket") == bytes{1'000'000'000});
+    CHECK(entry(l, "ZeRO-3 reduce-scatter copy of the bucket") == bytes{1'000'000'000});
+  }
+}
+
+TEST_CASE("DeepSpeed ZeRO-1 and ZeRO-2: gradients as stage_1_and_2.py keeps them") {
+  using testing::tiny_llama;
+  constexpr std::int64_t params = testing::tiny_llama_parameters;  // 1,432
+  const std::int64_t n = 4;
+  for (const sharding stage : {sharding::zero1, sharding::zero2}) {
+    CAPTURE(static_cast<int>(stage));
+    const training t{tiny_llama,
+                     mixed<bf16, bf16>::value,
+                     adamw<>::value,
+                     full_finetune::value,
+                     {.data = n, .zero = stage, .implementation = shard_implementation::deepspeed}};
+    const memory_ledger l = model_states(t);
+    // ZeRO-1 accumulates whole bf16 gradients, ZeRO-2 its partition (grads_in_partition).
+    CHECK(total(l, component::gradients) -
+              entry(l, "gradients flattened and cast to fp32 (one group)") ==
+          bytes{stage == sharding::zero1 ? 2 * params : 2 * params / n});
+    // The step: the group's partition flattened (bf16) and cast (fp32), 6 B per element.
+    CHECK(entry(l, "gradients flattened and cast to fp32 (one group)") == bytes{6 * params / n});
+    // The bucket (all 1,432 trained elements: fewer than reduce_bucket_size) and its flattened
+    // copy, in backward only.
+    CHECK(entry(l, "ZeRO reduce bucket") == bytes{2 * 2 * params});
+    // ZeRO-1 reduces into the partition before the step: 3/4 of the gradients go.
+    const step_timeline tl =
+        step_timeline_of(t, activation_options{.micro_batch = 1, .sequence = 4});
+    bytes reduced{};
+    for (const timeline_event& e : tl.events)
+      if (std::string(e.what) == "gradients reduced into the ZeRO-1 partition") reduced = e.delta;
+    CHECK(reduced == (stage == sharding::zero1 ? bytes{-2 * params * 3 / 4} : bytes{}));
   }
 }
 
