@@ -85,13 +85,16 @@ int main() {
   }
   std::cout << solve;
 
-  std::cout << "\n## Serving budgets (vLLM style, 90 % of the GPU, 16-token blocks)\n\n";
-  report::table budget({"model, GPU", "KV pool", "KV tokens", "sequences of 8192"});
+  std::cout
+      << "\n## Serving budgets (vLLM's defaults for each GPU, 16-token blocks)\n\n"
+         "The profile run's peak is its sampler's for these models (docs/inference-guide.md).\n\n";
+  report::table budget({"model, GPU", "profile run", "KV pool", "KV tokens", "sequences of 8192"});
   for (const row& r : rows) {
     const serving_budget b =
-        serve(*find_preset(r.key), {}, r.w, {.block_tokens = 16}, {.prompt = 8192}, r.g);
-    budget.add({std::string("`") + r.key + "` " + r.w.name + ", " + r.g.name, to_string(b.kv_pool),
-                report::grouped(b.kv_tokens), report::grouped(b.sequences)});
+        serve(*find_preset(r.key), {}, r.w, {.block_tokens = 16}, 8192, r.g, vllm_defaults(r.g));
+    budget.add({std::string("`") + r.key + "` " + r.w.name + ", " + r.g.name,
+                to_string(b.profile_peak), to_string(b.kv_pool), report::grouped(b.kv_tokens),
+                report::grouped(b.sequences)});
   }
   std::cout << budget;
 

@@ -77,11 +77,12 @@ static_assert(total(offloaded::breakdown(), memory_space::host) == bytes{20 * 8'
 // [end:offload]
 
 // [start:server]
-// A serving budget: Llama-3-8B in bf16 on one H100, vLLM's 90 % and 16-token blocks, profiled
-// with 8192 tokens: how many 8192-token conversations can run at once.
-constexpr serving_budget budget =
-    serve(models::llama_3_8b::value, {}, plain_weights<bf16>::value, {.block_tokens = 16},
-          {.prompt = 8192}, gpus::h100_80gb::value, 90);
+// A serving budget: Llama-3-8B in bf16 on one H100 with vLLM's defaults there (90 %, a profile
+// run of 8192 tokens in 1024 sequences) and 16-token blocks: how many 8192-token conversations
+// its KV pool holds at once.
+constexpr gpu h100 = gpus::h100_80gb::value;
+constexpr serving_budget budget = serve(models::llama_3_8b::value, {}, plain_weights<bf16>::value,
+                                        {.block_tokens = 16}, 8192, h100, vllm_defaults(h100));
 static_assert(budget.sequences >= 50);
 // [end:server]
 
@@ -126,10 +127,12 @@ int main() {
           offloaded::breakdown_on<gpus::rtx_4090>(), gpus::rtx_4090::value);
   std::cout << "\n## Serving Llama-3-8B on one H100 (vLLM style)\n\n"
             << "| | bytes |\n|---|---:|\n"
-            << "| 90 % of the GPU | " << to_string(budget.requested) << " |\n"
+            << "| 90 % of " << to_string(budget.total) << " (cudaMemGetInfo's total) | "
+            << to_string(budget.requested) << " |\n"
             << "| weights | " << to_string(budget.weights) << " |\n"
-            << "| forward peak (8192 tokens) | " << to_string(budget.forward_peak) << " |\n"
-            << "| non-torch (CUDA context, cuBLAS) | " << to_string(budget.non_torch) << " |\n"
+            << "| profile run (8192 tokens, sampler on 1024 sequences) | "
+            << to_string(budget.profile_peak) << " |\n"
+            << "| non-torch (measured increase at TP 1) | " << to_string(budget.non_torch) << " |\n"
             << "| **KV pool** | **" << to_string(budget.kv_pool) << "** |\n\n"
             << report::grouped(budget.kv_tokens)
             << " KV tokens: " << report::grouped(budget.sequences)

@@ -32,6 +32,7 @@ struct infer_options {
   std::int64_t pp = 1;
   std::string gpu = "h100";
   std::optional<std::int64_t> utilization;
+  std::optional<std::int64_t> max_num_batched_tokens, max_num_seqs, non_torch_mib;
   std::string framework;
   std::string format = "table";
   bool check = false;
@@ -70,7 +71,18 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")
       ->capture_default_str();
   c.add_option("--utilization", o.utilization,
-               "Serving budget in vLLM's style: gpu_memory_utilization in percent (e.g. 90)");
+               "vLLM's KV pool: gpu_memory_utilization in percent (e.g. 90) of the total "
+               "cudaMemGetInfo reports, less weights, profile run, non-torch and --cuda-graphs");
+  c.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+               "vLLM profile run's tokens (default: 8192 on GPUs of 70 GiB or more but A100s, "
+               "else 2048, as vllm serve)")
+      ->check(positive);
+  c.add_option("--max-num-seqs", o.max_num_seqs,
+               "vLLM profile run's sequences, the sampler's rows (default: 1024, or 256)")
+      ->check(positive);
+  c.add_option("--non-torch", o.non_torch_mib,
+               "MiB outside torch after vLLM's baseline snapshot (default: the measured 0.13 GiB "
+               "at TP 1, 0.55 GiB at TP 2 or more)");
   add_estimate_format(c, o.format);
   c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
 }
@@ -85,6 +97,13 @@ inline void apply_framework(const CLI::App& cmd, infer_options& o) {
   });
 }
 
+/// `mib` MiB as bytes, for an option that takes a size in MiB.
+inline bytes checked_size(std::int64_t mib, const char* option) {
+  if (mib < 0)
+    detail::raise(std::string(option) + " must not be negative, got " + std::to_string(mib));
+  return bytes{detail::checked_mul(mib, MiB.size)};
+}
+
 inline int run_infer(const infer_options& o) {
   const model m = load_model(o.model);
   const gpu g = gpu_named(o.gpu);
@@ -94,13 +113,17 @@ inline int run_infer(const infer_options& o) {
   if (kv.format.level1.block > 0)
     kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
   const layout l = validated(layout{.tensor = o.tp, .pipeline = o.pp}, m);
-  if (o.cuda_graphs_mib < 0) detail::raise("--cuda-graphs must not be negative");
+  const bool serving = o.utilization.has_value();
+  if (!serving && (o.max_num_batched_tokens || o.max_num_seqs || o.non_torch_mib))
+    detail::raise(
+        "--max-num-batched-tokens, --max-num-seqs and --non-torch size vLLM's KV pool: give "
+        "--utilization too");
   const request_shape r{.batch = o.batch,
                         .beams = o.beams,
                         .prompt = o.context,
                         .generated = o.generate,
                         .prefill_chunk = o.prefill_chunk,
-                        .cuda_graphs = (o.cuda_graphs_mib * MiB).count};
+                        .cuda_graphs = checked_size(o.cuda_graphs_mib, "--cuda-graphs").count};
   if (o.utilization && (*o.utilization < 1 || *o.utilization > 100))
     detail::raise("--utilization must be a percentage from 1 to 100, got " +
                   std::to_string(*o.utilization));
@@ -112,29 +135,43 @@ inline int run_infer(const infer_options& o) {
         << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
         << o.context + o.generate;
   if (o.utilization) {
-    const serving_budget b = serve(m, l, w, kv, r, g, *o.utilization);
-    const nlohmann::json j{{"configuration", title.str()},
-                           {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
-                           {"requested", b.requested.count},
-                           {"weights", b.weights.count},
-                           {"forward_peak", b.forward_peak.count},
-                           {"non_torch", b.non_torch.count},
-                           {"kv_pool", b.kv_pool.count},
-                           {"kv_tokens", b.kv_tokens},
-                           {"sequences", b.sequences}};
+    vllm_settings v = vllm_defaults(g, o.tp);
+    v.utilization_percent = *o.utilization;
+    if (o.max_num_batched_tokens) v.max_num_batched_tokens = *o.max_num_batched_tokens;
+    if (o.max_num_seqs) v.max_num_seqs = *o.max_num_seqs;
+    if (o.non_torch_mib) v.non_torch = checked_size(*o.non_torch_mib, "--non-torch");
+    v.cuda_graphs = bytes{r.cuda_graphs};
+    const std::int64_t context = detail::checked_add(o.context, o.generate);
+    const serving_budget b = serve(m, l, w, kv, context, g, v);
+    const nlohmann::json j{
+        {"configuration", title.str()},
+        {"device",
+         {{"name", g.name}, {"capacity", g.capacity.count}, {"cuda_total", b.total.count}}},
+        {"max_num_batched_tokens", v.max_num_batched_tokens},
+        {"max_num_seqs", v.max_num_seqs},
+        {"requested", b.requested.count},
+        {"weights", b.weights.count},
+        {"profile_peak", b.profile_peak.count},
+        {"non_torch", b.non_torch.count},
+        {"cuda_graphs", b.cuda_graphs.count},
+        {"kv_pool", b.kv_pool.count},
+        {"kv_tokens", b.kv_tokens},
+        {"sequences", b.sequences}};
     if (o.format == "json") {
       std::cout << j.dump(2) << "\n";
     } else {
-      std::cout << title.str() << "\nServing budget at " << *o.utilization << " % of " << g.name
-                << " (" << to_string(g.capacity) << ")\n\n"
+      std::cout << title.str() << "\nvLLM KV pool at " << *o.utilization << " % of " << g.name
+                << " (" << to_string(b.total) << " as cudaMemGetInfo reports; profile run "
+                << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs << " sequences)\n\n"
                 << "  requested          " << to_string(b.requested) << "\n"
                 << "  - weights          " << to_string(b.weights) << "\n"
-                << "  - forward peak     " << to_string(b.forward_peak) << "\n"
+                << "  - profile run peak " << to_string(b.profile_peak) << "\n"
                 << "  - non-torch        " << to_string(b.non_torch) << "\n"
+                << "  - CUDA graphs      " << to_string(b.cuda_graphs) << "\n"
                 << "  = KV pool          " << to_string(b.kv_pool) << "\n\n"
                 << "  " << report::grouped(b.kv_tokens) << " KV tokens, "
-                << report::grouped(b.sequences) << " concurrent sequences of "
-                << o.context + o.generate << " tokens\n";
+                << report::grouped(b.sequences) << " concurrent sequences of " << context
+                << " tokens\n";
     }
     return o.check && b.sequences < o.batch ? 1 : 0;
   }

@@ -26,6 +26,10 @@ struct gpu {
   /// GPU-to-GPU bandwidth inside a node, GB/s per direction (NVLink, Infinity Fabric, or PCIe
   /// where the part has no such link); 0: unknown.
   std::int64_t link_gb_per_s = 0;
+  /// The total cudaMemGetInfo reports (torch.cuda.mem_get_info()[1]), below the driver total
+  /// that nvidia-smi shows by what the driver reserves; vLLM's budget starts from it. 0: unknown
+  /// (taken as the capacity).
+  bytes cuda_total{};
 };
 
 template <class T>
@@ -49,7 +53,9 @@ namespace gpus {
 // get_peak_flops uses the same 989/756/312), the Ada and GA102 whitepapers for the 4090 and 3090
 // (fp32 accumulate), AMD's MI300X and MI250X (half of the OAM) datasheets, Intel's Gaudi 3
 // whitepaper; PCIe parts get their x16 link (Gen5 64, Gen4 32 GB/s). Gaudi 2: not found (0).
-struct h100_80gb : gpu_type<gpu{"H100 80GB SXM", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, modal-client#2797)", 989, 450}> {};
+// The H100 SXM's cudaMemGetInfo total, 79.18 GiB (81080 MiB to the logged 0.01 GiB), is vLLM's
+// "total" in the llm-d runs (llm-d-benchmark config_explorer/empirical-vllm-memory-results.md).
+struct h100_80gb : gpu_type<gpu{"H100 80GB SXM", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, modal-client#2797)", 989, 450, 81080 * MiB}> {};
 struct h100_pcie : gpu_type<gpu{"H100 80GB PCIe", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB as the SXM part (modal-client#2797: H100)", 756, 64}> {};
 struct h100_96gb : gpu_type<gpu{"H100 96GB", 96 * GiB, gpu_generation::hopper, "nominal 96 GiB HBM3 (no driver reading found)", 989, 450}> {};
 struct h100_nvl : gpu_type<gpu{"H100 NVL 94GB", bytes{99'961'274'368}, gpu_generation::hopper, "driver total 99961274368 B (fastfetch-cli/fastfetch#1658)", 835, 300}> {};

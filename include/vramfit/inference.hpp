@@ -273,11 +273,19 @@ constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layou
   return total;
 }
 
+/// The compute format of a runtime's activations: its unquantized weights' format when that is
+/// a 16- or 32-bit float, else bf16.
+constexpr element_format activation_format(const weight_layout& w) {
+  return w.other.payload_bits >= 16 && w.other.storable ? w.other : bf16::value;
+}
+
 /// Working memory of the forward passes: the largest layer's transient tensors for the tokens of
 /// one forward (the prompt, or a prefill chunk, times the batch; no autograd keeps anything), and
-/// the logits with the sampler's probabilities (fp32) for the last position of each sequence.
+/// (with `logits`) the logits with the sampler's probabilities (fp32) for the last position of
+/// each sequence.
 constexpr bytes inference_working_bytes(const model& m, const layout& l, const request_shape& r,
-                                        const element_format& compute = bf16::value) {
+                                        const element_format& compute = bf16::value,
+                                        bool logits = true) {
   const std::int64_t chunk =
       r.prefill_chunk > 0 && r.prefill_chunk < r.prompt ? r.prefill_chunk : r.prompt;
   const std::int64_t tokens =
@@ -290,9 +298,10 @@ constexpr bytes inference_working_bytes(const model& m, const layout& l, const r
   const bytes layer =
       storage_bytes(compute, detail::checked_add(detail::checked_mul(tokens, 2 * m.hidden),
                                                  detail::checked_mul(tokens, gated * width)));
+  if (!logits) return layer;
+  // The logits and the sampler's probabilities in fp32 (Hugging Face generate upcasts them).
   const std::int64_t sequences = detail::checked_mul(r.batch, r.beams);
-  const bytes logits{detail::checked_mul(detail::checked_mul(sequences, m.vocab), 2 * 4)};
-  return layer + logits;
+  return layer + bytes{detail::checked_mul(detail::checked_mul(sequences, m.vocab), 2 * 4)};
 }
 
 /// Everything one inference GPU of stage `stage` holds: weights, KV cache, working memory and
@@ -307,7 +316,7 @@ constexpr memory_ledger inference_memory(const model& m, const layout& l, const 
   add_entry(ledger, "KV cache", component::kv_cache, device, kv_cache_bytes(m, l, kv, r, stage), 0,
             "2 x KV heads x head_dim per token and layer (MLA: latent + rope key)");
   add_entry(ledger, "forward working memory and logits", component::activations, device,
-            inference_working_bytes(m, l, r), 0,
+            inference_working_bytes(m, l, r, activation_format(w)), 0,
             "largest layer's transients for one forward; fp32 logits and probabilities",
             lifetime::forward);
   add_entry(ledger, "CUDA graphs", component::buffers, device, bytes{r.cuda_graphs}, 0,
@@ -315,48 +324,121 @@ constexpr memory_ledger inference_memory(const model& m, const layout& l, const 
   return ledger;
 }
 
-/// A serving budget in vLLM's style: gpu_memory_utilization x capacity, less the weights, the
-/// forward pass's peak and what is not torch (the CUDA context, NCCL), is the KV pool
-/// (vllm/worker gpu_worker.py determine_num_available_blocks).
-struct serving_budget {
-  bytes requested{};  ///< utilization x capacity
-  bytes weights{};
-  bytes forward_peak{};
+// --- vLLM's serving budget (vllm/v1/worker/gpu_worker.py determine_available_memory) ---
+
+/// Which of vLLM's entry points starts the engine: their scheduler defaults differ.
+enum class vllm_entrypoint : unsigned char { server, llm_class };
+
+/// The vLLM settings that size its KV pool.
+struct vllm_settings {
+  std::int64_t utilization_percent = 90;       ///< gpu_memory_utilization (0.9)
+  std::int64_t max_num_batched_tokens = 8192;  ///< tokens of the profile run's forward
+  std::int64_t max_num_seqs = 1024;            ///< its sequences: the sampler's rows
+  /// Memory outside torch that appears after vLLM's baseline snapshot (taken after the CUDA
+  /// context and NCCL start): lazily loaded kernels, communicator buffers. Measured, not derived.
   bytes non_torch{};
-  bytes kv_pool{};
-  std::int64_t kv_tokens = 0;  ///< tokens the pool holds (whole blocks)
-  std::int64_t sequences = 0;  ///< concurrent sequences of the profiled context length
+  /// Subtracted CUDA graph memory: vLLM v0.21 and later estimate it before sizing the pool
+  /// (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); earlier, graphs are captured after and come
+  /// out of the 1 - utilization headroom (leave it 0).
+  bytes cuda_graphs{};
 };
 
-/// The budget on `g` with `utilization_percent` of it, profiled with the request shape `r` (its
-/// prompt is vLLM's max_num_batched_tokens, its batch the concurrent sequences).
+/// The non-torch increase vLLM logged on H100s: 0.13 GiB at TP 1, 0.55 GiB at TP 2 (llm-d
+/// config_explorer/empirical-vllm-memory-results.md, vLLM 0.11); a measurement, not a model.
+constexpr bytes vllm_measured_non_torch(std::int64_t tp) {
+  return tp > 1 ? bytes{55 * GiB.size / 100} : bytes{13 * GiB.size / 100};
+}
+
+/// vLLM's defaults for `g` (vllm/engine/arg_utils.py _set_default_args): a GPU of 70 GiB or more
+/// that is not an A100 profiles 8192 tokens in 1024 sequences behind the OpenAI server (16384 for
+/// the LLM class), others 2048 (8192) in 256; the non-torch increase measured at the degree.
+constexpr vllm_settings vllm_defaults(const gpu& g, std::int64_t tp = 1,
+                                      vllm_entrypoint e = vllm_entrypoint::server) {
+  const bool a100 = std::string_view(g.name).find("A100") != std::string_view::npos;
+  const bool large = g.capacity >= 70 * GiB && !a100;
+  const bool server = e == vllm_entrypoint::server;
+  return {.max_num_batched_tokens = large ? (server ? 8192 : 16384) : (server ? 2048 : 8192),
+          .max_num_seqs = large ? 1024 : 256,
+          .non_torch = vllm_measured_non_torch(tp)};
+}
+
+/// The peak of vLLM's profile run above the loaded weights (gpu_model_runner.py profile_run):
+/// a forward of max_num_batched_tokens tokens (its largest layer's transients), then, with its
+/// hidden states still held, the sampler on one row per sequence, min(tokens, max_num_seqs),
+/// of full-vocabulary logits (every tensor-parallel rank gathers them). The dummy sampling
+/// parameters (top_k = vocab - 1, top_p 0.9) take topk_topp_sampler.py's sorting path; at the
+/// sort the rank holds per logit: the model's logits, their fp32 copy, the sorted values (4 B)
+/// and indices (8 B), ATen's reverse indices (8 B, Sort.cu segmented_sort_pairs) and cub's
+/// alternate key and value buffers (4 + 8 B, DeviceSegmentedRadixSort without DoubleBuffer).
+/// ATen sorts at most 2^31 - 1 elements at a time, so its two scratch buffers cover one batch.
+constexpr bytes profile_run_peak(const model& m, const layout& l, const weight_layout& w,
+                                 const vllm_settings& s) {
+  using detail::checked_mul;
+  const element_format compute = activation_format(w);
+  const std::int64_t tokens = s.max_num_batched_tokens;
+  const std::int64_t rows = tokens < s.max_num_seqs ? tokens : s.max_num_seqs;
+  const bytes forward = inference_working_bytes(m, l, {.prompt = tokens}, compute, false);
+  const std::int64_t logits = checked_mul(rows, m.vocab);
+  const std::int64_t int_max = 2'147'483'647;
+  const std::int64_t batch = logits < int_max ? logits : int_max / m.vocab * m.vocab;
+  const bytes sampler = storage_bytes(compute, logits) + bytes{checked_mul(logits, 4 + 4 + 8)} +
+                        bytes{checked_mul(batch, 8 + 4 + 8)};
+  const bytes hidden = storage_bytes(compute, checked_mul(tokens, m.hidden));
+  return (forward > sampler ? forward : sampler) + hidden;
+}
+
+/// A serving budget as vLLM computes it: gpu_memory_utilization x the total cudaMemGetInfo
+/// reports, less the loaded weights, the profile run's peak, the non-torch increase and (v0.21+)
+/// the CUDA graph estimate, is the KV pool.
+struct serving_budget {
+  bytes total{};      ///< torch.cuda.mem_get_info()'s total
+  bytes requested{};  ///< utilization x total
+  bytes weights{};
+  bytes profile_peak{};
+  bytes non_torch{};
+  bytes cuda_graphs{};
+  bytes kv_pool{};
+  std::int64_t kv_tokens = 0;  ///< tokens the pool holds (whole blocks of every layer)
+  std::int64_t sequences = 0;  ///< concurrent sequences of `context` tokens
+};
+
+namespace detail::rules {
+[[noreturn]] inline void vllm_batched_tokens_must_be_positive(std::int64_t tokens,
+                                                              std::int64_t seqs) {
+  raise("vLLM's max_num_batched_tokens and max_num_seqs must be positive, got " + str(tokens) +
+        " and " + str(seqs));
+}
+}  // namespace detail::rules
+
+/// The budget on `g` for sequences of `context` tokens (max_model_len).
 constexpr serving_budget serve(const model& m, const layout& l, const weight_layout& w,
-                               const kv_cache_config& kv, const request_shape& r, const gpu& g,
-                               std::int64_t utilization_percent = 90,
-                               const runtime_overheads& o = {}) {
-  detail::check(r, kv);
-  if (utilization_percent < 1 || utilization_percent > 100)
-    detail::rules::gpu_memory_utilization_must_be_1_to_100_percent(utilization_percent);
+                               const kv_cache_config& kv, std::int64_t context, const gpu& g,
+                               const vllm_settings& s) {
+  detail::check(request_shape{.prompt = context}, kv);
+  if (s.utilization_percent < 1 || s.utilization_percent > 100)
+    detail::rules::gpu_memory_utilization_must_be_1_to_100_percent(s.utilization_percent);
+  if (s.max_num_batched_tokens <= 0 || s.max_num_seqs <= 0)
+    detail::rules::vllm_batched_tokens_must_be_positive(s.max_num_batched_tokens, s.max_num_seqs);
+  if (s.non_torch < bytes{} || s.cuda_graphs < bytes{})
+    detail::rules::request_size_must_not_be_negative(
+        "non-torch or CUDA graph bytes",
+        (s.non_torch < bytes{} ? s.non_torch : s.cuda_graphs).count);
   serving_budget b{};
-  // floor(capacity x utilization / 100) without overflowing.
-  b.requested = bytes{g.capacity.count / 100 * utilization_percent +
-                      g.capacity.count % 100 * utilization_percent / 100};
+  b.total = g.cuda_total > bytes{} ? g.cuda_total : g.capacity;
+  // floor(total x utilization / 100) without overflowing.
+  b.requested = bytes{b.total.count / 100 * s.utilization_percent +
+                      b.total.count % 100 * s.utilization_percent / 100};
   b.weights = weight_bytes(m, l, w);
-  b.forward_peak = inference_working_bytes(m, l, r) + bytes{r.cuda_graphs};
-  const memory_ledger extra = overheads({.cuda_context = o.cuda_context,
-                                         .cublas_workspace = o.cublas_workspace,
-                                         .nccl_buffers = o.nccl_buffers,
-                                         .fragmentation_percent = 0},
-                                        g, bytes{}, l.world());
-  b.non_torch = total(extra, component::overhead);
-  b.kv_pool = b.requested - b.weights - b.forward_peak - b.non_torch;
+  b.profile_peak = profile_run_peak(m, l, w, s);
+  b.non_torch = s.non_torch;
+  b.cuda_graphs = s.cuda_graphs;
+  b.kv_pool = b.requested - b.weights - b.profile_peak - b.non_torch - b.cuda_graphs;
   if (b.kv_pool < bytes{}) b.kv_pool = bytes{};
+  // vllm/v1/core/kv_cache_utils.py: num_blocks = available // page_size // num_layers.
   const std::int64_t block = kv.block_tokens > 0 ? kv.block_tokens : 1;
   const bytes per_block = kv_bytes_per_token(m, kv, l.tensor) * block;
   b.kv_tokens = b.kv_pool.count / per_block.count * block;
-  const std::int64_t context = detail::checked_add(r.prompt, r.generated);
-  const std::int64_t per_sequence = detail::checked_mul(detail::ceil_div(context, block), block);
-  b.sequences = b.kv_tokens / per_sequence;
+  b.sequences = b.kv_tokens / detail::checked_mul(detail::ceil_div(context, block), block);
   return b;
 }
 

@@ -191,6 +191,20 @@ TEST_CASE("infer: weights, KV cache and the serving budget") {
   const nlohmann::json b = nlohmann::json::parse(budget.out);
   CHECK(b.at("kv_tokens").get<std::int64_t>() % 16 == 0);
   CHECK(b.at("sequences") == b.at("kv_tokens").get<std::int64_t>() / 8192);
+  // vLLM's H100 defaults: the sampler on 1024 rows of 128,256 logits (38 B each) with the
+  // forward's [8192, 4096] bf16 hidden states; the pool from cudaMemGetInfo's 79.18 GiB.
+  CHECK(b.at("profile_peak") == 1024LL * 128'256 * 38 + 8192LL * 4096 * 2);
+  CHECK(b.at("device").at("cuda_total") == 81080LL << 20);
+  CHECK(b.at("kv_pool") == 55'258'772'603LL);
+  const nlohmann::json small = nlohmann::json::parse(
+      run("infer --utilization 90 --max-num-batched-tokens 2048 --max-num-seqs 256 --non-torch 0 "
+          "--cuda-graphs 512 -f json")
+          .out);
+  CHECK(small.at("profile_peak") == 256LL * 128'256 * 38 + 2048LL * 4096 * 2);
+  CHECK(small.at("cuda_graphs") == 512LL << 20);
+  CHECK(small.at("kv_pool") == small.at("requested").get<std::int64_t>() -
+                                   small.at("weights").get<std::int64_t>() -
+                                   small.at("profile_peak").get<std::int64_t>() - (512LL << 20));
   for (const char* args : {"infer --batch 0", "infer --kv-dtype fp4", "infer --weights int3",
                            "infer --utilization 150", "infer --tp 3", "infer --generate -5"}) {
     CAPTURE(args);
@@ -396,6 +410,8 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --sweep micro-batch --sweep-max -5", "--sweep-max must be at least the first"},
       {"train --sweep seq-len --sweep-max 9223372036854775807", "--sweep-max: at seq-len"},
       {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},
+      {"infer --max-num-seqs 64", "size vLLM's KV pool: give --utilization too"},
+      {"infer --utilization 90 --non-torch -1", "--non-torch must not be negative, got -1"},
       {"train --fsdp-group 4", "--fsdp-group applies to --fsdp hybrid only"},
       {"train --lora-targets q_proj,foo", "--lora-targets applies with --lora-rank"},
       {"train --lora-rank 8 --lora-targets q_proj,foo",

@@ -179,8 +179,18 @@ TEST_CASE("layouts and budgets past their limits are errors in the user's terms"
   l.stage_layers.push_back(9223372036854775807LL);
   CHECK_THROWS_WITH(validated(l, m),
                     "vramfit: the pipeline stages' layers sum to more than the model's 32");
-  CHECK_THROWS_WITH(serve(m, {}, plain_weights<bf16>::value, {}, {}, gpus::h100_80gb::value, 0),
-                    "vramfit: GPU memory utilization must be 1 to 100 percent, got 0");
+  const gpu& h100 = gpus::h100_80gb::value;
+  CHECK_THROWS_WITH(
+      serve(m, {}, plain_weights<bf16>::value, {}, 4096, h100, {.utilization_percent = 0}),
+      "vramfit: GPU memory utilization must be 1 to 100 percent, got 0");
+  CHECK_THROWS_WITH(
+      serve(m, {}, plain_weights<bf16>::value, {}, 4096, h100, {.max_num_seqs = 0}),
+      "vramfit: vLLM's max_num_batched_tokens and max_num_seqs must be positive, got 8192 and 0");
+  CHECK_THROWS_WITH(
+      serve(m, {}, plain_weights<bf16>::value, {}, 4096, h100, {.non_torch = bytes{-1}}),
+      doctest::Contains("must not be negative, got -1"));
+  CHECK_THROWS_WITH(serve(m, {}, plain_weights<bf16>::value, {}, 0, h100, {}),
+                    doctest::Contains("context must be positive, got 0"));
 }
 
 TEST_CASE("fine-tuning that would train nothing is an error naming the valid choices") {

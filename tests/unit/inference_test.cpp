@@ -3,6 +3,7 @@
 // parallel, quantized KV, the serving budget, the solvers against brute force, loading peaks.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string_view>
 #include <vramfit/inference.hpp>
 #include <vramfit/load.hpp>
@@ -143,20 +144,53 @@ TEST_CASE("bad requests are errors that name the problem") {
   CHECK_THROWS_AS(kv_cache_bytes(m, {}, {.block_tokens = -16}, {}), vramfit::error);
 }
 
-TEST_CASE("the serving budget, by hand") {
-  // Llama-3-8B in bf16 on one H100 at 90 %: profiled with 8192 tokens of one sequence.
+namespace {
+double to_gib(bytes b) {
+  return static_cast<double>(b.count) / (1LL << 30);
+}
+}  // namespace
+
+TEST_CASE("vLLM's KV pool, by hand: Llama-3-8B on an H100 with vLLM's defaults there") {
   const model& m = models::llama_3_8b::value;
-  const request_shape profile{.batch = 1, .prompt = 8192};
-  const serving_budget b = serve(m, {}, plain_weights<bf16>::value, {.block_tokens = 16}, profile,
-                                 gpus::h100_80gb::value);
-  CHECK(b.requested == bytes{76'968'728'985});  // floor(85,520,809,984 x 0.9)
+  const gpu& h100 = gpus::h100_80gb::value;
+  const vllm_settings v = vllm_defaults(h100);
+  CHECK(v.max_num_batched_tokens == 8192);  // vllm serve on a GPU of 70 GiB or more
+  CHECK(v.max_num_seqs == 1024);
+  const serving_budget b =
+      serve(m, {}, plain_weights<bf16>::value, {.block_tokens = 16}, 8192, h100, v);
+  CHECK(b.total == bytes{81080LL << 20});       // cudaMemGetInfo's 79.18 GiB, not 81559 MiB
+  CHECK(b.requested == bytes{76'516'687'872});  // floor(85,018,542,080 x 0.9)
   CHECK(b.weights == bytes{2 * 8'030'261'248});
-  // 8192 tokens x (2 x 4096 + 3 x 14336) x 2 B, plus fp32 logits and probabilities (8 B x 128256).
-  CHECK(b.forward_peak == bytes{8192LL * (2 * 4096 + 3 * 14336) * 2 + 8 * 128'256});
-  CHECK(b.non_torch == 512 * MiB + 32 * MiB);
-  CHECK(b.kv_pool == b.requested - b.weights - b.forward_peak - b.non_torch);
-  CHECK(b.kv_tokens == b.kv_pool.count / (131'072 * 16) * 16);
-  CHECK(b.sequences == b.kv_tokens / 8192);
+  // The sampler on 1024 rows of 128,256 logits: bf16 logits 2 B, fp32 copy 4, sorted values 4
+  // and indices 8, ATen's reverse indices 8, cub's alternate keys 4 and values 8; and the
+  // forward's hidden states [8192, 4096] in bf16. The forward's own peak, 8192 x (2 x 4096 +
+  // 3 x 14336) x 2 B = 838,860,800, is smaller.
+  CHECK(b.profile_peak == bytes{1024LL * 128'256 * 38 + 8192LL * 4096 * 2});
+  CHECK(b.non_torch == bytes{139'586'437});  // the measured 0.13 GiB
+  CHECK(b.kv_pool == bytes{55'258'772'603});
+  // 2 x 8 KV heads x 128 x 2 B x 32 layers = 131,072 B per token; whole 16-token blocks.
+  CHECK(b.kv_tokens == 55'258'772'603 / (131'072 * 16) * 16);
+  CHECK(b.sequences == 51);
+  // llm-d's vLLM run of Llama-3.1-8B (same shapes) logged a 51.38 GiB KV pool and a 4.76 GiB
+  // peak activation on this GPU: within 0.2 % and 1.1 %.
+  CHECK(std::abs(to_gib(b.kv_pool) / 51.38 - 1) < 0.002);
+  CHECK(std::abs(to_gib(b.profile_peak) / 4.76 - 1) < 0.011);
+}
+
+TEST_CASE("vLLM's defaults by GPU and entry point, and the sort's batches of 2^31 - 1") {
+  CHECK(vllm_defaults(gpus::a100_80gb::value).max_num_seqs == 256);  // A100s are excluded
+  CHECK(vllm_defaults(gpus::a100_80gb::value).max_num_batched_tokens == 2048);
+  CHECK(vllm_defaults(gpus::l40s::value).max_num_seqs == 256);  // under 70 GiB
+  CHECK(vllm_defaults(gpus::h200::value, 1, vllm_entrypoint::llm_class).max_num_batched_tokens ==
+        16384);
+  CHECK(vllm_defaults(gpus::h100_80gb::value, 2).non_torch == bytes{55 * (1LL << 30) / 100});
+  // 16384 rows of a 262,144 vocabulary: 2^32 logits. ATen sorts floor((2^31 - 1) / 262,144) =
+  // 8191 rows at a time, so its reverse indices and cub's buffers (20 B) cover 8191 rows.
+  model m = models::llama_3_8b::value;
+  m.vocab = 262'144;
+  const vllm_settings v{.max_num_batched_tokens = 16384, .max_num_seqs = 16384};
+  CHECK(profile_run_peak(m, {}, plain_weights<bf16>::value, v) ==
+        bytes{16384LL * 262'144 * 18 + 8191LL * 262'144 * 20 + 16384LL * 4096 * 2});
 }
 
 TEST_CASE("the solvers agree with brute force") {
