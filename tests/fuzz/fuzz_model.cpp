@@ -680,9 +680,17 @@ void run(FuzzedDataProvider& in) {
            "negative inference requirement");
   });
   attempt([&] {
-    const i64 utilization = in.ConsumeBool() ? 90 : count(in);
-    note("serve utilization %lld\n", ll(utilization));
-    const serving_budget b = serve(m, served, w, kv, requests, g, utilization, extra);
+    vllm_settings v = vllm_defaults(g, served.tensor);
+    if (in.ConsumeBool()) v.utilization_percent = count(in);
+    if (in.ConsumeBool()) v.max_num_batched_tokens = count(in);
+    if (in.ConsumeBool()) v.max_num_seqs = count(in);
+    if (in.ConsumeBool()) v.non_torch = bytes{count(in)};
+    if (in.ConsumeBool()) v.cuda_graphs = bytes{count(in)};
+    const i64 context = in.ConsumeBool() ? requests.prompt : count(in);
+    note("serve context %lld utilization %lld tokens %lld seqs %lld non-torch %lld graphs %lld\n",
+         ll(context), ll(v.utilization_percent), ll(v.max_num_batched_tokens), ll(v.max_num_seqs),
+         ll(v.non_torch.count), ll(v.cuda_graphs.count));
+    const serving_budget b = serve(m, served, w, kv, context, g, v);
     expect(b.kv_pool >= bytes{} && b.kv_tokens >= 0 && b.sequences >= 0,
            "a negative serving budget");
   });
