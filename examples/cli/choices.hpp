@@ -169,7 +169,9 @@ inline constexpr named<offload_target> offload_targets[] = {{"cpu", offload_targ
 
 inline constexpr named<loss_kind> losses[] = {{"fp32-upcast", loss_kind::fp32_upcast},
                                               {"native", loss_kind::native},
-                                              {"fused-chunked", loss_kind::fused_chunked}};
+                                              {"fused-chunked", loss_kind::fused_chunked},
+                                              {"chunked-output", loss_kind::chunked_output},
+                                              {"linear-chunked", loss_kind::linear_chunked}};
 
 inline constexpr named<pipeline_schedule> schedules[] = {
     {"1f1b", pipeline_schedule::one_f_one_b},

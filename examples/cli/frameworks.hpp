@@ -9,8 +9,9 @@
 
 namespace vramfit::cli {
 
-/// Which of a framework's recipes a default belongs to: its LoRA recipes may differ (torchtune).
-enum class recipe : unsigned char { any, full_finetune, lora };
+/// Which of a framework's recipes a default belongs to: its LoRA recipes may differ (torchtune),
+/// and so may its FSDP under pipeline parallelism (torchtitan).
+enum class recipe : unsigned char { any, full_finetune, lora, fsdp_with_pipeline };
 
 /// One option a framework sets, as the command line spells it ("--recompute", "op-sac"; a flag's
 /// value is "true").
@@ -40,6 +41,10 @@ inline constexpr framework_default torchtitan[] = {
     {"--optimizer-impl", "fused", "config/job_config.py Optimizer.implementation = fused"},
     {"--non-reentrant", "true",
      "distributed/activation_checkpoint.py: ptd_checkpoint_wrapper is non-reentrant"},
+    {"--reshard-after-forward", "false",
+     "models/llama3/infra/parallelize.py apply_fsdp: reshard_after_forward_policy default is "
+     "`not pp_enabled`",
+     recipe::fsdp_with_pipeline},
 };
 inline constexpr framework_default torchtune[] = {
     {"--precision", "bf16", "recipes/configs/llama3_1/8B_full_single_device.yaml: dtype bf16"},
@@ -52,8 +57,8 @@ inline constexpr framework_default torchtune[] = {
     {"--recompute", "full", "8B_full_single_device.yaml: enable_activation_checkpointing True"},
     {"--non-reentrant", "true",
      "training/_activation_checkpointing.py: checkpoint_wrapper with NO_REENTRANT"},
-    {"--loss", "fused-chunked",
-     "8B_full_single_device.yaml: loss LinearCrossEntropyLoss (chunked over the output)"},
+    {"--loss", "linear-chunked",
+     "8B_full_single_device.yaml: loss LinearCrossEntropyLoss (num_output_chunks 8)"},
 };
 inline constexpr framework_default deepspeed[] = {
     {"--precision", "bf16-fp32-master-16bit-grads",

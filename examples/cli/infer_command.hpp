@@ -91,10 +91,12 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
 inline void apply_framework(const CLI::App& cmd, infer_options& o) {
   if (o.framework.empty()) return;
   const cli::framework& f = framework_named(o.framework, cmd.get_name());
-  apply_framework(f, cmd, false, [&](std::string_view option, std::string v) {
-    if (option == "--utilization") o.utilization = std::stoll(v);
-    if (option == "--block") o.block = std::stoll(v);
-  });
+  apply_framework(
+      f, cmd, [](recipe r) { return r == recipe::any; },
+      [&](std::string_view option, std::string v) {
+        if (option == "--utilization") o.utilization = std::stoll(v);
+        if (option == "--block") o.block = std::stoll(v);
+      });
 }
 
 /// `mib` MiB as bytes, for an option that takes a size in MiB.

@@ -74,15 +74,12 @@ inline const cli::framework& framework_named(const std::string& name, std::strin
 }
 
 /// Fills in from `f` each option the command line left out, through `set(option, value)`.
-template <class Set>
-inline void apply_framework(const cli::framework& f, const CLI::App& cmd, bool lora, Set&& set) {
-  for (const cli::framework_default& d : f.defaults) {
-    if (cmd.get_option(d.option)->count() > 0) continue;
-    if ((d.recipe == cli::recipe::full_finetune && lora) ||
-        (d.recipe == cli::recipe::lora && !lora))
-      continue;
-    set(std::string_view(d.option), std::string(d.value));
-  }
+template <class Applies, class Set>
+inline void apply_framework(const cli::framework& f, const CLI::App& cmd, Applies&& applies,
+                            Set&& set) {
+  for (const cli::framework_default& d : f.defaults)
+    if (cmd.get_option(d.option)->count() == 0 && applies(d.recipe))
+      set(std::string_view(d.option), std::string(d.value));
 }
 
 /// The first long name of an option ("--micro-batch").

@@ -53,7 +53,7 @@ inline int run_gpus(const std::string& format) {
 inline int run_frameworks(const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"framework", "command", "option", "value", "recipe", "source"});
-  constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA"};
+  constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA", "FSDP with --pp"};
   for (const cli::framework& f : cli::frameworks) {
     nlohmann::json defaults = nlohmann::json::array();
     for (const cli::framework_default& d : f.defaults) {

@@ -122,14 +122,14 @@ inline std::string joined(const std::vector<std::string>& argv) {
 /// The search space: what the user fixed with train options, bounded by the plan options.
 inline search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
   const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
-  for (const char* name :
-       {"--grad-accum", "--pp-stages", "--offload", "--offload-to", "--recompute-layers"})
+  for (const char* name : {"--grad-accum", "--pp-stages", "--offload", "--offload-to",
+                           "--recompute-layers", "--recompute-every"})
     if (given(name))
       detail::raise(std::string(name) + " is not a plan option: " +
                     (std::string(name) == "--grad-accum"
                          ? "the plan derives micro-batches from --global-batch"
                      : std::string(name) == "--pp-stages" ? "the plan splits the layers evenly"
-                     : std::string(name) == "--recompute-layers"
+                     : std::string(name).rfind("--recompute-", 0) == 0
                          ? "the plan recomputes the fewest layers that fit"
                          : "the plan offloads only when nothing else fits (--no-offload: never)"));
   if (p.top <= 0 || static_cast<std::size_t>(p.top) > search_result::max_top)

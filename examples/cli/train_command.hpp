@@ -38,6 +38,8 @@ inline std::string describe(const train_options& o, const training_plan_value& p
   s << " | micro-batch " << o.micro_batch << " x " << o.seq_len;
   if (o.grad_accum > 1) s << " x " << o.grad_accum << " accumulated";
   s << " | " << o.attention << " attention, recompute " << o.recompute;
+  if (o.recompute_every > 0) s << " (every " << o.recompute_every << " layers)";
+  if (o.recompute_layers >= 0) s << " (first " << o.recompute_layers << " layers of a stage)";
   return s.str();
 }
 

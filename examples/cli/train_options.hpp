@@ -29,6 +29,7 @@ struct train_options {
   std::optional<double> dropout;
   std::string recompute = "none";
   std::int64_t recompute_layers = -1;
+  std::int64_t recompute_every = 0;
   bool non_reentrant = false;
   std::string activation_offload = "none";
   std::string loss = "fp32-upcast";
@@ -102,13 +103,22 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
       ->capture_default_str();
+  cmd.add_option("--recompute-every", o.recompute_every,
+                 "With --recompute full: only every Nth layer (torchtitan's per-layer SAC, "
+                 "selective_ac_option N)")
+      ->check(positive);
   cmd.add_option("--activation-offload", o.activation_offload,
                  "cpu: keep saved activations on the host and bring each layer back for its "
                  "backward (torchtune enable_activation_offloading), or none")
       ->capture_default_str();
   cmd.add_flag("--non-reentrant", o.non_reentrant,
                "Checkpoint with use_reentrant=False (Hugging Face's default is True)");
-  cmd.add_option("--loss", o.loss, "fp32-upcast (Hugging Face), native or fused-chunked")
+  cmd.add_option("--loss", o.loss,
+                 "fp32-upcast (Hugging Face), native, fused-chunked (one chunk's logits at a time, "
+                 "as Liger's "
+                 "fused linear cross-entropy), chunked-output or linear-chunked (torchtune's "
+                 "CEWithChunkedOutputLoss and LinearCrossEntropyLoss: 8 chunks, every chunk's fp32 "
+                 "log-softmax saved)")
       ->capture_default_str();
   cmd.add_option("--dp", o.dp, "Data-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3");
@@ -167,7 +177,20 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
 inline void apply_framework(const CLI::App& cmd, train_options& o) {
   if (o.framework.empty()) return;
   const cli::framework& f = framework_named(o.framework, cmd.get_name());
-  apply_framework(f, cmd, o.lora_rank > 0 || o.qlora, [&](std::string_view option, std::string v) {
+  const bool lora = o.lora_rank > 0 || o.qlora;
+  auto applies = [&](recipe r) {
+    switch (r) {
+      case recipe::full_finetune:
+        return !lora;
+      case recipe::lora:
+        return lora;
+      case recipe::fsdp_with_pipeline:
+        return o.pp > 1 && o.fsdp == "full";
+      default:
+        return true;
+    }
+  };
+  apply_framework(f, cmd, applies, [&](std::string_view option, std::string v) {
     if (option == "--precision") o.precision = v;
     if (option == "--optimizer") o.optimizer = v;
     if (option == "--optimizer-impl") o.optimizer_impl = v;
@@ -177,6 +200,7 @@ inline void apply_framework(const CLI::App& cmd, train_options& o) {
     if (option == "--loss") o.loss = v;
     if (option == "--fsdp-version") o.fsdp_version = std::stoll(v);
     if (option == "--zero-impl") o.zero_impl = v;
+    if (option == "--reshard-after-forward") o.reshard_after_forward = v;
   });
 }
 

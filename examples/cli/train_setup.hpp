@@ -148,6 +148,7 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
                        .hidden_dropout = dropout,
                        .recompute = cli::choose(cli::recomputes, o.recompute, "recompute policy"),
                        .recompute_layers = o.recompute_layers,
+                       .recompute_every = o.recompute_every,
                        .reentrant_checkpoint = !o.non_reentrant,
                        .offload = o.activation_offload == "cpu",
                        .loss = cli::choose(cli::losses, o.loss, "loss"),

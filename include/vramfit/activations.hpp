@@ -32,6 +32,12 @@ enum class loss_kind : unsigned char {
   fp32_upcast,    ///< Hugging Face: logits.float(), then log_softmax saved in fp32
   native,         ///< cross-entropy on the logits in their own format
   fused_chunked,  ///< fused linear + cross-entropy over chunks: no full logits are kept
+  /// torchtune CEWithChunkedOutputLoss: the model returns its logits in chunks, each is upcast
+  /// to fp32 in turn, and every chunk's fp32 log_softmax output is saved
+  chunked_output,
+  /// torchtune LinearCrossEntropyLoss: the loss applies the head to one chunk of hidden states
+  /// at a time, upcasts it, and saves every chunk's fp32 log_softmax output
+  linear_chunked,
 };
 
 enum class pipeline_schedule : unsigned char { one_f_one_b, interleaved, gpipe };
@@ -48,6 +54,9 @@ struct activation_options {
   std::int64_t dropout_mask_bits = 8;
   recompute_kind recompute = recompute_kind::none;
   std::int64_t recompute_layers = -1;  ///< full recompute of the first N layers of a stage; -1: all
+  /// Full recompute of every Nth layer of a stage (torchtitan's per-layer SAC,
+  /// selective_ac_option "N": the blocks whose 1-based index N divides); 0: not used.
+  std::int64_t recompute_every = 0;
   /// torch.utils.checkpoint's use_reentrant (Hugging Face's default: True): the reentrant
   /// CheckpointFunction.backward holds the layer output's gradient while it runs the layer's
   /// backward inside its own torch.autograd.backward call.
@@ -55,6 +64,7 @@ struct activation_options {
   bool offload = false;  ///< saved activations kept on the host (autograd save_on_cpu)
   loss_kind loss = loss_kind::fp32_upcast;
   std::int64_t loss_chunk_tokens = 1024;  ///< fused_chunked: tokens per chunk
+  std::int64_t loss_chunks = 8;  ///< chunked_output, linear_chunked: num_output_chunks (torchtune)
   /// Count the norms' per-row statistics (mean, rstd); Korthikanti's accounting leaves them out.
   bool norm_statistics = true;
   std::int64_t capacity_factor_percent = 0;  ///< MoE: tokens an expert takes; 0: dropless
@@ -116,6 +126,10 @@ namespace rules {
       "op-level selective checkpointing (--recompute op-sac) counts the layer's matmuls; LoRA "
       "adapters add their own: use full or selective recompute with LoRA");
 }
+[[noreturn]] inline void recompute_every_needs_full_recompute_of_all_layers(std::int64_t every) {
+  raise("recomputing one layer in every " + str(every) +
+        " is full recompute: give it with recompute full and no layer count");
+}
 [[noreturn]] inline void sequence_parallel_must_divide_sequence(std::int64_t tp, std::int64_t s) {
   raise("sequence parallelism splits the sequence (" + str(s) + ") over the tensor degree " +
         str(tp) + ": it must divide it");
@@ -130,6 +144,13 @@ constexpr void check(const activation_options& o, const layout& l) {
     rules::batch_shape_must_be_positive("virtual stages", o.virtual_stages);
   if (o.loss == loss_kind::fused_chunked && o.loss_chunk_tokens <= 0)
     rules::batch_shape_must_be_positive("loss chunk tokens", o.loss_chunk_tokens);
+  if ((o.loss == loss_kind::chunked_output || o.loss == loss_kind::linear_chunked) &&
+      o.loss_chunks <= 0)
+    rules::batch_shape_must_be_positive("loss chunks", o.loss_chunks);
+  if (o.recompute_every < 0)
+    rules::batch_shape_must_be_positive("recompute period (or 0: none)", o.recompute_every);
+  if (o.recompute_every > 0 && (o.recompute != recompute_kind::full || o.recompute_layers != -1))
+    rules::recompute_every_needs_full_recompute_of_all_layers(o.recompute_every);
   if (o.dropout_mask_bits <= 0)
     rules::batch_shape_must_be_positive("dropout mask bits", o.dropout_mask_bits);
   if (o.capacity_factor_percent < 0)
@@ -533,11 +554,13 @@ constexpr bytes layer_activation_bytes(const model& m, const precision& p,
 }
 
 /// How many of a stage's `layers` are checkpointed whole (their input kept, the rest recomputed
-/// in backward): the first recompute_layers under full recompute (all when -1), all under
-/// op-level SAC.
+/// in backward): the first recompute_layers under full recompute (all when -1), or one in every
+/// recompute_every (counted as the stage's first: the same bytes where its layers are alike), all
+/// under op-level SAC.
 constexpr std::int64_t checkpointed_layers(const activation_options& o, std::int64_t layers) {
   if (o.recompute == recompute_kind::op_sac) return layers;
   if (o.recompute != recompute_kind::full) return 0;
+  if (o.recompute_every > 0) return layers / o.recompute_every;
   return o.recompute_layers < 0 || o.recompute_layers > layers ? layers : o.recompute_layers;
 }
 
@@ -738,6 +761,22 @@ constexpr memory_ledger activations(const training& t, const activation_options&
                                   vocab),
               8)};
           break;
+        case loss_kind::chunked_output:
+        case loss_kind::linear_chunked: {
+          // torchtune modules/loss: each chunk (tensor_split of the sequence) is upcast with
+          // .float() and cross_entropy saves its fp32 log_softmax output; the upcast copy goes
+          // with its chunk. CEWithChunkedOutputLoss receives all the model's logits at once,
+          // LinearCrossEntropyLoss computes one chunk's; backward runs a chunk at a time.
+          const std::int64_t chunk = detail::checked_mul(
+              detail::checked_mul(detail::ceil_div(o.sequence, o.loss_chunks), o.micro_batch),
+              vocab);
+          head += bytes{detail::checked_mul(logits, 4)};
+          const bool all_logits = o.loss == loss_kind::chunked_output;
+          logits_alive = bytes_for_bits(detail::checked_mul(all_logits ? logits : chunk, beta)) +
+                         bytes{beta == 32 ? 0 : detail::checked_mul(chunk, 4)};
+          loss_gradient = bytes{detail::checked_mul(chunk, 8)};  // one chunk's two fp32 gradients
+          break;
+        }
       }
     }
   }

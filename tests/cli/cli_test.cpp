@@ -629,7 +629,15 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   };
   CHECK(total(run("train --framework torchtune -f json")) ==
         total(run("train --precision bf16 --optimizer paged-adamw-8bit --optimizer-in-backward "
-                  "--recompute full --non-reentrant --loss fused-chunked -f json")));
+                  "--recompute full --non-reentrant --loss linear-chunked -f json")));
+  // torchtitan keeps FSDP units gathered after forward under pipeline parallelism only.
+  CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 --pp 2 -f json")) ==
+        total(run(
+            "train --fsdp full --dp 4 --pp 2 --precision amp-bf16 --fsdp-version 2 "
+            "--recompute op-sac --optimizer-impl fused --reshard-after-forward false -f json")));
+  CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 -f json")) ==
+        total(run("train --fsdp full --dp 4 --precision amp-bf16 --fsdp-version 2 "
+                  "--recompute op-sac --optimizer-impl fused -f json")));
   CHECK(nlohmann::json::parse(run("infer --framework vllm -f json").out) ==
         nlohmann::json::parse(run("infer --utilization 90 --block 16 -f json").out));
   // The listing: every framework with its defaults, each with a source.

@@ -274,6 +274,55 @@ TEST_CASE(
   CHECK_FALSE(alive_at(layer, moment::start_of_backward));
 }
 
+TEST_CASE("torchtitan's per-layer SAC: every Nth layer recomputed") {
+  // selective_ac_option "2" wraps blocks 2, 4, ... (1-based): 16 of Llama-3-8B's 32 layers, the
+  // same bytes as the first 16 since its layers are alike; 5 of 32 for N = 6.
+  const activation_options every{.recompute = recompute_kind::full, .recompute_every = 2};
+  CHECK(checkpointed_layers(every, 32) == 16);
+  CHECK(checkpointed_layers({.recompute = recompute_kind::full, .recompute_every = 6}, 32) == 5);
+  const training t{models::llama_3_8b::value, pure<bf16>::value, sgd<>::value};
+  activation_options first = every;
+  first.recompute_every = 0;
+  first.recompute_layers = 16;
+  CHECK(peak(training_step(t, every)) == peak(training_step(t, first)));
+  activation_options bad = every;
+  bad.recompute_layers = 3;
+  CHECK_THROWS_WITH(activations(t, bad),
+                    "vramfit: recomputing one layer in every 2 is full recompute: give it with "
+                    "recompute full and no layer count");
+}
+
+TEST_CASE("torchtune's chunked losses: every chunk's fp32 log-probabilities are saved") {
+  // Llama-3-8B in bf16, 2 sequences of 1,024 tokens split into 8 chunks of 128 tokens
+  // (torchtune modules/loss: CEWithChunkedOutputLoss, LinearCrossEntropyLoss).
+  const std::int64_t logits = 2048LL * 128256, chunk = 2 * 128LL * 128256;
+  const bytes head_norm_and_labels{2048LL * 4096 * 4 + 2048 * 4 + 2048LL * 4096 * 2 +
+                                   2048LL * 4096 * 2 + 2048 * 8};
+  for (const loss_kind loss : {loss_kind::chunked_output, loss_kind::linear_chunked}) {
+    CAPTURE(static_cast<int>(loss));
+    const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+    const memory_ledger l =
+        activations(t, activation_options{.micro_batch = 2, .sequence = 1024, .loss = loss});
+    auto size = [&](const char* name) {
+      for (const memory_entry& e : l)
+        if (std::string(e.name) == name) return e.size;
+      return bytes{};
+    };
+    // Kept for backward: what Hugging Face's loss keeps, log_softmax's fp32 output of all chunks.
+    CHECK(size("final norm, head input and loss") == head_norm_and_labels + bytes{logits * 4});
+    // During the loss: all bf16 logits (CEWithChunkedOutputLoss receives them) or one chunk's
+    // (LinearCrossEntropyLoss applies the head per chunk), and one chunk's fp32 copy.
+    CHECK(size("logits (loss forward)") ==
+          bytes{(loss == loss_kind::chunked_output ? logits : chunk) * 2 + chunk * 4});
+    // Backward, one chunk at a time: nll_loss's and log_softmax's fp32 gradients.
+    CHECK(size("logits gradient") == bytes{chunk * 8});
+  }
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  CHECK_THROWS_WITH(
+      activations(t, activation_options{.loss = loss_kind::linear_chunked, .loss_chunks = 0}),
+      doctest::Contains("loss chunks must be positive, got 0"));
+}
+
 TEST_CASE("GPT-2's gelu_new and its eager softmax under autocast, tensor by tensor") {
   // One GPT-2 layer, 1 x 1,024 tokens, no dropout: the MLP's [1,024, 3,072] intermediates and
   // the [1, 12, 1,024, 1,024] attention scores.
