@@ -510,6 +510,20 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
     add_entry(ledger, "gradient partitions (flat buffer)", component::gradients, grad_space,
               divide_up(acc.gradients, n), 1,
               "DeepSpeed stage3.py _setup_for_real_optimizer: grad_partitions_flat_buffer");
+  } else if (deepspeed && shard_optimizer && l.optimizer_offload != offload_target::none) {
+    // ZeRO-1/2 offloading the optimizer: backward's gradients (all of them under ZeRO-1) pass
+    // through a staging buffer of the largest parameter into the host's fp32 gradients, and the
+    // step's bf16 result goes back through a pinned host copy of the parameter partition
+    // (stage_1_and_2.py temp_grad_buffer_for_gpu_offload, param_buffer_of_bit16_for_cpu_offload).
+    if (l.zero == sharding::zero1)
+      add_entry(ledger, "gradients", component::gradients, device, acc.gradients,
+                acc.trained_tensors, "DeepSpeed ZeRO-1: autograd gradients until the boundary");
+    add_entry(ledger, "gradient staging buffer (largest parameter)", component::gradients, device,
+              detail::elements_in(p.gradients, acc.largest_tensor_elements), 1,
+              "DeepSpeed stage_1_and_2.py temp_grad_buffer_for_gpu_offload");
+    add_entry(ledger, "16-bit parameter partition (pinned copy)", component::weights,
+              optimizer_space, divide_up(storage_bytes(p.weights, acc.trained_elements), n), 1,
+              "DeepSpeed stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups");
   } else {
     add_entry(ledger, shard_grads ? "gradients (partition)" : "gradients", component::gradients,
               grad_space, shard(acc.gradients, acc.fsdp_gradients, shard_grads && !megatron),

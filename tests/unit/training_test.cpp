@@ -597,15 +597,29 @@ TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for t
         bytes{2 * 2 * root});
 }
 
-TEST_CASE("ZeRO-2 with the optimizer offloaded keeps only the 16-bit weights on the GPU") {
-  // DeepSpeed stage_1_and_2.py estimator: offload_optimizer=cpu: GPU = 2 P, CPU = 16 P in all.
+TEST_CASE("ZeRO-1/2 with the optimizer offloaded: 16-bit weights and a staging buffer on the GPU") {
+  // DeepSpeed's estimator (offload_optimizer=cpu) counts 2 P on the GPU; stage_1_and_2.py also
+  // keeps a staging buffer of the largest parameter (the 128,256 x 4096 embedding) in fp16, and
+  // ZeRO-1 its whole fp16 gradients until the boundary. On the host, per rank of 4: a pinned
+  // fp16 copy of the parameter partition, fp32 gradients, master and Adam's two states.
   const model& m = models::llama_3_8b::value;
   const std::int64_t p = 8'030'261'248;
-  const memory_ledger l =
-      model_states(training{m, mixed<fp16, fp16>::value, adam<>::value, full_finetune::value,
-                            parallel<zero<2, 4>, offload<offload_target::cpu>>::value});
-  CHECK(total(l) - buckets(l) == bytes{2 * p});
-  CHECK(total(l, memory_space::host) == bytes{(2 + 4 + 4 + 8) * p / 4});
+  const bytes staging{2 * 128'256LL * 4096};
+  for (const sharding stage : {sharding::zero1, sharding::zero2}) {
+    CAPTURE(static_cast<int>(stage));
+    const memory_ledger l =
+        model_states(training{m,
+                              mixed<fp16, fp16>::value,
+                              adam<>::value,
+                              full_finetune::value,
+                              {.data = 4,
+                               .zero = stage,
+                               .implementation = shard_implementation::deepspeed,
+                               .optimizer_offload = offload_target::cpu}});
+    CHECK(total(l) - buckets(l) ==
+          bytes{2 * p} + staging + (stage == sharding::zero1 ? bytes{2 * p} : bytes{}));
+    CHECK(total(l, memory_space::host) == bytes{(2 + 4 + 4 + 8) * p / 4});
+  }
 }
 
 TEST_CASE("the most loaded pipeline stage") {
