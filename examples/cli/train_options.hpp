@@ -22,6 +22,8 @@ struct train_options {
   std::string framework;  ///< its defaults fill in what is not given (frameworks.hpp)
   std::optional<std::string> optimizer_impl;  ///< unset: what the optimizer's library picks
   bool optimizer_in_backward = false;
+  bool amsgrad = false, centered = false;
+  std::optional<double> momentum;
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 2048;
   std::int64_t grad_accum = 1;
@@ -80,6 +82,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
       ->capture_default_str();
   cmd.add_option("--optimizer-impl", o.optimizer_impl,
                  "for-loop, foreach or fused (default: what torch.optim picks on CUDA)");
+  cmd.add_flag("--amsgrad", o.amsgrad, "Adam, AdamW: keep max_exp_avg_sq (amsgrad=True)");
+  cmd.add_option("--momentum", o.momentum,
+                 "SGD, RMSprop: a momentum factor; above 0 keeps a momentum buffer");
+  cmd.add_flag("--centered", o.centered, "RMSprop: keep grad_avg (centered=True)");
   cmd.add_flag("--optimizer-in-backward", o.optimizer_in_backward,
                "Step each parameter as its gradient is ready and free the gradient (torchtune "
                "optimizer_in_bwd): no full set of gradients");

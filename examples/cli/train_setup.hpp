@@ -65,6 +65,14 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
     t.optimizer = with_implementation(
         t.optimizer,
         cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
+  if (o.momentum && !(*o.momentum >= 0))  // NaN fails too
+    detail::raise("--momentum must not be negative, got " + std::to_string(*o.momentum));
+  if (o.amsgrad || o.centered || o.momentum) {
+    const optimizer_options& had = t.optimizer.options;
+    t.optimizer =
+        with_state_options(t.optimizer, o.amsgrad || had.amsgrad,
+                           o.momentum ? *o.momentum > 0 : had.momentum, o.centered || had.centered);
+  }
   t.optimizer.options.in_backward = o.optimizer_in_backward;
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));

@@ -6,7 +6,9 @@
 #include <concepts>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "detail/name.hpp"
 #include "dtype.hpp"
@@ -64,7 +66,7 @@ struct optimizer_options {
 
 /// A structural description of an optimizer.
 struct optimizer {
-  char name[24] = {};
+  char name[32] = {};
   optimizer_kind kind = optimizer_kind::sgd;
   std::int64_t moments = 0;  ///< full-size state tensors per parameter tensor
   std::int64_t scalars = 0;  ///< 0-d fp32 state tensors per parameter tensor (step, mu_product)
@@ -116,6 +118,10 @@ constexpr bool offers(optimizer_kind k, optimizer_impl impl) {
 
 namespace detail {
 namespace rules {
+[[noreturn]] inline void optimizer_must_have_the_option(const char* name, const char* option) {
+  raise(std::string("optimizer_must_have_the_option: ") + name + " has no " + option +
+        " (amsgrad: adam, adamw; momentum: sgd, rmsprop; centered: rmsprop)");
+}
 [[noreturn]] inline void optimizer_must_offer_the_implementation(const char* name,
                                                                  optimizer_impl impl) {
   raise(std::string("optimizer_must_offer_the_implementation: ") + name + " has no " +
@@ -125,9 +131,22 @@ namespace rules {
 }
 }  // namespace rules
 
+/// Whether `kind` has the option: amsgrad (torch.optim.Adam/AdamW), momentum (SGD, RMSprop),
+/// centered (RMSprop).
+constexpr bool has_option(optimizer_kind kind, const char* option) {
+  const std::string_view o = option;
+  if (o == "amsgrad") return kind == optimizer_kind::adam;
+  if (o == "momentum") return kind == optimizer_kind::sgd || kind == optimizer_kind::rmsprop;
+  return o == "centered" && kind == optimizer_kind::rmsprop;
+}
+
 constexpr optimizer make_optimizer(const char* name, optimizer_kind kind, std::int64_t moments,
                                    std::int64_t scalars, optimizer_options o) {
   if (!offers(kind, o.impl)) rules::optimizer_must_offer_the_implementation(name, o.impl);
+  for (const auto& [set, option] :
+       {std::pair{o.amsgrad, "amsgrad"}, std::pair{o.momentum, "momentum"},
+        std::pair{o.centered, "centered"}})
+    if (set && !has_option(kind, option)) rules::optimizer_must_have_the_option(name, option);
   if (o.impl == optimizer_impl::automatic) o.impl = default_implementation(kind);
   optimizer opt{{}, kind, moments, scalars, o};
   const bool chosen = o.impl != default_implementation(kind);
@@ -151,6 +170,36 @@ constexpr optimizer with_implementation(const optimizer& opt, optimizer_impl imp
     ++n;
   }
   return detail::make_optimizer(base, opt.kind, opt.moments, opt.scalars, o);
+}
+
+/// `opt` with its optional states switched on or off: Adam's and AdamW's amsgrad
+/// (max_exp_avg_sq), SGD's and RMSprop's momentum (momentum_buffer), RMSprop's centered
+/// (grad_avg); an option the optimizer does not have is an error.
+constexpr optimizer with_state_options(const optimizer& opt, bool amsgrad, bool momentum,
+                                       bool centered) {
+  optimizer_options o = opt.options;
+  o.amsgrad = amsgrad;
+  o.momentum = momentum;
+  o.centered = centered;
+  char base[sizeof opt.name] = {};  // the name without "+option" or an implementation's suffix
+  for (std::size_t n = 0;
+       n + 1 < sizeof base && opt.name[n] != '\0' && opt.name[n] != ' ' && opt.name[n] != '+'; ++n)
+    base[n] = opt.name[n];
+  for (const auto& [set, option] : {std::pair{amsgrad, "amsgrad"}, std::pair{momentum, "momentum"},
+                                    std::pair{centered, "centered"}})
+    if (set && !detail::has_option(opt.kind, option))
+      detail::rules::optimizer_must_have_the_option(base, option);
+  std::int64_t tensors = opt.moments;
+  if (opt.kind == optimizer_kind::sgd) tensors = momentum ? 1 : 0;
+  if (opt.kind == optimizer_kind::adam) tensors = amsgrad ? 3 : 2;
+  if (opt.kind == optimizer_kind::rmsprop) tensors = 1 + (momentum ? 1 : 0) + (centered ? 1 : 0);
+  char name[sizeof opt.name] = {};
+  detail::copy_name(name, base,
+                    amsgrad    ? "+amsgrad"
+                    : momentum ? "+momentum"
+                               : "",
+                    centered ? "+centered" : "");
+  return detail::make_optimizer(name, opt.kind, tensors, opt.scalars, o);
 }
 
 // Each line: the state tensors the implementation creates for one parameter tensor.

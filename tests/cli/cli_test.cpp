@@ -411,6 +411,12 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --sweep seq-len --sweep-max 9223372036854775807", "--sweep-max: at seq-len"},
       {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},
       {"infer --max-num-seqs 64", "size vLLM's KV pool: give --utilization too"},
+      {"train --optimizer lion --amsgrad", "lion has no amsgrad"},
+      {"train --optimizer adamw --centered", "adamw has no centered"},
+      {"train --momentum -0.5", "--momentum must not be negative"},
+      {"train --recompute full --recompute-every 2 --recompute-layers 4",
+       "recomputing one layer in every 2 is full recompute"},
+      {"plan --recompute-every 2", "--recompute-every is not a plan option"},
       {"infer --utilization 90 --non-torch -1", "--non-torch must not be negative, got -1"},
       {"train --fsdp-group 4", "--fsdp-group applies to --fsdp hybrid only"},
       {"train --lora-targets q_proj,foo", "--lora-targets applies with --lora-rank"},
@@ -543,6 +549,22 @@ TEST_CASE("--optimizer-impl chooses how torch.optim runs the step") {
   CHECK(rprop.err.find("optimizer_must_offer_the_implementation") != std::string::npos);
   CHECK(run("train --optimizer-impl sometimes").status == 2);
   CHECK(run("train --optimizer-impl ''").status == 2);  // given empty, not taken as unset
+}
+
+TEST_CASE("optional optimizer states: --amsgrad, --momentum, --centered") {
+  auto states = [](const std::string& args) {
+    const result r = run("train --format json " + args);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out).at("memory").at("optimizer_states").get<std::int64_t>();
+  };
+  // mixed-bf16 keeps fp32 states of Llama-3-8B's 8,030,261,248 parameters: RMSprop's
+  // square_avg, momentum_buffer and grad_avg; AdamW's two moments and max_exp_avg_sq.
+  const std::int64_t fp32 = 8'030'261'248LL * 4;
+  CHECK(states("--optimizer rmsprop") == fp32);
+  CHECK(states("--optimizer rmsprop --centered --momentum 0.9") == 3 * fp32);
+  CHECK(states("--optimizer adamw --amsgrad") == 3 * fp32);
+  CHECK(states("--optimizer sgd --momentum 0.9") == fp32);
+  CHECK(states("--optimizer sgd-momentum --momentum 0") == 0);
 }
 
 TEST_CASE("--gpu takes a capacity as well as a preset") {

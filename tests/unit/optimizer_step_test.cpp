@@ -2,6 +2,8 @@
 // derived by hand from torch/optim's statements, and the H100 measurements they must meet.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include <vramfit/presets.hpp>
 #include <vramfit/timeline.hpp>
 #include <vramfit/training.hpp>
@@ -192,4 +194,26 @@ TEST_CASE("an optimizer in backward steps one tensor at a time and frees each gr
   deepspeed.layout = parallel<zero<2, 2>>::value;
   CHECK_THROWS_WITH_AS(training_step(deepspeed, o), doctest::Contains("flat gradient buffers"),
                        error);
+}
+
+TEST_CASE("optional optimizer states, switched at run time as torch.optim creates them") {
+  // torch/optim/rmsprop.py _init_group: square_avg, momentum_buffer when momentum > 0, grad_avg
+  // when centered; adam.py: max_exp_avg_sq when amsgrad; sgd.py: momentum_buffer.
+  const optimizer r = with_state_options(rmsprop<>::value, false, true, true);
+  CHECK(r.moments == 3);
+  CHECK(std::string(r.name) == "rmsprop+momentum+centered");
+  CHECK(with_state_options(adamw<>::value, true, false, false).moments == 3);
+  CHECK(std::string(with_state_options(adamw<>::value, true, false, false).name) ==
+        "adamw+amsgrad");
+  CHECK(with_state_options(sgd<optimizer_options{.momentum = true}>::value, false, false, false)
+            .moments == 0);
+  // The implementation stays: fused AdamW with amsgrad is still fused.
+  const optimizer fused = with_state_options(
+      adamw<optimizer_options{.impl = optimizer_impl::fused}>::value, true, false, false);
+  CHECK(fused.options.impl == optimizer_impl::fused);
+  CHECK_THROWS_WITH(with_state_options(lion<>::value, true, false, false),
+                    "vramfit: optimizer_must_have_the_option: lion has no amsgrad (amsgrad: adam, "
+                    "adamw; momentum: sgd, rmsprop; centered: rmsprop)");
+  CHECK_THROWS_WITH(with_state_options(sgd<>::value, false, false, true),
+                    doctest::Contains("sgd has no centered"));
 }
