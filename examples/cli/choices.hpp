@@ -79,6 +79,9 @@ inline constexpr named<precision> precisions[] = {
     {"fp8", fp8_compute::value},
 };
 
+inline constexpr named<element_format> gradient_formats[] = {
+    {"fp32", fp32::value}, {"bf16", bf16::value}, {"fp16", fp16::value}};
+
 inline constexpr named<optimizer> optimizers[] = {
     {"sgd", sgd<>::value},
     {"sgd-momentum", sgd<optimizer_options{.momentum = true}>::value},

@@ -18,6 +18,7 @@ namespace vramfit::cli {
 struct train_options {
   std::string model = "llama-3-8b";
   std::string precision = "bf16-fp32-master";
+  std::string grad_dtype;  ///< empty: the policy's own
   std::string optimizer = "adamw";
   std::string framework;  ///< its defaults fill in what is not given (frameworks.hpp)
   std::optional<std::string> optimizer_impl;  ///< unset: what the optimizer's library picks
@@ -75,6 +76,9 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                  "fp32, bf16, fp16, amp-bf16, amp-fp16, bf16-fp32-master, "
                  "bf16-fp32-master-16bit-grads, fp16-fp32-master, fp8")
       ->capture_default_str();
+  cmd.add_option("--grad-dtype", o.grad_dtype,
+                 "fp32, bf16 or fp16: the gradients' format where an fp32 master allows a choice "
+                 "(default: the policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)");
   cmd.add_option(
          "--optimizer", o.optimizer,
          "sgd, sgd-momentum, adam, adamw, adamw-amsgrad, adamw-fused, adagrad, rmsprop, adadelta, "

@@ -61,6 +61,9 @@ inline std::int64_t reshard_ranks(const std::string& text) {
 inline training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
+  if (!o.grad_dtype.empty())
+    t.precision = with_gradients(
+        t.precision, cli::choose(cli::gradient_formats, o.grad_dtype, "gradient format"));
   if (o.optimizer_impl)
     t.optimizer = with_implementation(
         t.optimizer,

@@ -4,8 +4,12 @@
 // there is one), as PyTorch allocates them (torch.zeros_like).
 #pragma once
 
+#include <string>
+#include <string_view>
+
 #include "detail/name.hpp"
 #include "dtype.hpp"
+#include "error.hpp"
 
 namespace vramfit {
 
@@ -87,5 +91,45 @@ struct fp8_compute {
                                    .autocast_weight_copies = false,
                                    .fp8_weight_copies = 2};
 };
+
+namespace detail::rules {
+[[noreturn]] inline void gradients_take_the_parameters_format(const char* policy,
+                                                              const char* weights,
+                                                              const char* asked) {
+  raise(std::string("gradients_take_the_parameters_format: under ") + policy +
+        " autograd accumulates each .grad in its parameter's format (" + weights + "), not " +
+        asked +
+        "; a 16-bit policy with an fp32 master chooses (Megatron's fp32 "
+        "main_grad, DeepSpeed's 16-bit partitions)");
+}
+[[noreturn]] inline void gradient_format_must_be_a_plain_float(const char* name) {
+  raise(std::string("gradients are accumulated in a plain float format (fp32, bf16, fp16), "
+                    "not ") +
+        name);
+}
+}  // namespace detail::rules
+
+/// `p` with its gradients kept in `g`: a choice only where an fp32 master separates the
+/// gradients from the parameters (Megatron-LM accumulates fp32 main_grad, DeepSpeed and the
+/// ZeRO paper 16-bit gradients); otherwise autograd's .grad has its parameter's format.
+constexpr precision with_gradients(precision p, const element_format& g) {
+  if (!g.storable || g.level1.block > 0 || g.payload_bits < 16)
+    detail::rules::gradient_format_must_be_a_plain_float(g.name);
+  const std::string_view asked = g.name;
+  if (!p.has_master() && asked != p.weights.name)
+    detail::rules::gradients_take_the_parameters_format(p.name, p.weights.name, g.name);
+  if (asked == p.gradients.name) return p;
+  // Named as mixed<> names its policies: "-16bit-grads" when they are the weights' format.
+  char base[sizeof p.name] = {};
+  const std::string_view name = p.name;
+  const std::size_t cut = name.find("-16bit-grads");
+  for (std::size_t i = 0; i < name.size() && i < cut && i + 1 < sizeof base; ++i) base[i] = name[i];
+  p.gradients = g;
+  if (g.payload_bits == 32) return detail::named(p, base, "");
+  if (asked == p.weights.name) return detail::named(p, base, "-16bit-grads");
+  char suffix[sizeof p.name] = {};
+  detail::copy_name(suffix, "-", g.name, "-grads");
+  return detail::named(p, base, suffix);
+}
 
 }  // namespace vramfit

@@ -412,6 +412,9 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},
       {"infer --max-num-seqs 64", "size vLLM's KV pool: give --utilization too"},
       {"train --optimizer lion --amsgrad", "lion has no amsgrad"},
+      {"train --precision amp-bf16 --grad-dtype bf16",
+       "gradients_take_the_parameters_format: under amp-bf16"},
+      {"train --grad-dtype int8", "unknown gradient format 'int8'; known: fp32, bf16, fp16"},
       {"train --optimizer adamw --centered", "adamw has no centered"},
       {"train --momentum -0.5", "--momentum must not be negative"},
       {"train --recompute full --recompute-every 2 --recompute-layers 4",
@@ -565,6 +568,21 @@ TEST_CASE("optional optimizer states: --amsgrad, --momentum, --centered") {
   CHECK(states("--optimizer adamw --amsgrad") == 3 * fp32);
   CHECK(states("--optimizer sgd --momentum 0.9") == fp32);
   CHECK(states("--optimizer sgd-momentum --momentum 0") == 0);
+}
+
+TEST_CASE("--grad-dtype: seed 000's 16 bytes per parameter") {
+  // bf16 weights and gradients, fp32 master and Adam's two fp32 moments: 2 + 2 + 4 + 8.
+  const result r = run("train --grad-dtype bf16 --optimizer adam -f json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json m = nlohmann::json::parse(r.out).at("memory");
+  const std::int64_t states =
+      m.at("weights").get<std::int64_t>() + m.at("gradients").get<std::int64_t>() +
+      m.at("master_weights").get<std::int64_t>() + m.at("optimizer_states").get<std::int64_t>();
+  CHECK(states == 16 * 8'030'261'248LL);
+  CHECK(nlohmann::json::parse(r.out)
+            .at("configuration")
+            .get<std::string>()
+            .find("mixed-bf16-16bit-grads") != std::string::npos);
 }
 
 TEST_CASE("--gpu takes a capacity as well as a preset") {

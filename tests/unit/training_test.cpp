@@ -245,6 +245,27 @@ constexpr tensor_ledger t0_3b() {
 }
 }  // namespace
 
+TEST_CASE("the gradients' format: a choice under an fp32 master, the parameters' otherwise") {
+  // mixed<bf16> with bf16 gradients is mixed<bf16, bf16>, named alike; back to fp32 is mixed<bf16>.
+  const precision p = with_gradients(mixed<bf16>::value, bf16::value);
+  CHECK(std::string(p.name) == mixed<bf16, bf16>::value.name);
+  CHECK(std::string(p.gradients.name) == "bf16");
+  CHECK(std::string(with_gradients(p, fp32::value).name) == "mixed-bf16");
+  CHECK(std::string(with_gradients(mixed<bf16>::value, fp16::value).name) ==
+        "mixed-bf16-fp16-grads");
+  // Seed 000's 16 bytes per parameter: bf16 weights and gradients, fp32 master, Adam's two fp32
+  // moments.
+  const tensor_ledger w = one_matrix(1000, 1000);
+  const memory_ledger l = model_states(training{stand_in, p, adam<>::value}, w, 0);
+  CHECK(states_on_device(l) == bytes{16 * 1'000'000});
+  CHECK_THROWS_WITH(with_gradients(amp<bf16>::value, bf16::value),
+                    doctest::Contains("gradients_take_the_parameters_format: under amp-bf16"));
+  CHECK_THROWS_WITH(with_gradients(pure<bf16>::value, fp16::value),
+                    doctest::Contains("its parameter's format (bf16), not fp16"));
+  CHECK_THROWS_WITH(with_gradients(mixed<bf16>::value, nf4::value),
+                    doctest::Contains("plain float format"));
+}
+
 TEST_CASE("DeepSpeed's ZeRO-3 estimator for T0_3B, every cell") {
   // HF Transformers DeepSpeed docs: estimate_zero3_model_states_mem_needs_all_live for
   // bigscience/T0_3B: "2783M total params, 65M largest layer params"; "GB" there are GiB.
