@@ -23,7 +23,7 @@ struct infer_options {
   std::string kv_dtype = "bf16";
   std::int64_t batch = 1;
   std::int64_t beams = 1;
-  std::int64_t context = 4096;
+  std::int64_t context = 0;  ///< 0: 4096 within a learned position table
   std::int64_t generate = 0;
   std::int64_t block = 0;
   std::int64_t prefill_chunk = 0;
@@ -55,9 +55,10 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--beams", o.beams, "Beams per sequence (each keeps its own cache)")
       ->check(positive)
       ->capture_default_str();
-  c.add_option("--context,-c", o.context, "Prompt tokens per sequence")
-      ->check(positive)
-      ->capture_default_str();
+  c.add_option("--context,-c", o.context,
+               "Prompt tokens per sequence (default: 4096, or a learned position table's rows "
+               "when fewer)")
+      ->check(positive);
   c.add_option("--generate", o.generate, "Tokens generated per sequence")->capture_default_str();
   c.add_option("--block", o.block, "Paged KV blocks of this many tokens (vLLM: 16; 0: none)")
       ->capture_default_str();
@@ -106,8 +107,12 @@ inline bytes checked_size(std::int64_t mib, const char* option) {
   return bytes{detail::checked_mul(mib, MiB.size)};
 }
 
-inline int run_infer(const infer_options& o) {
-  const model m = load_model(o.model);
+inline int run_infer(const infer_options& given) {
+  const model m = load_model(given.model);
+  infer_options o = given;
+  if (o.context == 0)
+    o.context =
+        m.positions == position_kind::learned && m.max_positions < 4096 ? m.max_positions : 4096;
   const gpu g = gpu_named(o.gpu);
   const weight_layout w = cli::choose(cli::weight_layouts, o.weights, "weight format");
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.

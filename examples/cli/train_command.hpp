@@ -67,8 +67,9 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   return e;
 }
 
-inline int run_train(const train_options& o) {
-  const model m = load_model(o.model);
+inline int run_train(const train_options& given) {
+  const model m = load_model(given.model);
+  const train_options o = for_model(given, m);
   const gpu device = gpu_named(o.gpu);
   const gpu* g = &device;
   const training_plan_value plan = build_plan(o, m);

@@ -26,7 +26,7 @@ struct train_options {
   bool amsgrad = false, centered = false;
   std::optional<double> momentum;
   std::int64_t micro_batch = 1;
-  std::int64_t seq_len = 2048;
+  std::int64_t seq_len = 0;  ///< 0: the model's default_sequence()
   std::int64_t grad_accum = 1;
   std::string attention = "flash";
   std::optional<double> dropout;
@@ -96,9 +96,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--micro-batch,-b", o.micro_batch, "Sequences per micro-batch")
       ->check(positive)
       ->capture_default_str();
-  cmd.add_option("--seq-len,-s", o.seq_len, "Tokens per sequence")
-      ->check(positive)
-      ->capture_default_str();
+  cmd.add_option("--seq-len,-s", o.seq_len,
+                 "Tokens per sequence (default: 2048, a ViT's image tokens, or a learned position "
+                 "table's rows when fewer)")
+      ->check(positive);
   cmd.add_option("--grad-accum", o.grad_accum,
                  "Micro-batches per optimizer step (gradient accumulation, pipeline)")
       ->check(positive)
@@ -181,6 +182,12 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_flag("--check", o.check, "Exit with status 1 when the plan does not fit");
   cmd.add_flag("--timeline", o.timeline,
                "Show the step as allocations and frees (with -f svg: a plot of the step)");
+}
+
+/// `o` with what depends on the model filled in: the sequence length.
+inline train_options for_model(train_options o, const model& m) {
+  if (o.seq_len == 0) o.seq_len = default_sequence(m);
+  return o;
 }
 
 /// --framework's defaults for train and plan.

@@ -136,6 +136,27 @@ namespace rules {
 }
 }  // namespace rules
 
+}  // namespace detail
+
+/// The sequence a model trains on unless told otherwise: a ViT's image tokens (patches and the
+/// class token), else 2048 tokens, or fewer where a learned position table has fewer rows.
+constexpr std::int64_t default_sequence(const model& m) {
+  if (m.family == family::vit) return m.max_positions;
+  if (m.positions == position_kind::learned && m.max_positions < 2048) return m.max_positions;
+  return 2048;
+}
+
+namespace detail {
+/// A sequence the model can take: a ViT's is fixed by its image (patches + class token), a
+/// learned position table's rows bound it (transformers GPT-2, BERT: wpe / position_embeddings).
+constexpr void check_sequence(const model& m, const activation_options& o) {
+  if (m.family == family::vit && o.sequence != m.max_positions)
+    rules::vit_sequence_is_its_patches_plus_class_token(m, o.sequence);
+  if (m.family != family::vit && m.positions == position_kind::learned &&
+      o.sequence > m.max_positions)
+    rules::sequence_must_fit_the_learned_positions(m, o.sequence);
+}
+
 constexpr void check(const activation_options& o, const layout& l) {
   if (o.micro_batch <= 0) rules::batch_shape_must_be_positive("micro-batch", o.micro_batch);
   if (o.sequence <= 0) rules::batch_shape_must_be_positive("sequence length", o.sequence);
@@ -657,6 +678,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   const model& m = t.model;
   const layout& l = validated(t.layout, m);
   detail::check(o, l);
+  detail::check_sequence(m, o);
   const detail::stage_range range = stage_of(t, stage);
   const in_flight flight = micro_batches_in_flight(l, o, stage);
   auto held = [&](bytes per_micro_batch) {

@@ -204,6 +204,8 @@ constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_c
                                const request_shape& r, std::int64_t stage = 0) {
   detail::check(r, kv);
   const std::int64_t context = r.prompt + r.generated;
+  if (m.positions == position_kind::learned && context > m.max_positions)
+    detail::rules::sequence_must_fit_the_learned_positions(m, context);
   const std::int64_t layers = l.layers_of_stage(m.layers, stage);
   const std::int64_t windowed =
       m.sliding_window < context
@@ -473,12 +475,14 @@ constexpr std::int64_t max_batch(const model& m, const layout& l, const weight_l
   });
 }
 
-/// The longest context (prompt tokens, up to `limit`) a batch fits on `g`; 0 when none.
+/// The longest context (prompt tokens, up to `limit` and a learned position table's rows) a batch
+/// fits on `g`; 0 when none.
 constexpr std::int64_t max_context(const model& m, const layout& l, const weight_layout& w,
                                    const kv_cache_config& kv, request_shape r, const gpu& g,
                                    std::int64_t limit = std::int64_t{1} << 24,
                                    const runtime_overheads& o = {}) {
   r.generated = 0;
+  if (m.positions == position_kind::learned && m.max_positions < limit) limit = m.max_positions;
   return detail::largest_fitting(1, limit, [&](std::int64_t context) {
     r.prompt = context;
     return inference_required(m, l, w, kv, r, g, o) <= g.capacity;

@@ -213,6 +213,17 @@ inline std::string in_model(const model& m) {
   raise(in_model(m) + "positions (" + str(positions) +
         ") must be the patches plus the class token (" + str(expected) + ")");
 }
+[[noreturn]] inline void vit_sequence_is_its_patches_plus_class_token(const model& m,
+                                                                      std::int64_t sequence) {
+  raise(std::string(m.name) + " sees " + str(m.max_positions) +
+        " tokens per image (its patches and the class token): the sequence must be " +
+        str(m.max_positions) + ", got " + str(sequence));
+}
+[[noreturn]] inline void sequence_must_fit_the_learned_positions(const model& m,
+                                                                 std::int64_t sequence) {
+  raise(std::string(m.name) + "'s learned position table has " + str(m.max_positions) +
+        " rows: a sequence of " + str(sequence) + " tokens indexes past it");
+}
 [[noreturn]] inline void norms_per_layer_must_be_1_to_4(const model& m, std::int64_t norms) {
   raise(in_model(m) + "norms per layer must be 1 to 4, got " + str(norms));
 }

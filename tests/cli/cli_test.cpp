@@ -412,6 +412,9 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},
       {"infer --max-num-seqs 64", "size vLLM's KV pool: give --utilization too"},
       {"train --optimizer lion --amsgrad", "lion has no amsgrad"},
+      {"train -m gpt2 -s 4096", "learned position table has 1024 rows"},
+      {"train -m vit-l-16 -s 2048", "the sequence must be 197, got 2048"},
+      {"infer -m gpt2 -c 1000 --generate 100", "a sequence of 1100 tokens indexes past it"},
       {"train --precision amp-bf16 --grad-dtype bf16",
        "gradients_take_the_parameters_format: under amp-bf16"},
       {"train --grad-dtype int8", "unknown gradient format 'int8'; known: fp32, bf16, fp16"},
@@ -583,6 +586,22 @@ TEST_CASE("--grad-dtype: seed 000's 16 bytes per parameter") {
             .at("configuration")
             .get<std::string>()
             .find("mixed-bf16-16bit-grads") != std::string::npos);
+}
+
+TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
+  const auto title = [](const std::string& args) {
+    return nlohmann::json::parse(run("train -f json " + args).out)
+        .at("configuration")
+        .get<std::string>();
+  };
+  CHECK(title("-m vit-l-16").find("micro-batch 1 x 197") != std::string::npos);
+  CHECK(title("-m gpt2").find("micro-batch 1 x 1024") != std::string::npos);
+  CHECK(title("-m bert-base-uncased").find("micro-batch 1 x 512") != std::string::npos);
+  CHECK(title("-m llama-3-8b").find("micro-batch 1 x 2048") != std::string::npos);
+  CHECK(nlohmann::json::parse(run("infer -m gpt2 -f json").out)
+            .at("configuration")
+            .get<std::string>()
+            .find("context 1024") != std::string::npos);
 }
 
 TEST_CASE("--gpu takes a capacity as well as a preset") {

@@ -3,6 +3,7 @@
 // timeline of a training step.
 #include <doctest/doctest.h>
 
+#include <vramfit/inference.hpp>
 #include <vramfit/presets.hpp>
 #include <vramfit/timeline.hpp>
 
@@ -272,6 +273,24 @@ TEST_CASE(
   const memory_entry layer = entry("activation gradients (one layer)");
   CHECK(alive_at(layer, moment::layer_backward));
   CHECK_FALSE(alive_at(layer, moment::start_of_backward));
+}
+
+TEST_CASE("the sequence a model can take, and the one it takes by default") {
+  // GPT-2's wpe has 1024 rows, BERT's position_embeddings 512; ViT-L/16 sees (224 / 16)^2 + 1.
+  CHECK(default_sequence(models::gpt2::value) == 1024);
+  CHECK(default_sequence(models::bert_base_uncased::value) == 512);
+  CHECK(default_sequence(models::vit_l_16::value) == 197);
+  CHECK(default_sequence(models::llama_3_8b::value) == 2048);
+  const training gpt2{models::gpt2::value, pure<bf16>::value, adamw<>::value};
+  CHECK_THROWS_WITH(activations(gpt2, {.sequence = 1025}),
+                    "vramfit: GPT-2 (124M)'s learned position table has 1024 rows: a sequence of "
+                    "1025 tokens indexes past it");
+  CHECK(total(activations(gpt2, {.sequence = 1024}), component::activations) > bytes{});
+  const training vit{models::vit_l_16::value, pure<bf16>::value, adamw<>::value};
+  CHECK_THROWS_WITH(activations(vit, {.sequence = 2048}),
+                    doctest::Contains("sees 197 tokens per image"));
+  CHECK_THROWS_WITH(kv_cache_bytes(models::gpt2::value, {}, {}, {.prompt = 1000, .generated = 25}),
+                    doctest::Contains("a sequence of 1025 tokens indexes past it"));
 }
 
 TEST_CASE("torchtitan's per-layer SAC: every Nth layer recomputed") {
