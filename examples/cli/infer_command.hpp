@@ -19,7 +19,7 @@ namespace vramfit::cli {
 /// Everything `vramfit infer` reads.
 struct infer_options {
   std::string model = "llama-3-8b";
-  std::string weights = "bf16";
+  std::optional<std::string> weights;  ///< unset: the config's quantization_config, or bf16
   std::string kv_dtype = "bf16";
   std::int64_t batch = 1;
   std::int64_t beams = 1;
@@ -43,11 +43,10 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--framework", o.framework,
                "vllm: its defaults for the options not given (vramfit frameworks lists them)");
   c.add_option(
-       "--weights", o.weights,
-       "fp32, bf16, fp16, int8 (bitsandbytes), nf4 (double quantization), nf4-no-dq, fp4, fp4-dq, "
-       "gptq, awq, fp8, fp8-per-channel, "
-       "mxfp4 (experts), nvfp4")
-      ->capture_default_str();
+      "--weights", o.weights,
+      "fp32, bf16, fp16, int8 (bitsandbytes), nf4 (double quantization), nf4-no-dq, fp4, fp4-dq, "
+      "gptq, awq, fp8, fp8-per-channel, "
+      "mxfp4 (experts), nvfp4 (default: a config.json's quantization_config, else bf16)");
   c.add_option("--kv-dtype", o.kv_dtype,
                "bf16, fp16, fp32, fp8, int8, int4 (int8/int4 with an fp16 scale per head)")
       ->capture_default_str();
@@ -114,7 +113,7 @@ inline int run_infer(const infer_options& given) {
     o.context =
         m.positions == position_kind::learned && m.max_positions < 4096 ? m.max_positions : 4096;
   const gpu g = gpu_named(o.gpu);
-  const weight_layout w = cli::choose(cli::weight_layouts, o.weights, "weight format");
+  const weight_layout w = weights_for(o.weights, o.model);
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
   kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block};
   if (kv.format.level1.block > 0)

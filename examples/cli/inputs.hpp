@@ -5,9 +5,11 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vramfit/hf_config.hpp>
+#include <vramfit/hf_quantization.hpp>
 #include <vramfit/vramfit.hpp>
 
 #include "choices.hpp"
@@ -15,16 +17,43 @@
 
 namespace vramfit::cli {
 
-/// A preset by its key or its name in any case ("Llama-3-8B"), or a config.json file.
+/// Whether `name` is a file or folder rather than a preset: it has a slash, ends in .json, or
+/// exists.
+inline bool is_path(const std::string& name) {
+  std::error_code ec;
+  return name.find('/') != std::string::npos ||
+         (name.size() > 5 && name.substr(name.size() - 5) == ".json") ||
+         std::filesystem::exists(name, ec);
+}
+
+/// A preset by its key or its name in any case ("Llama-3-8B"), or a config.json file, or a
+/// folder holding one (a downloaded checkpoint).
 inline model load_model(const std::string& name) {
-  const bool path_like = name.find('/') != std::string::npos ||
-                         (name.size() > 5 && name.substr(name.size() - 5) == ".json");
-  if (path_like || std::filesystem::exists(name)) return load_hf_config(name);
+  std::error_code ec;
+  const std::size_t slash = name.find('/');
+  if (slash != std::string::npos && slash > 0 && slash + 1 < name.size() &&
+      name.find('/', slash + 1) == std::string::npos && !std::filesystem::exists(name, ec) &&
+      name.find(".json") == std::string::npos)
+    detail::raise("'" + name.substr(0, 80) +
+                  "' is not a file or folder here, and vramfit does not download: fetch its "
+                  "config.json (huggingface-cli download " +
+                  name.substr(0, 80) + " config.json) and give the file or its folder");
+  if (is_path(name)) return load_hf_config(name);
   return cli::lookup(
              presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
              [](const preset& p) { return std::string_view(p.value.name); },
              " (a preset; a config.json path also works)")
       .value;
+}
+
+/// The weights as `given` (--weights), else as the model's config.json quantization_config
+/// describes them, else bf16.
+inline weight_layout weights_for(const std::optional<std::string>& given,
+                                 const std::string& model_name) {
+  if (given) return cli::choose(cli::weight_layouts, *given, "weight format");
+  if (is_path(model_name))
+    if (const auto w = hf_weight_layout(read_hf_config(model_name))) return *w;
+  return plain_weights<bf16>::value;
 }
 
 /// A GPU preset by its key or name in any case ("H100", "a100-80gb"), or a GPU given by its

@@ -18,7 +18,7 @@ namespace vramfit::cli {
 /// Everything `vramfit load` reads.
 struct load_options {
   std::string model = "llama-3-8b";
-  std::string weights = "bf16";
+  std::optional<std::string> weights;  ///< unset: the config's quantization_config, or bf16
   std::string init = "meta";
   std::string checkpoint = "bf16";
   std::int64_t tp = 1;
@@ -30,8 +30,7 @@ struct load_options {
 
 inline void add_load_options(CLI::App& c, load_options& o) {
   c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
-  c.add_option("--weights", o.weights, "The loaded format, as infer's --weights")
-      ->capture_default_str();
+  c.add_option("--weights", o.weights, "The loaded format, as infer's --weights");
   c.add_option("--init", o.init,
                "meta (created on the meta device, each tensor materialized in its format: "
                "from_pretrained), device (built in fp32 on the GPU, then cast) or host (built in "
@@ -53,7 +52,7 @@ inline void add_load_options(CLI::App& c, load_options& o) {
 inline int run_load(const load_options& o) {
   const model m = load_model(o.model);
   const gpu g = gpu_named(o.gpu);
-  const weight_layout w = cli::choose(cli::weight_layouts, o.weights, "weight format");
+  const weight_layout w = weights_for(o.weights, o.model);
   const load_kind how = cli::choose(cli::load_kinds, o.init, "initialization");
   const element_format& checkpoint =
       cli::choose(cli::checkpoint_formats, o.checkpoint, "checkpoint format");

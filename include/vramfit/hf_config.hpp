@@ -66,9 +66,17 @@ inline nlohmann::json parse_config(std::string_view text, const std::string& wha
       --depth;
     }
   }
-  nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
-  if (config.is_discarded()) raise(what + " is not valid JSON");
-  return config;
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 2, column 0: syntax error ...":
+    // the position and the reason, without the id, and not a long input echoed whole.
+    std::string reason = e.what();
+    const std::size_t at = reason.find("parse error");
+    reason = reason.substr(at == std::string::npos ? 0 : at);
+    if (reason.size() > 160) reason = reason.substr(0, 157) + "...";
+    raise(what + " is not valid JSON: " + reason);
+  }
 }
 
 /// Reads fields of one config.json with messages that name the field and the model_type.
@@ -526,13 +534,14 @@ inline model model_from_hf_config(const nlohmann::json& config, std::string_view
   return validated(m);
 }
 
-/// A model from a config.json file. Throws vramfit::error when the file cannot be read, is not
-/// valid JSON, or does not describe a supported model.
-inline model load_hf_config(const std::filesystem::path& path) {
+/// The parsed config.json at `path`, or in the folder `path` names (a downloaded checkpoint).
+/// Throws vramfit::error when it cannot be read or is not valid JSON (with line and column).
+inline nlohmann::json read_hf_config(std::filesystem::path path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) path /= "config.json";
   std::string what(1, '\'');  // built by appends: g++ 12 warns wrongly on "'" + string
   what.append(path.string()).append(1, '\'');
   // A regular file only: a named pipe would block, a directory cannot be read.
-  std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     detail::raise(
         what + (std::filesystem::exists(path, ec) ? " is not a regular file" : " does not exist"));
@@ -544,10 +553,22 @@ inline model load_hf_config(const std::filesystem::path& path) {
   std::string text(ec ? 0 : static_cast<std::size_t>(size), '\0');
   if (!in || !in.read(text.data(), static_cast<std::streamsize>(text.size())))
     detail::raise("cannot read " + what);
-  const nlohmann::json config = detail::parse_config(text, what);
-  // ".../Llama-3-8B/config.json" is named after its folder, "llama-3-8b.json" after itself.
-  std::string name = path.stem().string();
-  if (name == "config" && path.has_parent_path()) name = path.parent_path().filename().string();
+  return detail::parse_config(text, what);
+}
+
+/// A model from a config.json file, or from a folder holding one. Throws vramfit::error when the
+/// file cannot be read, is not valid JSON, or does not describe a supported model.
+inline model load_hf_config(const std::filesystem::path& path) {
+  const nlohmann::json config = read_hf_config(path);
+  // ".../Llama-3-8B/config.json" and ".../Llama-3-8B/" are named after the folder,
+  // "llama-3-8b.json" after itself.
+  std::error_code ec;
+  const std::filesystem::path file =
+      std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
+  std::string name = file.stem().string();
+  if (name == "config" && file.has_parent_path())
+    name = file.parent_path().lexically_normal().filename().string();
+  if (name.empty()) name = file.parent_path().parent_path().filename().string();
   return model_from_hf_config(config, name);
 }
 

@@ -86,6 +86,27 @@ TEST_CASE("a config.json gives the same estimate as its preset") {
         nlohmann::json::parse(file.out).at("memory"));
 }
 
+TEST_CASE("a checkpoint's folder, with its quantization_config honoured unless --weights") {
+  // gpt-oss-20b's config names MXFP4 experts: infer and load take them as the preset does with
+  // --weights mxfp4.
+  const std::string config = data_dir + "/hf/gpt-oss-20b.json";
+  const auto weights = [](const result& r) {
+    return nlohmann::json::parse(r.out).at("memory").at("weights").get<std::int64_t>();
+  };
+  CHECK(weights(run("infer -f json -m " + config)) ==
+        weights(run("infer -f json -m gpt-oss-20b --weights mxfp4")));
+  CHECK(weights(run("infer -f json --weights bf16 -m " + config)) ==
+        weights(run("infer -f json -m gpt-oss-20b")));
+  std::filesystem::create_directories("vramfit_cli_checkpoint");
+  std::filesystem::copy_file(config, "vramfit_cli_checkpoint/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  CHECK(weights(run("infer -f json -m vramfit_cli_checkpoint")) ==
+        weights(run("infer -f json -m " + config)));
+  CHECK(
+      nlohmann::json::parse(run("load -f json -m vramfit_cli_checkpoint").out).at("weights") ==
+      nlohmann::json::parse(run("load -f json -m gpt-oss-20b --weights mxfp4").out).at("weights"));
+}
+
 TEST_CASE("--check: 1 when the plan does not fit, 0 when it does") {
   CHECK(run("train --model llama-3-8b --check").status == 1);
   CHECK(run("train --model llama-3-8b --qlora --check").status == 0);
@@ -380,7 +401,8 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --model vramfit_cli_layers.json", "layers must be at most 16777216"},
       {"train --model vramfit_cli_u64.json",
        "'num_hidden_layers' must be at most 9223372036854775807, got 18446744073709551615"},
-      {"train --model vramfit_cli_dir", "is not a regular file"},
+      {"train --model vramfit_cli_dir", "vramfit_cli_dir/config.json' does not exist"},
+      {"train --model meta-llama/Llama-3.1-8B", "vramfit does not download: fetch its config.json"},
       {"train --model vramfit_cli_pipe", "is not a regular file"},
       {"train --dp 2305843009213693952 --tp 4", "the layout spans more than 16777216 GPUs"},
       {"train --pp 2 --pp-stages 9223372036854775807,9223372036854775807",

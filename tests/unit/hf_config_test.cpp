@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <vramfit/hf_config.hpp>
+#include <vramfit/hf_quantization.hpp>
 #include <vramfit/inference.hpp>
 #include <vramfit/presets.hpp>
 #include <vramfit/tensors.hpp>
@@ -321,4 +322,49 @@ TEST_CASE("Mistral 3: the text decoder of text_config; the vision tower is not c
   c = config_of("mistral-small-3.1-24b");
   c["model_type"] = "llava";  // Pixtral-12B's config: LlavaConfig with a Mistral text_config
   CHECK(parameters(tensors(model_from_hf_config(c))) == 23'572'403'200);
+}
+
+TEST_CASE("quantization_config: the weight layout a checkpoint loads as") {
+  // transformers utils/quantization_config.py: GPTQConfig(bits, group_size, desc_act),
+  // AwqConfig, BitsAndBytesConfig, FineGrainedFP8Config, Mxfp4Config.
+  auto layout = [](const char* q) {
+    json c = llama_config();
+    c["quantization_config"] = json::parse(q);
+    return hf_weight_layout(c);
+  };
+  CHECK_FALSE(hf_weight_layout(llama_config()).has_value());
+  const model m = model_from_hf_config(llama_config());
+  auto bytes_of = [&](const weight_layout& w) { return weight_bytes(m, {}, w); };
+  CHECK(bytes_of(*layout(R"({"quant_method": "gptq", "bits": 4, "group_size": 128})")) ==
+        bytes_of(gptq<>::value));
+  CHECK(bytes_of(*layout(R"({"quant_method": "gptq", "bits": 4, "group_size": 128,
+                             "desc_act": true})")) == bytes_of(gptq<4, 128, true>::value));
+  CHECK(bytes_of(*layout(R"({"quant_method": "gptq", "bits": 8, "group_size": 64})")) ==
+        bytes_of(gptq<8, 64>::value));
+  CHECK(bytes_of(*layout(R"({"quant_method": "awq", "bits": 4, "group_size": 128})")) ==
+        bytes_of(awq<>::value));
+  CHECK(std::string(layout(R"({"quant_method": "bitsandbytes", "load_in_4bit": true,
+      "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true})")
+                        ->name) == bnb_4bit<>::value.name);
+  CHECK(std::string(layout(R"({"quant_method": "bitsandbytes", "load_in_4bit": true,
+      "bnb_4bit_quant_type": "fp4"})")
+                        ->name) == bnb_4bit<fp4>::value.name);
+  CHECK(std::string(layout(R"({"quant_method": "bitsandbytes", "load_in_8bit": true})")->name) ==
+        bnb_int8::value.name);
+  CHECK(std::string(layout(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})")->name) ==
+        fp8_weights<>::value.name);
+  CHECK(std::string(layout(R"({"quant_method": "mxfp4"})")->name) == mxfp4_experts::value.name);
+  // GPTQ's group_size -1: one scale per output row.
+  const weight_layout per_row = *layout(R"({"quant_method": "gptq", "bits": 4, "group_size": -1})");
+  CHECK(bytes_of(per_row) < bytes_of(gptq<>::value));
+  CHECK_THROWS_WITH(layout(R"({"quant_method": "hqq"})"),
+                    doctest::Contains("quant_method 'hqq' is not one vramfit reads"));
+  CHECK_THROWS_WITH(layout(R"({"quant_method": "gptq", "bits": 5})"),
+                    doctest::Contains("gptq bits must be 2, 3, 4 or 8, got 5"));
+  CHECK_THROWS_WITH(layout(R"({"bits": 4})"), doctest::Contains("'quant_method' must be a string"));
+  CHECK_THROWS_WITH(layout(R"({"quant_method": "gptq", "group_size": "x"})"),
+                    doctest::Contains("'group_size' must be an integer"));
+  // The shipped gpt-oss configs name their MXFP4 experts.
+  CHECK(std::string(hf_weight_layout(read_hf_config(data_dir / "hf" / "gpt-oss-20b.json"))->name) ==
+        mxfp4_experts::value.name);
 }

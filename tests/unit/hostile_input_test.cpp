@@ -67,7 +67,9 @@ TEST_CASE("sizes past the model's bounds are errors that name the field and the 
 TEST_CASE("only regular, shallow, small files are read as config.json") {
   const auto dir = std::filesystem::temp_directory_path() / "vramfit-hostile";
   std::filesystem::create_directories(dir);
-  CHECK_THROWS_WITH(load_hf_config(dir), doctest::Contains("is not a regular file"));
+  // A folder is a checkpoint: its config.json is read, and there is none here.
+  std::filesystem::remove(dir / "config.json");
+  CHECK_THROWS_WITH(load_hf_config(dir), doctest::Contains("config.json' does not exist"));
   const auto fifo = dir / "pipe.json";
   std::filesystem::remove(fifo);
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);

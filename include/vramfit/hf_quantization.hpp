@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+// A checkpoint's `quantization_config` (config.json) as the weight layout its runtime loads:
+// GPTQ, AWQ, bitsandbytes 4- and 8-bit, FP8 and MXFP4, as transformers' quantizers read it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "error.hpp"
+#include "inference.hpp"
+
+namespace vramfit {
+
+namespace detail {
+/// The integer `key` of `q`, or `fallback` when it is absent or null.
+inline std::int64_t quantization_integer(const nlohmann::json& q, const char* key,
+                                         std::int64_t fallback) {
+  const auto it = q.find(key);
+  if (it == q.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer())
+    raise(std::string("config.json quantization_config: '") + key + "' must be an integer");
+  return it->get<std::int64_t>();
+}
+
+inline bool quantization_flag(const nlohmann::json& q, const char* key) {
+  const auto it = q.find(key);
+  return it != q.end() && it->is_boolean() && it->get<bool>();
+}
+}  // namespace detail
+
+/// The weight layout `config`'s quantization_config describes, or none when the checkpoint is
+/// not quantized. Sources: transformers utils/quantization_config.py (GPTQConfig bits,
+/// group_size, desc_act; AwqConfig; BitsAndBytesConfig load_in_4bit/8bit, bnb_4bit_quant_type,
+/// bnb_4bit_use_double_quant; FineGrainedFP8Config weight_block_size; Mxfp4Config).
+inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& config) {
+  const auto found = config.find("quantization_config");
+  if (found == config.end() || found->is_null()) return std::nullopt;
+  const nlohmann::json& q = *found;
+  if (!q.is_object()) detail::raise("config.json: quantization_config must be an object");
+  const auto method = q.find("quant_method");
+  if (method == q.end() || !method->is_string())
+    detail::raise("config.json quantization_config: 'quant_method' must be a string");
+  const std::string m = method->get<std::string>();
+  if (m == "gptq" || m == "awq") {
+    const std::int64_t bits = detail::quantization_integer(q, "bits", 4);
+    std::int64_t group = detail::quantization_integer(q, "group_size", 128);
+    if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
+      detail::raise("config.json quantization_config: " + m + " bits must be 2, 3, 4 or 8, got " +
+                    detail::str(bits));
+    if (group == -1) group = 2'147'483'647;  // one scale per output row: longer than any row
+    if (group <= 0 || group > 2'147'483'647)
+      detail::raise("config.json quantization_config: group_size must be positive or -1, got " +
+                    detail::str(group));
+    const element_format f = detail::group_quantized_format(
+        static_cast<int>(bits), static_cast<int>(group), fp16::value, static_cast<int>(bits));
+    return detail::named_layout(m.c_str(), f, fp16::value, false, false,
+                                m == "gptq" && detail::quantization_flag(q, "desc_act"));
+  }
+  if (m == "bitsandbytes") {
+    if (detail::quantization_flag(q, "load_in_8bit")) return bnb_int8::value;
+    const auto type = q.find("bnb_4bit_quant_type");
+    const bool is_fp4 = type != q.end() && type->is_string() && type->get<std::string>() == "fp4";
+    const bool dq = detail::quantization_flag(q, "bnb_4bit_use_double_quant");
+    return is_fp4 ? (dq ? bnb_4bit<fp4_double_quant>::value : bnb_4bit<fp4>::value)
+                  : (dq ? bnb_4bit<>::value : bnb_4bit<nf4>::value);
+  }
+  if (m == "fp8") return fp8_weights<>::value;  // scales per block or tensor: a few bytes
+  if (m == "mxfp4") return mxfp4_experts::value;
+  detail::raise("config.json quantization_config: quant_method '" + m.substr(0, 40) +
+                "' is not one vramfit reads (gptq, awq, bitsandbytes, fp8, mxfp4); give "
+                "--weights");
+}
+
+}  // namespace vramfit
