@@ -200,9 +200,15 @@ inline int run_infer(const infer_options& given) {
     cli::print_svg(std::cout, e);
   else {
     cli::print_table(std::cout, e);
-    std::cout << "  At this context, up to " << report::grouped(max_batch(m, l, w, kv, r, g, 65536))
-              << " sequences fit; at this batch, up to "
-              << report::grouped(max_context(m, l, w, kv, r, g)) << " tokens.\n";
+    const std::int64_t batch = max_batch(m, l, w, kv, r, g, 65536);
+    const std::int64_t context = max_context(m, l, w, kv, r, g);
+    std::cout << "  At this context, "
+              << (batch > 0 ? "up to " + report::grouped(batch) + " sequences fit"
+                            : std::string("not one sequence fits"))
+              << "; at this batch, "
+              << (context > 0 ? "up to " + report::grouped(context) + " tokens"
+                              : std::string("not one token fits"))
+              << ".\n";
   }
   return o.check && !e.fit.fits() ? 1 : 0;
 }

@@ -32,7 +32,11 @@ inline std::string describe(const train_options& o, const training_plan_value& p
     s << ")";
   }
   if (l.tensor > 1) s << " TP " << l.tensor << (l.sequence ? "+SP" : "");
-  if (l.pipeline > 1) s << " PP " << l.pipeline;
+  if (l.pipeline > 1) {
+    s << " PP " << l.pipeline;
+    if (o.virtual_stages > 1) s << " x " << o.virtual_stages << " chunks";
+    s << " " << (o.schedule == "interleaved" ? "interleaved 1F1B" : o.schedule);
+  }
   if (l.context > 1) s << " CP " << l.context;
   if (l.expert > 1) s << " EP " << l.expert;
   s << " | micro-batch " << o.micro_batch << " x " << o.seq_len;

@@ -54,7 +54,7 @@ struct train_options {
   std::string offload = "none";
   std::string offload_to = "cpu";
   std::int64_t lora_rank = 0;
-  std::string lora_targets = "q_proj,v_proj";
+  std::optional<std::string> lora_targets;  ///< unset: q_proj,v_proj (QLoRA: all-linear)
   bool qlora = false;
   std::vector<std::string> trainable;
   std::string gpu = "h100";
@@ -164,8 +164,9 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
       ->capture_default_str();
   cmd.add_option("--offload-to", o.offload_to, "cpu or nvme")->capture_default_str();
   cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)");
-  cmd.add_option("--lora-targets", o.lora_targets, "Comma-separated module names, or all-linear")
-      ->capture_default_str();
+  cmd.add_option("--lora-targets", o.lora_targets,
+                 "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
+                 "--qlora all-linear)");
   cmd.add_flag("--qlora", o.qlora,
                "QLoRA: NF4 base (double quantization), bf16 embeddings and head, LoRA r=16 on "
                "all-linear unless set");

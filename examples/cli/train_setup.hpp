@@ -81,13 +81,12 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.qlora || o.lora_rank > 0) {
     const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
+    // Unless given: peft's usual q_proj,v_proj; QLoRA's all linear layers (Dettmers et al.).
+    const std::string targets = o.lora_targets.value_or(o.qlora ? "all-linear" : "q_proj,v_proj");
     t.finetune =
-        o.qlora
-            ? lora_finetuning(
-                  rank, o.lora_targets == "q_proj,v_proj" ? "all-linear" : o.lora_targets.c_str(),
-                  {}, nf4_double_quant::value, bf16::value)
-            : lora_finetuning(rank, o.lora_targets.c_str());
-  } else if (o.lora_targets != "q_proj,v_proj") {
+        o.qlora ? lora_finetuning(rank, targets.c_str(), {}, nf4_double_quant::value, bf16::value)
+                : lora_finetuning(rank, targets.c_str());
+  } else if (o.lora_targets) {
     detail::raise("--lora-targets applies with --lora-rank or --qlora only");
   } else if (!o.trainable.empty()) {
     if (o.trainable.size() > 4) detail::raise("at most 4 --trainable selections");

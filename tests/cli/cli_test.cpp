@@ -107,6 +107,24 @@ TEST_CASE("a checkpoint's folder, with its quantization_config honoured unless -
       nlohmann::json::parse(run("load -f json -m gpt-oss-20b --weights mxfp4").out).at("weights"));
 }
 
+TEST_CASE(
+    "LoRA targets given are kept, QLoRA's default is all-linear; the title names the schedule") {
+  const auto json = [](const std::string& args) {
+    const result r = run("train -f json " + args);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  // r = 16 on q_proj and v_proj of 32 layers: 16 x ((4096 + 4096) + (4096 + 1024)) each.
+  CHECK(json("--qlora --lora-targets q_proj,v_proj").at("model").at("trainable_parameters") ==
+        32 * 16 * 13'312);
+  CHECK(json("--qlora").at("model").at("trainable_parameters") == 41'943'040);  // all-linear
+  const std::string title =
+      json("--pp 4 --schedule interleaved --virtual-stages 2 --grad-accum 8").at("configuration");
+  CHECK(title.find("PP 4 x 2 chunks interleaved 1F1B") != std::string::npos);
+  CHECK(json("--pp 2 --schedule gpipe").at("configuration").get<std::string>().find("PP 2 gpipe") !=
+        std::string::npos);
+}
+
 TEST_CASE("--check: 1 when the plan does not fit, 0 when it does") {
   CHECK(run("train --model llama-3-8b --check").status == 1);
   CHECK(run("train --model llama-3-8b --qlora --check").status == 0);
@@ -206,6 +224,9 @@ TEST_CASE("infer: weights, KV cache and the serving budget") {
   CHECK(j.at("memory").at("kv_cache") == 327'680LL * 4096);  // 320 KiB per token
   CHECK(j.at("memory").at("gradients") == 0);
   CHECK(run("infer --model llama-2-70b --weights bf16 --gpu a6000 --check").status == 1);
+  CHECK(run("infer --model llama-3-70b --gpu l4")
+            .out.find("not one sequence fits; at this batch, not one token fits") !=
+        std::string::npos);
   const result budget =
       run("infer --model llama-3-8b --utilization 90 --block 16 --context 8192 --format json");
   REQUIRE(budget.status == 0);
