@@ -143,7 +143,8 @@ inline constexpr named<element_format> kv_formats[] = {
 };
 
 inline constexpr named<attention_kind> attentions[] = {{"eager", attention_kind::eager},
-                                                       {"flash", attention_kind::flash}};
+                                                       {"flash", attention_kind::flash},
+                                                       {"sdpa", attention_kind::sdpa}};
 
 inline constexpr named<recompute_kind> recomputes[] = {{"none", recompute_kind::none},
                                                        {"selective", recompute_kind::selective},

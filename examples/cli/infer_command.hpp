@@ -109,9 +109,7 @@ inline bytes checked_size(std::int64_t mib, const char* option) {
 inline int run_infer(const infer_options& given) {
   const model m = load_model(given.model);
   infer_options o = given;
-  if (o.context == 0)
-    o.context =
-        m.positions == position_kind::learned && m.max_positions < 4096 ? m.max_positions : 4096;
+  if (o.context == 0) o.context = default_sequence(m, 4096);
   const gpu g = gpu_named(o.gpu);
   const weight_layout w = weights_for(o.weights, o.model);
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
@@ -124,6 +122,12 @@ inline int run_infer(const infer_options& given) {
     detail::raise(
         "--max-num-batched-tokens, --max-num-seqs and --non-torch size vLLM's KV pool: give "
         "--utilization too");
+  if (serving &&
+      (o.beams > 1 || o.prefill_chunk > 0 || o.format == "markdown" || o.format == "svg"))
+    detail::raise(
+        "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk and -f "
+        "markdown|svg describe one request's memory; leave them out");
+  const std::int64_t context = detail::checked_add(o.context, o.generate);
   const request_shape r{.batch = o.batch,
                         .beams = o.beams,
                         .prompt = o.context,
@@ -139,7 +143,7 @@ inline int run_infer(const infer_options& given) {
         << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
         << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
         << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
-        << o.context + o.generate;
+        << context;
   if (o.utilization) {
     vllm_settings v = vllm_defaults(g, o.tp);
     v.utilization_percent = *o.utilization;
@@ -147,7 +151,6 @@ inline int run_infer(const infer_options& given) {
     if (o.max_num_seqs) v.max_num_seqs = *o.max_num_seqs;
     if (o.non_torch_mib) v.non_torch = checked_size(*o.non_torch_mib, "--non-torch");
     v.cuda_graphs = bytes{r.cuda_graphs};
-    const std::int64_t context = detail::checked_add(o.context, o.generate);
     const serving_budget b = serve(m, l, w, kv, context, g, v);
     const nlohmann::json j{
         {"configuration", title.str()},
@@ -162,13 +165,18 @@ inline int run_infer(const infer_options& given) {
         {"cuda_graphs", b.cuda_graphs.count},
         {"kv_pool", b.kv_pool.count},
         {"kv_tokens", b.kv_tokens},
-        {"sequences", b.sequences}};
+        {"sequences", b.sequences},
+        {"fits", b.sequences >= o.batch}};
     if (o.format == "json") {
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << title.str() << "\nvLLM KV pool at " << *o.utilization << " % of " << g.name
-                << " (" << to_string(b.total) << " as cudaMemGetInfo reports; profile run "
-                << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs << " sequences)\n\n"
+                << " ("
+                << (g.cuda_total > bytes{}
+                        ? to_string(b.total) + " as cudaMemGetInfo reports"
+                        : to_string(b.total) + ", its capacity: no cudaMemGetInfo reading")
+                << "; profile run " << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs
+                << " sequences)\n\n"
                 << "  requested          " << to_string(b.requested) << "\n"
                 << "  - weights          " << to_string(b.weights) << "\n"
                 << "  - profile run peak " << to_string(b.profile_peak) << "\n"
@@ -201,12 +209,12 @@ inline int run_infer(const infer_options& given) {
   else {
     cli::print_table(std::cout, e);
     const std::int64_t batch = max_batch(m, l, w, kv, r, g, 65536);
-    const std::int64_t context = max_context(m, l, w, kv, r, g);
+    const std::int64_t longest = max_context(m, l, w, kv, r, g);
     std::cout << "  At this context, "
               << (batch > 0 ? "up to " + report::grouped(batch) + " sequences fit"
                             : std::string("not one sequence fits"))
               << "; at this batch, "
-              << (context > 0 ? "up to " + report::grouped(context) + " tokens"
+              << (longest > 0 ? "up to " + report::grouped(longest) + " tokens"
                               : std::string("not one token fits"))
               << ".\n";
   }

@@ -85,7 +85,14 @@ inline int run_train(const train_options& given) {
     if (o.sweep_max != 0 && o.sweep_max < start)
       detail::raise("--sweep-max must be at least the first value (" + std::to_string(start) +
                     "), got " + std::to_string(o.sweep_max));
-    const std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : detail::checked_mul(start, 64);
+    if (o.sweep == "seq-len" && m.family == family::vit)
+      detail::raise("a ViT's sequence is its image's " + std::to_string(m.max_positions) +
+                    " tokens: sweep micro-batch instead");
+    std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : detail::checked_mul(start, 64);
+    // By default a seq-len sweep stops at a learned position table's rows.
+    if (o.sweep == "seq-len" && o.sweep_max == 0 && m.positions == position_kind::learned &&
+        m.max_positions < stop)
+      stop = m.max_positions;
     std::vector<cli::sweep_point> points;  // doubling: at most 63 points
     for (std::int64_t x = start;; x *= 2) {
       train_options swept = o;

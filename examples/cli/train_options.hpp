@@ -104,7 +104,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                  "Micro-batches per optimizer step (gradient accumulation, pipeline)")
       ->check(positive)
       ->capture_default_str();
-  cmd.add_option("--attention", o.attention, "eager or flash")->capture_default_str();
+  cmd.add_option("--attention", o.attention,
+                 "eager, flash, or sdpa (Hugging Face's SDPA with K and V repeated per query head: "
+                 "torch < 2.5 or a padding mask)")
+      ->capture_default_str();
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
   cmd.add_option("--recompute", o.recompute,
@@ -202,8 +205,8 @@ inline void apply_framework(const CLI::App& cmd, train_options& o) {
         return !lora;
       case recipe::lora:
         return lora;
-      case recipe::fsdp_with_pipeline:
-        return o.pp > 1 && o.fsdp == "full";
+      case recipe::fsdp_with_pipeline:  // plan searches FSDP with resharding (docs/planner.md)
+        return cmd.get_name() == "train" && o.pp > 1 && o.fsdp == "full";
       default:
         return true;
     }

@@ -68,8 +68,8 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
     t.optimizer = with_implementation(
         t.optimizer,
         cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
-  if (o.momentum && !(*o.momentum >= 0))  // NaN fails too
-    detail::raise("--momentum must not be negative, got " + std::to_string(*o.momentum));
+  if (o.momentum && !(*o.momentum >= 0 && *o.momentum < 1e9))  // NaN and infinity fail too
+    detail::raise("--momentum must be a non-negative factor such as 0.9");
   if (o.amsgrad || o.centered || o.momentum) {
     const optimizer_options& had = t.optimizer.options;
     t.optimizer =

@@ -17,6 +17,10 @@ namespace vramfit {
 enum class attention_kind : unsigned char {
   eager,  ///< explicit scores: softmax output (and dropout) of b x heads x s x s saved
   flash,  ///< FlashAttention-2 / SDPA: Q, K, V, output and an fp32 log-sum-exp per row
+  /// Hugging Face's SDPA path with repeat_kv (transformers integrations/sdpa_attention.py when
+  /// use_gqa_in_sdpa is false: torch < 2.5 or an attention mask): flash's tensors, with K and V
+  /// repeated to every query head
+  sdpa,
 };
 
 enum class recompute_kind : unsigned char {
@@ -135,27 +139,6 @@ namespace rules {
         str(tp) + ": it must divide it");
 }
 }  // namespace rules
-
-}  // namespace detail
-
-/// The sequence a model trains on unless told otherwise: a ViT's image tokens (patches and the
-/// class token), else 2048 tokens, or fewer where a learned position table has fewer rows.
-constexpr std::int64_t default_sequence(const model& m) {
-  if (m.family == family::vit) return m.max_positions;
-  if (m.positions == position_kind::learned && m.max_positions < 2048) return m.max_positions;
-  return 2048;
-}
-
-namespace detail {
-/// A sequence the model can take: a ViT's is fixed by its image (patches + class token), a
-/// learned position table's rows bound it (transformers GPT-2, BERT: wpe / position_embeddings).
-constexpr void check_sequence(const model& m, const activation_options& o) {
-  if (m.family == family::vit && o.sequence != m.max_positions)
-    rules::vit_sequence_is_its_patches_plus_class_token(m, o.sequence);
-  if (m.family != family::vit && m.positions == position_kind::learned &&
-      o.sequence > m.max_positions)
-    rules::sequence_must_fit_the_learned_positions(m, o.sequence);
-}
 
 constexpr void check(const activation_options& o, const layout& l) {
   if (o.micro_batch <= 0) rules::batch_shape_must_be_positive("micro-batch", o.micro_batch);
@@ -399,14 +382,15 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
         b.head_norm("k_norm input (fp32)", kv, d);
       }
       b.add("query (after rotary)", b.split(heads * d), beta);
-      // Eager attention repeats the KV heads into new tensors (Hugging Face repeat_kv);
-      // flash attention keeps them un-repeated.
+      // Eager attention and SDPA without native GQA repeat the KV heads into new tensors
+      // (Hugging Face repeat_kv); flash attention keeps them un-repeated.
       // With one KV head and one sequence the repeat stays a view ([1, 1, s, d] expanded and
       // reshaped to [1, heads, s, d]: torch reshape copies only when strides cannot merge), and
       // matmul's batch flattening of it is a view too: the un-repeated K and V are kept.
       const bool repeat_is_view = kv == 1 && o.micro_batch == 1;
-      const std::int64_t kv_saved =
-          o.attention == attention_kind::eager && kv < heads && !repeat_is_view ? heads : kv;
+      const bool repeated =
+          o.attention == attention_kind::eager || o.attention == attention_kind::sdpa;
+      const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
       b.add("key (after rotary)", b.split(kv_saved * d), beta);
       b.add("value", b.split(kv_saved * d), beta);
     }
@@ -565,7 +549,7 @@ constexpr bytes layer_activation_bytes(const model& m, const precision& p,
     if (f.kind == finetune_kind::lora) detail::rules::op_level_sac_needs_full_linears();
     const std::int64_t layer = moe_layer ? m.layers - 1 : 0;
     return input +
-           op_sac_cache(m, l, layer, b.tokens(), b.beta(), o.attention == attention_kind::flash)
+           op_sac_cache(m, l, layer, b.tokens(), b.beta(), o.attention != attention_kind::eager)
                .cached;
   }
   bytes sum{};
@@ -678,7 +662,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   const model& m = t.model;
   const layout& l = validated(t.layout, m);
   detail::check(o, l);
-  detail::check_sequence(m, o);
+  detail::check_sequence(m, o.sequence);
   const detail::stage_range range = stage_of(t, stage);
   const in_flight flight = micro_batches_in_flight(l, o, stage);
   auto held = [&](bytes per_micro_batch) {

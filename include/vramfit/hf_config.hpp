@@ -540,7 +540,8 @@ inline nlohmann::json read_hf_config(std::filesystem::path path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) path /= "config.json";
   std::string what(1, '\'');  // built by appends: g++ 12 warns wrongly on "'" + string
-  what.append(path.string()).append(1, '\'');
+  const std::string shown = path.string();
+  what.append(shown.size() > 120 ? shown.substr(0, 117) + "..." : shown).append(1, '\'');
   // A regular file only: a named pipe would block, a directory cannot be read.
   if (!std::filesystem::is_regular_file(path, ec))
     detail::raise(
@@ -566,9 +567,9 @@ inline model load_hf_config(const std::filesystem::path& path) {
   const std::filesystem::path file =
       std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
   std::string name = file.stem().string();
-  if (name == "config" && file.has_parent_path())
-    name = file.parent_path().lexically_normal().filename().string();
-  if (name.empty()) name = file.parent_path().parent_path().filename().string();
+  if (name == "config") {  // the folder's name, also for "." or "dir/"
+    name = std::filesystem::absolute(file, ec).lexically_normal().parent_path().filename().string();
+  }
   return model_from_hf_config(config, name);
 }
 

@@ -59,6 +59,10 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
   }
   if (m == "bitsandbytes") {
     if (detail::quantization_flag(q, "load_in_8bit")) return bnb_int8::value;
+    if (!detail::quantization_flag(q, "load_in_4bit"))
+      detail::raise(
+          "config.json quantization_config: bitsandbytes with neither load_in_4bit nor "
+          "load_in_8bit quantizes nothing");
     const auto type = q.find("bnb_4bit_quant_type");
     const bool is_fp4 = type != q.end() && type->is_string() && type->get<std::string>() == "fp4";
     const bool dq = detail::quantization_flag(q, "bnb_4bit_use_double_quant");

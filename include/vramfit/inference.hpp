@@ -204,8 +204,7 @@ constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_c
                                const request_shape& r, std::int64_t stage = 0) {
   detail::check(r, kv);
   const std::int64_t context = r.prompt + r.generated;
-  if (m.positions == position_kind::learned && context > m.max_positions)
-    detail::rules::sequence_must_fit_the_learned_positions(m, context);
+  if (m.family != family::vit) detail::check_sequence(m, context);
   const std::int64_t layers = l.layers_of_stage(m.layers, stage);
   const std::int64_t windowed =
       m.sliding_window < context
@@ -405,6 +404,9 @@ struct serving_budget {
 };
 
 namespace detail::rules {
+[[noreturn]] inline void serving_needs_a_decoder(const model& m) {
+  raise(std::string(m.name) + " is an encoder: it keeps no KV cache for vLLM to pool");
+}
 [[noreturn]] inline void vllm_batched_tokens_must_be_positive(std::int64_t tokens,
                                                               std::int64_t seqs) {
   raise("vLLM's max_num_batched_tokens and max_num_seqs must be positive, got " + str(tokens) +
@@ -417,6 +419,8 @@ constexpr serving_budget serve(const model& m, const layout& l, const weight_lay
                                const kv_cache_config& kv, std::int64_t context, const gpu& g,
                                const vllm_settings& s) {
   detail::check(request_shape{.prompt = context}, kv);
+  if (m.is_encoder()) detail::rules::serving_needs_a_decoder(m);
+  detail::check_sequence(m, context);
   if (s.utilization_percent < 1 || s.utilization_percent > 100)
     detail::rules::gpu_memory_utilization_must_be_1_to_100_percent(s.utilization_percent);
   if (s.max_num_batched_tokens <= 0 || s.max_num_seqs <= 0)
@@ -438,7 +442,9 @@ constexpr serving_budget serve(const model& m, const layout& l, const weight_lay
   if (b.kv_pool < bytes{}) b.kv_pool = bytes{};
   // vllm/v1/core/kv_cache_utils.py: num_blocks = available // page_size // num_layers.
   const std::int64_t block = kv.block_tokens > 0 ? kv.block_tokens : 1;
-  const bytes per_block = kv_bytes_per_token(m, kv, l.tensor) * block;
+  // Each pipeline rank pools its own layers (the first stage's here, as its weights above).
+  const bytes per_block =
+      kv_bytes_per_token_layer(m, kv, l.tensor) * l.layers_of_stage(m.layers, 0) * block;
   b.kv_tokens = b.kv_pool.count / per_block.count * block;
   b.sequences = b.kv_tokens / detail::checked_mul(detail::ceil_div(context, block), block);
   return b;

@@ -47,13 +47,16 @@ enum class lifetime : unsigned char {
   /// (what the final norm, the head and the loss saved).
   until_head_backward,
   layer_backward,  ///< transient while a layer's backward runs (its gradients, its recompute)
+  /// From the layers' backward to its end (communication buckets set up by the first gradient
+  /// hook and released after backward).
+  backward_pass,
 };
 
 constexpr const char* to_string(lifetime l) {
   constexpr const char* names[] = {
-      "persistent", "forward/backward",          "optimizer step",  "backward", "gradients",
-      "forward",    "until the head's backward", "layers' backward"};
-  static_assert(std::size(names) == static_cast<std::size_t>(lifetime::layer_backward) + 1,
+      "persistent", "forward/backward",          "optimizer step",   "backward",     "gradients",
+      "forward",    "until the head's backward", "layers' backward", "backward pass"};
+  static_assert(std::size(names) == static_cast<std::size_t>(lifetime::backward_pass) + 1,
                 "a name for every lifetime");
   return names[static_cast<int>(l)];
 }
@@ -145,6 +148,8 @@ constexpr bool alive_at(const memory_entry& e, moment m) {
       return m == moment::end_of_forward || m == moment::start_of_backward;
     case lifetime::layer_backward:
       return m == moment::layer_backward;
+    case lifetime::backward_pass:
+      return m == moment::layer_backward || m == moment::end_of_backward;
     case lifetime::forward:
       return m == moment::end_of_forward;
     case lifetime::backward:

@@ -343,6 +343,26 @@ constexpr const model& validated(const model& m) {
   return m;
 }
 
+/// The sequence a model takes unless told otherwise: a ViT's image tokens (patches and the
+/// class token), else `preferred` tokens, or fewer where a learned position table has fewer rows.
+constexpr std::int64_t default_sequence(const model& m, std::int64_t preferred = 2048) {
+  if (m.family == family::vit) return m.max_positions;
+  if (m.positions == position_kind::learned && m.max_positions < preferred) return m.max_positions;
+  return preferred;
+}
+
+namespace detail {
+/// A sequence of `tokens` the model can take: a ViT's is fixed by its image (patches + class
+/// token), a learned position table's rows bound it (transformers GPT-2, BERT: wpe /
+/// position_embeddings).
+constexpr void check_sequence(const model& m, std::int64_t tokens) {
+  if (m.family == family::vit && tokens != m.max_positions)
+    rules::vit_sequence_is_its_patches_plus_class_token(m, tokens);
+  if (m.family != family::vit && m.positions == position_kind::learned && tokens > m.max_positions)
+    rules::sequence_must_fit_the_learned_positions(m, tokens);
+}
+}  // namespace detail
+
 /// A type that names a model: it has `static constexpr model value`.
 template <class T>
 concept Model = requires {

@@ -407,6 +407,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
     stepped(head_grads - tied_grads);
     w.region = moment::layer_backward;
+    if (first_pass) w.add_each(lifetime::backward_pass, 1, is_buffer);
     for (std::size_t i = runs.size(); i-- > 0;) {
       const layer_run& r = runs[i];
       const layer_pattern& p = r.pattern;
@@ -469,6 +470,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     w.add("head weight copies", casts, -outside_casts);
   }
   w.add_each(lifetime::forward_backward, -1, is_buffer);
+  w.add_each(lifetime::backward_pass, -1, is_buffer);
   // The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
   w.phase = step_phase::optimizer;
   w.region = moment::optimizer_step;

@@ -505,7 +505,8 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
       shard_grads && l.optimizer_offload != offload_target::none ? optimizer_space : device;
   if (deepspeed && l.zero == sharding::zero3) {
     // DeepSpeed ZeRO-3 allocates its gradient partitions once, as one flat buffer in the
-    // gradient-accumulation dtype (the model's with ZeRO: engine.py get_data_types), and
+    // gradient-accumulation dtype (the model's with ZeRO, engine.py get_data_types: the policy's
+    // gradient format here; bf16-fp32-master-16bit-grads is DeepSpeed's default), and
     // reduce-scatters each bucket into it (stage3.py grad_partitions_flat_buffer).
     add_entry(ledger, "gradient partitions (flat buffer)", component::gradients, grad_space,
               divide_up(acc.gradients, n), 1,
@@ -518,7 +519,7 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
     if (l.zero == sharding::zero1)
       add_entry(ledger, "gradients", component::gradients, device, acc.gradients,
                 acc.trained_tensors, "DeepSpeed ZeRO-1: autograd gradients until the boundary");
-    add_entry(ledger, "gradient staging buffer (largest parameter)", component::gradients, device,
+    add_entry(ledger, "gradient staging buffer (largest parameter)", component::buffers, device,
               detail::elements_in(p.gradients, acc.largest_tensor_elements), 1,
               "DeepSpeed stage_1_and_2.py temp_grad_buffer_for_gpu_offload");
     add_entry(ledger, "16-bit parameter partition (pinned copy)", component::weights,
@@ -606,11 +607,11 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
     const bool kept = l.zero == sharding::zero3;
     add_entry(ledger, "ZeRO reduce bucket", component::buffers, device, kept ? one : one * 2, 1,
               "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)",
-              kept ? lifetime::persistent : lifetime::forward_backward);
+              kept ? lifetime::persistent : lifetime::backward_pass);
     if (kept)
       add_entry(ledger, "ZeRO-3 reduce-scatter copy of the bucket", component::buffers, device, one,
                 0, "DeepSpeed coalesced_collectives.py reduce_scatter_coalesced: torch.cat",
-                lifetime::forward_backward);
+                lifetime::backward_pass);
   }
   if (shard_weights) {
     if (fsdp && l.zero == sharding::zero2) {

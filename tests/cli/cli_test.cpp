@@ -455,6 +455,12 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"infer --utilization 0", "--utilization must be a percentage from 1 to 100, got 0"},
       {"infer --max-num-seqs 64", "size vLLM's KV pool: give --utilization too"},
       {"train --optimizer lion --amsgrad", "lion has no amsgrad"},
+      {"infer -m vit-l-16 --utilization 90", "ViT-L/16 is an encoder: it keeps no KV cache"},
+      {"infer --utilization 90 -f svg", "-f markdown|svg describe one request's memory"},
+      {"infer --utilization 90 --beams 4", "--beams, --prefill-chunk"},
+      {"train --momentum nan", "--momentum must be a non-negative factor"},
+      {"train -m vit-l-16 --sweep seq-len", "a ViT's sequence is its image's 197 tokens"},
+      {"infer -m gpt2 --utilization 90 -c 4096", "learned position table has 1024 rows"},
       {"train -m gpt2 -s 4096", "learned position table has 1024 rows"},
       {"train -m vit-l-16 -s 2048", "the sequence must be 197, got 2048"},
       {"infer -m gpt2 -c 1000 --generate 100", "a sequence of 1100 tokens indexes past it"},
@@ -462,7 +468,7 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
        "gradients_take_the_parameters_format: under amp-bf16"},
       {"train --grad-dtype int8", "unknown gradient format 'int8'; known: fp32, bf16, fp16"},
       {"train --optimizer adamw --centered", "adamw has no centered"},
-      {"train --momentum -0.5", "--momentum must not be negative"},
+      {"train --momentum -0.5", "--momentum must be a non-negative factor"},
       {"train --recompute full --recompute-every 2 --recompute-layers 4",
        "recomputing one layer in every 2 is full recompute"},
       {"plan --recompute-every 2", "--recompute-every is not a plan option"},
@@ -737,6 +743,8 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
         total(run(
             "train --fsdp full --dp 4 --pp 2 --precision amp-bf16 --fsdp-version 2 "
             "--recompute op-sac --optimizer-impl fused --reshard-after-forward false -f json")));
+  // plan searches FSDP with resharding: the PP default is train's only.
+  CHECK(run("plan --framework torchtitan --pp 2 --fsdp full --gpus 8 --top 1").status == 0);
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 -f json")) ==
         total(run("train --fsdp full --dp 4 --precision amp-bf16 --fsdp-version 2 "
                   "--recompute op-sac --optimizer-impl fused -f json")));

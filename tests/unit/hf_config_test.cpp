@@ -357,6 +357,8 @@ TEST_CASE("quantization_config: the weight layout a checkpoint loads as") {
   // GPTQ's group_size -1: one scale per output row.
   const weight_layout per_row = *layout(R"({"quant_method": "gptq", "bits": 4, "group_size": -1})");
   CHECK(bytes_of(per_row) < bytes_of(gptq<>::value));
+  CHECK_THROWS_WITH(layout(R"({"quant_method": "bitsandbytes"})"),
+                    doctest::Contains("neither load_in_4bit nor load_in_8bit"));
   CHECK_THROWS_WITH(layout(R"({"quant_method": "hqq"})"),
                     doctest::Contains("quant_method 'hqq' is not one vramfit reads"));
   CHECK_THROWS_WITH(layout(R"({"quant_method": "gptq", "bits": 5})"),

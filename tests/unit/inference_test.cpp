@@ -177,6 +177,19 @@ TEST_CASE("vLLM's KV pool, by hand: Llama-3-8B on an H100 with vLLM's defaults t
   CHECK(std::abs(to_gib(b.profile_peak) / 4.76 - 1) < 0.011);
 }
 
+TEST_CASE("vLLM's pool under pipeline parallelism holds each rank's own layers") {
+  // Llama-3-70B over 2 stages: 40 layers of 2 x 8 KV heads x 128 x 2 B per token on a rank.
+  const model& m = models::llama_3_70b::value;
+  const gpu& h100 = gpus::h100_80gb::value;
+  const serving_budget b = serve(m, layout{.pipeline = 2}, plain_weights<bf16>::value,
+                                 {.block_tokens = 16}, 4096, h100, vllm_defaults(h100));
+  CHECK(b.kv_tokens == b.kv_pool.count / (4096LL * 40 * 16) * 16);
+  CHECK(b.kv_tokens > 0);
+  CHECK_THROWS_WITH(serve(models::bert_base_uncased::value, {}, plain_weights<bf16>::value, {}, 512,
+                          h100, vllm_defaults(h100)),
+                    doctest::Contains("is an encoder: it keeps no KV cache"));
+}
+
 TEST_CASE("vLLM's defaults by GPU and entry point, and the sort's batches of 2^31 - 1") {
   CHECK(vllm_defaults(gpus::a100_80gb::value).max_num_seqs == 256);  // A100s are excluded
   CHECK(vllm_defaults(gpus::a100_80gb::value).max_num_batched_tokens == 2048);
