@@ -136,14 +136,26 @@ inline int run_train(const train_options& given) {
       cli::print_timeline_svg(std::cout, v);
     else
       cli::print_timeline_table(std::cout, v, o.format == "markdown");
-  } else if (o.format == "json")
-    std::cout << cli::to_json(e).dump(2) << "\n";
-  else if (o.format == "markdown")
+  } else if (o.format == "json") {
+    nlohmann::json j = cli::to_json(e);
+    j["max_micro_batch"] = max_micro_batch(plan, *g);
+    j["max_sequence"] = max_sequence(plan, *g);
+    std::cout << j.dump(2) << "\n";
+  } else if (o.format == "markdown") {
     cli::print_markdown(std::cout, e);
-  else if (o.format == "svg")
+  } else if (o.format == "svg") {
     cli::print_svg(std::cout, e);
-  else
+  } else {
     cli::print_table(std::cout, e);
+    const std::int64_t batch = max_micro_batch(plan, *g), longest = max_sequence(plan, *g);
+    std::cout << "  At this sequence, "
+              << (batch > 0 ? "up to " + report::grouped(batch) + " sequences per micro-batch fit"
+                            : std::string("not one sequence fits"))
+              << "; at this micro-batch, "
+              << (longest > 0 ? "sequences up to " + report::grouped(longest) + " tokens"
+                              : std::string("not even a one-token sequence fits"))
+              << ".\n";
+  }
   return o.check && !e.fit.fits() ? 1 : 0;
 }
 

@@ -19,12 +19,22 @@ constexpr std::int64_t max_micro_batch(training_plan_value p, const gpu& g,
   });
 }
 
-/// The longest sequence (up to `limit`, a multiple of `step`) with which the plan fits `g`; 0
-/// when none does.
+/// The longest sequence (up to `limit`) with which the plan fits `g`, 0 when none does: a
+/// multiple of `step` (0: of what context and sequence parallelism split the sequence by) within
+/// a learned position table; a ViT's is its image's tokens, or 0.
 constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
                                     std::int64_t limit = std::int64_t{1} << 22,
-                                    std::int64_t step = 128) {
-  if (step <= 0) detail::rules::batch_shape_must_be_positive("sequence step", step);
+                                    std::int64_t step = 0) {
+  if (step < 0)
+    detail::rules::batch_shape_must_be_positive("sequence step (or 0: the parallel split)", step);
+  const model& m = p.setup.model;
+  const layout& l = validated(p.setup.layout, m);
+  if (m.family == family::vit) {
+    p.batch.sequence = m.max_positions;
+    return m.max_positions <= limit && fit(p, g).fits() ? m.max_positions : 0;
+  }
+  if (m.positions == position_kind::learned && m.max_positions < limit) limit = m.max_positions;
+  if (step == 0) step = l.context * (l.sequence ? l.tensor : 1);
   return step * detail::largest_fitting(1, limit / step, [&](std::int64_t n) {
            p.batch.sequence = n * step;
            return fit(p, g).fits();

@@ -125,6 +125,22 @@ TEST_CASE(
         std::string::npos);
 }
 
+TEST_CASE("train's JSON: the largest micro-batch and the longest sequence that fit") {
+  const std::string base = "train --dp 8 --fsdp full --precision bf16 ";
+  const nlohmann::json j = nlohmann::json::parse(run(base + "-f json").out);
+  const std::int64_t batch = j.at("max_micro_batch"), sequence = j.at("max_sequence");
+  REQUIRE(batch > 0);
+  REQUIRE(sequence > 0);
+  // Each fits, and one more does not (--check: 1 when it does not fit).
+  CHECK(run(base + "--check -b " + std::to_string(batch)).status == 0);
+  CHECK(run(base + "--check -b " + std::to_string(batch + 1)).status == 1);
+  CHECK(run(base + "--check -s " + std::to_string(sequence)).status == 0);
+  CHECK(run(base + "--check -s " + std::to_string(sequence + 1)).status == 1);
+  const nlohmann::json none = nlohmann::json::parse(run("train -f json").out);
+  CHECK(none.at("max_micro_batch") == 0);  // AdamW with fp32 states alone overflows one H100
+  CHECK(none.at("max_sequence") == 0);
+}
+
 TEST_CASE("--check: 1 when the plan does not fit, 0 when it does") {
   CHECK(run("train --model llama-3-8b --check").status == 1);
   CHECK(run("train --model llama-3-8b --qlora --check").status == 0);

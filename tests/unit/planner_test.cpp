@@ -31,9 +31,24 @@ TEST_CASE("the largest micro-batch, by brute force") {
 
 TEST_CASE("the longest sequence: it fits, one step more does not") {
   const std::int64_t s = max_sequence(llama, h100);
-  CHECK(s % 128 == 0);
   CHECK(fits_with(llama, 1, s));
-  CHECK_FALSE(fits_with(llama, 1, s + 128));
+  CHECK_FALSE(fits_with(llama, 1, s + 1));
+  CHECK(max_sequence(llama, h100, std::int64_t{1} << 22, 128) == s / 128 * 128);
+  // Context parallel 4 with sequence parallel over TP 2 splits the sequence 8 ways.
+  training_plan_value split = llama;
+  split.setup.layout.context = 4;
+  split.setup.layout.tensor = 2;
+  split.setup.layout.sequence = true;
+  CHECK(max_sequence(split, h100) % 8 == 0);
+  // GPT-2 stops at its 1024 positions; a ViT takes its 197 tokens or nothing.
+  training_plan_value gpt2 = llama;
+  gpt2.setup.model = models::gpt2::value;
+  CHECK(max_sequence(gpt2, h100) == 1024);
+  training_plan_value vit = llama;
+  vit.setup.model = models::vit_l_16::value;
+  vit.batch.sequence = 197;
+  CHECK(max_sequence(vit, h100) == 197);
+  CHECK(max_sequence(vit, gpu_with_capacity("1GiB")) == 0);
 }
 
 TEST_CASE("the smallest data-parallel degree, by brute force") {
