@@ -14,7 +14,7 @@
 
 #include "inputs.hpp"
 #include "plan_view.hpp"
-#include "train_options.hpp"
+#include "train_setup.hpp"
 
 namespace vramfit::cli {
 
@@ -156,37 +156,20 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
   // The sharding: --sharding names a family; --zero (with --zero-impl) or --fsdp fix a stage.
   std::optional<sharding_family> family;
   if (p.sharding) family = cli::choose(cli::sharding_families, *p.sharding, "sharding");
-  auto fix = [&](sharding_family f, int stage) {
+  const sharding_given fixed = sharding_of(o);
+  if (fixed.stage) {
+    const shard_implementation impl = fixed.implementation;
+    if (impl == shard_implementation::paper)
+      detail::raise("plan searches deepspeed's and megatron's ZeRO, not the paper's");
+    const sharding_family f = impl == shard_implementation::fsdp       ? sharding_family::fsdp
+                              : impl == shard_implementation::megatron ? sharding_family::megatron
+                                                                       : sharding_family::deepspeed;
     if (family && *family != f && *family != sharding_family::any)
       detail::raise("--sharding " + *p.sharding + " contradicts the --zero/--fsdp given");
     family = f;
-    s.zero = stage;
-  };
-  if (o.zero) {
-    if (*o.zero < 0 || *o.zero > 3)
-      detail::raise("--zero must be 0, 1, 2 or 3, got " + std::to_string(*o.zero));
-    const shard_implementation impl =
-        cli::choose(cli::zero_implementations, o.zero_impl, "ZeRO implementation");
-    if (impl == shard_implementation::paper)
-      detail::raise("plan searches deepspeed's and megatron's ZeRO, not the paper's");
-    fix(impl == shard_implementation::megatron ? sharding_family::megatron
-                                               : sharding_family::deepspeed,
-        *o.zero);
+    s.zero = static_cast<int>(*fixed.stage);
+    s.shard_group = fixed.shard_group;
   }
-  if (!o.fsdp.empty()) {
-    if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
-    const fsdp_strategy f = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
-    fix(sharding_family::fsdp, f == fsdp_strategy::no_shard        ? 0
-                               : f == fsdp_strategy::shard_grad_op ? 2
-                                                                   : 3);
-    if (f == fsdp_strategy::hybrid_shard) {
-      if (o.fsdp_group <= 0)
-        detail::raise("--fsdp hybrid needs --fsdp-group (ranks per shard group)");
-      s.shard_group = o.fsdp_group;
-    }
-  }
-  if (o.fsdp_group != 0 && s.shard_group == 0)
-    detail::raise("--fsdp-group applies to --fsdp hybrid only");
   if (!o.reshard_after_forward.empty())
     detail::raise(
         "plan searches FSDP with reshard_after_forward=True; give "

@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,6 +59,41 @@ inline std::int64_t reshard_ranks(const std::string& text) {
   return ranks;
 }
 
+/// The sharding --zero (with --zero-impl) or --fsdp (with --fsdp-group) name, checked: a ZeRO
+/// stage and its implementation, or an FSDP strategy as the stage it shards like (SHARD_GRAD_OP
+/// 2, FULL_SHARD and HYBRID_SHARD 3, NO_SHARD 0).
+struct sharding_given {
+  std::optional<sharding> stage;  ///< unset: neither option given
+  shard_implementation implementation = shard_implementation::deepspeed;
+  std::int64_t shard_group = 0;  ///< HYBRID_SHARD's ranks per shard group
+};
+
+inline sharding_given sharding_of(const train_options& o) {
+  sharding_given g;
+  if (o.zero) {
+    if (*o.zero < 0 || *o.zero > 3)
+      detail::raise("--zero must be 0, 1, 2 or 3, got " + std::to_string(*o.zero));
+    g.stage = static_cast<sharding>(*o.zero);
+    g.implementation = cli::choose(cli::zero_implementations, o.zero_impl, "ZeRO implementation");
+  }
+  if (!o.fsdp.empty()) {
+    if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
+    const fsdp_strategy s = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
+    g.implementation = shard_implementation::fsdp;
+    g.stage = s == fsdp_strategy::shard_grad_op ? sharding::zero2
+              : s == fsdp_strategy::no_shard    ? sharding::none
+                                                : sharding::zero3;
+    if (s == fsdp_strategy::hybrid_shard) {
+      if (o.fsdp_group <= 0)
+        detail::raise("--fsdp hybrid needs --fsdp-group (ranks per shard group)");
+      g.shard_group = o.fsdp_group;
+    }
+  }
+  if (o.fsdp_group != 0 && g.shard_group == 0)
+    detail::raise("--fsdp-group applies to --fsdp hybrid only");
+  return g;
+}
+
 inline training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
@@ -105,27 +141,12 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
                   " stages, got " + std::to_string(o.pp_stages.size()) +
                   "; leave it out for even stages");
   for (std::int64_t layers : o.pp_stages) l.stage_layers.push_back(layers);
-  if (o.zero) {
-    if (*o.zero < 0 || *o.zero > 3)
-      detail::raise("--zero must be 0, 1, 2 or 3, got " + std::to_string(*o.zero));
-    l.zero = static_cast<sharding>(*o.zero);
-    l.implementation = cli::choose(cli::zero_implementations, o.zero_impl, "ZeRO implementation");
+  const sharding_given sharded = sharding_of(o);
+  if (sharded.stage) {
+    l.zero = *sharded.stage;
+    l.implementation = sharded.implementation;
+    l.shard_group = sharded.shard_group;
   }
-  if (!o.fsdp.empty()) {
-    if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
-    const fsdp_strategy s = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
-    l.implementation = shard_implementation::fsdp;
-    l.zero = s == fsdp_strategy::shard_grad_op ? sharding::zero2
-             : s == fsdp_strategy::no_shard    ? sharding::none
-                                               : sharding::zero3;
-    if (s == fsdp_strategy::hybrid_shard) {
-      if (o.fsdp_group <= 0)
-        detail::raise("--fsdp hybrid needs --fsdp-group (ranks per shard group)");
-      l.shard_group = o.fsdp_group;
-    }
-  }
-  if (o.fsdp_group != 0 && l.shard_group == 0)
-    detail::raise("--fsdp-group applies to --fsdp hybrid only");
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
   const offload_target target = cli::choose(cli::offload_targets, o.offload_to, "offload target");
