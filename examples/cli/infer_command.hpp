@@ -107,11 +107,12 @@ inline bytes checked_size(std::int64_t mib, const char* option) {
 }
 
 inline int run_infer(const infer_options& given) {
-  const model m = load_model(given.model);
+  const named_model named = load_model(given.model);
+  const model& m = named.value;
   infer_options o = given;
   if (o.context == 0) o.context = default_sequence(m, 4096);
   const gpu g = gpu_named(o.gpu);
-  const weight_layout w = weights_for(o.weights, o.model);
+  const weight_layout w = weights_for(o.weights, named);
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
   kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block};
   if (kv.format.level1.block > 0)

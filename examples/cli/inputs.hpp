@@ -26,9 +26,15 @@ inline bool is_path(const std::string& name) {
          std::filesystem::exists(name, ec);
 }
 
+/// A model as --model names it, with the config.json it was read from (none for a preset).
+struct named_model {
+  vramfit::model value;
+  std::optional<nlohmann::json> config;
+};
+
 /// A preset by its key or its name in any case ("Llama-3-8B"), or a config.json file, or a
 /// folder holding one (a downloaded checkpoint).
-inline model load_model(const std::string& name) {
+inline named_model load_model(const std::string& name) {
   std::error_code ec;
   const std::size_t slash = name.find('/');
   if (slash != std::string::npos && slash > 0 && slash + 1 < name.size() &&
@@ -38,21 +44,25 @@ inline model load_model(const std::string& name) {
                   "' is not a file or folder here, and vramfit does not download: fetch its "
                   "config.json (huggingface-cli download " +
                   name.substr(0, 80) + " config.json) and give the file or its folder");
-  if (is_path(name)) return load_hf_config(name);
-  return cli::lookup(
-             presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
-             [](const preset& p) { return std::string_view(p.value.name); },
-             " (a preset; a config.json path also works)")
-      .value;
+  if (is_path(name)) {
+    nlohmann::json config = read_hf_config(name);
+    const model m = model_from_hf_config(config, hf_model_name(name));
+    return {m, std::move(config)};
+  }
+  return {cli::lookup(
+              presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
+              [](const preset& p) { return std::string_view(p.value.name); },
+              " (a preset; a config.json path also works)")
+              .value,
+          std::nullopt};
 }
 
 /// The weights as `given` (--weights), else as the model's config.json quantization_config
 /// describes them, else bf16.
-inline weight_layout weights_for(const std::optional<std::string>& given,
-                                 const std::string& model_name) {
+inline weight_layout weights_for(const std::optional<std::string>& given, const named_model& m) {
   if (given) return cli::choose(cli::weight_layouts, *given, "weight format");
-  if (is_path(model_name))
-    if (const auto w = hf_weight_layout(read_hf_config(model_name))) return *w;
+  if (m.config)
+    if (const auto w = hf_weight_layout(*m.config)) return *w;
   return plain_weights<bf16>::value;
 }
 

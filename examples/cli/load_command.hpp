@@ -50,9 +50,10 @@ inline void add_load_options(CLI::App& c, load_options& o) {
 }
 
 inline int run_load(const load_options& o) {
-  const model m = load_model(o.model);
+  const named_model named = load_model(o.model);
+  const model& m = named.value;
   const gpu g = gpu_named(o.gpu);
-  const weight_layout w = weights_for(o.weights, o.model);
+  const weight_layout w = weights_for(o.weights, named);
   const load_kind how = cli::choose(cli::load_kinds, o.init, "initialization");
   const element_format& checkpoint =
       cli::choose(cli::checkpoint_formats, o.checkpoint, "checkpoint format");

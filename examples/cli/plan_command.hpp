@@ -56,7 +56,7 @@ class progress_bar {
 
 inline int run_plan(const CLI::App& cmd, const std::vector<std::string>& train,
                     const train_options& given, const plan_options& p) {
-  const model m = load_model(given.model);
+  const model m = load_model(given.model).value;
   const train_options o = for_model(given, m);
   const gpu g = gpu_named(o.gpu);
   if (o.timeline) detail::raise("--timeline applies to `vramfit train`");

@@ -72,7 +72,7 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
 }
 
 inline int run_train(const train_options& given) {
-  const model m = load_model(given.model);
+  const model m = load_model(given.model).value;
   const train_options o = for_model(given, m);
   const gpu device = gpu_named(o.gpu);
   const gpu* g = &device;

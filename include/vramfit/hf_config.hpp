@@ -557,12 +557,9 @@ inline nlohmann::json read_hf_config(std::filesystem::path path) {
   return detail::parse_config(text, what);
 }
 
-/// A model from a config.json file, or from a folder holding one. Throws vramfit::error when the
-/// file cannot be read, is not valid JSON, or does not describe a supported model.
-inline model load_hf_config(const std::filesystem::path& path) {
-  const nlohmann::json config = read_hf_config(path);
-  // ".../Llama-3-8B/config.json" and ".../Llama-3-8B/" are named after the folder,
-  // "llama-3-8b.json" after itself.
+/// The name of the model at `path`: ".../Llama-3-8B/config.json" and ".../Llama-3-8B/" are named
+/// after the folder, "llama-3-8b.json" after itself.
+inline std::string hf_model_name(const std::filesystem::path& path) {
   std::error_code ec;
   const std::filesystem::path file =
       std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
@@ -570,7 +567,13 @@ inline model load_hf_config(const std::filesystem::path& path) {
   if (name == "config") {  // the folder's name, also for "." or "dir/"
     name = std::filesystem::absolute(file, ec).lexically_normal().parent_path().filename().string();
   }
-  return model_from_hf_config(config, name);
+  return name;
+}
+
+/// A model from a config.json file, or from a folder holding one. Throws vramfit::error when the
+/// file cannot be read, is not valid JSON, or does not describe a supported model.
+inline model load_hf_config(const std::filesystem::path& path) {
+  return model_from_hf_config(read_hf_config(path), hf_model_name(path));
 }
 
 }  // namespace vramfit
