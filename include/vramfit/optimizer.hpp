@@ -163,12 +163,8 @@ constexpr optimizer make_optimizer(const char* name, optimizer_kind kind, std::i
 constexpr optimizer with_implementation(const optimizer& opt, optimizer_impl impl) {
   optimizer_options o = opt.options;
   o.impl = impl;
-  char base[sizeof opt.name] = {};
-  std::size_t n = 0;  // the name without a previous implementation's suffix
-  while (n + 1 < sizeof base && opt.name[n] != '\0' && opt.name[n] != ' ') {
-    base[n] = opt.name[n];
-    ++n;
-  }
+  char base[sizeof opt.name] = {};  // the name without a previous implementation's suffix
+  detail::copy_prefix(base, opt.name, std::string_view(opt.name).find(' '));
   return detail::make_optimizer(base, opt.kind, opt.moments, opt.scalars, o);
 }
 
@@ -182,9 +178,7 @@ constexpr optimizer with_state_options(const optimizer& opt, bool amsgrad, bool 
   o.momentum = momentum;
   o.centered = centered;
   char base[sizeof opt.name] = {};  // the name without "+option" or an implementation's suffix
-  for (std::size_t n = 0;
-       n + 1 < sizeof base && opt.name[n] != '\0' && opt.name[n] != ' ' && opt.name[n] != '+'; ++n)
-    base[n] = opt.name[n];
+  detail::copy_prefix(base, opt.name, std::string_view(opt.name).find_first_of(" +"));
   for (const auto& [set, option] : {std::pair{amsgrad, "amsgrad"}, std::pair{momentum, "momentum"},
                                     std::pair{centered, "centered"}})
     if (set && !detail::has_option(opt.kind, option))

@@ -121,9 +121,7 @@ constexpr precision with_gradients(precision p, const element_format& g) {
   if (asked == p.gradients.name) return p;
   // Named as mixed<> names its policies: "-16bit-grads" when they are the weights' format.
   char base[sizeof p.name] = {};
-  const std::string_view name = p.name;
-  const std::size_t cut = name.find("-16bit-grads");
-  for (std::size_t i = 0; i < name.size() && i < cut && i + 1 < sizeof base; ++i) base[i] = name[i];
+  detail::copy_prefix(base, p.name, std::string_view(p.name).find("-16bit-grads"));
   p.gradients = g;
   if (g.payload_bits == 32) return detail::named(p, base, "");
   if (asked == p.weights.name) return detail::named(p, base, "-16bit-grads");

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <string_view>
 
 namespace vramfit::detail {
 
@@ -29,6 +30,15 @@ constexpr void copy_name(char (&to)[N], const char* first, const char* second = 
     while (start > 0 && (static_cast<unsigned char>(to[start]) & 0xC0) == 0x80) --start;
     if (i - start < utf8_length(to[start])) i = start;
   }
+  for (; i < N; ++i) to[i] = '\0';
+}
+
+/// Copies the first `length` bytes of `from` (all of it when shorter) into `to`, zero-filled: a
+/// name without the suffix it was built with.
+template <std::size_t N>
+constexpr void copy_prefix(char (&to)[N], std::string_view from, std::size_t length) {
+  std::size_t i = 0;
+  for (; i < from.size() && i < length && i + 1 < N; ++i) to[i] = from[i];
   for (; i < N; ++i) to[i] = '\0';
 }
 
