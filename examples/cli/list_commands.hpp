@@ -12,6 +12,16 @@
 
 namespace vramfit::cli {
 
+/// A listing as JSON rows or as its table.
+inline int print_list(const std::string& format, const nlohmann::json& rows,
+                      const report::table& t) {
+  if (format == "json")
+    std::cout << rows.dump(2) << "\n";
+  else
+    std::cout << t;
+  return 0;
+}
+
 inline int run_models(const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "parameters", "active per token", "layers", "hidden"});
@@ -25,11 +35,7 @@ inline int run_models(const std::string& format) {
            report::grouped(active_parameters(p.value, l)), std::to_string(p.value.layers),
            std::to_string(p.value.hidden)});
   }
-  if (format == "json")
-    std::cout << rows.dump(2) << "\n";
-  else
-    std::cout << t;
-  return 0;
+  return print_list(format, rows, t);
 }
 
 inline int run_gpus(const std::string& format) {
@@ -43,11 +49,7 @@ inline int run_gpus(const std::string& format) {
     t.add({g.key, g.value.name, to_string(g.value.capacity),
            report::grouped(g.value.capacity.count), g.value.source});
   }
-  if (format == "json")
-    std::cout << rows.dump(2) << "\n";
-  else
-    std::cout << t;
-  return 0;
+  return print_list(format, rows, t);
 }
 
 inline int run_frameworks(const std::string& format) {
@@ -67,11 +69,7 @@ inline int run_frameworks(const std::string& format) {
                     {"command", f.subcommand},
                     {"defaults", defaults}});
   }
-  if (format == "json")
-    std::cout << rows.dump(2) << "\n";
-  else
-    std::cout << t;
-  return 0;
+  return print_list(format, rows, t);
 }
 
 }  // namespace vramfit::cli

@@ -127,12 +127,12 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
       ->capture_default_str();
   cmd.add_flag("--non-reentrant", o.non_reentrant,
                "Checkpoint with use_reentrant=False (Hugging Face's default is True)");
-  cmd.add_option("--loss", o.loss,
-                 "fp32-upcast (Hugging Face), native, fused-chunked (one chunk's logits at a time, "
-                 "as Liger's "
-                 "fused linear cross-entropy), chunked-output or linear-chunked (torchtune's "
-                 "CEWithChunkedOutputLoss and LinearCrossEntropyLoss: 8 chunks, every chunk's fp32 "
-                 "log-softmax saved)")
+  cmd.add_option(
+         "--loss", o.loss,
+         "fp32-upcast (Hugging Face), native, fused-chunked (one chunk's logits at a time, "
+         "as Liger's fused linear cross-entropy), chunked-output or linear-chunked (torchtune's "
+         "CEWithChunkedOutputLoss and LinearCrossEntropyLoss: 8 chunks, every chunk's fp32 "
+         "log-softmax saved)")
       ->capture_default_str();
   cmd.add_option("--dp", o.dp, "Data-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3");
