@@ -26,6 +26,7 @@
 #include "step_time.hpp"
 #include "tensors.hpp"
 #include "timeline.hpp"
+#include "caching_allocator.hpp"
 #include "training.hpp"
 #include "units.hpp"
 #include "version.hpp"

@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: MIT
+// PyTorch's CUDA caching allocator, simulated: which segments it reserves from the driver for a
+// sequence of tensor allocations and frees. Reserved memory (segments) is what nvidia-smi shows
+// and what runs out; allocated memory (live blocks) is what the step's tensors take. Every rule
+// names its function in c10/cuda/CUDACachingAllocator.cpp (read at pytorch/pytorch 001074d, the
+// 2.4 series; the rules are those of 2.1 to 2.9, max_non_split_rounding_mb aside).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "alloc_conf.hpp"
+
+namespace vramfit {
+
+/// The device memory the allocator may take: `device` bytes (cudaMalloc fails past it; 0:
+/// unlimited) and, with a per-process memory fraction, `fraction_limit` (0: none).
+struct allocator_limits {
+  bytes device{};
+  bytes fraction_limit{};
+};
+
+namespace caching {
+
+// CUDACachingAllocator.cpp, namespace Native, the size constants.
+inline constexpr std::int64_t min_block_size = 512;            // kMinBlockSize
+inline constexpr std::int64_t small_size = 1 << 20;            // kSmallSize: small pool's limit
+inline constexpr std::int64_t small_buffer = 2 << 20;          // kSmallBuffer: a small segment
+inline constexpr std::int64_t large_buffer = 20 << 20;         // kLargeBuffer
+inline constexpr std::int64_t min_large_alloc = 10 << 20;      // kMinLargeAlloc
+inline constexpr std::int64_t round_large = 2 << 20;           // kRoundLarge
+inline constexpr std::int64_t roundup_power2_start = 1 << 20;  // kRoundUpPowerOfTwoStart
+
+constexpr std::int64_t round_up(std::int64_t n, std::int64_t to) {
+  return detail::checked_mul((n + to - 1) / to, to);
+}
+
+/// CUDAAllocatorConfig::roundup_power2_divisions(size): the interval of `size`'s power of two,
+/// counted from 1 MiB, clamped to the first and last.
+constexpr std::int64_t divisions_for(const alloc_conf& c, std::int64_t size) {
+  std::int64_t index = detail::log2_of(size) - detail::log2_of(roundup_power2_start);
+  if (index < 0) index = 0;
+  if (index >= alloc_conf::intervals) index = alloc_conf::intervals - 1;
+  return c.roundup_power2_divisions[index];
+}
+
+/// roundup_power2_next_division: the power-of-two interval of `size` cut into `divisions` equal
+/// steps, `size` rounded up to the next step.
+constexpr std::int64_t round_to_division(std::int64_t size, std::int64_t divisions) {
+  if ((size & (size - 1)) == 0) return size;
+  const std::int64_t floor = std::int64_t{1} << detail::log2_of(size);
+  const std::int64_t step = floor >> detail::log2_of(divisions);
+  if (step == 0) return floor << 1;
+  const std::int64_t down = size & ~(step - 1);
+  return down == size ? size : down + step;
+}
+
+/// round_size: every request takes at least 512 B and a multiple of 512 B, or the next division
+/// of its power of two when roundup_power2_divisions asks for it.
+constexpr std::int64_t round_size(const alloc_conf& c, std::int64_t size) {
+  if (size < min_block_size) return min_block_size;
+  const std::int64_t divisions = divisions_for(c, size);
+  if (divisions > 1 && size > min_block_size * divisions) return round_to_division(size, divisions);
+  return round_up(size, min_block_size);
+}
+
+/// get_allocation_size: the segment cudaMalloc'ed for a rounded request that no cached block
+/// serves. Requests up to 1 MiB share 2 MiB segments, those under 10 MiB 20 MiB ones; larger ones
+/// get their own, rounded to 2 MiB.
+constexpr std::int64_t allocation_size(std::int64_t size) {
+  if (size <= small_size) return small_buffer;
+  if (size < min_large_alloc) return large_buffer;
+  return round_up(size, round_large);
+}
+
+/// One block of a segment: a tensor's (allocated) or a cached free range.
+struct block {
+  std::int64_t segment = 0, offset = 0, size = 0;
+  std::int64_t requested = 0;  ///< the tensor's own bytes (allocated blocks)
+  int prev = -1, next = -1;    ///< neighbours in the segment, by address
+  bool allocated = false, dead = false;
+};
+
+/// One segment: a cudaMalloc (or, with expandable segments, one growing mapping per pool and
+/// stream), in creation order (the simulation's stand-in for addresses).
+struct segment {
+  std::int64_t size = 0;  ///< mapped bytes
+  int stream = 0;
+  bool small = false, expandable = false, released = false;
+  int first = -1;  ///< its lowest block
+};
+
+}  // namespace caching
+
+/// The statistics torch.cuda.memory_stats() reports, in bytes: allocated counts blocks at their
+/// rounded size (a block too small to split counts whole), reserved counts segments.
+struct allocator_stats {
+  bytes allocated{}, reserved{}, requested{};
+  bytes peak_allocated{}, peak_reserved{};
+  /// At the allocated peak: reserved memory then, and its largest free block (fragmentation).
+  bytes reserved_at_peak{}, largest_free_at_peak{};
+  std::int64_t segments = 0, cuda_mallocs = 0, oom = 0;
+};
+
+/// The allocator of one device, simulated request by request. Handles returned by allocate()
+/// are what release() takes; -1 means out of memory.
+class caching_allocator {
+ public:
+  constexpr explicit caching_allocator(const alloc_conf& conf = {}, allocator_limits limits = {})
+      : conf_(conf), limits_(limits) {}
+
+  /// torch.empty of `size` bytes on `stream`; its block's handle.
+  constexpr int allocate(bytes size, int stream = 0) {
+    using namespace caching;
+    const std::int64_t rounded = round_size(conf_, size.count);
+    const bool small = rounded <= small_size;  // get_pool
+    int b = free_block(rounded, stream, small);
+    if (b < 0) {
+      garbage_collect();
+      b = new_segment(rounded, stream, small);
+      if (b < 0 && release_available(rounded, stream, small))
+        b = new_segment(rounded, stream, small);
+      if (b < 0 && release_all()) b = new_segment(rounded, stream, small);
+      if (b < 0) {
+        ++stats_.oom;
+        return -1;
+      }
+    }
+    if (should_split(at(b), rounded, small)) split(b, rounded);
+    caching::block& x = at(b);
+    x.allocated = true;
+    x.requested = size.count;
+    stats_.allocated += bytes{x.size};
+    stats_.requested += size;
+    if (stats_.allocated > stats_.peak_allocated) {
+      stats_.peak_allocated = stats_.allocated;
+      stats_.reserved_at_peak = stats_.reserved;
+      stats_.largest_free_at_peak = largest_free();
+    }
+    return b;
+  }
+
+  /// Frees the tensor of `handle` into the cache (free_block): it merges with free neighbours and
+  /// stays reserved.
+  constexpr void release(int handle) {
+    if (handle < 0) return;
+    caching::block& x = at(handle);
+    x.allocated = false;
+    stats_.allocated -= bytes{x.size};
+    stats_.requested -= bytes{x.requested};
+    x.requested = 0;
+    merge(handle);
+  }
+
+  /// torch.cuda.reset_peak_memory_stats().
+  constexpr void reset_peaks() {
+    stats_.peak_allocated = stats_.allocated;
+    stats_.peak_reserved = stats_.reserved;
+    stats_.reserved_at_peak = stats_.reserved;
+    stats_.largest_free_at_peak = largest_free();
+  }
+
+  [[nodiscard]] constexpr const allocator_stats& stats() const { return stats_; }
+  [[nodiscard]] constexpr const alloc_conf& conf() const { return conf_; }
+
+  /// The sizes of a segment's blocks by address, free ones negative (tests draw segment maps).
+  [[nodiscard]] constexpr std::vector<std::int64_t> segment_map(std::size_t s) const {
+    std::vector<std::int64_t> sizes;
+    for (int b = segments_[s].first; b >= 0; b = at(b).next)
+      sizes.push_back(at(b).allocated ? at(b).size : -at(b).size);
+    return sizes;
+  }
+  [[nodiscard]] constexpr std::size_t segment_count() const { return segments_.size(); }
+  [[nodiscard]] constexpr const caching::segment& segment_at(std::size_t s) const {
+    return segments_[s];
+  }
+  /// The largest cached free block.
+  [[nodiscard]] constexpr bytes largest_free() const {
+    std::int64_t most = 0;
+    for (int b : free_)
+      if (at(b).size > most) most = at(b).size;
+    return bytes{most};
+  }
+
+ private:
+  alloc_conf conf_;
+  allocator_limits limits_;
+  allocator_stats stats_{};
+  std::vector<caching::block> blocks_;
+  std::vector<caching::segment> segments_;
+  std::vector<int> free_;  ///< the pools' cached blocks, unordered
+
+  constexpr caching::block& at(int b) { return blocks_[static_cast<std::size_t>(b)]; }
+  [[nodiscard]] constexpr const caching::block& at(int b) const {
+    return blocks_[static_cast<std::size_t>(b)];
+  }
+  constexpr caching::segment& segment_of(const caching::block& x) {
+    return segments_[static_cast<std::size_t>(x.segment)];
+  }
+  [[nodiscard]] constexpr const caching::segment& segment_of(const caching::block& x) const {
+    return segments_[static_cast<std::size_t>(x.segment)];
+  }
+
+  [[nodiscard]] constexpr bool in_pool(const caching::block& x, int stream, bool small) const {
+    const caching::segment& s = segment_of(x);
+    return s.stream == stream && s.small == small;
+  }
+  /// What best fit compares: a free block at the end of an expandable segment can grow into the
+  /// unmapped rest of its address space, so it ranks as the largest (get_free_block's
+  /// expandable_size).
+  [[nodiscard]] constexpr std::int64_t fit_size(const caching::block& x) const {
+    const bool tail = segment_of(x).expandable && x.next < 0;
+    return tail ? std::numeric_limits<std::int64_t>::max() : x.size;
+  }
+  [[nodiscard]] constexpr bool before(const caching::block& a, const caching::block& b) const {
+    if (fit_size(a) != fit_size(b)) return fit_size(a) < fit_size(b);
+    if (a.segment != b.segment) return a.segment < b.segment;
+    return a.offset < b.offset;
+  }
+
+  /// get_free_block: the smallest cached block of the pool and stream that holds `size` (ordered
+  /// by size, then address), unless max_split_size rules it out.
+  constexpr int free_block(std::int64_t size, int stream, bool small) {
+    int best = -1;
+    std::size_t slot = 0;
+    for (std::size_t i = 0; i < free_.size(); ++i) {
+      const caching::block& x = at(free_[i]);
+      if (!in_pool(x, stream, small) || fit_size(x) < size) continue;
+      if (best < 0 || before(x, at(best))) best = free_[i], slot = i;
+    }
+    if (best < 0) return -1;
+    const std::int64_t found = at(best).size;
+    if (!segment_of(at(best)).expandable) {
+      // An oversize block serves no request under max_split_size...
+      if (size < conf_.max_split_size && found >= conf_.max_split_size) return -1;
+      // ...and one at or above it only when at most max_non_split_rounding larger.
+      if (size >= conf_.max_split_size && found >= size + conf_.max_non_split_rounding) return -1;
+    } else if (found < size && !grow(best, size - found)) {
+      return -1;
+    }
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(slot));
+    return best;
+  }
+
+  /// should_split: a small-pool or expandable block splits off any remainder of 512 B or more; a
+  /// large one only a remainder over 1 MiB, and never when the request reaches max_split_size.
+  [[nodiscard]] constexpr bool should_split(const caching::block& x, std::int64_t size,
+                                            bool small) const {
+    const std::int64_t remaining = x.size - size;
+    if (small || segment_of(x).expandable) return remaining >= caching::min_block_size;
+    return size < conf_.max_split_size && remaining > caching::small_size;
+  }
+
+  constexpr void split(int b, std::int64_t size) {
+    caching::block rest = at(b);
+    rest.offset += size;
+    rest.size -= size;
+    rest.prev = b;
+    const int r = static_cast<int>(blocks_.size());
+    if (rest.next >= 0) at(rest.next).prev = r;
+    blocks_.push_back(rest);
+    at(b).size = size;
+    at(b).next = r;
+    free_.push_back(r);
+  }
+
+  /// try_merge_blocks with both neighbours, when they are free.
+  constexpr void merge(int b) {
+    auto absorb = [&](int into, int gone) {
+      at(into).size += at(gone).size;
+      at(into).next = at(gone).next;
+      if (at(gone).next >= 0) at(at(gone).next).prev = into;
+      at(gone).dead = true;
+      std::erase(free_, gone);
+    };
+    const int next = at(b).next;
+    if (next >= 0 && !at(next).allocated) absorb(b, next);
+    const int prev = at(b).prev;
+    if (prev >= 0 && !at(prev).allocated) {
+      std::erase(free_, prev);
+      absorb(prev, b);
+      b = prev;
+    }
+    free_.push_back(b);
+  }
+
+  [[nodiscard]] constexpr bool may_reserve(std::int64_t more) const {
+    const bytes after = stats_.reserved + bytes{more};
+    if (limits_.device > bytes{} && after > limits_.device) return false;
+    return !(limits_.fraction_limit > bytes{} && after > limits_.fraction_limit);
+  }
+
+  constexpr void reserve(std::int64_t more) {
+    stats_.reserved += bytes{more};
+    ++stats_.cuda_mallocs;
+    if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
+  }
+
+  /// alloc_block: a new segment of allocation_size(size) holding one free block, or, with
+  /// expandable segments, the pool's one segment mapped further.
+  constexpr int new_segment(std::int64_t size, int stream, bool small) {
+    if (conf_.expandable_segments) return expand(size, stream, small);
+    const std::int64_t total = caching::allocation_size(size);
+    if (!may_reserve(total)) return -1;
+    reserve(total);
+    const int b = static_cast<int>(blocks_.size());
+    segments_.push_back({total, stream, small, false, false, b});
+    blocks_.push_back({static_cast<std::int64_t>(segments_.size() - 1), 0, total});
+    ++stats_.segments;
+    return b;
+  }
+
+  /// Expandable segments map their address space in pages of 2 MiB (small pool) or 20 MiB
+  /// (large pool) (ExpandableSegment's segment_size) and only grow.
+  static constexpr std::int64_t page_of(bool small) {
+    return small ? caching::small_buffer : caching::large_buffer;
+  }
+
+  /// Maps enough pages after the free tail block `b` for it to hold `more` bytes more.
+  constexpr bool grow(int b, std::int64_t more) {
+    caching::segment& s = segment_of(at(b));
+    const std::int64_t mapped = caching::round_up(more, page_of(s.small));
+    if (!may_reserve(mapped)) return false;
+    reserve(mapped);
+    s.size += mapped;
+    at(b).size += mapped;
+    return true;
+  }
+
+  /// A request no cached block serves, with expandable segments: the pool's segment grows by the
+  /// pages it needs at its end (its tail is allocated, or there is no segment yet).
+  constexpr int expand(std::int64_t size, int stream, bool small) {
+    std::size_t s = segments_.size();
+    for (std::size_t i = 0; i < segments_.size(); ++i)
+      if (segments_[i].stream == stream && segments_[i].small == small && !segments_[i].released)
+        s = i;
+    const std::int64_t mapped = caching::round_up(size, page_of(small));
+    if (!may_reserve(mapped)) return -1;
+    if (s == segments_.size()) {
+      segments_.push_back({0, stream, small, true, false, -1});
+      ++stats_.segments;
+    }
+    caching::segment& grown = segments_[s];
+    int last = -1;
+    for (int b = grown.first; b >= 0; b = at(b).next) last = b;
+    const int b = static_cast<int>(blocks_.size());
+    blocks_.push_back({static_cast<std::int64_t>(s), grown.size, mapped, 0, last, -1});
+    if (last >= 0)
+      at(last).next = b;
+    else
+      grown.first = b;
+    reserve(mapped);
+    grown.size += mapped;
+    return b;
+  }
+
+  /// Returns a whole cached segment to the driver (release_block).
+  constexpr void release_segment(int b) {
+    caching::segment& s = segment_of(at(b));
+    stats_.reserved -= bytes{s.size};
+    s.released = true;
+    at(b).dead = true;
+    std::erase(free_, b);
+  }
+  [[nodiscard]] constexpr bool whole_segment(int b) const {
+    return at(b).prev < 0 && at(b).next < 0 && !segment_of(at(b)).expandable;
+  }
+
+  /// release_available_cached_blocks (only with max_split_size): the smallest unsplit cached
+  /// block of the pool of at least max(size, max_split_size), else the largest ones until `size`
+  /// is freed.
+  constexpr bool release_available(std::int64_t size, int stream, bool small) {
+    if (conf_.max_split_size == std::numeric_limits<std::int64_t>::max()) return false;
+    const std::int64_t key = size < conf_.max_split_size ? conf_.max_split_size : size;
+    auto candidate = [&](int b) {
+      return whole_segment(b) && in_pool(at(b), stream, small) &&
+             at(b).size >= conf_.max_split_size;
+    };
+    int best = -1;
+    for (int b : free_)
+      if (candidate(b) && at(b).size >= key && (best < 0 || before(at(b), at(best)))) best = b;
+    if (best >= 0) {
+      release_segment(best);
+      return true;
+    }
+    std::int64_t freed = 0;
+    while (freed < size) {
+      int largest = -1;
+      for (int b : free_)
+        if (candidate(b) && (largest < 0 || before(at(largest), at(b)))) largest = b;
+      if (largest < 0) return false;
+      freed += at(largest).size;
+      release_segment(largest);
+    }
+    return true;
+  }
+
+  /// release_cached_blocks (emptyCache): every unsplit cached segment goes back.
+  constexpr bool release_all() {
+    bool any = false;
+    for (std::size_t i = free_.size(); i-- > 0;)
+      if (whole_segment(free_[i])) {
+        release_segment(free_[i]);
+        any = true;
+      }
+    return any;
+  }
+
+  /// garbage_collect_cached_blocks, under a memory fraction: past the threshold, the large pool's
+  /// unsplit cached segments go back until reserved is under it again. PyTorch frees those older
+  /// than the average reuse age first; the simulation has no clock and takes them by address.
+  constexpr void garbage_collect() {
+    if (conf_.garbage_collection_threshold_ppm <= 0 || limits_.fraction_limit <= bytes{}) return;
+    const bytes threshold{detail::checked_mul(limits_.fraction_limit.count / 1'000'000,
+                                              conf_.garbage_collection_threshold_ppm) +
+                          limits_.fraction_limit.count % 1'000'000 *
+                              conf_.garbage_collection_threshold_ppm / 1'000'000};
+    for (std::size_t i = 0; i < free_.size() && stats_.reserved > threshold;)
+      if (whole_segment(free_[i]) && !segment_of(at(free_[i])).small)
+        release_segment(free_[i]);
+      else
+        ++i;
+  }
+};
+
+}  // namespace vramfit

@@ -1,0 +1,219 @@
+// The caching allocator's rules, each against a segment map derived by hand from
+// c10/cuda/CUDACachingAllocator.cpp: rounding, pools, best fit, splitting, merging,
+// max_split_size, expandable segments, streams, out-of-memory retries and garbage collection.
+#include <doctest/doctest.h>
+
+#include <vector>
+#include <vramfit/caching_allocator.hpp>
+
+using namespace vramfit;
+using namespace vramfit::caching;
+using map = std::vector<std::int64_t>;
+
+namespace {
+constexpr std::int64_t K = 1024, M = 1024 * 1024;
+}
+
+// The simulation runs in a constant expression.
+static_assert([] {
+  caching_allocator a;
+  const int x = a.allocate(bytes{6 * M});
+  a.allocate(bytes{100});
+  a.release(x);
+  return a.stats().reserved == bytes{22 * M} && a.stats().allocated == bytes{512};
+}());
+
+TEST_CASE("round_size: 512-byte steps, or divisions of the power of two") {
+  const alloc_conf plain{};
+  CHECK(round_size(plain, 1) == 512);
+  CHECK(round_size(plain, 512) == 512);
+  CHECK(round_size(plain, 513) == 1024);
+  CHECK(round_size(plain, M + 1) == M + 512);
+  // The source's own example: 1200 cut in 4 of [1024, 2048) rounds to 1280.
+  CHECK(round_to_division(1200, 4) == 1280);
+  CHECK(round_to_division(4 * M, 4) == 4 * M);  // a power of two stays
+  alloc_conf four{};
+  for (std::int64_t& d : four.roundup_power2_divisions) d = 4;
+  // 5 MiB + 1 lies in [4 MiB, 8 MiB), steps of 1 MiB: 6 MiB.
+  CHECK(round_size(four, 5 * M + 1) == 6 * M);
+  // Not above 512 x 4: 512-byte steps still.
+  CHECK(round_size(four, 1200) == 1536);
+}
+
+TEST_CASE("get_allocation_size: 2 MiB small segments, 20 MiB shared large ones, else own") {
+  CHECK(allocation_size(512) == 2 * M);
+  CHECK(allocation_size(M) == 2 * M);
+  CHECK(allocation_size(M + 512) == 20 * M);
+  CHECK(allocation_size(10 * M - 512) == 20 * M);
+  CHECK(allocation_size(10 * M) == 10 * M);
+  CHECK(allocation_size(11 * M + 512) == 12 * M);
+}
+
+TEST_CASE("small pool: three 400 KiB tensors share one 2 MiB segment; frees merge") {
+  caching_allocator a;
+  const int x = a.allocate(bytes{400 * K});
+  const int y = a.allocate(bytes{400 * K});
+  a.allocate(bytes{400 * K});
+  REQUIRE(a.segment_count() == 1);
+  CHECK(a.segment_map(0) == map{400 * K, 400 * K, 400 * K, -848 * K});
+  CHECK(a.stats().reserved == bytes{2 * M});
+  CHECK(a.stats().allocated == bytes{1200 * K});
+  a.release(y);
+  CHECK(a.segment_map(0) == map{400 * K, -400 * K, 400 * K, -848 * K});
+  a.release(x);  // merges with the free block after it
+  CHECK(a.segment_map(0) == map{-800 * K, 400 * K, -848 * K});
+  // Best fit: 700 KiB takes the 800 KiB hole, not the 848 KiB one.
+  a.allocate(bytes{700 * K});
+  CHECK(a.segment_map(0) == map{700 * K, -100 * K, 400 * K, -848 * K});
+  CHECK(a.stats().reserved == bytes{2 * M});
+}
+
+TEST_CASE("large pool: a remainder of 1 MiB or less is not split off and counts as allocated") {
+  caching_allocator a;
+  a.allocate(bytes{6 * M});  // a 20 MiB segment, 14 MiB split off
+  CHECK(a.segment_map(0) == map{6 * M, -14 * M});
+  a.allocate(bytes{13 * M + 512 * K});  // fits the 14 MiB block; 0.5 MiB is left: no split
+  CHECK(a.segment_map(0) == map{6 * M, 14 * M});
+  CHECK(a.stats().allocated == bytes{20 * M});
+  CHECK(a.stats().requested == bytes{19 * M + 512 * K});
+  CHECK(a.stats().reserved == bytes{20 * M});
+  // The next one gets its own segment rounded to 2 MiB.
+  a.allocate(bytes{11 * M});
+  CHECK(a.segment_map(1) == map{12 * M});
+  CHECK(a.stats().reserved == bytes{32 * M});
+}
+
+TEST_CASE("streams: a block freed on one stream serves only that stream") {
+  caching_allocator a;
+  a.release(a.allocate(bytes{30 * M}, 0));
+  a.allocate(bytes{30 * M}, 1);
+  CHECK(a.segment_count() == 2);
+  CHECK(a.stats().reserved == bytes{60 * M});
+  a.allocate(bytes{30 * M}, 0);  // back on stream 0: the cached block
+  CHECK(a.stats().reserved == bytes{60 * M});
+}
+
+TEST_CASE("max_split_size: oversize blocks are not split, and small requests do not take them") {
+  const alloc_conf c = parse_alloc_conf("max_split_size_mb:32");
+  caching_allocator a(c);
+  a.release(a.allocate(bytes{40 * M}));
+  a.allocate(bytes{8 * M});  // the cached 40 MiB block is oversize: a new 20 MiB segment
+  CHECK(a.stats().reserved == bytes{60 * M});
+  CHECK(a.segment_map(0) == map{-40 * M});
+  // A request at or above max_split_size takes an oversize block less than 20 MiB larger,
+  // whole.
+  a.allocate(bytes{38 * M});
+  CHECK(a.segment_map(0) == map{40 * M});
+  CHECK(a.stats().reserved == bytes{60 * M});
+  caching_allocator b(c);
+  b.release(b.allocate(bytes{80 * M}));
+  b.allocate(bytes{40 * M});  // 80 >= 40 + 20: refused, a new segment
+  CHECK(b.stats().reserved == bytes{120 * M});
+  CHECK(b.segment_map(0) == map{-80 * M});
+}
+
+TEST_CASE("expandable segments: one mapping per pool grows by 20 MiB pages") {
+  caching_allocator a(parse_alloc_conf("expandable_segments:True"));
+  a.allocate(bytes{6 * M});
+  CHECK(a.segment_map(0) == map{6 * M, -14 * M});
+  // 30 MiB: no free block holds it but the tail, which maps 16 MiB more, rounded to a page.
+  a.allocate(bytes{30 * M});
+  CHECK(a.segment_map(0) == map{6 * M, 30 * M, -4 * M});
+  CHECK(a.stats().reserved == bytes{40 * M});
+  CHECK(a.segment_count() == 1);
+  // Without them: a 20 MiB segment for the first, 30 MiB of its own for the second.
+  caching_allocator b;
+  b.allocate(bytes{6 * M});
+  b.allocate(bytes{30 * M});
+  CHECK(b.stats().reserved == bytes{50 * M});
+}
+
+TEST_CASE("out of memory: cached unsplit segments go back, then the request fails") {
+  caching_allocator a({}, {bytes{40 * M}, {}});
+  a.release(a.allocate(bytes{20 * M}));
+  // 20 + 30 > 40: release_cached_blocks frees the cached 20 MiB segment, then 30 MiB fits.
+  CHECK(a.allocate(bytes{30 * M}) >= 0);
+  CHECK(a.stats().reserved == bytes{30 * M});
+  CHECK(a.stats().peak_reserved == bytes{30 * M});
+  CHECK(a.allocate(bytes{20 * M}) == -1);
+  CHECK(a.stats().oom == 1);
+}
+
+TEST_CASE("garbage collection: under a memory fraction, past the threshold") {
+  caching_allocator a(parse_alloc_conf("garbage_collection_threshold:0.5"), {{}, bytes{100 * M}});
+  const int x = a.allocate(bytes{40 * M});
+  const int y = a.allocate(bytes{30 * M});
+  a.release(x);
+  a.release(y);
+  // 60 MiB fits no cached block; reserved 70 > 50: the 40 MiB segment goes back first.
+  a.allocate(bytes{60 * M});
+  CHECK(a.stats().reserved == bytes{90 * M});
+  CHECK(a.segment_map(1) == map{-30 * M});
+  // Without a fraction the threshold does nothing.
+  caching_allocator b(parse_alloc_conf("garbage_collection_threshold:0.5"));
+  b.release(b.allocate(bytes{40 * M}));
+  b.allocate(bytes{60 * M});
+  CHECK(b.stats().reserved == bytes{100 * M});
+}
+
+TEST_CASE("property: reserved covers allocated, and both equal their blocks and segments") {
+  for (const char* conf :
+       {"", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"}) {
+    CAPTURE(conf);
+    caching_allocator a(parse_alloc_conf(conf));
+    std::vector<int> live;
+    std::uint64_t state = 12345;
+    auto next = [&] {
+      return (state = state * 6364136223846793005ULL + 1442695040888963407ULL) >> 33;
+    };
+    bytes last_peak{};
+    for (int i = 0; i < 3000; ++i) {
+      if (live.empty() || next() % 3 != 0) {
+        const std::int64_t scale = next() % 3 == 0 ? 1 : next() % 2 == 0 ? 4096 : 1 << 20;
+        live.push_back(a.allocate(bytes{static_cast<std::int64_t>(next() % 64 + 1) * scale}));
+      } else {
+        const std::size_t k = next() % live.size();
+        a.release(live[k]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      const allocator_stats& s = a.stats();
+      REQUIRE(s.reserved >= s.allocated);
+      REQUIRE(s.allocated >= s.requested);
+      REQUIRE(s.peak_reserved >= last_peak);
+      REQUIRE(s.reserved == s.peak_reserved);  // nothing goes back without a limit
+      last_peak = s.peak_reserved;
+    }
+    bytes segments{}, blocks{};
+    for (std::size_t s = 0; s < a.segment_count(); ++s) {
+      segments += bytes{a.segment_at(s).size};
+      for (std::int64_t b : a.segment_map(s)) blocks += bytes{b > 0 ? b : 0};
+    }
+    CHECK(segments == a.stats().reserved);
+    CHECK(blocks == a.stats().allocated);
+  }
+}
+
+TEST_CASE("PYTORCH_CUDA_ALLOC_CONF is read as PyTorch reads it") {
+  constexpr alloc_conf c = parse_alloc_conf(
+      " expandable_segments:True, max_split_size_mb:512,roundup_power2_divisions:[256:1,512:2,>:8],"
+      "garbage_collection_threshold:0.6,pinned_use_cuda_host_register:True");
+  static_assert(c.expandable_segments && c.max_split_size == 512 * M);
+  static_assert(c.garbage_collection_threshold_ppm == 600000);
+  // 256: sets intervals 0..8, 512: interval 9, ">" from interval 9 up.
+  static_assert(c.roundup_power2_divisions[0] == 1 && c.roundup_power2_divisions[8] == 1);
+  static_assert(c.roundup_power2_divisions[9] == 8 && c.roundup_power2_divisions[15] == 8);
+  CHECK(parse_alloc_conf("roundup_power2_divisions:2").roundup_power2_divisions[7] == 2);
+  CHECK(parse_alloc_conf("").max_split_size == std::numeric_limits<std::int64_t>::max());
+  CHECK(parse_alloc_conf("max_non_split_rounding_mb:0").max_non_split_rounding == 0);
+  CHECK_THROWS_WITH(parse_alloc_conf("expandable_segments:true"),
+                    "vramfit: allocator option expandable_segments:true: expected True or False");
+  CHECK_THROWS_WITH(parse_alloc_conf("max_split_size_mb:19"),
+                    "vramfit: allocator option max_split_size_mb:19: expected a whole number of "
+                    "MiB, at least 20");
+  CHECK_THROWS_AS(parse_alloc_conf("roundup_power2_divisions:3"), error);
+  CHECK_THROWS_AS(parse_alloc_conf("roundup_power2_divisions:[3:2]"), error);
+  CHECK_THROWS_AS(parse_alloc_conf("garbage_collection_threshold:1.0"), error);
+  CHECK_THROWS_AS(parse_alloc_conf("backend:cudaMallocAsync"), error);
+  CHECK_THROWS_WITH(parse_alloc_conf("max_split_size:512"),
+                    doctest::Contains("unrecognized allocator option 'max_split_size'"));
+}
