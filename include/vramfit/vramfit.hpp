@@ -4,6 +4,7 @@
 #pragma once
 
 #include "activations.hpp"
+#include "caching_allocator.hpp"
 #include "deepspeed_estimate.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
@@ -26,7 +27,6 @@
 #include "step_time.hpp"
 #include "tensors.hpp"
 #include "timeline.hpp"
-#include "caching_allocator.hpp"
 #include "training.hpp"
 #include "units.hpp"
 #include "version.hpp"

@@ -440,7 +440,7 @@ TEST_CASE("one layer's backward working sets, by hand") {
   CHECK(layer_backward_bytes(fused, pure<bf16>::value, g, one).mlp == bytes{2 * 2 * m});
 }
 
-TEST_CASE("a tied embedding's gradient comes with the head's; position embeddings' at the end") {
+TEST_CASE("a tied embedding's gradient comes with the head's, position embeddings' at the end") {
   // GPT-2, fp32: the head's gradient is wte's (50257 x 768 x 4 B), held by the autograd engine
   // through the layers' backward; wpe's (1024 x 768 x 4 B) is made by the embedding backward.
   const training t{models::gpt2::value, fp32_training::value, sgd<>::value};

@@ -49,7 +49,7 @@ TEST_CASE("get_allocation_size: 2 MiB small segments, 20 MiB shared large ones, 
   CHECK(allocation_size(11 * M + 512) == 12 * M);
 }
 
-TEST_CASE("small pool: three 400 KiB tensors share one 2 MiB segment; frees merge") {
+TEST_CASE("small pool: three 400 KiB tensors share one 2 MiB segment and frees merge") {
   caching_allocator a;
   const int x = a.allocate(bytes{400 * K});
   const int y = a.allocate(bytes{400 * K});

@@ -274,7 +274,7 @@ TEST_CASE("DistilBERT: DistilBertModel, and its sequence classifier") {
   CHECK_THROWS_WITH(model_from_hf_config(c), doctest::Contains("sinusoidal_pos_embds = true"));
 }
 
-TEST_CASE("BigBird: BERT's tensors with 4,096 positions; its classifier has a dense layer") {
+TEST_CASE("BigBird: BERT's tensors with 4,096 positions and a classifier with a dense layer") {
   const model m = load_hf_config(data_dir / "hf" / "bigbird-roberta-base.json");
   CHECK(m.family == family::bert);
   CHECK(m.gelu_in_python);  // hidden_act gelu_new
@@ -300,7 +300,7 @@ TEST_CASE("BigBird: BERT's tensors with 4,096 positions; its classifier has a de
   CHECK_THROWS_WITH(model_from_hf_config(c), doctest::Contains("use_bias = false"));
 }
 
-TEST_CASE("Mistral 3: the text decoder of text_config; the vision tower is not counted") {
+TEST_CASE("Mistral 3: the text decoder of text_config, the vision tower not counted") {
   // Mistral-Small-3.1-24B: the text decoder is Mistral-Small-24B's, 23,572,403,200 (keras-hub
   // magistral_small_2506_en and devstral_small_1_1, the same decoder). The Pixtral vision
   // encoder (403,305,472) and the projector (35,652,608) make the Hub's 24.0B; neither is here.

@@ -104,7 +104,7 @@ TEST_CASE("quantized weight layouts, by hand") {
   CHECK(weight_bytes(m, {}, fp8_weights<>::value) == bytes{32 * fp8 + other});
 }
 
-TEST_CASE("sliding windows cap their layers' cache; paged blocks round up") {
+TEST_CASE("sliding windows cap their layers' cache and paged blocks round up") {
   // Mistral-7B: every layer windowed at 4096; an 8192-token request keeps 4096 tokens a layer.
   const request_shape long_request{.batch = 1, .prompt = 8192};
   CHECK(kv_cache_bytes(models::mistral_7b::value, {}, {}, long_request) == 128 * KiB * 4096);
@@ -124,7 +124,7 @@ TEST_CASE("tensor parallel splits KV heads, replicates them past their count, ne
   CHECK(kv_bytes_per_token(models::deepseek_v3::value, {}, 8) == bytes{70'272});
 }
 
-TEST_CASE("quantized KV: fp8 halves it; int8 with an fp16 scale per head adds 2 bytes a head") {
+TEST_CASE("quantized KV: fp8 halves it, int8 with an fp16 scale per head adds 2 bytes a head") {
   const model& m = models::llama_3_8b::value;
   CHECK(kv_bytes_per_token(m, {.format = fp8_e4m3::value}) == bytes{65'536});
   CHECK(kv_bytes_per_token(m, {.format = group_quantized<8, 128, fp16, 0>::value}) ==

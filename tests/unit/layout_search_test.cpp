@@ -191,7 +191,7 @@ TEST_CASE("fixed knobs are kept, bounds respected, and the rest counted by reaso
         static_cast<std::int64_t>(six.best.size()));
 }
 
-TEST_CASE("offload only when nothing fits without it; none when nothing fits at all") {
+TEST_CASE("offload only when nothing fits without it, none when nothing fits at all") {
   training_plan_value plan = llama_plan();
   const search_result one = search_layouts(plan, h100, {.gpus = 1});
   REQUIRE(one.found());  // 8B with AdamW needs 16 B per weight: only ZeRO-Offload fits one H100
