@@ -53,11 +53,95 @@ struct step_timeline {
   step_peak peak{};
 };
 
+/// The kinds of tensor a layer's step allocates, as the timeline frees and allocates them.
+enum class layer_tensor : unsigned char { gradient, cast, saved, kept_input, working };
+
+/// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
+/// (part 1) half.
+struct layer_piece {
+  layer_tensor kind = layer_tensor::saved;
+  int part = 0;
+  bool output_linear = false;  ///< of the half's output linear (o_proj, down_proj)
+  bool selective = false;      ///< a saved tensor that selective recompute drops and recomputes
+  bool cached = false;         ///< an autocast copy of a trained weight (cached to the region end)
+  bytes size{};
+  std::int64_t count = 1;
+};
+
+/// Which of a layer's tensors a timeline event allocates or frees (-1: any).
+struct piece_filter {
+  std::uint8_t kinds = 0;  ///< bits 1 << layer_tensor
+  std::int8_t part = -1, output_linear = -1;
+  bool kept_only = false;    ///< without what selective recompute drops
+  bool cached_only = false;  ///< autocast copies of trained weights only
+
+  [[nodiscard]] constexpr bool takes(const layer_piece& x) const {
+    return (kinds >> static_cast<int>(x.kind) & 1) != 0 && (part < 0 || part == x.part) &&
+           (output_linear < 0 || (output_linear == 1) == x.output_linear) &&
+           !(kept_only && x.selective) && !(cached_only && !x.cached);
+  }
+};
+
+constexpr piece_filter pieces_of(layer_tensor kind, int part = -1, int output_linear = -1) {
+  return {static_cast<std::uint8_t>(1 << static_cast<int>(kind)), static_cast<std::int8_t>(part),
+          static_cast<std::int8_t>(output_linear)};
+}
+
 namespace detail {
 
-/// One layer's gradients, autocast copies and saved tensors, split the way its backward frees and
-/// allocates them: the MLP half first, each half beginning with its output linear (down_proj,
-/// o_proj) (torch.autograd runs the graph in reverse; HF LlamaDecoderLayer, GPT2Block).
+/// Calls `visit(layer_piece)` for each tensor kind of one layer: its gradients, autocast copies
+/// and saved tensors, split the way its backward frees and allocates them (the MLP half first,
+/// each half beginning with its output linear; torch.autograd runs the graph in reverse; HF
+/// LlamaDecoderLayer, GPT2Block), its input when fully recomputed, and its backward's working
+/// tensors.
+template <class Visit>
+constexpr void for_each_layer_tensor(const training& t, const activation_options& o,
+                                     const tensor_ledger& tensors, std::int64_t layer,
+                                     std::int64_t experts_per_rank, std::int64_t shards,
+                                     bool sharded_grads, bool full_recompute, Visit&& visit) {
+  const model& m = t.model;
+  const layout& l = t.layout;
+  const bool moe = m.is_moe_layer(layer);
+  for (const tensor_group& g : tensors) {
+    if (!g.in_layer(layer)) continue;
+    unsharded_states acc{};
+    add_group(t, g, {layer, 1, false, false}, false, experts_per_rank, shards, acc);
+    const int part = g.kind == tensor_kind::attention ? 0 : 1;
+    const bool out = g.split == tp_split::input && g.rank == 2;
+    // One tensor per weight (per routed expert): its gradient and its autocast copy.
+    auto each = [&](layer_tensor kind, bytes all, std::int64_t count, bool cached) {
+      if (all == bytes{}) return;
+      if (count < 1) count = 1;
+      const bytes size{all.count / count};
+      visit(layer_piece{kind, part, out, false, cached, size, count - 1});
+      visit(layer_piece{kind, part, out, false, cached, all - size * (count - 1), 1});
+    };
+    each(layer_tensor::gradient, rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads),
+         acc.trained_tensors, false);
+    each(layer_tensor::cast, acc.cast_copies - acc.frozen_cast_copies, acc.trained_tensors, true);
+    each(layer_tensor::cast, acc.frozen_cast_copies, acc.weight_tensors - acc.trained_tensors,
+         false);
+  }
+  for (const saved_tensor& x : layer_saved_tensors(m, t.precision, o, l, moe, t.finetune))
+    visit(layer_piece{layer_tensor::saved, static_cast<int>(x.part), x.output_linear_input,
+                      o.recompute == recompute_kind::selective && x.recomputed_by_selective, false,
+                      x.size, 1});
+  if (full_recompute)
+    visit(layer_piece{
+        layer_tensor::kept_input, 0, false, false, false,
+        layer_activation_bytes(m, t.precision, o, l, moe, checkpoint_policy(o), t.finetune), 1});
+  // The backward's working tensors, taken as three of one size: the gated MLP's mm and two
+  // products, the eager softmax's gradient, output and kernel buffer, or flash's dQ, dK, dV.
+  const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe);
+  for (int part : {0, 1}) {
+    const bytes all = part ? w.mlp : w.attention;
+    visit(layer_piece{layer_tensor::working, part, false, false, false, bytes{all.count / 3}, 2});
+    visit(layer_piece{layer_tensor::working, part, false, false, false,
+                      all - bytes{all.count / 3} * 2, 1});
+  }
+}
+
+/// One layer's tensors summed the way the timeline uses them.
 struct layer_pattern {
   bytes grads_out[2]{}, grads_rest[2]{};  ///< [layer_part]
   bytes saved_out[2]{}, saved_rest[2]{};
@@ -73,32 +157,32 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                                    const tensor_ledger& tensors, std::int64_t layer,
                                    std::int64_t experts_per_rank, std::int64_t shards,
                                    bool sharded_grads, bool full_recompute) {
-  const model& m = t.model;
-  const layout& l = t.layout;
-  const bool moe = m.is_moe_layer(layer);
   layer_pattern p{};
-  for (const tensor_group& g : tensors) {
-    if (!g.in_layer(layer)) continue;
-    unsharded_states acc{};
-    add_group(t, g, {layer, 1, false, false}, false, experts_per_rank, shards, acc);
-    const int part = g.kind == tensor_kind::attention ? 0 : 1;
-    const bytes grads = rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
-    const bool output_linear = g.split == tp_split::input && g.rank == 2;
-    (output_linear ? p.grads_out : p.grads_rest)[part] += grads;
-    (output_linear ? p.casts_out : p.casts_rest)[part] += acc.cast_copies;
-    p.cached_casts += acc.cast_copies - acc.frozen_cast_copies;
-  }
   p.full = full_recompute;
-  for (const saved_tensor& s : layer_saved_tensors(m, t.precision, o, l, moe, t.finetune)) {
-    const int part = static_cast<int>(s.part);
-    if (o.recompute == recompute_kind::selective && s.recomputed_by_selective)
-      p.selective[part] += s.size;
-    (s.output_linear_input ? p.saved_out : p.saved_rest)[part] += s.size;
-  }
-  if (full_recompute)
-    p.kept_input =
-        layer_activation_bytes(m, t.precision, o, l, moe, checkpoint_policy(o), t.finetune);
-  p.working = layer_backward_bytes(m, t.precision, o, l, moe);
+  for_each_layer_tensor(t, o, tensors, layer, experts_per_rank, shards, sharded_grads,
+                        full_recompute, [&](const layer_piece& x) {
+                          const bytes all = x.size * x.count;
+                          const int part = x.part;
+                          switch (x.kind) {
+                            case layer_tensor::gradient:
+                              (x.output_linear ? p.grads_out : p.grads_rest)[part] += all;
+                              break;
+                            case layer_tensor::cast:
+                              (x.output_linear ? p.casts_out : p.casts_rest)[part] += all;
+                              if (x.cached) p.cached_casts += all;
+                              break;
+                            case layer_tensor::saved:
+                              if (x.selective) p.selective[part] += all;
+                              (x.output_linear ? p.saved_out : p.saved_rest)[part] += all;
+                              break;
+                            case layer_tensor::kept_input:
+                              p.kept_input += all;
+                              break;
+                            case layer_tensor::working:
+                              (part ? p.working.mlp : p.working.attention) += all;
+                              break;
+                          }
+                        });
   return p;
 }
 
