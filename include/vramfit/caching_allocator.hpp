@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "alloc_conf.hpp"
@@ -79,6 +80,7 @@ struct block {
   std::int64_t segment = 0, offset = 0, size = 0;
   std::int64_t requested = 0;  ///< the tensor's own bytes (allocated blocks)
   int prev = -1, next = -1;    ///< neighbours in the segment, by address
+  std::int64_t gc_base = 0;    ///< the pool's searches when it was cached (its age's origin)
   bool allocated = false, dead = false;
 };
 
@@ -164,9 +166,11 @@ class caching_allocator {
   [[nodiscard]] constexpr const allocator_stats& stats() const { return stats_; }
   [[nodiscard]] constexpr const alloc_conf& conf() const { return conf_; }
 
-  /// The sizes of a segment's blocks by address, free ones negative (tests draw segment maps).
+  /// The sizes of a segment's blocks by address, free ones negative (tests draw segment maps);
+  /// none once it went back to the driver.
   [[nodiscard]] constexpr std::vector<std::int64_t> segment_map(std::size_t s) const {
     std::vector<std::int64_t> sizes;
+    if (segments_[s].released) return sizes;
     for (int b = segments_[s].first; b >= 0; b = at(b).next)
       sizes.push_back(at(b).allocated ? at(b).size : -at(b).size);
     return sizes;
@@ -189,7 +193,10 @@ class caching_allocator {
   allocator_stats stats_{};
   std::vector<caching::block> blocks_;
   std::vector<caching::segment> segments_;
-  std::vector<int> free_;  ///< the pools' cached blocks, unordered
+  /// The pools' cached blocks, ordered as BlockComparatorSize orders them: by stream (and pool),
+  /// size, address.
+  std::vector<int> free_;
+  std::int64_t large_searches_ = 0;  ///< get_free_block calls on the large pool, under GC
 
   constexpr caching::block& at(int b) { return blocks_[static_cast<std::size_t>(b)]; }
   [[nodiscard]] constexpr const caching::block& at(int b) const {
@@ -213,23 +220,44 @@ class caching_allocator {
     const bool tail = segment_of(x).expandable && x.next < 0;
     return tail ? std::numeric_limits<std::int64_t>::max() : x.size;
   }
+  using order = std::tuple<int, bool, std::int64_t, std::int64_t, std::int64_t>;
+  [[nodiscard]] constexpr order key(int b) const {
+    const caching::block& x = at(b);
+    const caching::segment& s = segment_of(x);
+    return {s.stream, s.small, fit_size(x), x.segment, x.offset};
+  }
   [[nodiscard]] constexpr bool before(const caching::block& a, const caching::block& b) const {
     if (fit_size(a) != fit_size(b)) return fit_size(a) < fit_size(b);
     if (a.segment != b.segment) return a.segment < b.segment;
     return a.offset < b.offset;
   }
+  /// The first cached block not ordered before `k`.
+  [[nodiscard]] constexpr std::size_t lower_bound(const order& k) const {
+    std::size_t low = 0, high = free_.size();
+    while (low < high) {
+      const std::size_t mid = (low + high) / 2;
+      if (key(free_[mid]) < k)
+        low = mid + 1;
+      else
+        high = mid;
+    }
+    return low;
+  }
+  constexpr void cache(int b) {
+    at(b).gc_base = large_searches_;
+    free_.insert(free_.begin() + static_cast<std::ptrdiff_t>(lower_bound(key(b))), b);
+  }
+  constexpr void uncache(int b) {
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(lower_bound(key(b))));
+  }
 
   /// get_free_block: the smallest cached block of the pool and stream that holds `size` (ordered
   /// by size, then address), unless max_split_size rules it out.
   constexpr int free_block(std::int64_t size, int stream, bool small) {
-    int best = -1;
-    std::size_t slot = 0;
-    for (std::size_t i = 0; i < free_.size(); ++i) {
-      const caching::block& x = at(free_[i]);
-      if (!in_pool(x, stream, small) || fit_size(x) < size) continue;
-      if (best < 0 || before(x, at(best))) best = free_[i], slot = i;
-    }
-    if (best < 0) return -1;
+    if (!small && collects_garbage()) ++large_searches_;  // get_free_blocks_call_count
+    const std::size_t slot = lower_bound({stream, small, size, -1, -1});
+    if (slot == free_.size() || !in_pool(at(free_[slot]), stream, small)) return -1;
+    const int best = free_[slot];
     const std::int64_t found = at(best).size;
     if (!segment_of(at(best)).expandable) {
       // An oversize block serves no request under max_split_size...
@@ -262,27 +290,26 @@ class caching_allocator {
     blocks_.push_back(rest);
     at(b).size = size;
     at(b).next = r;
-    free_.push_back(r);
+    cache(r);
   }
 
   /// try_merge_blocks with both neighbours, when they are free.
   constexpr void merge(int b) {
     auto absorb = [&](int into, int gone) {
+      uncache(gone == b ? into : gone);
       at(into).size += at(gone).size;
       at(into).next = at(gone).next;
       if (at(gone).next >= 0) at(at(gone).next).prev = into;
       at(gone).dead = true;
-      std::erase(free_, gone);
     };
     const int next = at(b).next;
     if (next >= 0 && !at(next).allocated) absorb(b, next);
     const int prev = at(b).prev;
     if (prev >= 0 && !at(prev).allocated) {
-      std::erase(free_, prev);
       absorb(prev, b);
       b = prev;
     }
-    free_.push_back(b);
+    cache(b);
   }
 
   [[nodiscard]] constexpr bool may_reserve(std::int64_t more) const {
@@ -361,7 +388,7 @@ class caching_allocator {
     stats_.reserved -= bytes{s.size};
     s.released = true;
     at(b).dead = true;
-    std::erase(free_, b);
+    uncache(b);
   }
   [[nodiscard]] constexpr bool whole_segment(int b) const {
     return at(b).prev < 0 && at(b).next < 0 && !segment_of(at(b)).expandable;
@@ -407,20 +434,40 @@ class caching_allocator {
     return any;
   }
 
+  [[nodiscard]] constexpr bool collects_garbage() const {
+    return conf_.garbage_collection_threshold_ppm > 0 && limits_.fraction_limit > bytes{};
+  }
+
   /// garbage_collect_cached_blocks, under a memory fraction: past the threshold, the large pool's
-  /// unsplit cached segments go back until reserved is under it again. PyTorch frees those older
-  /// than the average reuse age first; the simulation has no clock and takes them by address.
+  /// unsplit cached blocks at least as old as their average (in the pool's searches since they
+  /// were cached) go back, all of them in a pass, passes until the excess is reclaimed.
   constexpr void garbage_collect() {
-    if (conf_.garbage_collection_threshold_ppm <= 0 || limits_.fraction_limit <= bytes{}) return;
-    const bytes threshold{detail::checked_mul(limits_.fraction_limit.count / 1'000'000,
-                                              conf_.garbage_collection_threshold_ppm) +
-                          limits_.fraction_limit.count % 1'000'000 *
-                              conf_.garbage_collection_threshold_ppm / 1'000'000};
-    for (std::size_t i = 0; i < free_.size() && stats_.reserved > threshold;)
-      if (whole_segment(free_[i]) && !segment_of(at(free_[i])).small)
-        release_segment(free_[i]);
-      else
-        ++i;
+    if (!collects_garbage()) return;
+    const std::int64_t limit = limits_.fraction_limit.count;
+    const std::int64_t ppm = conf_.garbage_collection_threshold_ppm;
+    const bytes threshold{detail::checked_mul(limit / 1'000'000, ppm) +
+                          limit % 1'000'000 * ppm / 1'000'000};
+    if (stats_.reserved <= threshold) return;
+    const bytes target = stats_.reserved - threshold;
+    bytes reclaimed{};
+    auto freeable = [&](int b) { return whole_segment(b) && !segment_of(at(b)).small; };
+    for (bool freed = true; freed && reclaimed < target;) {
+      std::int64_t ages = 0, count = 0;
+      for (int b : free_)
+        if (freeable(b)) ages += large_searches_ - at(b).gc_base, ++count;
+      freed = false;
+      for (std::size_t i = 0; i < free_.size();) {
+        const int b = free_[i];
+        // age >= ages / count, in integers
+        if (freeable(b) && (large_searches_ - at(b).gc_base) * count >= ages) {
+          reclaimed += bytes{at(b).size};
+          release_segment(b);
+          freed = true;
+        } else {
+          ++i;
+        }
+      }
+    }
   }
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "activations.hpp"
 
@@ -18,40 +19,6 @@ constexpr const char* to_string(step_phase p) {
   constexpr const char* names[] = {"forward", "loss", "backward", "optimizer", "zero_grad"};
   return names[static_cast<int>(p)];
 }
-
-/// One allocation (delta > 0) or free (delta < 0) of the step, repeated over `layers` consecutive
-/// layers from `first_layer` (forward: ascending; backward: descending) when first_layer >= 0.
-/// Consecutive events of one phase with the same layer run form that run's per-layer pattern.
-struct timeline_event {
-  const char* what = "";  ///< a string literal
-  step_phase phase = step_phase::forward;
-  std::int64_t micro_batch = 0;  ///< 0: the first of the step; 1: each later one (all alike)
-  std::int64_t first_layer = -1;
-  std::int64_t layers = 0;
-  bytes delta{};
-  int entry = -1;  ///< the ledger entry whose bytes these are
-  moment region = moment::end_of_forward;
-};
-
-/// Events of a step: forward and backward hold at most 6 + 14 per layer run; the runs are bounded
-/// by the ledger's layer edges (stages.hpp).
-using timeline_events = detail::static_vector<timeline_event, 1024>;
-
-/// Where a step peaks: after event `event`, in layer `layer` of its run (-1 outside layers).
-struct step_peak {
-  std::size_t event = 0;
-  std::int64_t layer = -1;
-  bytes alive{};
-};
-
-/// A step's timeline: its timed ledger (each entry's bytes at the peak set), its events, what is
-/// allocated when it starts (steady state: the optimizer states exist) and its peak.
-struct step_timeline {
-  memory_ledger ledger{};
-  timeline_events events{};
-  bytes at_start{};
-  step_peak peak{};
-};
 
 /// The kinds of tensor a layer's step allocates, as the timeline frees and allocates them.
 enum class layer_tensor : unsigned char { gradient, cast, saved, kept_input, working };
@@ -68,24 +35,79 @@ struct layer_piece {
   std::int64_t count = 1;
 };
 
-/// Which of a layer's tensors a timeline event allocates or frees (-1: any).
+/// Which of a layer's tensors a timeline event allocates or frees: a kind, and where a field is
+/// 0 or 1 only the pieces whose flag is that (-1: any).
 struct piece_filter {
-  std::uint8_t kinds = 0;  ///< bits 1 << layer_tensor
-  std::int8_t part = -1, output_linear = -1;
-  bool kept_only = false;    ///< without what selective recompute drops
-  bool cached_only = false;  ///< autocast copies of trained weights only
+  layer_tensor kind = layer_tensor::saved;
+  std::int8_t part = -1, output_linear = -1, selective = -1, cached = -1;
 
   [[nodiscard]] constexpr bool takes(const layer_piece& x) const {
-    return (kinds >> static_cast<int>(x.kind) & 1) != 0 && (part < 0 || part == x.part) &&
-           (output_linear < 0 || (output_linear == 1) == x.output_linear) &&
-           !(kept_only && x.selective) && !(cached_only && !x.cached);
+    auto matches = [](std::int8_t want, bool flag) { return want < 0 || (want == 1) == flag; };
+    return x.kind == kind && (part < 0 || part == x.part) &&
+           matches(output_linear, x.output_linear) && matches(selective, x.selective) &&
+           matches(cached, x.cached);
   }
 };
 
 constexpr piece_filter pieces_of(layer_tensor kind, int part = -1, int output_linear = -1) {
-  return {static_cast<std::uint8_t>(1 << static_cast<int>(kind)), static_cast<std::int8_t>(part),
-          static_cast<std::int8_t>(output_linear)};
+  return {kind, static_cast<std::int8_t>(part), static_cast<std::int8_t>(output_linear)};
 }
+
+/// One allocation (delta > 0) or free (delta < 0) of the step, repeated over `layers` consecutive
+/// layers from `first_layer` (forward: ascending; backward: descending) when first_layer >= 0.
+/// Consecutive events of one phase with the same layer run form that run's per-layer pattern.
+struct timeline_event {
+  const char* what = "";  ///< a string literal
+  step_phase phase = step_phase::forward;
+  std::int64_t micro_batch = 0;  ///< 0: the first of the step; 1: each later one (all alike)
+  std::int64_t first_layer = -1;
+  std::int64_t layers = 0;
+  bytes delta{};
+  int entry = -1;  ///< the ledger entry whose bytes these are
+  moment region = moment::end_of_forward;
+  /// Of a layer run: which of the layer's tensors (for_each_layer_tensor) these bytes are.
+  std::optional<piece_filter> pieces{};
+};
+
+/// Events of a step: forward and backward hold at most 6 + 14 per layer run; the runs are bounded
+/// by the ledger's layer edges (stages.hpp).
+using timeline_events = detail::static_vector<timeline_event, 1024>;
+
+/// Where a step peaks: after event `event`, in layer `layer` of its run (-1 outside layers).
+struct step_peak {
+  std::size_t event = 0;
+  std::int64_t layer = -1;
+  bytes alive{};
+};
+
+/// Layer runs of a stage: cut at each of the ledger's layer edges and where full recompute stops,
+/// so at most one more than those cuts.
+inline constexpr std::size_t max_layer_runs = decltype(layer_edges{}.at)::capacity + 2;
+
+/// A run of identical layers of the stage [first, first + count), and whether each is fully
+/// recomputed.
+struct timeline_run {
+  std::int64_t first = 0, count = 0;
+  bool full = false;
+};
+
+/// How the stage's layers hold their tensors (for_each_layer_tensor's arguments).
+struct layer_context {
+  std::int64_t experts_per_rank = 1, shards = 1;
+  bool sharded_grads = false;
+};
+
+/// A step's timeline: its timed ledger (each entry's bytes at the peak set), its events, what is
+/// allocated when it starts (steady state: the optimizer states exist) and its peak; its layer
+/// runs, which the events of layers refer to by their first layer.
+struct step_timeline {
+  memory_ledger ledger{};
+  timeline_events events{};
+  bytes at_start{};
+  step_peak peak{};
+  detail::static_vector<timeline_run, max_layer_runs> runs{};
+  layer_context layers{};
+};
 
 namespace detail {
 
@@ -194,6 +216,13 @@ constexpr bytes forward_kept(const layer_pattern& p) {
   return sum;
 }
 
+/// Which of a layer's tensors forward keeps: see forward_kept().
+constexpr piece_filter kept_by_forward(const layer_pattern& p) {
+  piece_filter kept = pieces_of(p.full ? layer_tensor::kept_input : layer_tensor::saved);
+  kept.selective = 0;
+  return kept;
+}
+
 constexpr bytes saved_total(const layer_pattern& p) {
   bytes sum{};
   for (int part : {0, 1}) sum += p.saved_out[part] + p.saved_rest[part];
@@ -215,10 +244,10 @@ struct event_writer {
   moment region = moment::end_of_forward;
 
   constexpr void add(const char* what, int entry, bytes delta, std::int64_t first_layer = -1,
-                     std::int64_t layers = 0) {
+                     std::int64_t layers = 0, std::optional<piece_filter> pieces = {}) {
     if (entry < 0 || delta == bytes{} || layers < 0) return;
     if (ledger[static_cast<std::size_t>(entry)].space != memory_space::device) return;
-    events.push_back({what, phase, micro_batch, first_layer, layers, delta, entry, region});
+    events.push_back({what, phase, micro_batch, first_layer, layers, delta, entry, region, pieces});
   }
 
   /// Allocates (sign 1) or frees (sign -1) every entry of lifetime `when` that `select` takes.
@@ -254,7 +283,7 @@ struct layer_run {
   std::int64_t first = 0, count = 0;
   layer_pattern pattern{};
 };
-using layer_runs = static_vector<layer_run, 2 * 48 + 2 * 4 + 4>;
+using layer_runs = static_vector<layer_run, max_layer_runs>;
 
 /// Whether `b` continues the layer run pattern of `a`.
 constexpr bool same_run(const timeline_event& a, const timeline_event& b) {
@@ -383,7 +412,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       in_backward ? entry_where(ledger, component::buffers, lifetime::layer_backward) : -1;
 
   // The stage's layer runs: cut at the ledger's edges and where full recompute stops.
-  static_vector<std::int64_t, 2 * 48 + 2 * 4 + 4> cuts{};
+  static_vector<std::int64_t, max_layer_runs> cuts{};
   const std::int64_t end = range.first_layer + range.layers;
   const std::int64_t recompute_end = range.first_layer + checkpointed_layers(o, range.layers);
   for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
@@ -393,7 +422,9 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     runs.push_back({first, count,
                     pattern_of(t, o, tensors, first, experts_per_rank, shards, sharded_grads,
                                first < recompute_end)});
+    tl.runs.push_back({first, count, first < recompute_end});
   });
+  tl.layers = {experts_per_rank, shards, sharded_grads};
 
   // What the runs account for; the rest of each entry belongs to the layers' outside.
   bytes own_saved{}, layer_casts{}, layer_grads{};
@@ -435,11 +466,12 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   event_writer w{ledger, tl.events};
   // After gradients of `grads` bytes are accumulated: under an optimizer in backward, their step
   // and zero_grad (set_to_none) right away.
-  auto stepped = [&](bytes grads, std::int64_t first = -1, std::int64_t count = 0) {
+  auto stepped = [&](bytes grads, std::int64_t first = -1, std::int64_t count = 0,
+                     std::optional<piece_filter> pieces = {}) {
     if (!in_backward || grads == bytes{}) return;
     w.add("optimizer step in backward", step, size_of(step), first, count);
     w.add("optimizer step in backward", step, -size_of(step), first, count);
-    w.add("gradients freed after their step", gradients, -grads, first, count);
+    w.add("gradients freed after their step", gradients, -grads, first, count, pieces);
   };
   // Working buffers of sharded weights (gathered units) live from forward to the end of backward;
   // the eager mask is forward's, the logits the loss's.
@@ -463,9 +495,13 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     w.add_each(lifetime::forward, 1, not_logits);
     for (const layer_run& r : runs) {
       // A checkpointed layer's autograd keeps nothing: only the cache's copies stay.
+      piece_filter cached = pieces_of(layer_tensor::cast);
+      cached.cached = r.pattern.full ? 1 : -1;
       w.add("autocast weight copies", casts,
-            r.pattern.full ? r.pattern.cached_casts : casts_total(r.pattern), r.first, r.count);
-      w.add("saved activations", saved, forward_kept(r.pattern), r.first, r.count);
+            r.pattern.full ? r.pattern.cached_casts : casts_total(r.pattern), r.first, r.count,
+            cached);
+      w.add("saved activations", saved, forward_kept(r.pattern), r.first, r.count,
+            kept_by_forward(r.pattern));
     }
     w.add_each(lifetime::forward, -1, not_logits);
     // The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
@@ -495,8 +531,8 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     for (std::size_t i = runs.size(); i-- > 0;) {
       const layer_run& r = runs[i];
       const layer_pattern& p = r.pattern;
-      auto add = [&](const char* what, int entry, bytes delta) {
-        w.add(what, entry, delta, r.first, r.count);
+      auto add = [&](const char* what, int entry, bytes delta, piece_filter pieces) {
+        w.add(what, entry, delta, r.first, r.count, pieces);
       };
       // Selective checkpoint contexts need use_reentrant=False (torch/utils/checkpoint.py).
       const bool held = p.full && o.reentrant_checkpoint && o.recompute != recompute_kind::op_sac;
@@ -504,43 +540,61 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       // from the host (its forward kept it there), or what autograd kept on the device.
       const int layer_saved = p.full ? recomputed : o.offload ? reloaded : saved;
       if (!p.full && o.offload)
-        add("saved tensors brought back from the host", reloaded, forward_kept(p));
+        add("saved tensors brought back from the host", reloaded, forward_kept(p),
+            kept_by_forward(p));
       if (p.full) {
-        add("recomputed layer", recomputed, saved_total(p));
-        add("recomputed layer's autocast weight copies", casts, casts_total(p));
+        add("recomputed layer", recomputed, saved_total(p), pieces_of(layer_tensor::saved));
+        add("recomputed layer's autocast weight copies", casts, casts_total(p),
+            pieces_of(layer_tensor::cast));
         // torch/utils/checkpoint.py CheckpointFunction.backward: its grad argument lives until
         // the inner torch.autograd.backward returns.
-        if (held) add("reentrant checkpoint: output gradient held", working, p.kept_input);
+        if (held)
+          add("reentrant checkpoint: output gradient held", working, p.kept_input,
+              pieces_of(layer_tensor::kept_input));
       }
       for (int part : {1, 0}) {
         const bytes grads = grads_per_layer ? p.grads_out[part] + p.grads_rest[part] : bytes{};
         const int grad_entry = first_pass ? gradients : working;
-        if (!p.full) add("recomputed by selective recompute", layer_saved, p.selective[part]);
+        piece_filter selective = pieces_of(layer_tensor::saved, part);
+        selective.selective = 1;
+        if (!p.full)
+          add("recomputed by selective recompute", layer_saved, p.selective[part], selective);
         add(part ? "MLP output linear: weight gradients"
                  : "attention output linear: weight gradients",
-            grad_entry, grads_per_layer ? p.grads_out[part] : bytes{});
-        stepped(grads_per_layer ? p.grads_out[part] : bytes{}, r.first, r.count);
+            grad_entry, grads_per_layer ? p.grads_out[part] : bytes{},
+            pieces_of(layer_tensor::gradient, part, 1));
+        stepped(grads_per_layer ? p.grads_out[part] : bytes{}, r.first, r.count,
+                pieces_of(layer_tensor::gradient, part, 1));
         add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
-            layer_saved, -p.saved_out[part]);
+            layer_saved, -p.saved_out[part], pieces_of(layer_tensor::saved, part, 1));
         // A linear's weight copy is saved for its input gradient and goes with its backward.
         add(part ? "MLP output linear: weight copy freed"
                  : "attention output linear: weight copy freed",
-            casts, -p.casts_out[part]);
-        add(part ? "MLP backward working set" : "attention backward working set", working,
-            part ? p.working.mlp : p.working.attention);
-        add(part ? "MLP backward working set" : "attention backward working set", working,
-            -(part ? p.working.mlp : p.working.attention));
+            casts, -p.casts_out[part], pieces_of(layer_tensor::cast, part, 1));
+        const bytes working_set = part ? p.working.mlp : p.working.attention;
+        const char* working_name =
+            part ? "MLP backward working set" : "attention backward working set";
+        add(working_name, working, working_set, pieces_of(layer_tensor::working, part));
+        add(working_name, working, -working_set, pieces_of(layer_tensor::working, part));
         add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry,
-            grads_per_layer ? p.grads_rest[part] : bytes{});
-        stepped(grads_per_layer ? p.grads_rest[part] : bytes{}, r.first, r.count);
+            grads_per_layer ? p.grads_rest[part] : bytes{},
+            pieces_of(layer_tensor::gradient, part, 0));
+        stepped(grads_per_layer ? p.grads_rest[part] : bytes{}, r.first, r.count,
+                pieces_of(layer_tensor::gradient, part, 0));
         add(part ? "MLP saved tensors freed" : "attention saved tensors freed", layer_saved,
-            -p.saved_rest[part]);
+            -p.saved_rest[part], pieces_of(layer_tensor::saved, part, 0));
         add(part ? "MLP weight copies freed" : "attention weight copies freed", casts,
-            -p.casts_rest[part]);
-        if (!first_pass) add("new weight gradients added into .grad", working, -grads);
+            -p.casts_rest[part], pieces_of(layer_tensor::cast, part, 0));
+        if (!first_pass)
+          add("new weight gradients added into .grad", working, -grads,
+              pieces_of(layer_tensor::gradient, part));
       }
-      if (held) add("reentrant checkpoint: output gradient held", working, -p.kept_input);
-      if (p.full) add("checkpointed layer input freed", saved, -p.kept_input);
+      if (held)
+        add("reentrant checkpoint: output gradient held", working, -p.kept_input,
+            pieces_of(layer_tensor::kept_input));
+      if (p.full)
+        add("checkpointed layer input freed", saved, -p.kept_input,
+            pieces_of(layer_tensor::kept_input));
     }
     w.region = moment::end_of_backward;
     // The embeddings' gradients; a tied one already exists (the head's), and

@@ -674,7 +674,11 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
               component::buffers, device,
               detail::step_temporaries(t, model_tensors, range, experts_per_rank,
                                        shard_optimizer ? n : 1),
-              0, "optimizer.hpp step_scratch_of: torch/optim _multi_tensor_* / _single_tensor_*",
+              // A foreach list holds one tensor per updated tensor.
+              in_backward
+                  ? 1
+                  : detail::checked_mul(step_scratch_of(t.optimizer).lists, acc.trained_tensors),
+              "optimizer.hpp step_scratch_of: torch/optim _multi_tensor_* / _single_tensor_*",
               in_backward ? lifetime::layer_backward : lifetime::optimizer_step);
   }
   return ledger;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include "activations.hpp"
-#include "caching_allocator.hpp"
 #include "deepspeed_estimate.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
@@ -23,6 +22,7 @@
 #include "planner.hpp"
 #include "precision.hpp"
 #include "presets.hpp"
+#include "reserved_memory.hpp"
 #include "stages.hpp"
 #include "step_time.hpp"
 #include "tensors.hpp"

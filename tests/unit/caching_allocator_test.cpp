@@ -139,15 +139,19 @@ TEST_CASE("out of memory: cached unsplit segments go back, then the request fail
   CHECK(a.stats().oom == 1);
 }
 
-TEST_CASE("garbage collection: under a memory fraction, past the threshold") {
-  caching_allocator a(parse_alloc_conf("garbage_collection_threshold:0.5"), {{}, bytes{100 * M}});
+TEST_CASE("garbage collection: under a memory fraction, the older cached blocks go first") {
+  caching_allocator a(parse_alloc_conf("garbage_collection_threshold:0.5"), {{}, bytes{200 * M}});
   const int x = a.allocate(bytes{40 * M});
   const int y = a.allocate(bytes{30 * M});
-  a.release(x);
-  a.release(y);
-  // 60 MiB fits no cached block; reserved 70 > 50: the 40 MiB segment goes back first.
-  a.allocate(bytes{60 * M});
-  CHECK(a.stats().reserved == bytes{90 * M});
+  a.release(x);               // cached after 0 searches of the large pool
+  a.allocate(bytes{45 * M});  // search 1 misses; reserved 70 <= 100: no collection; 46 MiB more
+  CHECK(a.stats().reserved == bytes{116 * M});
+  a.release(y);  // cached after 1 search
+  // Search 2 misses; 116 > 100: ages 2 (x) and 1 (y), average 1.5: only x's segment goes, which
+  // reclaims the 16 MiB excess; then a 50 MiB segment.
+  a.allocate(bytes{50 * M});
+  CHECK(a.stats().reserved == bytes{126 * M});
+  CHECK(a.segment_map(0).empty());
   CHECK(a.segment_map(1) == map{-30 * M});
   // Without a fraction the threshold does nothing.
   caching_allocator b(parse_alloc_conf("garbage_collection_threshold:0.5"));
