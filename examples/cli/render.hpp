@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // How the command-line tool prints a report: an aligned table, Markdown, the stable JSON of
-// ../shared/design.md, or SVG (a stacked bar against the capacity, or a sweep chart). Display
-// only: every number comes from the library.
+// ../shared/design.md, or SVG (a stacked bar against the capacity, or a sweep chart; svg.hpp
+// draws). Display only: every number comes from the library.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <vramfit/vramfit.hpp>
 
 #include "../report.hpp"
+#include "svg.hpp"
 
 namespace vramfit::cli {
 
@@ -29,6 +30,8 @@ struct estimate {
   moment peak_at = moment::end_of_forward;
   std::int64_t stage = 0;
   bytes activations_per_layer{};
+  /// The caching allocator simulated over the steps, when it was (training).
+  std::optional<reserved_memory_estimate> allocator{};
 };
 
 /// One point of a sweep: the swept value and the required bytes.
@@ -47,6 +50,33 @@ inline bytes component_at_peak(const estimate& e, component c) {
   for (const memory_entry& m : e.ledger)
     if (m.space == memory_space::device && m.component == c) sum += at_peak(m, e.peak_at);
   return sum;
+}
+
+/// What the caching allocator holds at its peak: the tensors' peak and the reserve beyond it
+/// (simulated or the fixed share), without the CUDA context, workspaces and NCCL.
+inline bytes reserved_of(const estimate& e) {
+  bytes reserve{};
+  for (const memory_entry& m : e.ledger)
+    if (std::string_view(m.name) == "caching allocator: reserved beyond allocated" ||
+        std::string_view(m.name) == "allocator fragmentation reserve")
+      reserve += m.size;
+  return e.fit.required - e.fit.overhead + reserve;
+}
+
+/// What its blocks hold at its peak: simulated, or the tensors' peak.
+inline bytes allocated_of(const estimate& e) {
+  return e.allocator ? e.allocator->allocated : e.fit.required - e.fit.overhead;
+}
+
+inline std::string allocator_summary(const estimate& e) {
+  if (!e.allocator) return "";
+  const reserved_memory_estimate& a = *e.allocator;
+  return "caching allocator (simulated): " + to_string(a.reserved) + " reserved for " +
+         to_string(a.allocated) + " allocated at its peak, largest free block then " +
+         to_string(a.largest_free_at_peak) + "; " +
+         (a.stable_step == 1 ? std::string("reserved from the first step")
+                             : "reserved grows until step " + std::to_string(a.stable_step) +
+                                   " (first step " + to_string(a.first_step_reserved) + ")");
 }
 
 inline std::string verdict(const estimate& e) {
@@ -79,6 +109,7 @@ inline void print_table(std::ostream& out, const estimate& e) {
     std::snprintf(line, sizeof line, "  %-18s %14s\n", "host memory", to_string(host).c_str());
     out << line;
   }
+  if (e.allocator) out << "  " << allocator_summary(e) << "\n";
   out << "\n  " << e.device.name << ": " << to_string(e.fit.available) << " -> " << verdict(e)
       << "\n";
 }
@@ -94,8 +125,9 @@ inline void print_markdown(std::ostream& out, const estimate& e) {
     t.add({m.name, to_string(m.component), where[static_cast<int>(m.space)], to_string(m.size),
            to_string(at_peak(m, e.peak_at)), m.source});
   t.add({"**peak per GPU**", "", "", "", "**" + to_string(e.fit.required) + "**", ""});
-  out << t << "\n"
-      << e.device.name << " (" << to_string(e.fit.available) << "): " << verdict(e) << ".\n";
+  out << t << "\n";
+  if (e.allocator) out << "The " << allocator_summary(e).substr(1) << ".\n\n";
+  out << e.device.name << " (" << to_string(e.fit.available) << "): " << verdict(e) << ".\n";
 }
 
 /// The stable JSON interface (../shared/design.md); more keys may follow, none change.
@@ -104,6 +136,8 @@ inline nlohmann::json to_json(const estimate& e) {
   for (component c : shown_components) memory[to_string(c)] = total(e.ledger, c).count;
   memory["activations_per_layer"] = e.activations_per_layer.count;
   memory["total"] = e.fit.required.count;
+  memory["reserved"] = reserved_of(e).count;
+  memory["allocated"] = allocated_of(e).count;
   nlohmann::json at_peak;
   for (component c : shown_components) at_peak[to_string(c)] = component_at_peak(e, c).count;
   nlohmann::json entries = nlohmann::json::array();
@@ -131,114 +165,6 @@ inline nlohmann::json to_json(const estimate& e) {
           {"host", total(e.ledger, memory_space::host).count},
           {"entries", entries}};
 }
-
-namespace svg {
-inline std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
-/// The title as lines of at most `width` characters, broken at " | ".
-inline std::vector<std::string> wrap(const std::string& title, std::size_t width = 92) {
-  std::vector<std::string> lines{""};
-  std::size_t at = 0;
-  while (at <= title.size()) {
-    const std::size_t bar = title.find(" | ", at);
-    const std::string piece =
-        title.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
-    if (!lines.back().empty() && lines.back().size() + 3 + piece.size() > width)
-      lines.emplace_back();
-    lines.back() += (lines.back().empty() ? "" : " | ") + piece;
-    if (bar == std::string::npos) break;
-    at = bar + 3;
-  }
-  return lines;
-}
-
-/// Writes the wrapped title from y = 24 on and returns the y below it.
-inline double title(std::ostream& out, const std::string& text, double x) {
-  double y = 24;
-  for (const std::string& line : wrap(text)) {
-    out << "<text x=\"" << x << "\" y=\"" << y << "\" font-size=\"15\">" << escape(line)
-        << "</text>\n";
-    y += 20;
-  }
-  return y;
-}
-
-/// A round step for about five ticks up to `most` bytes: 1, 2 or 5 x 10^k GiB.
-inline double tick_step(double most) {
-  const double gib = static_cast<double>(GiB.size);
-  double step = gib;
-  for (double scale = 1; step * 5 < most; scale *= 10) {
-    for (double m : {1.0, 2.0, 5.0}) {
-      step = m * scale * gib;
-      if (step * 5 >= most) break;
-    }
-  }
-  while (step / 2 * 5 >= most && step > gib / 4) step /= 2;
-  return step;
-}
-
-inline const char* colors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                               "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
-
-/// A chart of bytes (y, from 0 on a GiB scale up to at least `most`) against some x: the
-/// constructor writes the <svg> element, the title, the axes and the scale; the caller draws its
-/// points at y_of(bytes); end() draws the GPU's capacity and the x axis's name and closes it.
-class bytes_chart {
- public:
-  static constexpr double left = 80, right = 30, height = 300;
-
-  bytes_chart(std::ostream& out, const std::string& title, double width, double most)
-      : out_(out), width_(width), top_(40 + 20 * static_cast<double>(wrap(title).size())) {
-    const double step = tick_step(most);
-    const double ticks = std::ceil(most / step);
-    most_ = ticks * step;
-    out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
-        << top_ + height + 60 << "\" font-family=\"sans-serif\" font-size=\"13\">\n<title>"
-        << escape(title) << "</title>\n";
-    svg::title(out, title, left);
-    out << "<line x1=\"" << left << "\" y1=\"" << top_ << "\" x2=\"" << left << "\" y2=\""
-        << bottom() << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << bottom()
-        << "\" x2=\"" << width - right << "\" y2=\"" << bottom() << "\" stroke=\"#000\"/>\n";
-    for (double tick = 0; tick <= ticks; ++tick) {
-      const double b = step * tick;
-      out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(b) + 4 << "\" text-anchor=\"end\">"
-          << escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
-    }
-  }
-
-  [[nodiscard]] double y_of(double b) const { return top_ + height - height * b / most_; }
-  [[nodiscard]] double bottom() const { return top_ + height; }
-  [[nodiscard]] double width() const { return width_; }
-
-  void end(const gpu& device, const std::string& x_axis) {
-    const double cap = y_of(static_cast<double>(device.capacity.count));
-    out_ << "<line x1=\"" << left << "\" y1=\"" << cap << "\" x2=\"" << width_ - right << "\" y2=\""
-         << cap << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << width_ - right
-         << "\" y=\"" << cap - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
-         << escape(device.name) << " capacity " << escape(to_string(device.capacity))
-         << "</text>\n<text x=\"" << (left + width_ - right) / 2 << "\" y=\"" << bottom() + 44
-         << "\" text-anchor=\"middle\">" << escape(x_axis) << "</text>\n</svg>\n";
-  }
-
- private:
-  std::ostream& out_;
-  double width_, top_, most_ = 0;
-};
-}  // namespace svg
 
 /// A stacked bar of what is allocated at the peak, by component, against the GPU's capacity.
 inline void print_svg(std::ostream& out, const estimate& e) {

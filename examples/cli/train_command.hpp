@@ -57,8 +57,9 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   e.parameters = parameters(ledger);
   e.trainable_parameters = trainable_parameters(p.setup.finetune, ledger);
   e.device = g;
-  e.ledger = breakdown(p, g);
-  e.fit = fit(p, g);
+  e.allocator = simulated_reserve(p, most.stage);
+  e.ledger = with_overheads(p, g, most.ledger, e.allocator);
+  e.fit = fit(e.ledger, g);
   e.peak_at = peak_moment(e.ledger);
   e.stage = most.stage;
   const model& m = p.setup.model;

@@ -186,7 +186,11 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
                        .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
                        .virtual_stages = o.virtual_stages};
   detail::check(a, l);
-  return {t, a, runtime_overheads{.expandable_segments = o.expandable_segments}};
+  runtime_overheads overheads{.fragmentation_percent = o.fragmentation_percent,
+                              .reserve = reserve_model::simulated,
+                              .allocator = parse_alloc_conf(o.alloc_conf)};
+  if (o.expandable_segments) overheads.allocator.expandable_segments = true;
+  return {t, a, overheads};
 }
 
 }  // namespace vramfit::cli

@@ -181,9 +181,16 @@ class caching_allocator {
   }
   /// The largest cached free block.
   [[nodiscard]] constexpr bytes largest_free() const {
+    // The free list is ordered by pool, then size: each pool's largest block is at its end, or
+    // just before an expandable segment's tail (which ranks last whatever its size).
     std::int64_t most = 0;
-    for (int b : free_)
-      if (at(b).size > most) most = at(b).size;
+    for (std::size_t end = free_.size(); end > 0;) {
+      const caching::segment& pool = segment_of(at(free_[end - 1]));
+      for (std::size_t i = end; i-- > 0 && i + 2 >= end;)
+        if (in_pool(at(free_[i]), pool.stream, pool.small) && at(free_[i]).size > most)
+          most = at(free_[i]).size;
+      end = lower_bound({pool.stream, pool.small, 0, -1, -1});
+    }
     return bytes{most};
   }
 

@@ -219,6 +219,9 @@ class layout_searcher {
         space_(space),
         listed_(listed),
         progress_(progress) {
+    // One allocator simulation per evaluation would cost the search its speed: it ranks with the
+    // fixed-share reserve, and confirm() checks the kept candidates with the simulation.
+    plan_.overheads.reserve = reserve_model::share;
     const std::int64_t n = space.gpus;
     if (n <= 0 || n > max_world_size) rules::searched_gpus_must_be_in_range(n, max_world_size);
     net_ = figures_of(space.net, g);
@@ -234,7 +237,7 @@ class layout_searcher {
   /// Two passes per offload setting: every candidate's lower bound of its step time (cheap: no
   /// memory), then memory for the candidates in order of that bound, so that the best k are
   /// found early and the rest are cut without a memory evaluation.
-  constexpr search_result run() {
+  constexpr search_result run(const training_plan_value& plan) {
     std::int64_t done = 0;
     for (const bool offloaded : {false, true}) {
       if (offloaded && (r_.found() || !space_.try_offload)) break;
@@ -250,10 +253,48 @@ class layout_searcher {
         compete(b);
       }
     }
+    confirm(plan.overheads);
     return r_;
   }
 
  private:
+  /// The kept candidates with the plan's own runtime overheads (its simulated allocator): one
+  /// that no longer fits takes the largest smaller micro-batch that does (its time estimated
+  /// again), or is counted as not fitting; then they are ranked again.
+  constexpr void confirm(const runtime_overheads& own) {
+    if (own.reserve == plan_.overheads.reserve) return;
+    decltype(r_.best) kept{};
+    for (plan_candidate e : r_.best) {
+      const std::int64_t per_replica = r_.global_batch / e.layout.data;
+      const micro_batch_sizes sizes = sizes_of(per_replica);
+      const auto with = [&](std::int64_t i) {
+        training_plan_value p = plan_of(e, per_replica, sizes[static_cast<std::size_t>(i)]);
+        p.overheads = own;
+        return p;
+      };
+      std::int64_t at = 0;
+      while (sizes[static_cast<std::size_t>(at)] != e.micro_batch) ++at;
+      const std::int64_t fitting = largest_fitting(0, at, [&](std::int64_t i) {
+        ++r_.memory_evaluations;
+        return fit(with(i), g_).required <= g_.capacity;
+      });
+      if (fitting < 0) {
+        --r_.counts[static_cast<int>(rejection::ranked)];
+        ++r_.counts[static_cast<int>(rejection::does_not_fit)];
+        continue;
+      }
+      const training_plan_value p = with(fitting);
+      e.micro_batch = p.batch.micro_batch;
+      e.micro_batches = p.batch.micro_batches;
+      e.required = fit(p, g_).required;
+      e.time = estimate_step_time(p, net_, work_);
+      e.tokens_per_second = tokens_per_second(p, e.time);
+      kept.push_back(e);
+    }
+    std::sort(kept.begin(), kept.end(), ranks_before);
+    r_.best = kept;
+  }
+
   /// Every tp | n (up to the bound), pp | n/tp, cp | n/(tp·pp), dp the rest, ep | dp·cp.
   template <class Visit>
   constexpr void for_each_structure(Visit visit) const {
@@ -587,7 +628,7 @@ class layout_searcher {
     }
   }
 
-  const training_plan_value& plan_;
+  training_plan_value plan_;  ///< searched with the fixed-share reserve
   const model& m_;
   const gpu& g_;
   const search_space& space_;
@@ -611,7 +652,7 @@ template <class Listed = detail::ignore_candidate, class Progress = detail::igno
 constexpr search_result search_layouts(const training_plan_value& plan, const gpu& g,
                                        const search_space& space = {}, Listed listed = {},
                                        Progress progress = {}) {
-  return detail::layout_searcher<Listed, Progress>(plan, g, space, listed, progress).run();
+  return detail::layout_searcher<Listed, Progress>(plan, g, space, listed, progress).run(plan);
 }
 
 }  // namespace vramfit

@@ -6,10 +6,19 @@
 
 #include <cstdint>
 
+#include <optional>
+
+#include "alloc_conf.hpp"
 #include "gpu.hpp"
 #include "ledger.hpp"
 
 namespace vramfit {
+
+/// How the caching allocator's reserved-but-unallocated memory is found: by simulating the
+/// allocator over the step timeline (reserved_memory.hpp; costly in constant evaluation: an
+/// 8B model's step needs a raised -fconstexpr-ops-limit), or as a fixed share of the tensors'
+/// peak (the fallback, and the only way without a timeline: inference, loading).
+enum class reserve_model : unsigned char { share, simulated };
 
 /// What a process needs on a GPU besides its tensors. A value of -1 takes the default for the
 /// GPU's generation.
@@ -24,16 +33,19 @@ struct runtime_overheads {
   /// NCCL's buffers when the job spans several GPUs (NCCL_BUFFSIZE 4 MiB per channel and peer;
   /// assumed 512 MiB in all, calibrate for your topology).
   std::int64_t nccl_buffers = -1;
-  /// The caching allocator's unused reserved memory, as a percentage of the tensors' peak.
-  /// Default 5 %, or 1 % with expandable segments (pytorch/pytorch#137151; assumptions).
+  /// With reserve_model::share, the caching allocator's unused reserved memory as a percentage
+  /// of the tensors' peak. Default 5 %, or 1 % with expandable segments (pytorch/pytorch#137151;
+  /// assumptions).
   std::int64_t fragmentation_percent = -1;
-  bool expandable_segments = false;  ///< PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  reserve_model reserve = reserve_model::share;
+  alloc_conf allocator{};  ///< PYTORCH_CUDA_ALLOC_CONF
 };
 
 /// The overheads of one process on `g` whose tensors peak at `tensors_peak`, in a job of `world`
-/// GPUs: ledger entries of component `overhead`, all persistent.
+/// GPUs: ledger entries of component `overhead`, all persistent. `reserved`: the caching
+/// allocator's simulated peak reserved bytes, when known.
 constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& g, bytes tensors_peak,
-                                  std::int64_t world) {
+                                  std::int64_t world, std::optional<bytes> reserved = {}) {
   const bool volta = g.generation == gpu_generation::volta;
   const bool hopper_or_later =
       g.generation == gpu_generation::hopper || g.generation == gpu_generation::blackwell;
@@ -43,9 +55,9 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& g, byte
                            : (hopper_or_later ? 32 * MiB : bytes{4096 * 1024 * 2 + 16 * 1024 * 8});
   const bytes nccl =
       world <= 1 ? bytes{} : (o.nccl_buffers >= 0 ? bytes{o.nccl_buffers} : 512 * MiB);
-  const std::int64_t percent = o.fragmentation_percent >= 0 ? o.fragmentation_percent
-                               : o.expandable_segments      ? 1
-                                                            : 5;
+  const std::int64_t percent = o.fragmentation_percent >= 0      ? o.fragmentation_percent
+                               : o.allocator.expandable_segments ? 1
+                                                                 : 5;
   memory_ledger l{};
   const auto device = memory_space::device;
   add_entry(l, "CUDA context", component::overhead, device, context, 0,
@@ -55,9 +67,14 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& g, byte
             "PyTorch CublasHandlePool.cpp default workspace size");
   add_entry(l, "NCCL buffers", component::overhead, device, nccl, 0,
             "assumed 512 MiB for multi-GPU jobs (NCCL_BUFFSIZE 4 MiB per channel)");
-  add_entry(l, "allocator fragmentation reserve", component::overhead, device,
-            divide_up(tensors_peak * percent, 100), 0,
-            "assumed share of reserved-but-unallocated memory (pytorch#137151)");
+  if (reserved)
+    add_entry(l, "caching allocator: reserved beyond allocated", component::overhead, device,
+              *reserved > tensors_peak ? *reserved - tensors_peak : bytes{}, 0,
+              "CUDACachingAllocator simulated over the step's tensors (reserved_memory.hpp)");
+  else
+    add_entry(l, "allocator fragmentation reserve", component::overhead, device,
+              divide_up(tensors_peak * percent, 100), 0,
+              "assumed share of reserved-but-unallocated memory (pytorch#137151)");
   return l;
 }
 

@@ -9,7 +9,7 @@
 #include "gpu.hpp"
 #include "inference.hpp"
 #include "overheads.hpp"
-#include "timeline.hpp"
+#include "reserved_memory.hpp"
 
 namespace vramfit {
 
@@ -29,11 +29,31 @@ constexpr stage_states most_loaded_rank(const training_plan_value& p) {
                      [&](std::int64_t s) { return training_step(t, p.batch, s); });
 }
 
+/// The caching allocator over the steps of pipeline stage `stage` when the plan simulates it
+/// (reserve_model::simulated, no fixed share given, at most max_replayed_layers on the stage).
+constexpr std::optional<reserved_memory_estimate> simulated_reserve(const training_plan_value& p,
+                                                                    std::int64_t stage) {
+  const runtime_overheads& o = p.overheads;
+  if (o.reserve != reserve_model::simulated || o.fragmentation_percent >= 0) return {};
+  if (stage_of(p.setup, stage).layers > max_replayed_layers) return {};
+  return reserved_memory(p.setup, p.batch, o.allocator, stage);
+}
+
+/// `rank`'s ledger on `g` with the runtime overheads, the allocator's reserve from `allocator`
+/// when simulated.
+constexpr memory_ledger with_overheads(const training_plan_value& p, const gpu& g,
+                                       memory_ledger rank,
+                                       const std::optional<reserved_memory_estimate>& allocator) {
+  std::optional<bytes> reserved;
+  if (allocator) reserved = allocator->reserved;
+  append(rank, overheads(p.overheads, g, peak(rank), p.setup.layout.world(), reserved));
+  return rank;
+}
+
 /// The most loaded rank's ledger on `g`, runtime overheads included.
 constexpr memory_ledger breakdown(const training_plan_value& p, const gpu& g) {
-  memory_ledger l = most_loaded_rank(p).ledger;
-  append(l, overheads(p.overheads, g, peak(l), p.setup.layout.world()));
-  return l;
+  const stage_states most = most_loaded_rank(p);
+  return with_overheads(p, g, most.ledger, simulated_reserve(p, most.stage));
 }
 
 /// A training plan as a type: `training_plan<models::llama_3_8b, mixed<bf16>, adamw<>,

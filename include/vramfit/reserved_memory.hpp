@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "caching_allocator.hpp"
@@ -17,11 +18,8 @@ struct reserved_memory_estimate {
   bytes allocated{};  ///< peak allocated bytes then (blocks at their rounded sizes)
   bytes largest_free_at_peak{};  ///< the largest cached free block at the allocated peak
   bytes first_step_reserved{};   ///< the first step's peak reserved
-  /// The step after which reserved stays (1: the first step reserved it all); at most
-  /// `reserved_steps_simulated`.
+  /// The last step that reserved more (1: the first step reserved it all).
   std::int64_t stable_step = 1;
-  /// Whether long layer runs were followed from shorter ones (their allocator state repeats).
-  bool extrapolated = false;
   std::int64_t out_of_memory = 0;  ///< requests the device limit refused
 };
 
@@ -57,40 +55,56 @@ constexpr std::vector<bytes> split_even(bytes total, std::int64_t n) {
   return sizes;
 }
 
-/// One replay of training steps with each layer run cut to `counts[r]` layers.
+/// One replay of training steps of a stage.
 class step_replay {
  public:
   constexpr step_replay(const training& t, const activation_options& o, const step_timeline& tl,
-                        std::int64_t stage, const alloc_conf& conf, allocator_limits limits,
-                        const std::vector<std::int64_t>& counts)
-      : t_(t), tl_(tl), alloc_(conf, limits), counts_(counts), live_(tl.ledger.size()) {
+                        std::int64_t stage, const alloc_conf& conf, allocator_limits limits)
+      : t_(t), tl_(tl), alloc_(conf, limits), live_(tl.ledger.size()) {
     const tensor_ledger tensors = vramfit::tensors(t.model);
+    std::vector<std::vector<layer_piece>> runs;
     for (const timeline_run& r : tl.runs) {
       std::vector<layer_piece> pieces;
       for_each_layer_tensor(t, o, tensors, r.first, tl.layers.experts_per_rank, tl.layers.shards,
                             tl.layers.sharded_grads, r.full, [&](const layer_piece& x) {
                               if (x.count > 0 && x.size > bytes{}) pieces.push_back(x);
                             });
-      run_pieces_.push_back(pieces);
+      runs.push_back(pieces);
+    }
+    // Each layer event's tensors, one layer's (the whole bytes as one when they do not add up).
+    for (const timeline_event& e : tl.events) {
+      std::vector<bytes> sizes;
+      if (e.pieces && e.first_layer >= 0) {
+        sizes = sizes_of(runs[run_of(e.first_layer)], *e.pieces);
+        bytes sum{};
+        for (bytes size : sizes) sum += size;
+        if (sum != (e.delta > bytes{} ? e.delta : -e.delta)) sizes = {};
+      }
+      event_sizes_.push_back(sizes);
     }
     parameters(t, stage);
   }
 
-  /// Runs `steps` training steps; reserved peaks per step.
-  constexpr std::vector<bytes> run(std::int64_t steps, reserved_memory_estimate& out) {
-    std::vector<bytes> reserved;
+  /// Runs training steps until one after the second reserves nothing new.
+  constexpr void run(reserved_memory_estimate& out) {
     set_up(false);
-    for (std::int64_t step = 1; step <= steps; ++step) {
+    bytes before{};
+    for (std::int64_t step = 1; step <= reserved_steps_simulated; ++step) {
       alloc_.reset_peaks();
       replay_step(step == 1);
-      reserved.push_back(alloc_.stats().peak_reserved);
-      if (step == 1) out.first_step_reserved = alloc_.stats().peak_reserved;
+      const bytes reserved = alloc_.stats().peak_reserved;
+      if (step == 1) out.first_step_reserved = reserved;
+      if (step > 1 && reserved == before) {
+        if (step > 2) break;
+      } else {
+        out.stable_step = step;
+      }
+      before = reserved;
     }
     out.reserved = alloc_.stats().peak_reserved;
     out.allocated = alloc_.stats().peak_allocated;
     out.largest_free_at_peak = alloc_.stats().largest_free_at_peak;
     out.out_of_memory = alloc_.stats().oom;
-    return reserved;
   }
 
  private:
@@ -102,11 +116,10 @@ class step_replay {
   const training& t_;
   const step_timeline& tl_;
   caching_allocator alloc_;
-  std::vector<std::int64_t> counts_;
-  std::vector<std::vector<live_tensor>> live_;  ///< per ledger entry, in allocation order
-  std::vector<std::vector<layer_piece>> run_pieces_;
+  std::vector<std::vector<live_tensor>> live_;   ///< per ledger entry, in allocation order
+  std::vector<std::vector<bytes>> event_sizes_;  ///< per event: its tensors, when listed
   std::vector<parameter> parameters_;
-  std::int64_t parameter_elements_ = 0, parameter_tensors_ = 0;  ///< of the stage, runs uncut
+  std::int64_t parameter_elements_ = 0, parameter_tensors_ = 0;  ///< of the stage
 
   [[nodiscard]] constexpr std::size_t run_of(std::int64_t layer) const {
     for (std::size_t r = 0; r < tl_.runs.size(); ++r)
@@ -115,7 +128,7 @@ class step_replay {
   }
 
   /// The stage's parameter tensors in the order the model registers them (optimizers and
-  /// set-up follow it), their layers within the cut runs.
+  /// set-up follow it).
   constexpr void parameters(const training& t, std::int64_t stage) {
     const stage_range range = stage_of(t, stage);
     bool before_layers = true;
@@ -138,14 +151,8 @@ class step_replay {
       if (end <= first) continue;
       parameter_elements_ += checked_mul(g.elements() * copies, end - first);
       parameter_tensors_ += copies * (end - first);
-      for (std::int64_t layer = first; layer < end; ++layer) {
-        const std::size_t r = run_of(layer);
-        if (r < tl_.runs.size() && layer >= tl_.runs[r].first + counts_[r]) {
-          layer = tl_.runs[r].first + tl_.runs[r].count - 1;  // past the cut: the run's end
-          continue;
-        }
+      for (std::int64_t layer = first; layer < end; ++layer)
         for (std::int64_t c = 0; c < copies; ++c) parameters_.push_back({g.elements(), layer});
-      }
     }
   }
 
@@ -184,9 +191,11 @@ class step_replay {
       for (bytes size : split_even(total, tensors)) hold(entry, -1, size);
       return;
     }
+    std::int64_t before = 0;  // elements of the tensors before: the shares add up to `total`
     for (const parameter& p : parameters_) {
-      const bytes share{checked_mul(total.count / parameter_elements_, p.elements) +
-                        total.count % parameter_elements_ * p.elements / parameter_elements_};
+      const bytes share{mul_div(total.count, before + p.elements, parameter_elements_) -
+                        mul_div(total.count, before, parameter_elements_)};
+      before += p.elements;
       for (bytes size : split_even(share, tensors / parameter_tensors_)) hold(entry, p.layer, size);
     }
   }
@@ -218,41 +227,32 @@ class step_replay {
       }
       std::size_t j = i + 1;
       while (j < tl_.events.size() && same_run(e, tl_.events[j])) ++j;
-      if (e.first_layer < 0) {
-        replay(e, -1);
-      } else {
-        const std::size_t r = run_of(e.first_layer);
-        const std::int64_t layers = r < tl_.runs.size() ? counts_[r] : e.layers;
-        for (std::int64_t rep = 0; rep < layers; ++rep) {
-          const std::int64_t layer = e.phase == step_phase::backward
-                                         ? e.first_layer + layers - 1 - rep
-                                         : e.first_layer + rep;
-          for (std::size_t k = i; k < j; ++k) replay(tl_.events[k], layer);
-        }
-      }
+      if (e.first_layer < 0) replay(i, -1);
+      for (std::int64_t rep = 0; rep < e.layers && e.first_layer >= 0; ++rep)
+        for (std::size_t k = i; k < j; ++k) replay(k, layer_at(e, rep));
       i = j;
     }
     if (!states_made) set_up(true);
+    // What the step allocated and the timeline leaves standing at its end (the activations of a
+    // pipeline's earlier micro-batches) goes with it.
+    for (std::size_t i = 0; i < tl_.ledger.size(); ++i)
+      if (tl_.ledger[i].lifetime != lifetime::persistent)
+        drop_bytes(static_cast<int>(i), bytes{std::numeric_limits<std::int64_t>::max()});
   }
 
-  /// One event: its tensors allocated or freed.
-  constexpr void replay(const timeline_event& e, std::int64_t layer) {
-    const std::size_t entry = static_cast<std::size_t>(e.entry);
+  /// Event `i` in `layer`: its tensors allocated or freed. Without a list of its tensors, an
+  /// allocation is the entry's tensors (equal ones, or per parameter), and a free takes the
+  /// entry's latest tensors.
+  constexpr void replay(std::size_t i, std::int64_t layer) {
+    const timeline_event& e = tl_.events[i];
     const bool allocates = e.delta > bytes{};
     const bytes total = allocates ? e.delta : -e.delta;
-    std::vector<bytes> sizes;
-    if (e.pieces && layer >= 0) {
-      sizes = sizes_of(run_pieces_[run_of(layer)], *e.pieces);
-      bytes sum{};
-      for (bytes s : sizes) sum += s;
-      if (sum != total) sizes = {total};
-    } else if (allocates) {
-      const memory_entry& x = tl_.ledger[entry];
+    const std::vector<bytes>& sizes = event_sizes_[i];
+    if (sizes.empty() && allocates) {
+      const memory_entry& x = tl_.ledger[static_cast<std::size_t>(e.entry)];
       hold_all(e.entry, total, x.tensors > 1 && x.size == total ? x.tensors : 1);
-      return;
-    } else {
+    } else if (sizes.empty()) {
       drop_bytes(e.entry, total);
-      return;
     }
     for (bytes size : sizes) {
       if (allocates)
@@ -265,55 +265,37 @@ class step_replay {
 
 }  // namespace detail
 
-/// Runs of at most this many layers are replayed layer by layer; a longer one is replayed at
-/// three lengths `period` apart, congruent to its own, and followed from them when each period
-/// adds the same (the allocator's state repeats with the layers' tensors).
-inline constexpr std::int64_t replayed_layers = 48;
-inline constexpr std::int64_t replay_period = 12;
+/// The most layers a stage's replay takes: the replay's cost grows with them (the allocator's
+/// state after a layer depends on every layer before it, and a layer count's effect is not
+/// monotone: whether the first step's optimizer states fit the activations' freed cache decides
+/// whether later steps need new segments). Deeper stages take the fixed-share reserve.
+inline constexpr std::int64_t max_replayed_layers = 1024;
 
-/// The caching allocator over `reserved_steps_simulated` training steps of pipeline stage
-/// `stage`, replaying its timeline tensor by tensor: the first step creates the optimizer states
-/// in its step, later ones start with them and with the cache the earlier left.
+namespace detail::rules {
+[[noreturn]] inline void allocator_replay_needs_at_most_max_replayed_layers(std::int64_t layers) {
+  raise("the caching allocator is simulated for stages of at most " + str(max_replayed_layers) +
+        " layers, got " + str(layers) + " (take reserve_model::share)");
+}
+}  // namespace detail::rules
+
+/// The caching allocator over training steps of pipeline stage `stage`, replaying its timeline
+/// tensor by tensor: the first step creates the optimizer states in its step, later ones start
+/// with them and with the cache the earlier left. Steps run until one reserves nothing new after
+/// the second (the first step's states move later steps' activations to new segments), at most
+/// reserved_steps_simulated.
 constexpr reserved_memory_estimate reserved_memory(const training& t, const activation_options& o,
                                                    const alloc_conf& conf = {},
                                                    std::int64_t stage = 0,
                                                    allocator_limits limits = {}) {
   const step_timeline tl = step_timeline_of(t, o, stage);
-  auto simulate = [&](const std::vector<std::int64_t>& counts) {
-    reserved_memory_estimate out{};
-    detail::step_replay replay(t, o, tl, stage, conf, limits, counts);
-    const std::vector<bytes> per_step = replay.run(reserved_steps_simulated, out);
-    out.stable_step = reserved_steps_simulated;
-    while (out.stable_step > 1 &&
-           per_step[static_cast<std::size_t>(out.stable_step - 2)] == per_step.back())
-      --out.stable_step;
-    return out;
-  };
-  std::vector<std::int64_t> base;
-  for (const timeline_run& r : tl.runs)
-    base.push_back(r.count <= replayed_layers ? r.count
-                                              : 2 * replay_period + r.count % replay_period);
-  const reserved_memory_estimate at_base = simulate(base);
-  reserved_memory_estimate result = at_base;
-  for (std::size_t r = 0; r < base.size(); ++r) {
-    const std::int64_t n = tl.runs[r].count;
-    if (n <= replayed_layers) continue;
-    std::vector<std::int64_t> longer = base;
-    longer[r] += replay_period;
-    const reserved_memory_estimate one = simulate(longer);
-    longer[r] += replay_period;
-    const reserved_memory_estimate two = simulate(longer);
-    // Per period, the larger of the two increments (equal when the state repeats).
-    auto step_of = [](bytes a, bytes b, bytes c) { return b - a > c - b ? b - a : c - b; };
-    const std::int64_t periods = (n - base[r]) / replay_period;
-    result.reserved += step_of(at_base.reserved, one.reserved, two.reserved) * periods;
-    result.allocated += step_of(at_base.allocated, one.allocated, two.allocated) * periods;
-    result.first_step_reserved +=
-        step_of(at_base.first_step_reserved, one.first_step_reserved, two.first_step_reserved) *
-        periods;
-    result.extrapolated = true;
-  }
-  return result;
+  std::int64_t layers = 0;
+  for (const timeline_run& r : tl.runs) layers += r.count;
+  if (layers > max_replayed_layers)
+    detail::rules::allocator_replay_needs_at_most_max_replayed_layers(layers);
+  reserved_memory_estimate out{};
+  detail::step_replay replay(t, o, tl, stage, conf, limits);
+  replay.run(out);
+  return out;
 }
 
 }  // namespace vramfit

@@ -415,7 +415,7 @@ runtime_overheads random_overheads(FuzzedDataProvider& in) {
     o.nccl_buffers = count(in);
     o.fragmentation_percent = count(in);
   }
-  o.expandable_segments = in.ConsumeBool();
+  o.allocator.expandable_segments = in.ConsumeBool();
   return o;
 }
 
@@ -554,7 +554,7 @@ void print(const training& t, const activation_options& o, const runtime_overhea
       int(o.norm_statistics), ll(o.capacity_factor_percent), int(o.schedule), ll(o.virtual_stages));
   note("  overheads: context %lld cublas %lld nccl %lld fragmentation %lld expandable %d\n",
        ll(x.cuda_context), ll(x.cublas_workspace), ll(x.nccl_buffers), ll(x.fragmentation_percent),
-       int(x.expandable_segments));
+       int(x.allocator.expandable_segments));
 }
 
 void run(FuzzedDataProvider& in) {

@@ -25,8 +25,8 @@ TEST_CASE("GPU capacities are the driver's totals, not the marketing figures") {
 TEST_CASE("runtime overheads follow their stated defaults") {
   const memory_ledger single = overheads({}, gpus::h100_80gb::value, 100_GiB, 1);
   CHECK(total(single, component::overhead) == 512 * MiB + 32 * MiB + 5_GiB);
-  const memory_ledger volta =
-      overheads({.expandable_segments = true}, gpus::v100_16gb::value, bytes{100}, 8);
+  const memory_ledger volta = overheads({.allocator = {.expandable_segments = true}},
+                                        gpus::v100_16gb::value, bytes{100}, 8);
   // 1343 MiB context (measured on a V100), 8 MiB cuBLAS, 512 MiB NCCL, 1 % of 100 B rounded up.
   CHECK(total(volta, component::overhead) ==
         1343 * MiB + bytes{4096 * 1024 * 2 + 16 * 1024 * 8} + 512 * MiB + bytes{1});
