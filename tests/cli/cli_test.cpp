@@ -795,3 +795,44 @@ TEST_CASE("load: the peak while a model is put on the GPU") {
   CHECK(run("load --gpu 8GB --check").status == 1);
   CHECK(run("load --gpu 80GB --check").status == 0);
 }
+
+TEST_CASE("train: the caching allocator simulated, its conf honoured, the fixed share on request") {
+  const result r = run("train --model gpt2 --micro-batch 8 --format json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& memory = j.at("memory");
+  const std::int64_t reserved = memory.at("reserved"), allocated = memory.at("allocated");
+  CHECK(reserved >= allocated);
+  // One GPU: the total is the allocator's reserved bytes, the CUDA context (512 MiB) and
+  // Hopper's cuBLAS workspace (32 MiB).
+  CHECK(memory.at("total").get<std::int64_t>() == reserved + (512 + 32) * 1024 * 1024);
+  bool simulated_entry = false;
+  for (const auto& e : j.at("entries"))
+    simulated_entry |= e.at("name") == "caching allocator: reserved beyond allocated";
+  CHECK(simulated_entry);
+  CHECK(run("train --model gpt2 --micro-batch 8").out.find("caching allocator (simulated): ") !=
+        std::string::npos);
+
+  const result x =
+      run("train --model gpt2 --micro-batch 8 --alloc-conf expandable_segments:True -f json");
+  REQUIRE(x.status == 0);
+  const nlohmann::json xj = nlohmann::json::parse(x.out);
+  const nlohmann::json& xm = xj.at("memory");
+  CHECK(xm.at("reserved").get<std::int64_t>() <= reserved);
+  // Expandable segments split off every remainder of 512 B or more: no block counts an unsplit
+  // remainder of up to 1 MiB as allocated.
+  CHECK(xm.at("allocated").get<std::int64_t>() <= allocated);
+  CHECK(run("train --model gpt2 --micro-batch 8 --expandable-segments -f json").out == x.out);
+
+  const result share = run("train --model gpt2 --micro-batch 8 --fragmentation-percent 5");
+  REQUIRE(share.status == 0);
+  CHECK(share.out.find("caching allocator (simulated)") == std::string::npos);
+  CHECK(share.out.find("overhead") != std::string::npos);
+
+  const result bad = run("train --model gpt2 --alloc-conf max_split_size_mb:8");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("allocator option max_split_size_mb:8: expected a whole number of MiB, at "
+                     "least 20") != std::string::npos);
+  CHECK(run("train --model gpt2 --alloc-conf bogus:1")
+            .err.find("unrecognized allocator option 'bogus'") != std::string::npos);
+}

@@ -1,0 +1,189 @@
+// Reserved memory: the step timeline replayed tensor by tensor through the simulated caching
+// allocator (reserved_memory.hpp), and what the estimates and the planner make of it.
+#include <doctest/doctest.h>
+
+#include <vramfit/vramfit.hpp>
+
+#include "tiny_llama.hpp"
+
+using namespace vramfit;
+
+namespace {
+struct named_case {
+  const char* name;
+  training t;
+  activation_options o;
+  std::int64_t stage = 0;
+};
+
+std::vector<named_case> cases() {
+  const model& llama = models::llama_3_8b::value;
+  const training sharded{llama, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+                         parallel<fsdp<8>>::value};
+  training zero3{llama, mixed<bf16>::value, adamw<>::value};
+  zero3.layout = {
+      .data = 8, .zero = sharding::zero3, .implementation = shard_implementation::deepspeed};
+  training pipeline{llama, mixed<bf16>::value, adamw<>::value};
+  pipeline.layout = {.tensor = 2, .sequence = true, .pipeline = 4};
+  training lora{llama, pure<bf16>::value, adamw<>::value, lora_finetuning(16, "q_proj,v_proj")};
+  training in_backward{llama, pure<bf16>::value,
+                       adamw_8bit<optimizer_options{.paged = true, .in_backward = true}>::value};
+  return {
+      {"GPT-2, AMP, eager",
+       {models::gpt2::value, amp<fp16>::value, adamw<>::value},
+       {.micro_batch = 4, .sequence = 1024, .attention = attention_kind::eager}},
+      {"Llama-3-8B, FSDP x 8, full recompute",
+       sharded,
+       {.micro_batch = 2, .sequence = 4096, .recompute = recompute_kind::full}},
+      {"Llama-3-8B, ZeRO-3, selective recompute, 4 micro-batches",
+       zero3,
+       {.micro_batch = 1,
+        .sequence = 4096,
+        .micro_batches = 4,
+        .recompute = recompute_kind::selective}},
+      {"Llama-3-8B, TP 2 + SP, 4 stages, the second",
+       pipeline,
+       {.micro_batch = 1, .sequence = 4096, .micro_batches = 8},
+       1},
+      {"Llama-3-8B, LoRA", lora, {.micro_batch = 2, .sequence = 2048}},
+      {"Llama-3-8B, 8-bit AdamW in backward",
+       in_backward,
+       {.micro_batch = 1, .sequence = 2048, .recompute = recompute_kind::full}},
+      {"Mixtral-8x7B, EP 8",
+       {models::mixtral_8x7b::value, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+        parallel<fsdp<8>, expert_parallel<8>>::value},
+       {.micro_batch = 1, .sequence = 2048, .recompute = recompute_kind::full}},
+  };
+}
+}  // namespace
+
+TEST_CASE("mul_div: a share of a byte count without the product overflowing") {
+  CHECK(detail::mul_div(7, 5, 3) == 11);
+  // (10^18 + 3)(10^9 + 9) / (4 x 10^12 + 11), floor, computed exactly in Python.
+  CHECK(detail::mul_div(1'000'000'000'000'000'003, 1'000'000'009, 4'000'000'000'011) ==
+        250'000'002'249'312);
+  CHECK_THROWS_AS(detail::mul_div(std::int64_t{1} << 62, 4, 1), overflow_error);
+}
+
+TEST_CASE("each layer event's tensors add up to its bytes") {
+  for (const named_case& c : cases()) {
+    CAPTURE(c.name);
+    const step_timeline tl = step_timeline_of(c.t, c.o, c.stage);
+    const tensor_ledger tensors = vramfit::tensors(c.t.model);
+    for (const timeline_event& e : tl.events) {
+      if (!e.pieces || e.first_layer < 0) continue;
+      std::vector<layer_piece> pieces;
+      bool full = false;
+      for (const timeline_run& r : tl.runs)
+        if (r.first == e.first_layer) full = r.full;
+      detail::for_each_layer_tensor(c.t, c.o, tensors, e.first_layer, tl.layers.experts_per_rank,
+                                    tl.layers.shards, tl.layers.sharded_grads, full,
+                                    [&](const layer_piece& x) { pieces.push_back(x); });
+      bytes sum{};
+      for (bytes size : detail::sizes_of(pieces, *e.pieces)) sum += size;
+      CAPTURE(e.what);
+      CHECK(sum == (e.delta > bytes{} ? e.delta : -e.delta));
+    }
+  }
+}
+
+TEST_CASE("reserved covers allocated, which covers the timeline's peak") {
+  for (const named_case& c : cases()) {
+    CAPTURE(c.name);
+    const reserved_memory_estimate r = reserved_memory(c.t, c.o, {}, c.stage);
+    const step_timeline tl = step_timeline_of(c.t, c.o, c.stage);
+    CHECK(r.allocated >= tl.peak.alive);
+    // Rounding to 512 B adds less than 512 B a tensor; no step holds a million tensors.
+    CHECK(r.allocated - tl.peak.alive < bytes{512 * 1'000'000});
+    CHECK(r.reserved >= r.allocated);
+    CHECK(r.reserved >= r.first_step_reserved);
+    CHECK(r.largest_free_at_peak <= r.reserved - r.allocated);
+    CHECK(r.stable_step >= 1);
+    CHECK(r.stable_step <= reserved_steps_simulated);
+    // Expandable segments only grow their mappings by pages at the end: never more segments.
+    const reserved_memory_estimate x =
+        reserved_memory(c.t, c.o, parse_alloc_conf("expandable_segments:True"), c.stage);
+    CHECK(x.allocated >= tl.peak.alive);
+    CHECK(x.reserved >= x.allocated);
+  }
+}
+
+TEST_CASE("tiny Llama: every tensor rounds to one 512-byte block of one 2 MiB small segment") {
+  // Hidden 8, sequence 4: no tensor reaches 512 B, so each request is one block; blocks of one
+  // size never fragment, so one small segment holds them all while fewer than 4096 are alive.
+  const training t{testing::tiny_llama, mixed<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 1, .sequence = 4};
+  const reserved_memory_estimate r = reserved_memory(t, o);
+  CHECK(r.reserved == bytes{2 << 20});
+  CHECK(r.allocated.count % 512 == 0);
+  CHECK(r.allocated >= step_timeline_of(t, o).peak.alive);
+  CHECK(r.stable_step == 1);
+  // And in a constant expression.
+  static_assert(reserved_memory(training{testing::tiny_llama, mixed<bf16>::value, adamw<>::value},
+                                activation_options{.micro_batch = 1, .sequence = 4})
+                    .reserved == bytes{2 << 20});
+}
+
+TEST_CASE("Adam's states, created in the first step, move later steps' activations") {
+  // torch.optim creates exp_avg and exp_avg_sq in the first step(), from the cache the freed
+  // activations left: the second step's forward finds their blocks taken and reserves more.
+  const training adam{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 1, .sequence = 2048};
+  const reserved_memory_estimate r = reserved_memory(adam, o);
+  CHECK(r.stable_step == 2);
+  CHECK(r.reserved > r.first_step_reserved);
+  // Plain SGD has no state: the second step repeats the first on a cache holding all it needs.
+  const training sgd_plain{models::llama_3_8b::value, mixed<bf16>::value, sgd<>::value};
+  const reserved_memory_estimate s = reserved_memory(sgd_plain, o);
+  CHECK(s.stable_step == 1);
+  CHECK(s.reserved == s.first_step_reserved);
+}
+
+TEST_CASE("estimates take the simulated reserve, the planner confirms with it") {
+  const training t{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value,
+                   full_finetune::value, parallel<fsdp<8>>::value};
+  const activation_options o{.micro_batch = 2, .sequence = 4096};
+  training_plan_value simulated{t, o, {.reserve = reserve_model::simulated}};
+  const memory_ledger l = breakdown(simulated, gpus::h100_80gb::value);
+  const memory_ledger tensors_only = most_loaded_rank(simulated).ledger;
+  const reserved_memory_estimate r = reserved_memory(t, o);
+  bytes reserve{};
+  for (const memory_entry& e : l)
+    if (std::string_view(e.name) == "caching allocator: reserved beyond allocated")
+      reserve = e.size;
+  CHECK(reserve == r.reserved - peak(tensors_only));
+  CHECK(peak(l) == r.reserved + 512 * MiB + 32 * MiB + 512 * MiB);  // context, cuBLAS, NCCL
+  // A fixed share given takes the fallback.
+  simulated.overheads.fragmentation_percent = 5;
+  CHECK(entry_named(breakdown(simulated, gpus::h100_80gb::value),
+                    "allocator fragmentation reserve") >= 0);
+  // The planner's kept candidates fit with the simulated reserve.
+  training_plan_value base{{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value},
+                           {.sequence = 4096},
+                           {.reserve = reserve_model::simulated}};
+  const search_result found = search_layouts(base, gpus::h100_80gb::value, {.gpus = 8, .top = 3});
+  REQUIRE(found.found());
+  for (const plan_candidate& c : found.best) {
+    training_plan_value p = base;
+    p.setup.layout = c.layout;
+    p.batch.micro_batch = c.micro_batch;
+    p.batch.micro_batches = c.micro_batches;
+    p.batch.recompute = c.recompute;
+    p.batch.recompute_layers = c.recompute == recompute_kind::full ? c.recompute_layers : -1;
+    CHECK(fit(p, gpus::h100_80gb::value).required == c.required);
+    CHECK(c.required <= gpus::h100_80gb::value.capacity);
+  }
+}
+
+TEST_CASE("a stage deeper than the replay takes takes the fixed share") {
+  model deep = models::gpt2::value;
+  deep.layers = max_replayed_layers + 1;
+  const training t{deep, mixed<bf16>::value, sgd<>::value};
+  const activation_options o{.micro_batch = 1, .sequence = 8};
+  CHECK_THROWS_WITH(reserved_memory(t, o),
+                    doctest::Contains("simulated for stages of at most 1024 layers, got 1025"));
+  const training_plan_value p{t, o, {.reserve = reserve_model::simulated}};
+  CHECK_FALSE(simulated_reserve(p, 0).has_value());
+  CHECK(detail::entry_named(breakdown(p, gpus::h100_80gb::value),
+                            "allocator fragmentation reserve") >= 0);
+}
