@@ -186,9 +186,12 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
                        .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
                        .virtual_stages = o.virtual_stages};
   detail::check(a, l);
-  runtime_overheads overheads{.fragmentation_percent = o.fragmentation_percent,
-                              .reserve = reserve_model::simulated,
-                              .allocator = parse_alloc_conf(o.alloc_conf)};
+  if (o.reserve == "simulated" && o.fragmentation_percent >= 0)
+    detail::raise("--fragmentation-percent is the share of --reserve share, not of simulated");
+  runtime_overheads overheads{
+      .fragmentation_percent = o.fragmentation_percent,
+      .reserve = o.reserve == "simulated" ? reserve_model::simulated : reserve_model::share,
+      .allocator = parse_alloc_conf(o.alloc_conf)};
   if (o.expandable_segments) overheads.allocator.expandable_segments = true;
   return {t, a, overheads};
 }

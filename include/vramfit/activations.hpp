@@ -806,8 +806,9 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   }
 
   // Backward transients.
+  // Two tensors of one size: the nll_loss and log_softmax gradients.
   add_entry(ledger, "logits gradient", component::activations, memory_space::device, loss_gradient,
-            0, "cross-entropy backward: fp32 gradients of log_softmax", lifetime::backward);
+            2, "cross-entropy backward: fp32 gradients of log_softmax", lifetime::backward);
   add_entry(ledger, entry_names::activation_gradients, component::activations, memory_space::device,
             largest_working, 0, "the larger of a layer's MLP and attention backward working sets",
             lifetime::layer_backward);

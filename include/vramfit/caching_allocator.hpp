@@ -98,11 +98,18 @@ struct segment {
 /// The statistics torch.cuda.memory_stats() reports, in bytes: allocated counts blocks at their
 /// rounded size (a block too small to split counts whole), reserved counts segments.
 struct allocator_stats {
+  /// One pool's share (memory_stats' small_pool and large_pool).
+  struct pool {
+    bytes allocated{}, reserved{};
+    std::int64_t segments = 0;
+  };
   bytes allocated{}, reserved{}, requested{};
   bytes peak_allocated{}, peak_reserved{};
   /// At the allocated peak: reserved memory then, and its largest free block (fragmentation).
   bytes reserved_at_peak{}, largest_free_at_peak{};
   std::int64_t segments = 0, cuda_mallocs = 0, oom = 0;
+  pool large{}, small{};
+  pool large_at_peak{}, small_at_peak{};  ///< at the allocated peak
 };
 
 /// The allocator of one device, simulated request by request. Handles returned by allocate()
@@ -134,12 +141,9 @@ class caching_allocator {
     x.allocated = true;
     x.requested = size.count;
     stats_.allocated += bytes{x.size};
+    pool_of(small).allocated += bytes{x.size};
     stats_.requested += size;
-    if (stats_.allocated > stats_.peak_allocated) {
-      stats_.peak_allocated = stats_.allocated;
-      stats_.reserved_at_peak = stats_.reserved;
-      stats_.largest_free_at_peak = largest_free();
-    }
+    if (stats_.allocated > stats_.peak_allocated) mark_peak();
     return b;
   }
 
@@ -150,6 +154,7 @@ class caching_allocator {
     caching::block& x = at(handle);
     x.allocated = false;
     stats_.allocated -= bytes{x.size};
+    pool_of(segment_of(x).small).allocated -= bytes{x.size};
     stats_.requested -= bytes{x.requested};
     x.requested = 0;
     merge(handle);
@@ -157,10 +162,8 @@ class caching_allocator {
 
   /// torch.cuda.reset_peak_memory_stats().
   constexpr void reset_peaks() {
-    stats_.peak_allocated = stats_.allocated;
     stats_.peak_reserved = stats_.reserved;
-    stats_.reserved_at_peak = stats_.reserved;
-    stats_.largest_free_at_peak = largest_free();
+    mark_peak();
   }
 
   [[nodiscard]] constexpr const allocator_stats& stats() const { return stats_; }
@@ -319,14 +322,27 @@ class caching_allocator {
     cache(b);
   }
 
+  constexpr allocator_stats::pool& pool_of(bool small) {
+    return small ? stats_.small : stats_.large;
+  }
+
+  constexpr void mark_peak() {
+    stats_.peak_allocated = stats_.allocated;
+    stats_.reserved_at_peak = stats_.reserved;
+    stats_.largest_free_at_peak = largest_free();
+    stats_.large_at_peak = stats_.large;
+    stats_.small_at_peak = stats_.small;
+  }
+
   [[nodiscard]] constexpr bool may_reserve(std::int64_t more) const {
     const bytes after = stats_.reserved + bytes{more};
     if (limits_.device > bytes{} && after > limits_.device) return false;
     return !(limits_.fraction_limit > bytes{} && after > limits_.fraction_limit);
   }
 
-  constexpr void reserve(std::int64_t more) {
+  constexpr void reserve(std::int64_t more, bool small) {
     stats_.reserved += bytes{more};
+    pool_of(small).reserved += bytes{more};
     ++stats_.cuda_mallocs;
     if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
   }
@@ -337,11 +353,12 @@ class caching_allocator {
     if (conf_.expandable_segments) return expand(size, stream, small);
     const std::int64_t total = caching::allocation_size(size);
     if (!may_reserve(total)) return -1;
-    reserve(total);
+    reserve(total, small);
     const int b = static_cast<int>(blocks_.size());
     segments_.push_back({total, stream, small, false, false, b});
     blocks_.push_back({static_cast<std::int64_t>(segments_.size() - 1), 0, total});
     ++stats_.segments;
+    ++pool_of(small).segments;
     return b;
   }
 
@@ -356,7 +373,7 @@ class caching_allocator {
     caching::segment& s = segment_of(at(b));
     const std::int64_t mapped = caching::round_up(more, page_of(s.small));
     if (!may_reserve(mapped)) return false;
-    reserve(mapped);
+    reserve(mapped, s.small);
     s.size += mapped;
     at(b).size += mapped;
     return true;
@@ -374,6 +391,7 @@ class caching_allocator {
     if (s == segments_.size()) {
       segments_.push_back({0, stream, small, true, false, -1});
       ++stats_.segments;
+      ++pool_of(small).segments;
     }
     caching::segment& grown = segments_[s];
     int last = -1;
@@ -384,7 +402,7 @@ class caching_allocator {
       at(last).next = b;
     else
       grown.first = b;
-    reserve(mapped);
+    reserve(mapped, small);
     grown.size += mapped;
     return b;
   }
@@ -393,6 +411,8 @@ class caching_allocator {
   constexpr void release_segment(int b) {
     caching::segment& s = segment_of(at(b));
     stats_.reserved -= bytes{s.size};
+    pool_of(s.small).reserved -= bytes{s.size};
+    --pool_of(s.small).segments;
     s.released = true;
     at(b).dead = true;
     uncache(b);

@@ -17,7 +17,8 @@ struct reserved_memory_estimate {
   bytes reserved{};   ///< peak reserved bytes in the steady state (reserved_bytes.all.peak)
   bytes allocated{};  ///< peak allocated bytes then (blocks at their rounded sizes)
   bytes largest_free_at_peak{};  ///< the largest cached free block at the allocated peak
-  bytes first_step_reserved{};   ///< the first step's peak reserved
+  allocator_stats::pool large_at_peak{}, small_at_peak{};  ///< the two pools then
+  bytes first_step_reserved{};                             ///< the first step's peak reserved
   /// The last step that reserved more (1: the first step reserved it all).
   std::int64_t stable_step = 1;
   std::int64_t out_of_memory = 0;  ///< requests the device limit refused
@@ -104,6 +105,8 @@ class step_replay {
     out.reserved = alloc_.stats().peak_reserved;
     out.allocated = alloc_.stats().peak_allocated;
     out.largest_free_at_peak = alloc_.stats().largest_free_at_peak;
+    out.large_at_peak = alloc_.stats().large_at_peak;
+    out.small_at_peak = alloc_.stats().small_at_peak;
     out.out_of_memory = alloc_.stats().oom;
   }
 

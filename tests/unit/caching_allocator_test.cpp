@@ -194,6 +194,13 @@ TEST_CASE("property: reserved covers allocated, and both equal their blocks and 
     }
     CHECK(segments == a.stats().reserved);
     CHECK(blocks == a.stats().allocated);
+    CHECK(a.stats().small.reserved + a.stats().large.reserved == a.stats().reserved);
+    CHECK(a.stats().small.allocated + a.stats().large.allocated == a.stats().allocated);
+    std::int64_t largest = 0;
+    for (std::size_t s = 0; s < a.segment_count(); ++s)
+      for (std::int64_t b : a.segment_map(s))
+        if (-b > largest) largest = -b;
+    CHECK(a.largest_free() == bytes{largest});
   }
 }
 

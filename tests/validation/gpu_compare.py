@@ -99,6 +99,34 @@ def short_phase(name):
     return {"optimizer": "optimizer", "zero_grad": "zero_grad"}.get(name, name)
 
 
+def reserved_table(vramfit, steps):
+    """Measured peak reserved against vramfit's memory.reserved with --reserve share (the default)
+    and --reserve simulated, each plus its cuBLAS workspace (PyTorch takes that from the allocator)."""
+    rows = []
+    for r in steps:
+        args, _ = train_args(r) if not r.get("error") else (None, None)
+        if not args:
+            continue
+        share, _ = run_vramfit(vramfit, args)
+        sim, _ = run_vramfit(vramfit, args + ["--reserve", "simulated"])
+        if share is None or sim is None:
+            continue
+        cublas = entry_sum(share, ("cuBLAS workspace",))
+        rows.append((r["id"], r["peak_reserved"], share["memory"]["reserved"] + cublas,
+                     sim["memory"]["reserved"] + cublas))
+    if not rows:
+        return
+    print("\n### Training: peak reserved, the fixed share and the simulated allocator (MiB)\n")
+    for k, name in ((2, "share"), (3, "simulated")):
+        e = sorted(abs(x[k] - x[1]) / x[1] for x in rows)
+        print("--reserve %s: |err| median %.1f%%, mean %.1f%%, max %.1f%% over %d rows." % (
+            name, 100 * e[len(e) // 2], 100 * sum(e) / len(e), 100 * e[-1], len(e)))
+    print("\n| configuration | peak reserved | share | err | simulated | err |\n|---|---:|---:|---:|---:|---:|")
+    for x in rows:
+        print("| %s | %s | %s | %s | %s | %s |" % (x[0], mib(x[1]), mib(x[2]), pct(x[2], x[1]), mib(x[3]),
+                                                  pct(x[3], x[1])))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("vramfit", nargs="?", default=os.path.join(ROOT, "build/examples/cli/vramfit"))
@@ -179,6 +207,8 @@ def main():
     print("keep1: logits_to_keep=1 (what generate() asks for); keep0: logits of every position. "
           "Measured weights = memory_allocated before the call (includes the ~33 MiB cuBLAS workspaces).\n")
     print("\n".join(t3))
+
+    reserved_table(a.vramfit, steps)
 
     if repeats:
         by_id = {r["id"]: r for r in steps}
