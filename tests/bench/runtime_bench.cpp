@@ -147,6 +147,21 @@ BENCHMARK(timeline_by_layers)
     ->Arg(std::int64_t{1} << 24)
     ->Unit(benchmark::kMicrosecond);
 
+/// The caching allocator replayed over a stage's steps (reserved_memory): its cost grows with the
+/// stage's layers (docs/allocator.md says why), up to max_replayed_layers. Llama-3.1-405B's 126
+/// layers on one GPU is the yardstick (under 10 ms).
+void reserved_memory_by_layers(benchmark::State& state) {
+  model m = models::llama_3_1_405b::value;
+  m.layers = state.range(0);
+  const training t{m, mixed<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 1, .sequence = 4096};
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(m);
+    benchmark::DoNotOptimize(reserved_memory(t, o).reserved);
+  }
+}
+BENCHMARK(reserved_memory_by_layers)->Arg(2)->Arg(32)->Arg(126)->Unit(benchmark::kMillisecond);
+
 /// What `vramfit infer` evaluates: each stage's ledger, then the largest batch and context.
 void infer_by_layers(benchmark::State& state) {
   model m = tiny_with_layers(state.range(0));

@@ -512,6 +512,11 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
   const result million = run("train --model vramfit_cli_million.json --pp 100000 --format json");
   REQUIRE(million.status == 0);
   CHECK(nlohmann::json::parse(million.out).at("model").at("parameters") == 464'000'136);
+  // The allocator is replayed for stages of up to 1,024 layers: asked for more, it says so.
+  const result deep = run("train --model vramfit_cli_million.json --pp 10 --reserve simulated");
+  CHECK(deep.status == 2);
+  CHECK(deep.err.find("simulated for stages of at most 1024 layers, got 100000") !=
+        std::string::npos);
   const result planned = run("plan --gpus 16777216 --format json");
   REQUIRE(planned.status == 0);
   CHECK(nlohmann::json::parse(planned.out).at("chosen").is_object());

@@ -48,19 +48,13 @@ constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return a / b + (a % b != 0 ? 1 : 0);
 }
 
-/// floor(a * b / c) for a, b >= 0 and 0 < c < 2^62, without the product overflowing: the
-/// quotient's part of a times b, then the remainder times b bit by bit (an error only when the
-/// result itself does not fit).
+/// floor(a * b / c) for a, b >= 0 and c > 0, the product taken in 128 bits (g++ and clang++ have
+/// them; __extension__ keeps -Wpedantic quiet): an error only when the result does not fit.
 constexpr std::int64_t mul_div(std::int64_t a, std::int64_t b, std::int64_t c) {
-  const std::int64_t r = a % c;
-  std::int64_t q = 0, rest = 0;  // r * (the bits of b seen so far) = q * c + rest
-  for (int bit = 62; bit >= 0; --bit) {
-    q = checked_mul(q, 2);
-    rest *= 2;
-    if ((b >> bit & 1) != 0) rest += r;
-    for (; rest >= c; rest -= c) q = checked_add(q, 1);
-  }
-  return checked_add(checked_mul(a / c, b), q);
+  __extension__ using wide = __int128;
+  const wide q = static_cast<wide>(a) * b / c;
+  if (q > INT64_MAX) rules::count_overflows_int64("multiplication", a, b);
+  return static_cast<std::int64_t>(q);
 }
 
 }  // namespace vramfit::detail
