@@ -58,7 +58,8 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   e.trainable_parameters = trainable_parameters(p.setup.finetune, ledger);
   e.device = g;
   e.allocator = simulated_reserve(p, most.stage);
-  // Asked for, the simulation happens or says why not (a stage deeper than it replays).
+  // Asked for, the simulation happens or says why not (a stage deeper than it replays); by
+  // default such a stage takes the fixed share, which its ledger entry names.
   if (!e.allocator && o.reserve == "simulated")
     e.allocator = reserved_memory(p.setup, p.batch, p.overheads.allocator, most.stage);
   e.ledger = with_overheads(p, g, most.ledger, e.allocator);

@@ -60,7 +60,7 @@ struct train_options {
   std::string gpu = "h100";
   bool expandable_segments = false;
   std::string alloc_conf;
-  std::string reserve = "share";
+  std::string reserve;  ///< share or simulated; unset: simulated, share with a percentage
   std::int64_t fragmentation_percent = -1;
   std::string format = "table";
   std::string sweep;
@@ -181,19 +181,18 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--gpu,-g", o.gpu, "A GPU preset (see `vramfit gpus`) or a capacity such as 96GiB")
       ->capture_default_str();
   cmd.add_option("--reserve", o.reserve,
-                 "The caching allocator's reserve beyond the tensors: share (a fixed share of "
-                 "their peak) or simulated (the allocator replayed over the step's tensors; "
-                 "docs/allocator.md)")
-      ->check(CLI::IsMember({"share", "simulated"}))
-      ->capture_default_str();
+                 "The caching allocator's reserve beyond the tensors: simulated (the allocator "
+                 "replayed over the step's tensors, docs/allocator.md; the default) or share (a "
+                 "fixed share of their peak; the default with --fragmentation-percent)")
+      ->check(CLI::IsMember({"share", "simulated"}));
   cmd.add_option(
       "--alloc-conf", o.alloc_conf,
       "PYTORCH_CUDA_ALLOC_CONF, e.g. \"expandable_segments:True,max_split_size_mb:512\"");
   cmd.add_flag("--expandable-segments", o.expandable_segments,
                "Short for --alloc-conf expandable_segments:True");
   cmd.add_option("--fragmentation-percent", o.fragmentation_percent,
-                 "The share of the tensors' peak that --reserve share adds (default 5, or 1 with "
-                 "expandable segments)")
+                 "The share of the tensors' peak that --reserve share adds (5, or 1 with "
+                 "expandable segments, when not given)")
       ->check(CLI::Range(0, 1000));
   add_estimate_format(cmd, o.format);
   cmd.add_option("--sweep", o.sweep,

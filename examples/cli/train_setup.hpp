@@ -94,6 +94,11 @@ inline sharding_given sharding_of(const train_options& o) {
   return g;
 }
 
+/// Whether the caching allocator is simulated: by default, unless a fixed share is given.
+inline bool simulates(const train_options& o) {
+  return o.reserve == "simulated" || (o.reserve.empty() && o.fragmentation_percent < 0);
+}
+
 inline training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
@@ -190,7 +195,7 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
     detail::raise("--fragmentation-percent is the share of --reserve share, not of simulated");
   runtime_overheads overheads{
       .fragmentation_percent = o.fragmentation_percent,
-      .reserve = o.reserve == "simulated" ? reserve_model::simulated : reserve_model::share,
+      .reserve = simulates(o) ? reserve_model::simulated : reserve_model::share,
       .allocator = parse_alloc_conf(o.alloc_conf)};
   if (o.expandable_segments) overheads.allocator.expandable_segments = true;
   return {t, a, overheads};

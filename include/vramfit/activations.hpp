@@ -794,8 +794,10 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             held(head), 0,
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
+  // Two tensors when the logits are 16-bit (they and their fp32 copy), one when fp32.
   add_entry(ledger, entry_names::logits, component::activations, memory_space::device, logits_alive,
-            0, "the model's logits and their fp32 copy, freed after the loss", lifetime::forward);
+            beta == 32 ? 1 : 2, "the model's logits and their fp32 copy, freed after the loss",
+            lifetime::forward);
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
   // for eager attention; adding it saves nothing, so it is gone before backward.

@@ -29,8 +29,8 @@ inline constexpr std::int64_t reserved_steps_simulated = 4;
 
 namespace detail {
 
-/// A tensor the replay holds: its ledger entry, its layer (-1 outside the layers), its bytes and
-/// the allocator's handle.
+/// A tensor the replay holds (listed under its ledger entry): its layer (-1 outside the layers),
+/// its bytes and the allocator's handle.
 struct live_tensor {
   std::int64_t layer = -1;
   bytes size{};
@@ -111,7 +111,7 @@ class step_replay {
   }
 
  private:
-  /// A parameter tensor of the stage: its elements, and its layer run (-1: outside the layers).
+  /// A parameter tensor of the stage: its elements, and its layer (-1: outside the layers).
   struct parameter {
     std::int64_t elements = 0, layer = -1;
   };
@@ -159,8 +159,9 @@ class step_replay {
     }
   }
 
-  constexpr void hold(int entry, std::int64_t layer, bytes size, int stream = 0) {
-    live_[static_cast<std::size_t>(entry)].push_back({layer, size, alloc_.allocate(size, stream)});
+  /// Every request on the default stream: side streams' pools are not simulated.
+  constexpr void hold(int entry, std::int64_t layer, bytes size) {
+    live_[static_cast<std::size_t>(entry)].push_back({layer, size, alloc_.allocate(size)});
   }
 
   /// Frees the most recent tensor of `entry` in `layer` of `size` bytes, or if there is none

@@ -801,10 +801,11 @@ TEST_CASE("load: the peak while a model is put on the GPU") {
   CHECK(run("load --gpu 80GB --check").status == 0);
 }
 
-TEST_CASE("train: the fixed share by default, the caching allocator simulated on request") {
-  const std::string simulated = "train --model gpt2 --micro-batch 8 --reserve simulated";
-  const result r = run(simulated + " --format json");
+TEST_CASE("train: the caching allocator simulated by default, the fixed share on request") {
+  const std::string gpt2 = "train --model gpt2 --micro-batch 8";
+  const result r = run(gpt2 + " --format json");
   REQUIRE(r.status == 0);
+  CHECK(run(gpt2 + " --reserve simulated --format json").out == r.out);
   const nlohmann::json j = nlohmann::json::parse(r.out);
   const nlohmann::json& memory = j.at("memory");
   const std::int64_t reserved = memory.at("reserved"), allocated = memory.at("allocated");
@@ -816,9 +817,9 @@ TEST_CASE("train: the fixed share by default, the caching allocator simulated on
   for (const auto& e : j.at("entries"))
     simulated_entry |= e.at("name") == "caching allocator: reserved beyond allocated";
   CHECK(simulated_entry);
-  CHECK(run(simulated).out.find("caching allocator (simulated): ") != std::string::npos);
+  CHECK(run(gpt2).out.find("caching allocator (simulated): ") != std::string::npos);
 
-  const result x = run(simulated + " --alloc-conf expandable_segments:True -f json");
+  const result x = run(gpt2 + " --alloc-conf expandable_segments:True -f json");
   REQUIRE(x.status == 0);
   const nlohmann::json xj = nlohmann::json::parse(x.out);
   const nlohmann::json& xm = xj.at("memory");
@@ -826,11 +827,13 @@ TEST_CASE("train: the fixed share by default, the caching allocator simulated on
   // Expandable segments split off every remainder of 512 B or more: no block counts an unsplit
   // remainder of up to 1 MiB as allocated.
   CHECK(xm.at("allocated").get<std::int64_t>() <= allocated);
-  CHECK(run(simulated + " --expandable-segments -f json").out == x.out);
+  CHECK(run(gpt2 + " --expandable-segments -f json").out == x.out);
 
-  // The default: 5 % of the tensors' peak, which is then what memory.reserved adds.
-  const result share = run("train --model gpt2 --micro-batch 8 -f json");
+  // The fixed share: 5 % of the tensors' peak, which is then what memory.reserved adds; a
+  // percentage given chooses it.
+  const result share = run(gpt2 + " --reserve share -f json");
   REQUIRE(share.status == 0);
+  CHECK(run(gpt2 + " --fragmentation-percent 5 -f json").out == share.out);
   const nlohmann::json sj = nlohmann::json::parse(share.out);
   std::int64_t reserve = -1;
   for (const auto& e : sj.at("entries"))
@@ -838,8 +841,9 @@ TEST_CASE("train: the fixed share by default, the caching allocator simulated on
   const std::int64_t tensors = sj.at("memory").at("allocated");
   CHECK(reserve == (tensors * 5 + 99) / 100);
   CHECK(sj.at("memory").at("reserved").get<std::int64_t>() == tensors + reserve);
-  CHECK(run("train --model gpt2").out.find("caching allocator (simulated)") == std::string::npos);
-  CHECK(run(simulated + " --fragmentation-percent 5").status == 2);
+  CHECK(run(gpt2 + " --reserve share").out.find("caching allocator (simulated)") ==
+        std::string::npos);
+  CHECK(run(gpt2 + " --reserve simulated --fragmentation-percent 5").status == 2);
 
   const result bad = run("train --model gpt2 --alloc-conf max_split_size_mb:8");
   CHECK(bad.status == 2);

@@ -13,8 +13,9 @@ every row of inference.jsonl `vramfit infer ... --format json`, then prints Mark
   4. reproducibility: the rows of steps_repeat.jsonl against the same configurations in steps.jsonl.
 
 Definitions (bytes; MiB = 2^20 B in the tables):
-  vramfit alloc = vramfit's total minus its 'CUDA context', 'NCCL buffers' and 'allocator
-    fragmentation reserve' entries: the part that PyTorch's memory_allocated counts (the cuBLAS
+  vramfit alloc = vramfit's total minus its 'CUDA context', 'NCCL buffers' and reserve
+    ('allocator fragmentation reserve' or 'caching allocator: reserved beyond allocated') entries:
+    the part that PyTorch's memory_allocated counts (the cuBLAS
     workspace stays in: PyTorch takes it from the caching allocator).
   err alloc = (vramfit alloc - measured peak_allocated) / measured peak_allocated.
   measured device = peak_reserved + non_torch (the memory outside the allocator: CUDA context,
@@ -25,7 +26,7 @@ Definitions (bytes; MiB = 2^20 B in the tables):
     tables', 'final norm, logits and loss' and (amp) 'autocast / fp8 weight copies' entries: the
     16-bit weight copies that autocast makes are saved by autograd, so they are held then too.
   slack = peak_reserved - peak_allocated (reserved but not allocated at the peaks; the two peaks
-    may fall at different moments), against vramfit's 'allocator fragmentation reserve'.
+    may fall at different moments), against vramfit's reserve entry.
 
 Usage:
     python3 tests/validation/gpu_compare.py [build/examples/cli/vramfit] [--data tests/validation/gpu]
@@ -45,10 +46,11 @@ OPTIMIZER = {"adamw": ["adamw"], "adamw-fused": ["adamw-fused"], "sgd": ["sgd"],
              "adafactor": ["adafactor"], "adamw-forloop": ["adamw", "--optimizer-impl", "for-loop"]}
 ATTENTION = {"eager": "eager", "sdpa": "flash"}
 RECOMPUTE = {"none": "none", "nonreentrant": "full", "reentrant": "full"}
-NOT_ALLOCATOR = ("CUDA context", "NCCL buffers", "allocator fragmentation reserve")
+RESERVE = ("allocator fragmentation reserve", "caching allocator: reserved beyond allocated")
+NOT_ALLOCATOR = ("CUDA context", "NCCL buffers") + RESERVE
 FWD_ENTRIES = ("saved activations (layers x micro-batches)", "embedding inputs and rotary tables",
                "final norm, logits and loss", "autocast / fp8 weight copies")
-FRAG = ("allocator fragmentation reserve",)
+FRAG = RESERVE
 
 
 def train_args(r):
@@ -100,15 +102,16 @@ def short_phase(name):
 
 
 def reserved_table(vramfit, steps):
-    """Measured peak reserved against vramfit's memory.reserved with --reserve share (the default)
-    and --reserve simulated, each plus its cuBLAS workspace (PyTorch takes that from the allocator)."""
+    """Measured peak reserved against vramfit's memory.reserved with --reserve simulated (the
+    default) and --reserve share, each plus its cuBLAS workspace (PyTorch takes that from the
+    allocator)."""
     rows = []
     for r in steps:
         args, _ = train_args(r) if not r.get("error") else (None, None)
         if not args:
             continue
-        share, _ = run_vramfit(vramfit, args)
-        sim, _ = run_vramfit(vramfit, args + ["--reserve", "simulated"])
+        share, _ = run_vramfit(vramfit, args + ["--reserve", "share"])
+        sim, _ = run_vramfit(vramfit, args)
         if share is None or sim is None:
             continue
         cublas = entry_sum(share, ("cuBLAS workspace",))
