@@ -732,6 +732,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     embedding += bytes_for_bits(detail::checked_mul(detail::checked_mul(2 * rotary, tokens), beta));
   }
   bytes loss_gradient{}, logits_alive{};
+  bytes logits_first{};  // of two logits tensors (16-bit logits, then their fp32 copy), the first
   if (range.last) {
     detail::block_builder final_norm(m, t.precision, o, l);
     final_norm.norm("final norm input", m.hidden);
@@ -754,6 +755,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
           // needs the output only); its backward holds the nll_loss and log_softmax gradients.
           head += bytes{detail::checked_mul(logits, 4)};
           logits_alive = bytes_for_bits(detail::checked_mul(logits, beta == 32 ? 32 : beta + 32));
+          if (beta < 32) logits_first = bytes_for_bits(detail::checked_mul(logits, beta));
           loss_gradient = bytes{detail::checked_mul(logits, 8)};  // two fp32 gradients
           break;
         case loss_kind::native:  // log_softmax in the logits' format
@@ -780,6 +782,8 @@ constexpr memory_ledger activations(const training& t, const activation_options&
           const bool all_logits = o.loss == loss_kind::chunked_output;
           logits_alive = bytes_for_bits(detail::checked_mul(all_logits ? logits : chunk, beta)) +
                          bytes{beta == 32 ? 0 : detail::checked_mul(chunk, 4)};
+          if (beta < 32)
+            logits_first = bytes_for_bits(detail::checked_mul(all_logits ? logits : chunk, beta));
           loss_gradient = bytes{detail::checked_mul(chunk, 8)};  // one chunk's two fp32 gradients
           break;
         }
@@ -794,10 +798,10 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             held(head), 0,
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
-  // Two tensors when the logits are 16-bit (they and their fp32 copy), one when fp32.
   add_entry(ledger, entry_names::logits, component::activations, memory_space::device, logits_alive,
-            beta == 32 ? 1 : 2, "the model's logits and their fp32 copy, freed after the loss",
-            lifetime::forward);
+            logits_first > bytes{} ? 2 : 1,
+            "the model's logits and their fp32 copy, freed after the loss", lifetime::forward);
+  if (logits_first > bytes{}) ledger[ledger.size() - 1].first_tensor = logits_first;
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
   // for eager attention; adding it saves nothing, so it is gone before backward.

@@ -94,7 +94,10 @@ struct memory_entry {
   vramfit::lifetime lifetime = lifetime::persistent;
   bytes size{};
   std::int64_t tensors = 0;  ///< allocations behind the bytes (0 when not tensor-shaped)
-  const char* source = "";   ///< where the formula comes from
+  /// Of tensors of different sizes, the first allocated (the others share the rest equally);
+  /// zero when they are alike.
+  bytes first_tensor{};
+  const char* source = "";  ///< where the formula comes from
   /// Set by the step timeline (timeline.hpp): the bytes of this entry alive at the step's peak,
   /// and the moment that peak belongs to. Untimed ledgers derive both from the lifetimes.
   bool timed = false;

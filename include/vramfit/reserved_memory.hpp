@@ -252,9 +252,13 @@ class step_replay {
     const bool allocates = e.delta > bytes{};
     const bytes total = allocates ? e.delta : -e.delta;
     const std::vector<bytes>& sizes = event_sizes_[i];
-    if (sizes.empty() && allocates) {
-      const memory_entry& x = tl_.ledger[static_cast<std::size_t>(e.entry)];
-      hold_all(e.entry, total, x.tensors > 1 && x.size == total ? x.tensors : 1);
+    const memory_entry& x = tl_.ledger[static_cast<std::size_t>(e.entry)];
+    const bool whole = x.size == total && x.tensors > 1;  // the entry's tensors, all of them
+    if (sizes.empty() && allocates && whole && x.first_tensor > bytes{}) {
+      hold(e.entry, -1, x.first_tensor);
+      hold_all(e.entry, total - x.first_tensor, x.tensors - 1);
+    } else if (sizes.empty() && allocates) {
+      hold_all(e.entry, total, whole ? x.tensors : 1);
     } else if (sizes.empty()) {
       drop_bytes(e.entry, total);
     }

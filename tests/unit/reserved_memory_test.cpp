@@ -187,3 +187,20 @@ TEST_CASE("a stage deeper than the replay takes takes the fixed share") {
   CHECK(detail::entry_named(breakdown(p, gpus::h100_80gb::value),
                             "allocator fragmentation reserve") >= 0);
 }
+
+TEST_CASE("the loss's tensors as the allocator sees them") {
+  // transformers ForCausalLMLoss under bf16: the logits [2048, 128256] in bf16 (first), their
+  // fp32 copy; its backward the nll_loss and log_softmax gradients, fp32 each.
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  const memory_ledger l = step_timeline_of(t, {.micro_batch = 1, .sequence = 2048}).ledger;
+  const std::int64_t logits = 2048 * 128256;
+  const memory_entry& forward =
+      l[static_cast<std::size_t>(detail::entry_named(l, entry_names::logits))];
+  CHECK(forward.tensors == 2);
+  CHECK(forward.first_tensor == bytes{logits * 2});
+  CHECK(forward.size == bytes{logits * 6});
+  const memory_entry& backward =
+      l[static_cast<std::size_t>(detail::entry_named(l, "logits gradient"))];
+  CHECK(backward.tensors == 2);
+  CHECK(backward.size == bytes{logits * 8});
+}
