@@ -11,6 +11,7 @@
 #include "infer_command.hpp"
 #include "list_commands.hpp"
 #include "load_command.hpp"
+#include "min_gpus_command.hpp"
 #include "plan_command.hpp"
 #include "train_command.hpp"
 
@@ -29,6 +30,10 @@ int vramfit_cli_main(int argc, char** argv) {
   train_options train;
   CLI::App* train_cmd = app.add_subcommand("train", "Memory per GPU of a training step");
   add_train_options(*train_cmd, train);
+  train_options fewest;
+  CLI::App* min_gpus_cmd = app.add_subcommand(
+      "min-gpus", "The fewest GPUs a training configuration fits on (its data-parallel degree)");
+  add_train_options(*min_gpus_cmd, fewest);
   train_options plan;
   plan_options space;
   CLI::App* plan_cmd = app.add_subcommand(
@@ -101,6 +106,10 @@ int vramfit_cli_main(int argc, char** argv) {
     if (train_cmd->parsed()) {
       apply_framework(*train_cmd, train);
       return run_train(train);
+    }
+    if (min_gpus_cmd->parsed()) {
+      apply_framework(*min_gpus_cmd, fewest);
+      return run_min_gpus(fewest);
     }
     if (load_cmd->parsed()) return run_load(load);
     if (infer_cmd->parsed()) {

@@ -852,3 +852,30 @@ TEST_CASE("train: the caching allocator simulated by default, the fixed share on
   CHECK(run("train --model gpt2 --alloc-conf bogus:1")
             .err.find("unrecognized allocator option 'bogus'") != std::string::npos);
 }
+
+TEST_CASE("min-gpus: the fewest data-parallel replicas that fit, and train agrees") {
+  const std::string config = "--model llama-3-70b --fsdp full --recompute full";
+  const result r = run("min-gpus " + config + " -f json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const std::int64_t n = j.at("data_parallel");
+  REQUIRE(n > 1);
+  CHECK(j.at("min_gpus") == n);
+  CHECK(j.at("fits") == true);
+  const auto fits = [&](std::int64_t dp) {
+    const result t = run("train " + config + " --dp " + std::to_string(dp) + " -f json");
+    REQUIRE(t.status == 0);
+    return nlohmann::json::parse(t.out).at("fits").get<bool>();
+  };
+  CHECK(fits(n));
+  CHECK_FALSE(fits(n / 2));
+  // TP 2 counts twice per replica.
+  const nlohmann::json tp =
+      nlohmann::json::parse(run("min-gpus " + config + " --tp 2 -f json").out);
+  CHECK(tp.at("min_gpus") == 2 * tp.at("data_parallel").get<std::int64_t>());
+  // Without sharding, replicas do not help: none fits, and the tool says why.
+  const result ddp = run("min-gpus --model llama-3-70b");
+  CHECK(ddp.status == 0);
+  CHECK(ddp.out.find("without ZeRO or FSDP") != std::string::npos);
+  CHECK(run("min-gpus --model llama-3-70b --sweep micro-batch").status == 2);
+}

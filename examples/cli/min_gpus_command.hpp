@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+// `vramfit min-gpus`: the fewest GPUs a training configuration fits on, growing its
+// data-parallel degree (which shards only under ZeRO or FSDP) over its TP x PP x CP.
+#pragma once
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <vramfit/vramfit.hpp>
+
+#include "train_command.hpp"
+
+namespace vramfit::cli {
+
+/// The largest data-parallel degree tried: 2^20 replicas.
+inline constexpr std::int64_t max_data_parallel_searched = std::int64_t{1} << 20;
+
+inline int run_min_gpus(const train_options& given) {
+  if (!given.sweep.empty() || given.timeline)
+    detail::raise("min-gpus answers one number: leave out --sweep and --timeline");
+  const model m = load_model(given.model).value;
+  const train_options o = for_model(given, m);
+  const gpu g = gpu_named(o.gpu);
+  const training_plan_value plan = build_plan(o, m);
+  const std::int64_t data = min_data_parallel(plan, g, max_data_parallel_searched);
+  const layout& l = plan.setup.layout;
+  const std::int64_t per_replica = l.tensor * l.pipeline * l.context;
+  training_plan_value found = plan;
+  if (data > 0) found.setup.layout.data = data;
+  const estimate e = estimate_of(o, found, g);
+  if (o.format == "json") {
+    nlohmann::json j = to_json(e);
+    j["min_gpus"] = data > 0 ? data * per_replica : 0;
+    j["data_parallel"] = data;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  if (data == 0) {
+    std::cout << "Not one data-parallel degree up to "
+              << report::grouped(max_data_parallel_searched) << " fits " << g.name << " ("
+              << to_string(g.capacity) << ")"
+              << (l.zero == sharding::none ? ": without ZeRO or FSDP, more replicas do not "
+                                             "shard anything (try --zero or --fsdp)"
+                                           : "")
+              << ".\n";
+    return 0;
+  }
+  std::cout << "Fewest GPUs: " << report::grouped(data * per_replica) << " (data parallel " << data;
+  if (per_replica > 1) std::cout << " x TP x PP x CP " << per_replica;
+  std::cout << ", powers of two tried)\n\n";
+  print_table(std::cout, e);
+  return 0;
+}
+
+}  // namespace vramfit::cli
