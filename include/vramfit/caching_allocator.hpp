@@ -107,7 +107,9 @@ struct allocator_stats {
   bytes peak_allocated{}, peak_reserved{};
   /// At the allocated peak: reserved memory then, and its largest free block (fragmentation).
   bytes reserved_at_peak{}, largest_free_at_peak{};
-  std::int64_t segments = 0, cuda_mallocs = 0, oom = 0;
+  std::int64_t segments = 0;      ///< held now (memory_stats' segment.all.current)
+  std::int64_t cuda_mallocs = 0;  ///< segments created or grown
+  std::int64_t oom = 0;           ///< requests refused after every release
   pool large{}, small{};
   pool large_at_peak{}, small_at_peak{};  ///< at the allocated peak
 };
@@ -147,8 +149,8 @@ class caching_allocator {
     return b;
   }
 
-  /// Frees the tensor of `handle` into the cache (free_block): it merges with free neighbours and
-  /// stays reserved.
+  /// Frees the tensor of `handle` (once) into the cache (free_block): it merges with free
+  /// neighbours and stays reserved.
   constexpr void release(int handle) {
     if (handle < 0) return;
     caching::block& x = at(handle);
@@ -413,6 +415,7 @@ class caching_allocator {
     stats_.reserved -= bytes{s.size};
     pool_of(s.small).reserved -= bytes{s.size};
     --pool_of(s.small).segments;
+    --stats_.segments;
     s.released = true;
     at(b).dead = true;
     uncache(b);

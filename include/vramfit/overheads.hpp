@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-
 #include <optional>
 
 #include "alloc_conf.hpp"
@@ -15,9 +14,10 @@
 namespace vramfit {
 
 /// How the caching allocator's reserved-but-unallocated memory is found: by simulating the
-/// allocator over the step timeline (reserved_memory.hpp; costly in constant evaluation: an
-/// 8B model's step needs a raised -fconstexpr-ops-limit), or as a fixed share of the tensors'
-/// peak (the fallback, and the only way without a timeline: inference, loading).
+/// allocator over the step timeline (reserved_memory.hpp; what the CLI does, and costly in a
+/// constant expression: beyond tiny models it needs raised compiler limits), or as a fixed share
+/// of the tensors' peak (the default here, cheap to compile, and the only way without a
+/// timeline: inference, loading).
 enum class reserve_model : unsigned char { share, simulated };
 
 /// What a process needs on a GPU besides its tensors. A value of -1 takes the default for the
