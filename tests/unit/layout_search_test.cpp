@@ -8,6 +8,8 @@
 #include <vramfit/layout_search.hpp>
 #include <vramfit/presets.hpp>
 
+#include "candidate_plan.hpp"
+
 using namespace vramfit;
 
 namespace {
@@ -151,13 +153,7 @@ TEST_CASE("each ranked candidate fits, and its figures are what train evaluates"
   const search_result r = search_layouts(plan, h100, {.gpus = 64, .global_batch = 256});
   REQUIRE(r.found());
   for (const plan_candidate& c : r.best) {
-    training_plan_value q = plan;
-    q.setup.layout = c.layout;
-    q.batch.recompute = c.recompute;
-    q.batch.micro_batch = c.micro_batch;
-    q.batch.micro_batches = c.micro_batches;
-    q.batch.virtual_stages = c.virtual_stages;
-    if (c.virtual_stages > 1) q.batch.schedule = pipeline_schedule::interleaved;
+    const training_plan_value q = testing::trained_as(plan, c);
     CHECK(c.layout.world() == 64);
     CHECK(c.layout.data * c.micro_batch * c.micro_batches == 256);
     CHECK(fit(q, h100).required == c.required);

@@ -4,6 +4,7 @@
 
 #include <vramfit/vramfit.hpp>
 
+#include "candidate_plan.hpp"
 #include "tiny_llama.hpp"
 
 using namespace vramfit;
@@ -164,13 +165,7 @@ TEST_CASE("estimates take the simulated reserve, the planner confirms with it") 
   const search_result found = search_layouts(base, gpus::h100_80gb::value, {.gpus = 8, .top = 3});
   REQUIRE(found.found());
   for (const plan_candidate& c : found.best) {
-    training_plan_value p = base;
-    p.setup.layout = c.layout;
-    p.batch.micro_batch = c.micro_batch;
-    p.batch.micro_batches = c.micro_batches;
-    p.batch.recompute = c.recompute;
-    p.batch.recompute_layers = c.recompute == recompute_kind::full ? c.recompute_layers : -1;
-    CHECK(fit(p, gpus::h100_80gb::value).required == c.required);
+    CHECK(fit(testing::trained_as(base, c), gpus::h100_80gb::value).required == c.required);
     CHECK(c.required <= gpus::h100_80gb::value.capacity);
   }
 }
