@@ -212,12 +212,9 @@ inline int run_infer(const infer_options& given) {
     const std::int64_t batch = max_batch(m, l, w, kv, r, g, 65536);
     const std::int64_t longest = max_context(m, l, w, kv, r, g);
     std::cout << "  At this context, "
-              << (batch > 0 ? "up to " + report::grouped(batch) + " sequences fit"
-                            : std::string("not one sequence fits"))
+              << cli::up_to(batch, "up to ", " sequences fit", "not one sequence fits")
               << "; at this batch, "
-              << (longest > 0 ? "up to " + report::grouped(longest) + " tokens"
-                              : std::string("not one token fits"))
-              << ".\n";
+              << cli::up_to(longest, "up to ", " tokens", "not one token fits") << ".\n";
   }
   return o.check && !e.fit.fits() ? 1 : 0;
 }

@@ -57,8 +57,8 @@ inline bytes component_at_peak(const estimate& e, component c) {
 inline bytes reserved_of(const estimate& e) {
   bytes reserve{};
   for (const memory_entry& m : e.ledger)
-    if (std::string_view(m.name) == "caching allocator: reserved beyond allocated" ||
-        std::string_view(m.name) == "allocator fragmentation reserve")
+    if (std::string_view(m.name) == entry_names::simulated_reserve ||
+        std::string_view(m.name) == entry_names::fragmentation_reserve)
       reserve += m.size;
   return e.fit.required - e.fit.overhead + reserve;
 }
@@ -77,6 +77,11 @@ inline std::string allocator_summary(const estimate& e) {
          (a.stable_step == 1 ? std::string("reserved from the first step")
                              : "reserved grows until step " + std::to_string(a.stable_step) +
                                    " (first step " + to_string(a.first_step_reserved) + ")");
+}
+
+/// A limit the solvers found: `before` N `after`, or `none` when not even one fits.
+inline std::string up_to(std::int64_t n, const char* before, const char* after, const char* none) {
+  return n > 0 ? before + report::grouped(n) + after : none;
 }
 
 inline std::string verdict(const estimate& e) {

@@ -154,11 +154,11 @@ inline int run_train(const train_options& given) {
     cli::print_table(std::cout, e);
     const std::int64_t batch = max_micro_batch(plan, *g), longest = max_sequence(plan, *g);
     std::cout << "  At this sequence, "
-              << (batch > 0 ? "up to " + report::grouped(batch) + " sequences per micro-batch fit"
-                            : std::string("not one sequence fits"))
+              << cli::up_to(batch, "up to ", " sequences per micro-batch fit",
+                            "not one sequence fits")
               << "; at this micro-batch, "
-              << (longest > 0 ? "sequences up to " + report::grouped(longest) + " tokens"
-                              : std::string("not even a one-token sequence fits"))
+              << cli::up_to(longest, "sequences up to ", " tokens",
+                            "not even a one-token sequence fits")
               << ".\n";
   }
   return o.check && !e.fit.fits() ? 1 : 0;
