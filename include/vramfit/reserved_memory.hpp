@@ -282,7 +282,8 @@ inline constexpr std::int64_t max_replayed_layers = 1024;
 namespace detail::rules {
 [[noreturn]] inline void allocator_replay_needs_at_most_max_replayed_layers(std::int64_t layers) {
   raise("the caching allocator is simulated for stages of at most " + str(max_replayed_layers) +
-        " layers, got " + str(layers) + " (take reserve_model::share)");
+        " layers, got " + str(layers) +
+        " (take the fixed share: reserve_model::share, CLI --reserve share)");
 }
 }  // namespace detail::rules
 
