@@ -24,6 +24,16 @@ struct allocator_limits {
 
 namespace caching {
 
+/// A snapshot's segment holds blocks, each a positive multiple of 512 B (round_size), and no two
+/// free blocks side by side (free_block merges them): a state the allocator can reach.
+inline void adopted_segment_must_be_reachable(std::size_t index, std::int64_t size,
+                                              std::int64_t before) {
+  detail::raise("adopted_segment_must_be_reachable: block " + std::to_string(index) + " is " +
+                detail::str(size) + " B, the one before it " + detail::str(before) +
+                " B (free blocks negative): a block is a positive multiple of 512 B, and a free "
+                "one follows a live one");
+}
+
 // CUDACachingAllocator.cpp, namespace Native, the size constants.
 inline constexpr std::int64_t min_block_size = 512;            // kMinBlockSize
 inline constexpr std::int64_t small_size = 1 << 20;            // kSmallSize: small pool's limit
@@ -162,6 +172,50 @@ class caching_allocator {
     merge(handle);
   }
 
+  /// Takes over a segment as torch.cuda.memory._snapshot() shows it, so a simulation can start
+  /// from a real allocator's state: its blocks' sizes by address, free ones negative (what
+  /// segment_map() writes). Adopted in address order, segments rank as the allocator ranks them.
+  /// Returns the handle of its first block; the next blocks' handles follow in order.
+  constexpr int adopt_segment(const std::vector<std::int64_t>& map, int stream = 0,
+                              bool small = false) {
+    // Checked first, so that a refused map leaves the allocator as it was.
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < map.size(); ++i) {
+      const std::int64_t size = map[i];
+      const bool whole = size != 0 && size != std::numeric_limits<std::int64_t>::min() &&
+                         size % caching::min_block_size == 0;
+      if (!whole || (size < 0 && i > 0 && map[i - 1] < 0))
+        caching::adopted_segment_must_be_reachable(i, size, i > 0 ? map[i - 1] : 0);
+      total = detail::checked_add(total, size < 0 ? -size : size);
+    }
+    if (map.empty()) caching::adopted_segment_must_be_reachable(0, 0, 0);
+    const int first = static_cast<int>(blocks_.size());
+    const auto s = static_cast<std::int64_t>(segments_.size());
+    segments_.push_back({total, stream, small, false, false, first});
+    reserve(total, small);
+    ++stats_.segments;
+    ++pool_of(small).segments;
+    std::int64_t offset = 0;
+    for (const std::int64_t size : map) {
+      const int b = static_cast<int>(blocks_.size());
+      const std::int64_t whole = size < 0 ? -size : size;
+      blocks_.push_back({s, offset, whole, 0, b > first ? b - 1 : -1, -1});
+      if (b > first) at(b - 1).next = b;
+      offset += whole;
+      if (size < 0) {
+        cache(b);
+        continue;
+      }
+      at(b).allocated = true;
+      at(b).requested = whole;
+      stats_.allocated += bytes{whole};
+      pool_of(small).allocated += bytes{whole};
+      stats_.requested += bytes{whole};
+    }
+    if (stats_.allocated > stats_.peak_allocated) mark_peak();
+    return first;
+  }
+
   /// torch.cuda.reset_peak_memory_stats().
   constexpr void reset_peaks() {
     stats_.peak_reserved = stats_.reserved;
@@ -181,6 +235,8 @@ class caching_allocator {
     return sizes;
   }
   [[nodiscard]] constexpr std::size_t segment_count() const { return segments_.size(); }
+  /// Where a handle's block lies: its segment and offset.
+  [[nodiscard]] constexpr const caching::block& block_at(int handle) const { return at(handle); }
   [[nodiscard]] constexpr const caching::segment& segment_at(std::size_t s) const {
     return segments_[s];
   }

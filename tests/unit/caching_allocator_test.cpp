@@ -160,6 +160,35 @@ TEST_CASE("garbage collection: under a memory fraction, the older cached blocks 
   CHECK(b.stats().reserved == bytes{100 * M});
 }
 
+TEST_CASE(
+    "adopt_segment: a snapshot's segments are taken over, and best fit ranks them by address") {
+  caching_allocator a;
+  // Two 20 MiB segments as a snapshot shows them: [6 MiB live, 14 MiB free], [20 MiB free].
+  const int first = a.adopt_segment({6 * M, -14 * M});
+  a.adopt_segment({-20 * M});
+  CHECK(a.stats().reserved == bytes{40 * M});
+  CHECK(a.stats().allocated == bytes{6 * M});
+  // 3 MiB: the smallest block that holds it is the first segment's 14 MiB tail (after its live
+  // block); the remainder, 11 MiB, is over 1 MiB and splits off.
+  const int x = a.allocate(bytes{3 * M});
+  CHECK(a.block_at(x).segment == 0);
+  CHECK(a.block_at(x).offset == 6 * M);
+  CHECK(a.segment_map(0) == map{6 * M, 3 * M, -11 * M});
+  // Freeing the adopted tensor merges nothing (its neighbour is live); freeing the new one merges
+  // all three blocks back into one.
+  a.release(first);
+  CHECK(a.segment_map(0) == map{-6 * M, 3 * M, -11 * M});
+  a.release(x);
+  CHECK(a.segment_map(0) == map{-20 * M});
+  CHECK(a.stats().allocated == bytes{});
+  // Maps the allocator cannot reach are refused, and leave it as it was.
+  for (const map& unreachable : {map{M, -100}, map{-M, -M}, map{}, map{0}})
+    CHECK_THROWS_WITH_AS(a.adopt_segment(unreachable),
+                         doctest::Contains("adopted_segment_must_be_reachable"), error);
+  CHECK(a.segment_count() == 2);
+  CHECK(a.stats().reserved == bytes{40 * M});
+}
+
 TEST_CASE("property: reserved covers allocated, and both equal their blocks and segments") {
   for (const char* conf :
        {"", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"}) {
