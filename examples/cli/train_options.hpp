@@ -107,9 +107,11 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                  "Micro-batches per optimizer step (gradient accumulation, pipeline)")
       ->check(positive)
       ->capture_default_str();
-  cmd.add_option("--attention", o.attention,
-                 "eager, flash, or sdpa (Hugging Face's SDPA with K and V repeated per query head: "
-                 "torch < 2.5 or a padding mask)")
+  cmd.add_option(
+         "--attention", o.attention,
+         "eager, flash (SDPA's fused kernels; in fp32 with grouped-query heads PyTorch runs "
+         "its math kernel, which saves what eager does), or sdpa (Hugging Face's SDPA with "
+         "K and V repeated per query head: torch < 2.5 or a padding mask)")
       ->capture_default_str();
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");

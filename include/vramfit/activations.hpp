@@ -166,6 +166,34 @@ constexpr void check(const activation_options& o, const layout& l) {
     rules::sequence_parallel_must_divide_sequence(l.tensor, o.sequence / l.context);
 }
 
+/// Q, K and V as views of one projection (GPT-2, BERT, ViT, DistilBERT, GPTBigCode): their
+/// attention is not Hugging Face's shared SDPA path with enable_gqa.
+constexpr bool fused_qkv(const model& m) {
+  return m.family == family::gpt2 || m.family == family::bert || m.family == family::vit ||
+         m.family == family::distilbert || m.family == family::gpt_bigcode;
+}
+
+}  // namespace detail
+
+/// The attention that runs when `asked` is asked for. PyTorch's SDPA (`flash`) picks a kernel:
+/// cuDNN and FlashAttention take 16-bit inputs only, and the memory-efficient kernel takes no
+/// grouped-query heads (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+/// can_use_mem_efficient_attention: check_batch_size_and_num_heads_dense<false
+/// /*supports_grouped_query_attention*/>, torch 2.5 to 2.11). Hugging Face passes fewer KV heads
+/// with enable_gqa=True (integrations/sdpa_attention.py use_gqa_in_sdpa), so attention in fp32
+/// with grouped-query heads runs the math kernel (attention.cpp
+/// _scaled_dot_product_attention_math), which saves what eager attention saves: scaled Q, K and V
+/// repeated to every head, and the softmax output (measured on an H100, torch 2.11: Qwen2.5-0.5B
+/// fp32, docs/gpu-measurements.md).
+constexpr attention_kind attention_kernel(const model& m, const precision& p,
+                                          attention_kind asked) {
+  const bool grouped = !m.is_mla() && !detail::fused_qkv(m) && m.kv_heads < m.heads;
+  const bool wide = p.compute.payload_bits > 16;
+  return asked == attention_kind::flash && grouped && wide ? attention_kind::eager : asked;
+}
+
+namespace detail {
+
 /// Builds the saved-tensor ledger of one block for one micro-batch on one rank.
 class block_builder {
  public:
@@ -184,6 +212,7 @@ class block_builder {
     // The residual stream is in the weights' format when it is wider (fp32 models, AMP).
     rho_ = p.weights.payload_bits > beta_ ? p.weights.payload_bits : beta_;
     autocast_ = p.autocast_weight_copies;
+    attention_ = attention_kernel(m, p, o.attention);
   }
 
   /// A tensor of `width` values per token that every tensor-parallel rank holds in full, or
@@ -270,6 +299,8 @@ class block_builder {
   [[nodiscard]] constexpr std::int64_t beta() const { return beta_; }
   [[nodiscard]] constexpr std::int64_t rho() const { return rho_; }
   [[nodiscard]] constexpr std::int64_t tp() const { return tp_; }
+  /// The attention kernel that runs (attention_kernel()).
+  [[nodiscard]] constexpr attention_kind attention() const { return attention_; }
   /// The 16-bit copies of one fp32 input that `readers` linears keep: autocast casts an input
   /// per call (only leaf weights are cached: autocast_mode.cpp cached_cast), so each linear
   /// reading the fp32 residual stream saves its own copy; otherwise they share one tensor.
@@ -286,6 +317,7 @@ class block_builder {
   std::int64_t tp_ = 1, tokens_ = 0, beta_ = 16, rho_ = 16;
   const finetuning& f_;
   bool autocast_ = false, frozen_base_ = false;
+  attention_kind attention_ = attention_kind::flash;
   std::int64_t adapter_bits_ = 16;
   layer_part part_ = layer_part::attention;
   saved_tensor_ledger ledger_{};
@@ -358,7 +390,7 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
     b.add("key (nope + rope)", b.split(heads * qk), beta);
     b.add("kv_b output (holds the value)", b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)),
           beta);
-    if (o.attention == attention_kind::eager) {
+    if (b.attention() == attention_kind::eager) {
       eager_scores(b, m, o, heads);
       b.add("attention output (o_proj input)", b.split(heads * a.v_head_dim), beta, false, true);
     } else {
@@ -368,10 +400,7 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
   } else {
     const std::int64_t d = m.head_dim;
     const std::int64_t kv = detail::local_kv_heads(m, t);
-    const bool fused_qkv = m.family == family::gpt2 || m.family == family::bert ||
-                           m.family == family::vit || m.family == family::distilbert ||
-                           m.family == family::gpt_bigcode;
-    if (fused_qkv) {
+    if (fused_qkv(m)) {
       // Q, K and V are views of one projection output, which therefore stays whole (BERT's and
       // DistilBERT's three projections keep the same elements).
       b.add("QKV projection output", b.split((heads + 2 * kv) * d), beta);
@@ -381,20 +410,23 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
         b.head_norm("q_norm input (fp32)", heads, d);
         b.head_norm("k_norm input (fp32)", kv, d);
       }
+      // (The math kernel saves Q scaled instead, of the same size.)
       b.add("query (after rotary)", b.split(heads * d), beta);
       // Eager attention and SDPA without native GQA repeat the KV heads into new tensors
-      // (Hugging Face repeat_kv); flash attention keeps them un-repeated.
-      // With one KV head and one sequence the repeat stays a view ([1, 1, s, d] expanded and
-      // reshaped to [1, heads, s, d]: torch reshape copies only when strides cannot merge), and
-      // matmul's batch flattening of it is a view too: the un-repeated K and V are kept.
-      const bool repeat_is_view = kv == 1 && o.micro_batch == 1;
+      // (Hugging Face repeat_kv), as does the math kernel (repeat_interleave); flash attention
+      // keeps them un-repeated. With one KV head and one sequence Hugging Face's repeat stays a
+      // view ([1, 1, s, d] expanded and reshaped to [1, heads, s, d]: torch reshape copies only
+      // when strides cannot merge), and matmul's batch flattening of it is a view too: the
+      // un-repeated K and V are kept.
+      const bool repeat_is_view =
+          kv == 1 && o.micro_batch == 1 && o.attention != attention_kind::flash;
       const bool repeated =
-          o.attention == attention_kind::eager || o.attention == attention_kind::sdpa;
+          b.attention() == attention_kind::eager || b.attention() == attention_kind::sdpa;
       const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
       b.add("key (after rotary)", b.split(kv_saved * d), beta);
       b.add("value", b.split(kv_saved * d), beta);
     }
-    if (o.attention == attention_kind::eager) {
+    if (b.attention() == attention_kind::eager) {
       eager_scores(b, m, o, heads);
       b.linear_input("attention output (merged heads, o_proj input)", b.split(1), heads * d,
                      {"o_proj"}, true);
@@ -549,7 +581,7 @@ constexpr bytes layer_activation_bytes(const model& m, const precision& p,
     if (f.kind == finetune_kind::lora) detail::rules::op_level_sac_needs_full_linears();
     const std::int64_t layer = moe_layer ? m.layers - 1 : 0;
     return input +
-           op_sac_cache(m, l, layer, b.tokens(), b.beta(), o.attention != attention_kind::eager)
+           op_sac_cache(m, l, layer, b.tokens(), b.beta(), b.attention() != attention_kind::eager)
                .cached;
   }
   bytes sum{};
@@ -606,7 +638,7 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
                                                         : 2 * beta;  // gelu_backward
   w.mlp = bytes_for_bits(checked_mul(mlp_elements, mlp_bits));
   const std::int64_t heads = m.heads / t;
-  if (o.attention == attention_kind::eager) {
+  if (b.attention() == attention_kind::eager) {
     const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, heads),
                                             checked_mul(b.tokens() / o.micro_batch, o.sequence));
     const std::int64_t bits = detail::eager_softmax_bits(m, b);
@@ -804,7 +836,8 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   if (logits_first > bytes{}) ledger[ledger.size() - 1].first_tensor = logits_first;
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
-  // for eager attention; adding it saves nothing, so it is gone before backward.
+  // for eager attention (asked for: SDPA's math kernel is given is_causal); adding it saves
+  // nothing, so it is gone before backward.
   if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
     add_entry(ledger, "causal attention mask (eager)", component::activations, memory_space::device,
               bytes_for_bits(detail::checked_mul(detail::checked_mul(tau, o.sequence), beta)), 1,

@@ -101,6 +101,12 @@ def short_phase(name):
     return {"optimizer": "optimizer", "zero_grad": "zero_grad"}.get(name, name)
 
 
+def correlation(a, b):
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    return cov / (sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b)) ** 0.5
+
+
 def reserved_table(vramfit, steps):
     """Measured peak reserved against vramfit's memory.reserved with --reserve simulated (the
     default) and --reserve share, each plus its cuBLAS workspace (PyTorch takes that from the
@@ -115,15 +121,24 @@ def reserved_table(vramfit, steps):
         if share is None or sim is None:
             continue
         cublas = entry_sum(share, ("cuBLAS workspace",))
+        # The reserve beyond the allocated peak, measured and predicted by each.
+        slack = (r["peak_reserved"] - r["peak_allocated"],
+                 share["memory"]["reserved"] - share["memory"]["allocated"],
+                 sim["memory"]["reserved"] - sim["memory"]["allocated"])
         rows.append((r["id"], r["peak_reserved"], share["memory"]["reserved"] + cublas,
-                     sim["memory"]["reserved"] + cublas))
+                     sim["memory"]["reserved"] + cublas, slack))
     if not rows:
         return
     print("\n### Training: peak reserved, the fixed share and the simulated allocator (MiB)\n")
+    measured = [x[4][0] for x in rows]
     for k, name in ((2, "share"), (3, "simulated")):
         e = sorted(abs(x[k] - x[1]) / x[1] for x in rows)
-        print("--reserve %s: |err| median %.1f%%, mean %.1f%%, max %.1f%% over %d rows." % (
-            name, 100 * e[len(e) // 2], 100 * sum(e) / len(e), 100 * e[-1], len(e)))
+        predicted = [x[4][k - 1] for x in rows]
+        misses = sorted(abs(p - m) for p, m in zip(predicted, measured))
+        print("--reserve %s: |err| median %.1f%%, mean %.1f%%, max %.1f%% over %d rows; the reserve beyond "
+              "the allocated peak: correlation %.2f, median |err| %s MiB." % (
+                  name, 100 * e[len(e) // 2], 100 * sum(e) / len(e), 100 * e[-1], len(e),
+                  correlation(predicted, measured), mib(misses[len(misses) // 2])))
     print("\n| configuration | peak reserved | share | err | simulated | err |\n|---|---:|---:|---:|---:|---:|")
     for x in rows:
         print("| %s | %s | %s | %s | %s | %s |" % (x[0], mib(x[1]), mib(x[2]), pct(x[2], x[1]), mib(x[3]),
