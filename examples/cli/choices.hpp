@@ -79,7 +79,8 @@ inline constexpr named<precision> precisions[] = {
     {"fp8", fp8_compute::value},
 };
 
-inline constexpr named<element_format> gradient_formats[] = {
+/// --grad-dtype and --lora-dtype.
+inline constexpr named<element_format> float_formats[] = {
     {"fp32", fp32::value}, {"bf16", bf16::value}, {"fp16", fp16::value}};
 
 inline constexpr named<optimizer> optimizers[] = {

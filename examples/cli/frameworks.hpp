@@ -54,6 +54,10 @@ inline constexpr framework_default torchtune[] = {
      recipe::full_finetune},
     {"--optimizer-impl", "fused", "8B_lora_single_device.yaml: torch.optim.AdamW fused True",
      recipe::lora},
+    {"--lora-dtype", "bf16",
+     "recipes/lora_finetune_single_device.py: the model, adapters included, is built under "
+     "training.set_default_dtype(dtype bf16)",
+     recipe::lora},
     {"--recompute", "full", "8B_full_single_device.yaml: enable_activation_checkpointing True"},
     {"--non-reentrant", "true",
      "training/_activation_checkpointing.py: checkpoint_wrapper with NO_REENTRANT"},

@@ -56,6 +56,7 @@ struct train_options {
   std::int64_t lora_rank = 0;
   std::optional<std::string> lora_targets;  ///< unset: q_proj,v_proj (QLoRA: all-linear)
   bool qlora = false;
+  std::string lora_dtype;  ///< empty: peft's (fp32 adapters over a 16-bit base)
   std::vector<std::string> trainable;
   std::string gpu = "h100";
   bool expandable_segments = false;
@@ -175,6 +176,9 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--lora-targets", o.lora_targets,
                  "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
                  "--qlora all-linear)");
+  cmd.add_option("--lora-dtype", o.lora_dtype,
+                 "fp32, bf16 or fp16: the LoRA adapters' format (default: peft's, fp32 over "
+                 "16-bit weights: get_peft_model autocast_adapter_dtype=True)");
   cmd.add_flag("--qlora", o.qlora,
                "QLoRA: NF4 base (double quantization), bf16 embeddings and head, LoRA r=16 on "
                "all-linear unless set");
@@ -239,6 +243,7 @@ inline void apply_framework(const CLI::App& cmd, train_options& o) {
     if (option == "--fsdp-version") o.fsdp_version = std::stoll(v);
     if (option == "--zero-impl") o.zero_impl = v;
     if (option == "--reshard-after-forward") o.reshard_after_forward = v;
+    if (option == "--lora-dtype") o.lora_dtype = v;
   });
 }
 

@@ -103,8 +103,8 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
   if (!o.grad_dtype.empty())
-    t.precision = with_gradients(
-        t.precision, cli::choose(cli::gradient_formats, o.grad_dtype, "gradient format"));
+    t.precision = with_gradients(t.precision,
+                                 cli::choose(cli::float_formats, o.grad_dtype, "gradient format"));
   if (o.optimizer_impl)
     t.optimizer = with_implementation(
         t.optimizer,
@@ -124,11 +124,18 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
     const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
     // Unless given: peft's usual q_proj,v_proj; QLoRA's all linear layers (Dettmers et al.).
     const std::string targets = o.lora_targets.value_or(o.qlora ? "all-linear" : "q_proj,v_proj");
-    t.finetune =
-        o.qlora ? lora_finetuning(rank, targets.c_str(), {}, nf4_double_quant::value, bf16::value)
-                : lora_finetuning(rank, targets.c_str());
-  } else if (o.lora_targets) {
-    detail::raise("--lora-targets applies with --lora-rank or --qlora only");
+    // peft's get_peft_model(autocast_adapter_dtype=True) casts 16-bit adapters to fp32
+    // (tuners_utils.py BaseTuner._cast_adapter_dtype); measured on an H100 with peft 0.21.
+    const element_format adapters =
+        !o.lora_dtype.empty() ? cli::choose(cli::float_formats, o.lora_dtype, "LoRA format")
+        : t.precision.weights.payload_bits <= 16 ? fp32::value
+                                                 : element_format{};
+    t.finetune = o.qlora ? lora_finetuning(rank, targets.c_str(), adapters, nf4_double_quant::value,
+                                           bf16::value)
+                         : lora_finetuning(rank, targets.c_str(), adapters);
+  } else if (o.lora_targets || !o.lora_dtype.empty()) {
+    detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +
+                  " applies with --lora-rank or --qlora only");
   } else if (!o.trainable.empty()) {
     if (o.trainable.size() > 4) detail::raise("at most 4 --trainable selections");
     t.finetune = finetuning{"partial", finetune_kind::partial};

@@ -213,28 +213,33 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
   }
 
   // A trained tensor: its weight, gradient, master copy and optimizer states. FSDP2's sharded
-  // parameter is the fp32 master itself, its sharded gradient in that format.
+  // parameter is the fp32 master itself, its sharded gradient in that format. A tensor in a
+  // format of its own (peft's fp32 adapters over a 16-bit base) is trained as a plain tensor of
+  // it: its gradient and torch.optim's states (zeros_like) in that format, no master copy.
   const bool master_shards = fsdp2_master_shards(t);
   auto add_trained = [&](std::int64_t count, const local_shape& s, const element_format& weight) {
     if (count == 0) return;
+    const bool own = !(weight == p.weights);
+    const element_format& gradient = own ? weight : p.gradients;
     const local_shape shard = dim0_shard(s, shards);
     acc.trained_elements = checked_add(acc.trained_elements, checked_mul(count, s.elements()));
     acc.trained_tensors = checked_add(acc.trained_tensors, count);
     acc.trained_weights += stored(weight, s) * count;
     acc.rounding += allocator_rounding(stored(weight, s)) * count;
-    acc.fsdp_trained_weights += stored(master_shards ? p.master : weight, shard) * count;
-    acc.gradients += stored(p.gradients, s) * count;
-    acc.rounding += allocator_rounding(stored(p.gradients, s)) * count;
-    acc.fsdp_gradients += stored(sharded_gradient_format(t), shard) * count;
-    if (p.has_master()) {
+    acc.fsdp_trained_weights += stored(master_shards && !own ? p.master : weight, shard) * count;
+    acc.gradients += stored(gradient, s) * count;
+    acc.rounding += allocator_rounding(stored(gradient, s)) * count;
+    acc.fsdp_gradients += stored(own ? weight : sharded_gradient_format(t), shard) * count;
+    if (p.has_master() && !own) {
       acc.master += stored(p.master, s) * count;
       acc.rounding += allocator_rounding(stored(p.master, s)) * count;
       if (!master_shards) acc.fsdp_master += stored(p.master, shard) * count;
     }
     const bool hidden_matrix =
         s.second > 0 && g.kind != tensor_kind::embedding && g.kind != tensor_kind::head;
+    const element_format& updated = own ? weight : p.updated();
     const state_size states =
-        optimizer_state(t.optimizer, {s.elements(), s.last, s.second, hidden_matrix}, p.updated());
+        optimizer_state(t.optimizer, {s.elements(), s.last, s.second, hidden_matrix}, updated);
     acc.device_states += states.device * count;
     // Each state tensor is its own allocation; they are equal in size but for the 0-d scalars.
     if (states.device_tensors > 0) {
@@ -255,7 +260,7 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
         checked_add(acc.host_state_tensors, checked_mul(states.host_tensors, count));
     acc.fsdp_states +=
         optimizer_state(t.optimizer, {shard.elements(), shard.last, shard.second, hidden_matrix},
-                        p.updated())
+                        updated)
             .device *
         count;
   };
@@ -294,7 +299,7 @@ constexpr void for_each_updated_tensor(const training& t, const tensor_group& g,
   const local_shape shape = tp_local_shape(g, t.model, t.layout.tensor);
   auto updated = [&](const element_format& weight, const local_shape& s, std::int64_t copies) {
     const local_shape shard = dim0_shard(s, shards);
-    const element_format& f = p.has_master() ? p.master : weight;
+    const element_format& f = p.has_master() && weight == p.weights ? p.master : weight;
     for (std::int64_t c = 0; c < (copies < 2 ? copies : 2); ++c)
       visit(stored(f, shard), shard, c == 0 ? copies : 0);
   };

@@ -658,6 +658,38 @@ TEST_CASE("--grad-dtype: seed 000's 16 bytes per parameter") {
             .find("mixed-bf16-16bit-grads") != std::string::npos);
 }
 
+TEST_CASE("--lora-dtype: peft's fp32 adapters over 16-bit weights, measured on an H100") {
+  // tests/validation/gpu/steps.jsonl, qwen2.5-0.5b/bf16/adamw/b2s1024/sdpa/lora8-all-linear
+  // (peft 0.21, torch 2.11): 4,399,104 adapter parameters in fp32 (trainable_param_bytes
+  // 17,596,416), AdamW's two states zeros_like them, and a step peaking at 8,888,766,464 B.
+  const std::string args = "train -m " + data_dir +
+                           "/hf/qwen2.5-0.5b.json --precision bf16 -b 2 -s 1024 --lora-rank 8 "
+                           "--lora-targets all-linear -f json";
+  auto entry = [](const nlohmann::json& j, const std::string& name) {
+    for (const nlohmann::json& e : j.at("entries"))
+      if (e.at("name") == name) return e.at("bytes").get<std::int64_t>();
+    return std::int64_t{-1};
+  };
+  const result peft = run(args);
+  REQUIRE(peft.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(peft.out);
+  CHECK(entry(j, "weights (trained)") == 17'596'416);
+  CHECK(entry(j, "gradients") == 17'596'416);
+  CHECK(entry(j, "optimizer states") == 2 * 17'596'416);
+  const auto allocated = j.at("memory").at("allocated").get<std::int64_t>();
+  CHECK(allocated == doctest::Approx(8'888'766'464).epsilon(0.02));
+  // torchtune builds its adapters in the model's bf16, as --lora-dtype bf16 asks.
+  for (const char* bf16 : {" --lora-dtype bf16", " --framework torchtune"}) {
+    const nlohmann::json k = nlohmann::json::parse(run(args + bf16).out);
+    CHECK(entry(k, "weights (trained)") == 17'596'416 / 2);
+  }
+  const result alone = run("train --lora-dtype fp32");
+  CHECK(alone.status == 2);
+  CHECK(alone.err.find("--lora-dtype applies with --lora-rank or --qlora only") !=
+        std::string::npos);
+  CHECK(run(args + " --lora-dtype int8").status == 2);
+}
+
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
   const auto title = [](const std::string& args) {
     return nlohmann::json::parse(run("train -f json " + args).out)

@@ -184,7 +184,8 @@ fails when one differs by more than 1 % and 16 KiB.
   traced checkpointed steps reach 1.7 to 2.3 % less in backward than the timeline (their
   whole-step peaks are within the bounds above: Llama's falls in the optimizer step).
 - With LoRA, the first layer's input needs no gradient, so autograd saves less there (the
-  +2.2 % and +1.2 % LoRA rows).
+  +3.0 % and +1.2 % LoRA rows; the fp32 adapters' AdamW states, 86,016 B, are the trace's to the
+  byte).
 - Operators' own transients in forward (matmul and reduction workspaces but Adafactor's column
   norm) and the caching allocator's slack (a cached block up to 1 MiB larger than a request
   counts whole; issue "caching allocator" builds on these events).
