@@ -280,17 +280,20 @@ constexpr element_format activation_format(const weight_layout& w) {
   return w.other.payload_bits >= 16 && w.other.storable ? w.other : bf16::value;
 }
 
+/// The tokens of one forward: the prompt, or a prefill chunk, times the sequences.
+constexpr std::int64_t forward_tokens(const request_shape& r) {
+  const std::int64_t chunk =
+      r.prefill_chunk > 0 && r.prefill_chunk < r.prompt ? r.prefill_chunk : r.prompt;
+  return detail::checked_mul(detail::checked_mul(r.batch, r.beams), chunk > 0 ? chunk : 1);
+}
+
 /// Working memory of the forward passes: the largest layer's transient tensors for the tokens of
-/// one forward (the prompt, or a prefill chunk, times the batch; no autograd keeps anything), and
-/// (with `logits`) the logits with the sampler's probabilities (fp32) for the last position of
-/// each sequence.
+/// one forward (no autograd keeps anything), and (with `logits`) the logits with the sampler's
+/// probabilities (fp32) for the last position of each sequence.
 constexpr bytes inference_working_bytes(const model& m, const layout& l, const request_shape& r,
                                         const element_format& compute = bf16::value,
                                         bool logits = true) {
-  const std::int64_t chunk =
-      r.prefill_chunk > 0 && r.prefill_chunk < r.prompt ? r.prefill_chunk : r.prompt;
-  const std::int64_t tokens =
-      detail::checked_mul(detail::checked_mul(r.batch, r.beams), chunk > 0 ? chunk : 1);
+  const std::int64_t tokens = forward_tokens(r);
   // Sizes within the model's bounds (model.hpp): their products fit.
   const std::int64_t width = (m.is_moe() ? m.moe.expert_ffn * m.moe.top_k : m.ffn) / l.tensor;
   const std::int64_t gated = m.mlp == mlp_kind::gelu ? 2 : 3;  // gate, up, product alive at once
@@ -305,6 +308,16 @@ constexpr bytes inference_working_bytes(const model& m, const layout& l, const r
   return layer + bytes{detail::checked_mul(detail::checked_mul(sequences, m.vocab), 2 * 4)};
 }
 
+/// What Hugging Face's model loop keeps bound while a layer runs, beside the layer's own
+/// transients: the layer's input (the caller's `hidden_states`) and, from the second layer of a
+/// stage on, the embedding output (`inputs_embeds`), each tokens x hidden in the compute format
+/// (transformers modeling_llama.py LlamaModel.forward). vLLM's loop rebinds both.
+constexpr bytes loop_held_bytes(const model& m, const layout& l, const request_shape& r,
+                                const element_format& compute, std::int64_t stage) {
+  const std::int64_t held = l.layers_of_stage(m.layers, stage) > 1 ? 2 : 1;
+  return storage_bytes(compute, detail::checked_mul(forward_tokens(r), held * m.hidden));
+}
+
 /// Everything one inference GPU of stage `stage` holds: weights, KV cache, working memory and
 /// the CUDA graphs (runtime overheads come from overheads()).
 constexpr memory_ledger inference_memory(const model& m, const layout& l, const weight_layout& w,
@@ -316,9 +329,11 @@ constexpr memory_ledger inference_memory(const model& m, const layout& l, const 
             "inference.hpp: the tensor ledger in the runtime's weight layout");
   add_entry(ledger, "KV cache", component::kv_cache, device, kv_cache_bytes(m, l, kv, r, stage), 0,
             "2 x KV heads x head_dim per token and layer (MLA: latent + rope key)");
+  const element_format compute = activation_format(w);
   add_entry(ledger, "forward working memory and logits", component::activations, device,
-            inference_working_bytes(m, l, r, activation_format(w)), 0,
-            "largest layer's transients for one forward; fp32 logits and probabilities",
+            inference_working_bytes(m, l, r, compute) + loop_held_bytes(m, l, r, compute, stage), 0,
+            "largest layer's transients for one forward, the layer input and embeddings the "
+            "model loop holds (transformers LlamaModel.forward); fp32 logits and probabilities",
             lifetime::forward);
   add_entry(ledger, "CUDA graphs", component::buffers, device, bytes{r.cuda_graphs}, 0,
             "captured graphs, as configured");

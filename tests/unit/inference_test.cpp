@@ -81,6 +81,27 @@ TEST_CASE("seed 002: Llama-2-70B in 4 bits runs on a 48 GB RTX A6000") {
         gpus::rtx_4090::value.capacity);
 }
 
+TEST_CASE("a Hugging Face prefill's working memory, by hand and measured on an H100") {
+  // Llama-3-8B cut to 2 layers, 8 sequences of 4,096 tokens (tau = 32,768), bf16. At layer 1's
+  // MLP: the embeddings and the layer input the model loop keeps bound, the residual and the
+  // normed input (4 tau h), SiLU(gate), up and their product (3 tau f), 2 B each.
+  model m = models::llama_3_8b::value;
+  m.layers = 2;
+  const std::int64_t tau = 8 * 4096, h = 4096, f = 14336;
+  const request_shape r{.batch = 8, .prompt = 4096};
+  const bytes transients = inference_working_bytes(m, {}, r, bf16::value, false) +
+                           loop_held_bytes(m, {}, r, bf16::value, 0);
+  CHECK(transients == bytes{2 * (4 * tau * h + 3 * tau * f)});
+  // tests/validation/gpu/inference.jsonl, llama3-8b-2l/infer/bf16/b8s4096/sdpa/keep1 (torch 2.11,
+  // transformers 5.17): peak_allocated less the weights before the call, the 268,435,456 B cache
+  // and the 2,052,096 B of bf16 logits.
+  const std::int64_t measured = 7'206'151'168 - 3'043'271'680 - 268'435'456 - 2'052'096;
+  CHECK(transients.count == doctest::Approx(measured).epsilon(0.0001));
+  // One layer on the stage: its input is the embeddings.
+  m.layers = 1;
+  CHECK(loop_held_bytes(m, {}, r, bf16::value, 0) == bytes{2 * tau * h});
+}
+
 TEST_CASE("quantized weight layouts, by hand") {
   // Llama-3-8B: the linear weights of the layers (32 x 218,103,808 = 6,979,321,856 parameters)
   // in GPTQ int4 g128 (0.5 B + fp16 scale and 4-bit zero per 128 inputs per row), embedding and
