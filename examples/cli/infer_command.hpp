@@ -27,6 +27,7 @@ struct infer_options {
   std::int64_t generate = 0;
   std::int64_t block = 0;
   std::int64_t prefill_chunk = 0;
+  std::string logits = "last";
   std::int64_t cuda_graphs_mib = 0;
   std::int64_t tp = 1;
   std::int64_t pp = 1;
@@ -63,6 +64,11 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
       ->capture_default_str();
   c.add_option("--prefill-chunk", o.prefill_chunk,
                "Chunked prefill: tokens per forward (0: whole prompt)")
+      ->capture_default_str();
+  c.add_option("--logits", o.logits,
+               "last (generate(): the last position's, with fp32 probabilities) or all (a plain "
+               "model(input_ids) call, as evaluation and perplexity make: every position's)")
+      ->check(CLI::IsMember({"last", "all"}))
       ->capture_default_str();
   c.add_option("--cuda-graphs", o.cuda_graphs_mib, "MiB of captured CUDA graphs")
       ->capture_default_str();
@@ -123,18 +129,19 @@ inline int run_infer(const infer_options& given) {
     detail::raise(
         "--max-num-batched-tokens, --max-num-seqs and --non-torch size vLLM's KV pool: give "
         "--utilization too");
-  if (serving &&
-      (o.beams > 1 || o.prefill_chunk > 0 || o.format == "markdown" || o.format == "svg"))
+  if (serving && (o.beams > 1 || o.prefill_chunk > 0 || o.logits == "all" ||
+                  o.format == "markdown" || o.format == "svg"))
     detail::raise(
-        "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk and -f "
-        "markdown|svg describe one request's memory; leave them out");
+        "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk, --logits "
+        "all and -f markdown|svg describe one request's memory; leave them out");
   const std::int64_t context = detail::checked_add(o.context, o.generate);
   const request_shape r{.batch = o.batch,
                         .beams = o.beams,
                         .prompt = o.context,
                         .generated = o.generate,
                         .prefill_chunk = o.prefill_chunk,
-                        .cuda_graphs = checked_size(o.cuda_graphs_mib, "--cuda-graphs").count};
+                        .cuda_graphs = checked_size(o.cuda_graphs_mib, "--cuda-graphs").count,
+                        .all_logits = o.logits == "all"};
   if (o.utilization && (*o.utilization < 1 || *o.utilization > 100))
     detail::raise("--utilization must be a percentage from 1 to 100, got " +
                   std::to_string(*o.utilization));
@@ -144,7 +151,7 @@ inline int run_infer(const infer_options& given) {
         << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
         << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
         << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
-        << context;
+        << context << (r.all_logits ? " | every position's logits" : "");
   if (o.utilization) {
     vllm_settings v = vllm_defaults(g, o.tp);
     v.utilization_percent = *o.utilization;

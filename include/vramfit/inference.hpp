@@ -132,6 +132,9 @@ struct request_shape {
   std::int64_t generated = 0;
   std::int64_t prefill_chunk = 0;  ///< chunked prefill: tokens per forward (0: the whole prompt)
   std::int64_t cuda_graphs = 0;    ///< bytes of captured CUDA graphs (runtime-specific, explicit)
+  /// The logits of every position, as a plain model(input_ids) call returns them (evaluation,
+  /// perplexity: logits_to_keep=0), not the last position's that generate() samples from.
+  bool all_logits = false;
 };
 
 namespace detail::rules {
@@ -318,6 +321,17 @@ constexpr bytes loop_held_bytes(const model& m, const layout& l, const request_s
   return storage_bytes(compute, detail::checked_mul(forward_tokens(r), held * m.hidden));
 }
 
+/// The forward's end when it returns every position's logits: the final norm's output and the
+/// head's logits in the compute format, held together (transformers LlamaForCausalLM.forward:
+/// lm_head(hidden_states[:, slice_indices, :]) with logits_to_keep=0); the layers' transients
+/// are gone by then.
+constexpr bytes all_logits_bytes(const model& m, const request_shape& r,
+                                 const element_format& compute) {
+  const std::int64_t tokens = forward_tokens(r);
+  return storage_bytes(compute, detail::checked_mul(tokens, m.hidden)) +
+         storage_bytes(compute, detail::checked_mul(tokens, m.vocab));
+}
+
 /// Everything one inference GPU of stage `stage` holds: weights, KV cache, working memory and
 /// the CUDA graphs (runtime overheads come from overheads()).
 constexpr memory_ledger inference_memory(const model& m, const layout& l, const weight_layout& w,
@@ -330,10 +344,14 @@ constexpr memory_ledger inference_memory(const model& m, const layout& l, const 
   add_entry(ledger, "KV cache", component::kv_cache, device, kv_cache_bytes(m, l, kv, r, stage), 0,
             "2 x KV heads x head_dim per token and layer (MLA: latent + rope key)");
   const element_format compute = activation_format(w);
+  const bytes layers = inference_working_bytes(m, l, r, compute, !r.all_logits) +
+                       loop_held_bytes(m, l, r, compute, stage);
+  const bytes head = r.all_logits ? all_logits_bytes(m, r, compute) : bytes{};
   add_entry(ledger, "forward working memory and logits", component::activations, device,
-            inference_working_bytes(m, l, r, compute) + loop_held_bytes(m, l, r, compute, stage), 0,
+            layers > head ? layers : head, 0,
             "largest layer's transients for one forward, the layer input and embeddings the "
-            "model loop holds (transformers LlamaModel.forward); fp32 logits and probabilities",
+            "model loop holds (transformers LlamaModel.forward); the last position's fp32 logits "
+            "and probabilities, or every position's logits",
             lifetime::forward);
   add_entry(ledger, "CUDA graphs", component::buffers, device, bytes{r.cuda_graphs}, 0,
             "captured graphs, as configured");

@@ -690,6 +690,22 @@ TEST_CASE("--lora-dtype: peft's fp32 adapters over 16-bit weights, measured on a
   CHECK(run(args + " --lora-dtype int8").status == 2);
 }
 
+TEST_CASE("infer --logits all: every position's logits, refused for vLLM's pool") {
+  const auto working = [](const std::string& args) {
+    const result r = run("infer -m qwen2.5-0.5b -b 8 -c 4096 -f json" + args);
+    REQUIRE(r.status == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const nlohmann::json& e : j.at("entries"))
+      if (e.at("component") == "activations") return e.at("bytes").get<std::int64_t>();
+    return std::int64_t{-1};
+  };
+  // 8 x 4,096 tokens x (896 + 151,936) x 2 B (unit test: measured to the byte on an H100).
+  CHECK(working(" --logits all") == 32'768LL * (896 + 151'936) * 2);
+  CHECK(working("") < working(" --logits all"));
+  CHECK(run("infer --logits all --utilization 90").status == 2);
+  CHECK(run("infer --logits some").status == 2);
+}
+
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
   const auto title = [](const std::string& args) {
     return nlohmann::json::parse(run("train -f json " + args).out)

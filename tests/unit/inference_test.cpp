@@ -102,6 +102,21 @@ TEST_CASE("a Hugging Face prefill's working memory, by hand and measured on an H
   CHECK(loop_held_bytes(m, {}, r, bf16::value, 0) == bytes{2 * tau * h});
 }
 
+TEST_CASE("every position's logits: the final norm's output and the logits, measured to the byte") {
+  // Qwen2.5-0.5B, model(input_ids) on 8 x 4,096 tokens (tau = 32,768) in bf16: the head's output
+  // (tau x 151,936) beside the final norm's (tau x 896), 2 B each. tests/validation/gpu/
+  // inference.jsonl, qwen2.5-0.5b/infer/bf16/b8s4096/sdpa/keep0: peak_allocated 11,484,113,920 B
+  // less the weights before the call (1,065,462,784) and the cache (402,653,184).
+  const model& m = models::qwen2_5_0_5b::value;
+  const std::int64_t tau = 8 * 4096;
+  const request_shape r{.batch = 8, .prompt = 4096, .all_logits = true};
+  CHECK(all_logits_bytes(m, r, bf16::value) == bytes{2 * tau * 896 + 2 * tau * 151'936});
+  CHECK(all_logits_bytes(m, r, bf16::value) == bytes{11'484'113'920 - 1'065'462'784 - 402'653'184});
+  // It is the forward's working memory when larger than the layers'.
+  for (const memory_entry& e : inference_memory(m, {}, weight_layout{}, {}, r))
+    if (e.component == component::activations) CHECK(e.size == all_logits_bytes(m, r, bf16::value));
+}
+
 TEST_CASE("quantized weight layouts, by hand") {
   // Llama-3-8B: the linear weights of the layers (32 x 218,103,808 = 6,979,321,856 parameters)
   // in GPTQ int4 g128 (0.5 B + fp16 scale and 4-bit zero per 128 inputs per row), embedding and

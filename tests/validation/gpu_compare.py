@@ -211,7 +211,8 @@ def main():
             t3.append("| %s | n/a | | | | | | %s |" % (r["id"], r["error"]))
             continue
         args = ["infer", "--model", os.path.join(ROOT, r["config_file"]), "--weights", "bf16", "--kv-dtype", "bf16",
-                "--batch", str(r["batch"]), "--context", str(r["seq"]), "--gpu", "h100", "--format", "json"]
+                "--batch", str(r["batch"]), "--context", str(r["seq"]), "--gpu", "h100", "--format", "json",
+                "--logits", "last" if r["logits_to_keep"] else "all"]
         pred, reason = run_vramfit(a.vramfit, args)
         if pred is None:
             t3.append("| %s | %s | n/a | %s | n/a | %s | n/a | %s |" % (
@@ -222,7 +223,8 @@ def main():
             r["id"], mib(r["weights_allocated"]), mib(pred["memory"]["weights"]), mib(r["kv_cache_bytes"]),
             mib(pred["memory"]["kv_cache"]), mib(r["peak_allocated"]), mib(alloc), pct(alloc, r["peak_allocated"])))
     print("\n### Inference: one prefill call (MiB)\n")
-    print("keep1: logits_to_keep=1 (what generate() asks for); keep0: logits of every position. "
+    print("keep1: logits_to_keep=1 (what generate() asks for); keep0: logits of every position "
+          "(vramfit --logits all). "
           "Measured weights = memory_allocated before the call (includes the ~33 MiB cuBLAS workspaces).\n")
     print("\n".join(t3))
 
