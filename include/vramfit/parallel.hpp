@@ -6,6 +6,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 
 #include "detail/checked.hpp"
@@ -383,9 +384,14 @@ constexpr const layout& validated(const layout& l, const model& m) {
 
 // --- Part types, composed with parallel<...>. Each applies itself to a layout. ---
 
+/// What a part sets: parallel<> takes one part per axis, since a second one would overwrite the
+/// first (ddp, zero, distributed_optimizer, fsdp and fully_shard all set the data-parallel ranks).
+enum class layout_axis : unsigned char { data, tensor, pipeline, context, expert, offload };
+
 /// PyTorch DistributedDataParallel over N ranks.
 template <std::int64_t N, bool BucketView = false>
 struct ddp {
+  static constexpr layout_axis axis = layout_axis::data;
   static constexpr void apply(layout& l) {
     l.data = N;
     l.ddp_bucket_view = BucketView;
@@ -395,6 +401,7 @@ struct ddp {
 /// ZeRO stage `Stage` over N data-parallel ranks, as `Impl` implements it.
 template <int Stage, std::int64_t N, shard_implementation Impl = shard_implementation::deepspeed>
 requires(Stage >= 0 && Stage <= 3) struct zero {
+  static constexpr layout_axis axis = layout_axis::data;
   static constexpr void apply(layout& l) {
     l.data = N;
     l.zero = static_cast<sharding>(Stage);
@@ -405,6 +412,7 @@ requires(Stage >= 0 && Stage <= 3) struct zero {
 /// Megatron's distributed optimizer over N data-parallel ranks (ZeRO-1 with fp32 main grads).
 template <std::int64_t N>
 struct distributed_optimizer {
+  static constexpr layout_axis axis = layout_axis::data;
   static constexpr void apply(layout& l) {
     l.data = N;
     l.zero = sharding::zero1;
@@ -418,6 +426,7 @@ enum class fsdp_strategy : unsigned char { full_shard, shard_grad_op, hybrid_sha
 template <std::int64_t N, fsdp_strategy Strategy = fsdp_strategy::full_shard,
           std::int64_t Group = 0>
 struct fsdp {
+  static constexpr layout_axis axis = layout_axis::data;
   static constexpr void apply(layout& l) {
     l.data = N;
     l.implementation = shard_implementation::fsdp;
@@ -432,6 +441,7 @@ struct fsdp {
 /// layout::reshard_after_forward (0: True, 1: False, or the ranks of an int).
 template <std::int64_t N, std::int64_t ReshardAfterForward = 0>
 struct fully_shard {
+  static constexpr layout_axis axis = layout_axis::data;
   static constexpr void apply(layout& l) {
     fsdp<N>::apply(l);
     l.fsdp_version = 2;
@@ -441,6 +451,7 @@ struct fully_shard {
 
 template <std::int64_t N, bool Sequence = false>
 struct tensor_parallel {
+  static constexpr layout_axis axis = layout_axis::tensor;
   static constexpr void apply(layout& l) {
     l.tensor = N;
     l.sequence = Sequence;
@@ -453,6 +464,7 @@ requires(sizeof...(Layers) == 0 || sizeof...(Layers) == N) struct pipeline_paral
   static_assert(sizeof...(Layers) <= max_listed_stages,
                 "vramfit: at most max_listed_stages (64) pipeline stages can be listed layer by "
                 "layer; leave the list out for even stages");
+  static constexpr layout_axis axis = layout_axis::pipeline;
   static constexpr void apply(layout& l) {
     l.pipeline = N;
     (l.stage_layers.push_back(Layers), ...);
@@ -461,17 +473,20 @@ requires(sizeof...(Layers) == 0 || sizeof...(Layers) == N) struct pipeline_paral
 
 template <std::int64_t N>
 struct context_parallel {
+  static constexpr layout_axis axis = layout_axis::context;
   static constexpr void apply(layout& l) { l.context = N; }
 };
 
 template <std::int64_t N>
 struct expert_parallel {
+  static constexpr layout_axis axis = layout_axis::expert;
   static constexpr void apply(layout& l) { l.expert = N; }
 };
 
 /// Offload of the optimizer (master, states, gradient partitions) and/or the ZeRO-3 weights.
 template <offload_target Optimizer, offload_target Parameters = offload_target::none>
 struct offload {
+  static constexpr layout_axis axis = layout_axis::offload;
   static constexpr void apply(layout& l) {
     l.optimizer_offload = Optimizer;
     l.parameter_offload = Parameters;
@@ -483,9 +498,31 @@ concept LayoutPart = requires(layout& l) {
   T::apply(l);
 };
 
+namespace detail {
+template <class Part>
+constexpr int axis_of() {
+  if constexpr (requires { Part::axis; })
+    return static_cast<int>(Part::axis);
+  else
+    return -1;  // a part of the user's own: not checked
+}
+template <class... Parts>
+constexpr bool one_part_per_axis() {
+  const int axes[] = {-1, axis_of<Parts>()...};
+  for (std::size_t i = 1; i < std::size(axes); ++i)
+    for (std::size_t j = i + 1; j < std::size(axes); ++j)
+      if (axes[i] >= 0 && axes[i] == axes[j]) return false;
+  return true;
+}
+}  // namespace detail
+
 /// A layout composed of parts: `parallel<zero<3, 8>, tensor_parallel<2>>`.
 template <LayoutPart... Parts>
 struct parallel {
+  static_assert(detail::one_part_per_axis<Parts...>(),
+                "vramfit: layout_takes_one_part_per_axis: two parts of parallel<...> set the same "
+                "axis (ddp, zero, distributed_optimizer, fsdp and fully_shard all set the "
+                "data-parallel ranks); the later would overwrite the earlier");
   static constexpr layout value = [] {
     layout l{};
     (Parts::apply(l), ...);
