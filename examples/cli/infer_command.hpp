@@ -13,6 +13,7 @@
 
 #include "inputs.hpp"
 #include "render.hpp"
+#include "sizes.hpp"
 
 namespace vramfit::cli {
 
@@ -181,16 +182,16 @@ inline int run_infer(const infer_options& given) {
       std::cout << title.str() << "\nvLLM KV pool at " << *o.utilization << " % of " << g.name
                 << " ("
                 << (g.cuda_total > bytes{}
-                        ? to_string(b.total) + " as cudaMemGetInfo reports"
-                        : to_string(b.total) + ", its capacity: no cudaMemGetInfo reading")
+                        ? size(b.total) + " as cudaMemGetInfo reports"
+                        : size(b.total) + ", its capacity: no cudaMemGetInfo reading")
                 << "; profile run " << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs
                 << " sequences)\n\n"
-                << "  requested          " << to_string(b.requested) << "\n"
-                << "  - weights          " << to_string(b.weights) << "\n"
-                << "  - profile run peak " << to_string(b.profile_peak) << "\n"
-                << "  - non-torch        " << to_string(b.non_torch) << "\n"
-                << "  - CUDA graphs      " << to_string(b.cuda_graphs) << "\n"
-                << "  = KV pool          " << to_string(b.kv_pool) << "\n\n"
+                << "  requested          " << size(b.requested) << "\n"
+                << "  - weights          " << size(b.weights) << "\n"
+                << "  - profile run peak " << size(b.profile_peak) << "\n"
+                << "  - non-torch        " << size(b.non_torch) << "\n"
+                << "  - CUDA graphs      " << size(b.cuda_graphs) << "\n"
+                << "  = KV pool          " << size(b.kv_pool) << "\n\n"
                 << "  " << report::grouped(b.kv_tokens) << " KV tokens, "
                 << report::grouped(b.sequences) << " concurrent sequences of " << context
                 << " tokens\n";

@@ -40,13 +40,13 @@ inline int run_models(const std::string& format) {
 
 inline int run_gpus(const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
-  report::table t({"preset", "name", "capacity", "bytes", "source"});
+  report::table t({"preset", "name", "GiB", "GB", "bytes", "source"});
   for (const gpu_preset& g : gpu_presets) {
     rows.push_back({{"key", g.key},
                     {"name", g.value.name},
                     {"capacity", g.value.capacity.count},
                     {"source", g.value.source}});
-    t.add({g.key, g.value.name, to_string(g.value.capacity),
+    t.add({g.key, g.value.name, to_string(g.value.capacity, GiB), to_string(g.value.capacity, GB),
            report::grouped(g.value.capacity.count), g.value.source});
   }
   return print_list(format, rows, t);

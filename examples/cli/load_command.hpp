@@ -12,6 +12,7 @@
 
 #include "inputs.hpp"
 #include "render.hpp"
+#include "sizes.hpp"
 
 namespace vramfit::cli {
 
@@ -67,8 +68,8 @@ inline int run_load(const load_options& o) {
   std::ostringstream title;
   title << "Loading " << m.name << " | weights " << w.name << " | " << o.init << " init | "
         << l.world() << (l.world() == 1 ? " GPU" : " GPUs");
-  const std::string verdict = fits ? "fits, " + to_string(g.capacity - required) + " free"
-                                   : "does not fit, " + to_string(required - g.capacity) + " over";
+  const std::string verdict = fits ? "fits, " + size(g.capacity - required) + " free"
+                                   : "does not fit, " + size(required - g.capacity) + " over";
   if (o.format == "json") {
     const nlohmann::json j{{"configuration", title.str()},
                            {"weights", p.weights.count},
@@ -83,15 +84,14 @@ inline int run_load(const load_options& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     report::table t({"what", "bytes"});
-    t.add({"loaded weights", to_string(p.weights)});
-    t.add({std::string("beside them: ") + p.transient, to_string(p.device - p.weights)});
-    t.add({"peak allocated", to_string(p.device)});
-    t.add({"CUDA context", to_string(total(context))});
-    t.add({"total", to_string(required)});
-    if (p.host > bytes{}) t.add({"host memory", to_string(p.host)});
+    t.add({"loaded weights", size(p.weights)});
+    t.add({std::string("beside them: ") + p.transient, size(p.device - p.weights)});
+    t.add({"peak allocated", size(p.device)});
+    t.add({"CUDA context", size(total(context))});
+    t.add({"total", size(required)});
+    if (p.host > bytes{}) t.add({"host memory", size(p.host)});
     std::cout << title.str() << "\n\n"
-              << t << "\n  " << g.name << ": " << to_string(g.capacity) << " -> " << verdict
-              << "\n";
+              << t << "\n  " << g.name << ": " << size(g.capacity) << " -> " << verdict << "\n";
   }
   return o.check && !fits ? 1 : 0;
 }

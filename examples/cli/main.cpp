@@ -24,8 +24,14 @@ int vramfit_cli_main(int argc, char** argv) {
       "vramfit: how much memory each GPU needs to train a large language model, and whether it "
       "fits.\n"
       "Every byte from the same constexpr formulas as the C++ library; sizes in GiB/MiB (2^30/2^20 "
-      "B)."};
+      "B), or GB/MB with --units GB."};
   app.set_version_flag("--version", std::string("vramfit ") + vramfit::version);
+  std::string units = "GiB";
+  app.add_option("--units", units,
+                 "GiB (2^30 B, the default) or GB (10^9 B): how tables, Markdown and SVG write "
+                 "sizes; JSON gives bytes (before or after the subcommand)")
+      ->check(CLI::IsMember({"GiB", "GB"}));
+  app.fallthrough();  // `vramfit train --units GB` as well as `vramfit --units GB train`
   app.require_subcommand(1);
   train_options train;
   CLI::App* train_cmd = app.add_subcommand("train", "Memory per GPU of a training step");
@@ -103,6 +109,7 @@ int vramfit_cli_main(int argc, char** argv) {
   if (argc > 0) argv[0] = program_name;
   try {
     app.parse(argc, argv);
+    size_prefixes = units == "GB" ? prefixes::decimal : prefixes::binary;
     if (train_cmd->parsed()) {
       apply_framework(*train_cmd, train);
       return run_train(train);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vramfit/vramfit.hpp>
 
+#include "sizes.hpp"
 #include "train_command.hpp"
 
 namespace vramfit::cli {
@@ -37,7 +38,7 @@ inline int run_min_gpus(const train_options& given) {
   if (data == 0) {
     std::cout << "Not one data-parallel degree up to "
               << report::grouped(max_data_parallel_searched) << " fits " << g.name << " ("
-              << to_string(g.capacity) << ")"
+              << size(g.capacity) << ")"
               << (l.zero == sharding::none ? ": without ZeRO or FSDP, more replicas do not "
                                              "shard anything (try --zero or --fsdp)"
                                            : "")

@@ -18,6 +18,7 @@
 
 #include "plan_space.hpp"
 #include "plan_view.hpp"
+#include "sizes.hpp"
 #include "train_setup.hpp"
 
 namespace vramfit::cli {
@@ -168,7 +169,7 @@ inline int run_plan(const CLI::App& cmd, const std::vector<std::string>& train,
       report::table t({"layout", "micro-batch", "recompute", "per GPU", "step (s)", "verdict"});
       for (const plan_candidate& c : listed)
         t.add({cli::describe(c), std::to_string(c.micro_batch), cli::recompute_label(c),
-               c.required == bytes{} ? "-" : to_string(c.required),
+               c.required == bytes{} ? "-" : size(c.required),
                c.time.total() > 0 ? cli::seconds(c.time.total()) : "-",
                c.verdict == rejection::breaks_a_rule ? to_string(c.rule)
                                                      : reasons[static_cast<int>(c.verdict)]});

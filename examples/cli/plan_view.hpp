@@ -13,6 +13,7 @@
 
 #include "choices.hpp"
 #include "render.hpp"
+#include "sizes.hpp"
 
 namespace vramfit::cli {
 
@@ -127,7 +128,7 @@ inline report::table plan_table(const std::vector<ranked_layout>& ranked, const 
     const plan_candidate& c = r.c;
     t.add({std::to_string(++i), describe(c),
            std::to_string(c.micro_batch) + " x " + std::to_string(c.micro_batches),
-           recompute_label(c), to_string(c.required), to_string(g.capacity - c.required),
+           recompute_label(c), size(c.required), size(g.capacity - c.required),
            seconds(c.time.total()),
            report::grouped(static_cast<std::int64_t>(std::llround(c.tokens_per_second)))});
   }
@@ -160,7 +161,7 @@ inline void print_plan_svg(std::ostream& out, const std::string& title,
     ++rank;
     out << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"5\" fill=\"" << svg::colors[0]
         << "\"><title>#" << rank << " " << svg::escape(describe(r.c)) << ": "
-        << svg::escape(to_string(r.c.required)) << ", "
+        << svg::escape(size(r.c.required)) << ", "
         << report::grouped(std::llround(r.c.tokens_per_second))
         << " tokens/s</title></circle>\n<text x=\"" << x + 7 << "\" y=\"" << y - 7 << "\">" << rank
         << "</text>\n";

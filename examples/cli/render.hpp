@@ -14,6 +14,7 @@
 #include <vramfit/vramfit.hpp>
 
 #include "../report.hpp"
+#include "sizes.hpp"
 #include "svg.hpp"
 
 namespace vramfit::cli {
@@ -71,12 +72,12 @@ inline bytes allocated_of(const estimate& e) {
 inline std::string allocator_summary(const estimate& e) {
   if (!e.allocator) return "";
   const reserved_memory_estimate& a = *e.allocator;
-  return "caching allocator (simulated): " + to_string(a.reserved) + " reserved for " +
-         to_string(a.allocated) + " allocated at its peak, largest free block then " +
-         to_string(a.largest_free_at_peak) + "; " +
+  return "caching allocator (simulated): " + size(a.reserved) + " reserved for " +
+         size(a.allocated) + " allocated at its peak, largest free block then " +
+         size(a.largest_free_at_peak) + "; " +
          (a.stable_step == 1 ? std::string("reserved from the first step")
                              : "reserved grows until step " + std::to_string(a.stable_step) +
-                                   " (first step " + to_string(a.first_step_reserved) + ")");
+                                   " (first step " + size(a.first_step_reserved) + ")");
 }
 
 /// A limit the solvers found: `before` N `after`, or `none` when not even one fits.
@@ -86,8 +87,8 @@ inline std::string up_to(std::int64_t n, const char* before, const char* after, 
 
 inline std::string verdict(const estimate& e) {
   const fit_report& f = e.fit;
-  return f.fits() ? "fits, " + to_string(f.available - f.required) + " free"
-                  : "does not fit, " + to_string(f.required - f.available) + " over";
+  return f.fits() ? "fits, " + size(f.available - f.required) + " free"
+                  : "does not fit, " + size(f.required - f.available) + " over";
 }
 
 inline void print_table(std::ostream& out, const estimate& e) {
@@ -102,21 +103,20 @@ inline void print_table(std::ostream& out, const estimate& e) {
   for (component c : shown_components) {
     const bytes all = total(e.ledger, c);
     if (all == bytes{}) continue;
-    std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", to_string(c), to_string(all).c_str(),
-                  to_string(component_at_peak(e, c)).c_str());
+    std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", to_string(c), size(all).c_str(),
+                  size(component_at_peak(e, c)).c_str());
     out << line;
   }
   std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "total (peak)", "",
-                to_string(e.fit.required).c_str());
+                size(e.fit.required).c_str());
   out << line;
   const bytes host = total(e.ledger, memory_space::host);
   if (host > bytes{}) {
-    std::snprintf(line, sizeof line, "  %-18s %14s\n", "host memory", to_string(host).c_str());
+    std::snprintf(line, sizeof line, "  %-18s %14s\n", "host memory", size(host).c_str());
     out << line;
   }
   if (e.allocator) out << "  " << allocator_summary(e) << "\n";
-  out << "\n  " << e.device.name << ": " << to_string(e.fit.available) << " -> " << verdict(e)
-      << "\n";
+  out << "\n  " << e.device.name << ": " << size(e.fit.available) << " -> " << verdict(e) << "\n";
 }
 
 inline void print_markdown(std::ostream& out, const estimate& e) {
@@ -127,12 +127,12 @@ inline void print_markdown(std::ostream& out, const estimate& e) {
   report::table t({"entry", "component", "where", "bytes", "at peak", "source"});
   const char* where[] = {"device", "host", "nvme"};
   for (const memory_entry& m : e.ledger)
-    t.add({m.name, to_string(m.component), where[static_cast<int>(m.space)], to_string(m.size),
-           to_string(at_peak(m, e.peak_at)), m.source});
-  t.add({"**peak per GPU**", "", "", "", "**" + to_string(e.fit.required) + "**", ""});
+    t.add({m.name, to_string(m.component), where[static_cast<int>(m.space)], size(m.size),
+           size(at_peak(m, e.peak_at)), m.source});
+  t.add({"**peak per GPU**", "", "", "", "**" + size(e.fit.required) + "**", ""});
   out << t << "\n";
   if (e.allocator) out << "The " << allocator_summary(e).substr(1) << ".\n\n";
-  out << e.device.name << " (" << to_string(e.fit.available) << "): " << verdict(e) << ".\n";
+  out << e.device.name << " (" << size(e.fit.available) << "): " << verdict(e) << ".\n";
 }
 
 /// The stable JSON interface (../shared/design.md); more keys may follow, none change.
@@ -184,8 +184,8 @@ inline void print_svg(std::ostream& out, const estimate& e) {
       << "<title>" << svg::escape(e.title) << "</title>\n";
   const double below = svg::title(out, e.title, left);
   out << "<text x=\"" << left << "\" y=\"" << below + 4 << "\">Per GPU at the "
-      << to_string(e.peak_at) << ": " << svg::escape(to_string(e.fit.required)) << " of "
-      << svg::escape(to_string(e.fit.available)) << " (" << svg::escape(e.device.name) << ") - "
+      << to_string(e.peak_at) << ": " << svg::escape(size(e.fit.required)) << " of "
+      << svg::escape(size(e.fit.available)) << " (" << svg::escape(e.device.name) << ") - "
       << svg::escape(verdict(e)) << "</text>\n";
   double at = 0;
   int legend = 0;
@@ -196,13 +196,12 @@ inline void print_svg(std::ostream& out, const estimate& e) {
     at += static_cast<double>(b.count);
     out << "<rect x=\"" << x0 << "\" y=\"" << top << "\" width=\"" << x_of(at) - x0
         << "\" height=\"" << bar_height << "\" fill=\"" << svg::colors[i] << "\"><title>"
-        << to_string(shown_components[i]) << ": " << svg::escape(to_string(b))
-        << "</title></rect>\n";
+        << to_string(shown_components[i]) << ": " << svg::escape(size(b)) << "</title></rect>\n";
     const double ly = top + bar_height + 28 + 20 * (legend / 3);
     const double lx = left + 240 * (legend % 3);
     out << "<rect x=\"" << lx << "\" y=\"" << ly - 11 << "\" width=\"12\" height=\"12\" fill=\""
         << svg::colors[i] << "\"/>\n<text x=\"" << lx + 18 << "\" y=\"" << ly << "\">"
-        << to_string(shown_components[i]) << " " << svg::escape(to_string(b)) << "</text>\n";
+        << to_string(shown_components[i]) << " " << svg::escape(size(b)) << "</text>\n";
     ++legend;
   }
   const double cap = x_of(static_cast<double>(e.fit.available.count));
@@ -210,7 +209,7 @@ inline void print_svg(std::ostream& out, const estimate& e) {
       << top + bar_height + 8
       << "\" stroke=\"#000\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/>\n"
       << "<text x=\"" << cap << "\" y=\"" << top - 12 << "\" text-anchor=\"end\">capacity "
-      << svg::escape(to_string(e.fit.available)) << "</text>\n</svg>\n";
+      << svg::escape(size(e.fit.available)) << "</text>\n</svg>\n";
 }
 
 /// Required memory against a swept value, with the capacity line.
@@ -233,7 +232,7 @@ inline void print_sweep_svg(std::ostream& out, const std::string& title, const c
   for (std::size_t i = 0; i < n; ++i)
     out << "<circle cx=\"" << x_of(i) << "\" cy=\"" << y_of(i)
         << "\" r=\"3\" fill=\"#4e79a7\"><title>" << axis << " " << points[i].x << ": "
-        << svg::escape(to_string(points[i].required)) << "</title></circle>\n<text x=\"" << x_of(i)
+        << svg::escape(size(points[i].required)) << "</title></circle>\n<text x=\"" << x_of(i)
         << "\" y=\"" << chart.bottom() + 18 << "\" text-anchor=\"middle\">" << points[i].x
         << "</text>\n";
   chart.end(device, axis);

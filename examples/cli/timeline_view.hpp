@@ -17,6 +17,7 @@
 #include <vramfit/timeline.hpp>
 
 #include "render.hpp"
+#include "sizes.hpp"
 
 namespace vramfit::cli {
 
@@ -49,7 +50,7 @@ inline const char* micro_batch_name(const timeline_event& ev) {
 }
 
 inline std::string signed_size(bytes b) {
-  return (b > bytes{} ? "+" : "") + to_string(b);
+  return (b > bytes{} ? "+" : "") + size(b);
 }
 
 /// The total allocated after each event: in the first layer of its run and in the last.
@@ -70,8 +71,8 @@ inline std::vector<event_totals> totals_of(const step_timeline& tl) {
 
 inline std::string peak_text(const step_timeline& tl) {
   const timeline_event& ev = tl.events[tl.peak.event];
-  std::string text = to_string(tl.peak.alive) + " after \"" + ev.what + "\" (" +
-                     to_string(ev.phase) + ", " + micro_batch_name(ev) + " micro-batch";
+  std::string text = size(tl.peak.alive) + " after \"" + ev.what + "\" (" + to_string(ev.phase) +
+                     ", " + micro_batch_name(ev) + " micro-batch";
   if (tl.peak.layer >= 0) text += ", layer " + std::to_string(tl.peak.layer);
   return text + ")";
 }
@@ -81,18 +82,18 @@ inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool
   const std::vector<event_totals> totals = totals_of(tl);
   auto alive = [&](std::size_t i) {
     const bool run = tl.events[i].layers > 1;
-    return to_string(totals[i].first) + (run ? " -> " + to_string(totals[i].last) : "");
+    return size(totals[i].first) + (run ? " -> " + size(totals[i].last) : "");
   };
   const std::string intro =
       "One training step of the most loaded GPU (pipeline stage " + std::to_string(v.e.stage) +
       "): the bytes PyTorch has allocated after each event. A run of identical layers repeats "
       "its events once per layer; its totals are given in its first and its last layer.";
   const std::string summary = "Peak: " + peak_text(tl) + "; with the runtime overheads (" +
-                              to_string(v.overheads()) + ") " + to_string(v.e.fit.required) +
-                              " of " + to_string(v.e.fit.available) + " (" + v.e.device.name + ").";
+                              size(v.overheads()) + ") " + size(v.e.fit.required) + " of " +
+                              size(v.e.fit.available) + " (" + v.e.device.name + ").";
   if (markdown) {
     report::table t({"phase", "micro-batch", "layers", "event", "change", "allocated after"});
-    t.add({"start", "", "", "optimizer states, weights and buffers", "", to_string(tl.at_start)});
+    t.add({"start", "", "", "optimizer states, weights and buffers", "", size(tl.at_start)});
     for (std::size_t i = 0; i < tl.events.size(); ++i) {
       const timeline_event& ev = tl.events[i];
       const bool peak = i == tl.peak.event;
@@ -109,7 +110,7 @@ inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool
                 "event", "change", "allocated after");
   out << line;
   std::snprintf(line, sizeof line, "  %-9s %-6s %-11s %-48s %12s  %s\n", "start", "", "",
-                "optimizer states, weights and buffers", "", to_string(tl.at_start).c_str());
+                "optimizer states, weights and buffers", "", size(tl.at_start).c_str());
   out << line;
   for (std::size_t i = 0; i < tl.events.size(); ++i) {
     const timeline_event& ev = tl.events[i];
@@ -252,7 +253,7 @@ inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
     out << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"4\" fill=\"#e15759\"><title>peak "
         << svg::escape(peak_text(tl)) << "</title></circle>\n<text x=\"" << x << "\" y=\"" << y - 8
         << "\" text-anchor=\"" << (x > left + plot_w / 2 ? "end" : "start")
-        << "\" fill=\"#e15759\">peak " << svg::escape(to_string(tl.peak.alive)) << "</text>\n";
+        << "\" fill=\"#e15759\">peak " << svg::escape(size(tl.peak.alive)) << "</text>\n";
     break;
   }
   if (show_capacity) {
@@ -261,7 +262,7 @@ inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
         << y << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << left + plot_w
         << "\" y=\"" << y - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
         << svg::escape(v.e.device.name) << " capacity less runtime overheads "
-        << svg::escape(to_string(bytes{static_cast<std::int64_t>(usable)})) << "</text>\n";
+        << svg::escape(size(bytes{static_cast<std::int64_t>(usable)})) << "</text>\n";
   }
   out << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << top + plot_h + 24
       << "\" text-anchor=\"middle\">events of the step in order (forward, loss, backward, "

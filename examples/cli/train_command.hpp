@@ -11,6 +11,7 @@
 
 #include "inputs.hpp"
 #include "render.hpp"
+#include "sizes.hpp"
 #include "timeline_view.hpp"
 #include "train_setup.hpp"
 
@@ -126,7 +127,7 @@ inline int run_train(const train_options& given) {
     } else {
       std::cout << title << "\n\n";
       for (const auto& p : points)
-        std::cout << "  " << o.sweep << " " << p.x << ": " << to_string(p.required)
+        std::cout << "  " << o.sweep << " " << p.x << ": " << size(p.required)
                   << (p.required <= g->capacity ? "  fits\n" : "  does not fit\n");
     }
     return 0;

@@ -706,6 +706,23 @@ TEST_CASE("infer --logits all: every position's logits, refused for vLLM's pool"
   CHECK(run("infer --logits some").status == 2);
 }
 
+TEST_CASE("--units GB writes decimal sizes, before or after the subcommand; JSON stays bytes") {
+  // Llama-3-8B on one H100 (85,520,809,984 B): 79.65 GiB, 85.52 GB.
+  const result binary = run("train");
+  REQUIRE(binary.status == 0);
+  CHECK(binary.out.find("H100 80GB SXM: 79.65 GiB") != std::string::npos);
+  for (const char* args : {"train --units GB", "--units GB train"}) {
+    const result decimal = run(args);
+    REQUIRE(decimal.status == 0);
+    CHECK(decimal.out.find("H100 80GB SXM: 85.52 GB") != std::string::npos);
+    CHECK(decimal.out.find("GiB") == std::string::npos);
+  }
+  CHECK(run("train -f json --units GB").out == run("train -f json").out);
+  // The GPU list gives the capacity in both.
+  CHECK(run("gpus").out.find("| 79.65 GiB | 85.52 GB | 85,520,809,984 |") != std::string::npos);
+  CHECK(run("train --units TB").status == 2);
+}
+
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
   const auto title = [](const std::string& args) {
     return nlohmann::json::parse(run("train -f json " + args).out)
