@@ -12,6 +12,7 @@
 #include "list_commands.hpp"
 #include "load_command.hpp"
 #include "min_gpus_command.hpp"
+#include "params_command.hpp"
 #include "plan_command.hpp"
 #include "train_command.hpp"
 
@@ -93,6 +94,13 @@ int vramfit_cli_main(int argc, char** argv) {
   CLI::App* infer_cmd =
       app.add_subcommand("infer", "Memory per GPU of inference: weights, KV cache, working memory");
   add_infer_options(*infer_cmd, infer);
+  // --params: N parameters without a model (train: their model states; infer: their weights).
+  std::string params;
+  for (CLI::App* cmd : {train_cmd, infer_cmd})
+    cmd->add_option("--params", params,
+                    "N parameters without a model, such as 7e9: their model states (train, with "
+                    "--precision, --optimizer, --dp, --zero, --fsdp) or weights (infer, with "
+                    "--weights); other options need a model");
   std::string list_format = "table";
   CLI::App* models_cmd = app.add_subcommand("models", "List the model presets");
   models_cmd->add_option("--format,-f", list_format, "table or json")
@@ -110,6 +118,8 @@ int vramfit_cli_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     size_prefixes = units == "GB" ? prefixes::decimal : prefixes::binary;
+    if (train_cmd->parsed() && !params.empty()) return run_train_params(*train_cmd, train, params);
+    if (infer_cmd->parsed() && !params.empty()) return run_infer_params(*infer_cmd, infer, params);
     if (train_cmd->parsed()) {
       apply_framework(*train_cmd, train);
       return run_train(train);

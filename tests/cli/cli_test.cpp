@@ -706,7 +706,7 @@ TEST_CASE("infer --logits all: every position's logits, refused for vLLM's pool"
   CHECK(run("infer --logits some").status == 2);
 }
 
-TEST_CASE("--units GB writes decimal sizes, before or after the subcommand; JSON stays bytes") {
+TEST_CASE("--units GB writes decimal sizes, before or after the subcommand, and JSON stays bytes") {
   // Llama-3-8B on one H100 (85,520,809,984 B): 79.65 GiB, 85.52 GB.
   const result binary = run("train");
   REQUIRE(binary.status == 0);
@@ -721,6 +721,42 @@ TEST_CASE("--units GB writes decimal sizes, before or after the subcommand; JSON
   // The GPU list gives the capacity in both.
   CHECK(run("gpus").out.find("| 79.65 GiB | 85.52 GB | 85,520,809,984 |") != std::string::npos);
   CHECK(run("train --units TB").status == 2);
+}
+
+TEST_CASE("--params: the seed articles' per-parameter figures without a model (docs/cli.md)") {
+  const auto per_parameter = [](const std::string& args) {
+    const result r = run("train --params 7e9 -f json " + args);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out).at("bytes_per_parameter").get<double>();
+  };
+  // Seed 000: fp16 weights and gradients, fp32 master, Adam's m and v: 2 + 2 + 4 + 8.
+  CHECK(per_parameter("--precision fp16-fp32-master --optimizer adam") == 16);
+  // Seed 001: fp32 SGD 4 + 4, with momentum + 4, AdamW + 8; mixed precision AdamW 6 + 4 + 8.
+  CHECK(per_parameter("--precision fp32 --optimizer sgd") == 8);
+  CHECK(per_parameter("--precision fp32 --optimizer sgd-momentum") == 12);
+  CHECK(per_parameter("--precision fp32 --optimizer adamw") == 16);
+  CHECK(per_parameter("--precision amp-fp16 --optimizer adamw") == 18);
+  // Seed 002: Llama-2-7B counted as 7e9 weights: 26.08 GiB in fp32, 13.04 in fp16, 6.52 in int8.
+  const auto weights = [](const char* format) {
+    return run(std::string("infer --params 7e9 --weights ") + format).out;
+  };
+  CHECK(weights("fp32").find("26.08 GiB") != std::string::npos);
+  CHECK(weights("fp16").find("13.04 GiB") != std::string::npos);
+  CHECK(weights("int8").find("6.52 GiB") != std::string::npos);
+  // Its 3.26 GiB in 4 bits leaves out GPTQ's fp16 scale and 4-bit zero per 128 weights:
+  // 7e9 x (4 + 20 / 128) / 8 B = 3,636,718,750 B.
+  const nlohmann::json gptq =
+      nlohmann::json::parse(run("infer --params 7e9 --weights gptq -f json").out);
+  CHECK(gptq.at("memory").at("weights") == 3'636'718'750);
+  // ZeRO-3 over 8 ranks shards all of it (the paper's implementation: 16 B / 8).
+  CHECK(per_parameter("--precision fp16-fp32-master --optimizer adam --dp 8 --zero 3 "
+                      "--zero-impl paper") == 2);
+  // What needs a model is refused, and so is a count that is not whole.
+  for (const char* refused :
+       {"train --params 7e9 --seq-len 100", "train --params 7e9 -m gpt2", "train --params 7.5",
+        "train --params 7e9 --optimizer adafactor", "infer --params 7e9 --context 100",
+        "train --params 1e16", "train --params x"})
+    CHECK(run(refused).status == 2);
 }
 
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {

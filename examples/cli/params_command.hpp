@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+// --params N: the quick answer without a model, "N parameters in this precision": train gives the
+// model states (weights, gradients, master weights, optimizer states), infer the weights. What
+// needs a model's shape (activations, KV cache, buffers, parallel layouts) is refused, not
+// guessed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <initializer_list>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#include "../report.hpp"
+#include "infer_command.hpp"
+#include "render.hpp"
+#include "sizes.hpp"
+#include "train_setup.hpp"
+
+namespace vramfit::cli {
+
+/// "7e9", "6.738415616e9" or "494032768": a whole, positive count of at most 10^15.
+inline std::int64_t parameter_count(const std::string& text) {
+  std::size_t used = 0;
+  long double n = 0;
+  try {
+    n = std::stold(text, &used);
+  } catch (const std::logic_error&) {
+  }
+  if (used != text.size() || !(n >= 1 && n <= 1e15L) || n != std::floor(n))
+    detail::raise("--params takes a whole number of parameters from 1 to 1e15, such as 7e9; got " +
+                  text.substr(0, 40));
+  return static_cast<std::int64_t>(n);
+}
+
+/// Refuses every option of `cmd` given beside --params but those in `allowed`.
+inline void only_with_params(const CLI::App& cmd, std::initializer_list<std::string_view> allowed,
+                             const char* needs) {
+  for (const CLI::Option* o : cmd.get_options()) {
+    if (o->count() == 0) continue;
+    const std::vector<std::string>& long_names = o->get_lnames();
+    const std::string name = long_names.empty() ? o->get_name() : long_names[0];
+    bool ok = name == "params" || name == "help";
+    for (std::string_view a : allowed) ok = ok || name == a;
+    if (name == "model") detail::raise("--params stands for a model: give --params or --model");
+    if (!ok)
+      detail::raise("--params counts " + std::string(needs) + " of N parameters; --" + name +
+                    " needs a model (give --model instead)");
+  }
+}
+
+/// One flat tensor of `n` parameters: per-parameter figures do not depend on its shape (but
+/// factored optimizers', Adafactor's and Muon's, which are refused).
+inline tensor_ledger flat_tensor(std::int64_t n) {
+  tensor_ledger one{};
+  tensor_group g{};
+  g.name.parts[0] = "parameters";
+  g.shape[0] = n;
+  g.rank = 1;
+  g.kind = tensor_kind::mlp;
+  one.push_back(g);
+  return one;
+}
+
+/// Prints `rows` (name, bytes) with their total against `g`: a table or JSON.
+inline int print_params(const std::string& format, const std::string& title, std::int64_t n,
+                        const std::vector<std::pair<std::string, bytes>>& rows, const gpu& g,
+                        bool check) {
+  bytes total{};
+  for (const auto& [name, b] : rows) total += b;
+  const bool fits = total <= g.capacity;
+  const double per_parameter = static_cast<double>(total.count) / static_cast<double>(n);
+  if (format == "json") {
+    nlohmann::json memory;
+    for (const auto& [name, b] : rows) memory[name] = b.count;
+    memory["total"] = total.count;
+    std::cout << nlohmann::json{{"configuration", title},
+                                {"params", n},
+                                {"memory", memory},
+                                {"bytes_per_parameter", per_parameter},
+                                {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                                {"fits", fits}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << title << "\n\n";
+    for (const auto& [name, b] : rows) {
+      char line[96];
+      std::snprintf(line, sizeof line, "  %-18s %14s\n", name.c_str(), size(b).c_str());
+      std::cout << line;
+    }
+    char line[96];
+    std::snprintf(line, sizeof line, "  %-18s %14s  (%.4g B per parameter)\n", "total",
+                  size(total).c_str(), per_parameter);
+    std::cout << line << "\n  " << g.name << ": " << size(g.capacity) << " -> "
+              << (fits ? "fits, " + size(g.capacity - total) + " free"
+                       : "does not fit, " + size(total - g.capacity) + " over")
+              << "\n  Nothing else is counted: no activations, buffers or runtime overheads.\n";
+  }
+  return check && !fits ? 1 : 0;
+}
+
+/// `vramfit train --params N`: the model states of N trained parameters, sharded as --dp,
+/// --zero and --fsdp say.
+inline int run_train_params(const CLI::App& cmd, const train_options& o, const std::string& n) {
+  only_with_params(
+      cmd,
+      {"precision", "grad-dtype", "optimizer", "optimizer-impl", "amsgrad", "momentum", "centered",
+       "dp", "zero", "zero-impl", "fsdp", "fsdp-version", "gpu", "format", "check"},
+      "the model states");
+  if (o.format != "table" && o.format != "json")
+    detail::raise("--params prints a table or json, got -f " + o.format);
+  const std::int64_t count = parameter_count(n);
+  // The layout and policies as for any model; the states are those of the flat tensor.
+  const model& stand_in = models::llama_3_8b::value;
+  const training_plan_value plan = build_plan(for_model(o, stand_in), stand_in);
+  const memory_ledger l = model_states(plan.setup, flat_tensor(count), 0);
+  const training& t = plan.setup;
+  if (t.optimizer.kind == optimizer_kind::adafactor || t.optimizer.kind == optimizer_kind::muon)
+    detail::raise(std::string(t.optimizer.name) +
+                  "'s states depend on the shapes of the weight matrices: give --model");
+  std::string title = "Model states of " + report::grouped(count) + " parameters | " +
+                      t.precision.name + " | " + t.optimizer.name;
+  if (t.layout.data > 1) title += " | data " + std::to_string(t.layout.data);
+  std::vector<std::pair<std::string, bytes>> rows;
+  for (component c : {component::weights, component::gradients, component::master_weights,
+                      component::optimizer_states})
+    if (total(l, c) > bytes{}) rows.emplace_back(to_string(c), total(l, c));
+  return print_params(o.format, title, count, rows, gpu_named(o.gpu), o.check);
+}
+
+/// `vramfit infer --params N`: N weights in the --weights layout.
+inline int run_infer_params(const CLI::App& cmd, const infer_options& o, const std::string& n) {
+  only_with_params(cmd, {"weights", "gpu", "format", "check"}, "the weights");
+  if (o.format != "table" && o.format != "json")
+    detail::raise("--params prints a table or json, got -f " + o.format);
+  const std::int64_t count = parameter_count(n);
+  const weight_layout w = weights_for(o.weights, {models::llama_3_8b::value, std::nullopt});
+  const std::string title = "Weights of " + report::grouped(count) + " parameters | " + w.name;
+  return print_params(o.format, title, count, {{"weights", storage_bytes(w.linear, count)}},
+                      gpu_named(o.gpu), o.check);
+}
+
+}  // namespace vramfit::cli
