@@ -94,6 +94,9 @@ int vramfit_cli_main(int argc, char** argv) {
   CLI::App* infer_cmd =
       app.add_subcommand("infer", "Memory per GPU of inference: weights, KV cache, working memory");
   add_infer_options(*infer_cmd, infer);
+  train_cmd->add_flag("--explain", train.explain,
+                      "Instead of the estimate, what autograd saves for one layer, tensor by "
+                      "tensor: its part, bits, elements and bytes (table, markdown or json)");
   // --params: N parameters without a model (train: their model states; infer: their weights).
   std::string params;
   for (CLI::App* cmd : {train_cmd, infer_cmd})

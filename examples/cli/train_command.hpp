@@ -9,6 +9,7 @@
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "explain_view.hpp"
 #include "inputs.hpp"
 #include "render.hpp"
 #include "sizes.hpp"
@@ -83,6 +84,14 @@ inline int run_train(const train_options& given) {
   const gpu device = gpu_named(o.gpu);
   const gpu* g = &device;
   const training_plan_value plan = build_plan(o, m);
+  if (o.explain) {
+    if (!o.sweep.empty() || o.timeline || o.format == "svg")
+      detail::raise(
+          "--explain lists one layer's saved tensors: leave out --sweep, --timeline "
+          "and -f svg");
+    cli::print_explain(std::cout, describe(o, plan), plan, o.format);
+    return 0;
+  }
   if (!o.sweep.empty()) {
     if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
     if (o.sweep != "micro-batch" && o.sweep != "seq-len")

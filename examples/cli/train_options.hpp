@@ -56,6 +56,7 @@ struct train_options {
   std::int64_t lora_rank = 0;
   std::optional<std::string> lora_targets;  ///< unset: q_proj,v_proj (QLoRA: all-linear)
   bool qlora = false;
+  bool explain = false;    ///< train only: the saved tensors of a layer instead of the estimate
   std::string lora_dtype;  ///< empty: peft's (fp32 adapters over a 16-bit base)
   std::vector<std::string> trainable;
   std::string gpu = "h100";

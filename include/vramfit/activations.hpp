@@ -94,6 +94,8 @@ enum class layer_part : unsigned char { attention, mlp };
 struct saved_tensor {
   const char* name = "";  ///< a string literal
   bytes size{};
+  std::int64_t elements = 0;  ///< its elements (over every tensor the entry stands for)
+  std::int64_t bits = 0;      ///< bits per element: 32 fp32, 16 bf16/fp16, 8 a dropout mask
   bool recomputed_by_selective = false;  ///< part of the attention core
   layer_part part = layer_part::attention;
   /// The input of the part's last linear (o_proj, down_proj): the first its backward frees.
@@ -232,6 +234,8 @@ class block_builder {
     saved_tensor t{};
     t.name = name;
     t.size = bytes_for_bits(checked_mul(elements, bits));
+    t.elements = elements;
+    t.bits = bits;
     t.recomputed_by_selective = selective;
     t.part = part_;
     t.output_linear_input = output_linear_input;

@@ -759,6 +759,36 @@ TEST_CASE("--params: the seed articles' per-parameter figures without a model (d
     CHECK(run(refused).status == 2);
 }
 
+TEST_CASE("train --explain lists one layer's saved tensors, which add up to the layer") {
+  // Llama-3-8B, bf16 compute, 2 x 4,096 tokens (tau = 8,192), flash attention, by hand (the unit
+  // test "a Llama-style block with flash attention"): the two RMSNorms 2 x (4 + 2) tau h + 4 tau x
+  // 2, their outputs 2 x 2 tau h; Q, the output 2 x 2 tau h, K and V 2 x 2 tau x 1,024, the
+  // log-sum-exp 4 x 2 x 32 x 4,096; SwiGLU 4 x 2 tau x 14,336.
+  const std::int64_t tau = 8192, h = 4096;
+  const std::int64_t by_hand = 2 * (6 * tau * h + 4 * tau) + 4 * tau * h + 4 * tau * h +
+                               4 * tau * 1024 + 4 * 2 * 32 * 4096 + 8 * tau * 14336;
+  const result r = run("train --explain -b 2 -s 4096 -f json");
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("layers").size() == 1);
+  const nlohmann::json& layer = j.at("layers")[0];
+  CHECK(layer.at("layer") == "dense");
+  CHECK(layer.at("total") == by_hand);
+  std::int64_t sum = 0;
+  for (const nlohmann::json& t : layer.at("tensors")) {
+    sum += t.at("bytes").get<std::int64_t>();
+    CHECK(t.at("elements").get<std::int64_t>() * t.at("bits").get<std::int64_t>() / 8 ==
+          t.at("bytes").get<std::int64_t>());
+  }
+  CHECK(sum == by_hand);
+  // An MoE model's layers are MoE layers; the table and Markdown name them too.
+  const nlohmann::json moe =
+      nlohmann::json::parse(run("train -m mixtral-8x7b --explain -f json").out);
+  CHECK(moe.at("layers")[0].at("layer") == "MoE");
+  CHECK(run("train --explain -f markdown").out.find("### dense layer") != std::string::npos);
+  CHECK(run("train --explain --timeline").status == 2);
+}
+
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
   const auto title = [](const std::string& args) {
     return nlohmann::json::parse(run("train -f json " + args).out)
