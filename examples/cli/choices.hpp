@@ -53,6 +53,15 @@ const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* 
   detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known + hint);
 }
 
+/// The names of `table` as a help text lists them: "a, b or c".
+template <class Value, std::size_t N>
+std::string choice_list(const named<Value> (&table)[N]) {
+  std::string list;
+  for (std::size_t i = 0; i < N; ++i)
+    list += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + table[i].name;
+  return list;
+}
+
 /// The value called `name` among `table` (see lookup), or an error listing the names.
 template <class Value, std::size_t N>
 Value choose(const named<Value> (&table)[N], std::string_view name, const char* what) {

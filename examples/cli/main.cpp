@@ -8,6 +8,7 @@
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "completion.hpp"
 #include "infer_command.hpp"
 #include "list_commands.hpp"
 #include "load_command.hpp"
@@ -115,6 +116,14 @@ int vramfit_cli_main(int argc, char** argv) {
       "frameworks", "List the --framework presets: the defaults each sets, and their sources");
   frameworks_cmd->add_option("--format,-f", list_format, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
+  std::string shell;
+  CLI::App* completion_cmd =
+      app.add_subcommand("completion",
+                         "A shell completion script, from this parser and its tables: "
+                         "source <(vramfit completion bash), or zsh");
+  completion_cmd->add_option("shell", shell, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
   // Help and errors say "vramfit", not the path the tool was started from.
   char program_name[] = "vramfit";
   if (argc > 0) argv[0] = program_name;
@@ -143,6 +152,10 @@ int vramfit_cli_main(int argc, char** argv) {
     if (models_cmd->parsed()) return run_models(list_format);
     if (gpus_cmd->parsed()) return run_gpus(list_format);
     if (frameworks_cmd->parsed()) return run_frameworks(list_format);
+    if (completion_cmd->parsed()) {
+      print_completion(std::cout, app, shell);
+      return 0;
+    }
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

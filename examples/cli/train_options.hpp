@@ -77,18 +77,12 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--framework", o.framework,
                  "torchtitan, torchtune, deepspeed, megatron, fsdp1 or hf-trainer: its defaults "
                  "for the options not given (vramfit frameworks lists them)");
-  cmd.add_option("--precision", o.precision,
-                 "fp32, bf16, fp16, amp-bf16, amp-fp16, bf16-fp32-master, "
-                 "bf16-fp32-master-16bit-grads, fp16-fp32-master, fp8")
-      ->capture_default_str();
+  cmd.add_option("--precision", o.precision, choice_list(precisions))->capture_default_str();
   cmd.add_option("--grad-dtype", o.grad_dtype,
-                 "fp32, bf16 or fp16: the gradients' format where an fp32 master allows a choice "
-                 "(default: the policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)");
-  cmd.add_option(
-         "--optimizer", o.optimizer,
-         "sgd, sgd-momentum, adam, adamw, adamw-amsgrad, adamw-fused, adagrad, rmsprop, adadelta, "
-         "adamax, nadam, radam, rprop, lion, adafactor, adamw-8bit, paged-adamw-8bit, muon")
-      ->capture_default_str();
+                 choice_list(float_formats) +
+                     ": the gradients' format where an fp32 master allows a choice (default: the "
+                     "policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)");
+  cmd.add_option("--optimizer", o.optimizer, choice_list(optimizers))->capture_default_str();
   cmd.add_option("--optimizer-impl", o.optimizer_impl,
                  "for-loop, foreach or fused (default: what torch.optim picks on CUDA)");
   cmd.add_flag("--amsgrad", o.amsgrad, "Adam, AdamW: keep max_exp_avg_sq (amsgrad=True)");
@@ -178,8 +172,9 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                  "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
                  "--qlora all-linear)");
   cmd.add_option("--lora-dtype", o.lora_dtype,
-                 "fp32, bf16 or fp16: the LoRA adapters' format (default: peft's, fp32 over "
-                 "16-bit weights: get_peft_model autocast_adapter_dtype=True)");
+                 choice_list(float_formats) +
+                     ": the LoRA adapters' format (default: peft's, fp32 over 16-bit weights: "
+                     "get_peft_model autocast_adapter_dtype=True)");
   cmd.add_flag("--qlora", o.qlora,
                "QLoRA: NF4 base (double quantization), bf16 embeddings and head, LoRA r=16 on "
                "all-linear unless set");

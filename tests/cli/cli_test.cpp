@@ -789,6 +789,42 @@ TEST_CASE("train --explain lists one layer's saved tensors, which add up to the 
   CHECK(run("train --explain --timeline").status == 2);
 }
 
+TEST_CASE("completion bash|zsh: a script from the parser's own options and tables") {
+  const result bash = run("completion bash");
+  REQUIRE(bash.status == 0);
+  const std::string script = "vramfit_cli_completion_" + std::to_string(getpid()) + ".bash";
+  std::ofstream(script) << bash.out;
+  // Completes as bash would: the words typed so far, the one being completed last.
+  const auto complete = [&script](const std::string& words) {
+    const std::string probe = script + ".sh";
+    std::ofstream(probe) << "source " << script << "\nCOMP_WORDS=(" << words
+                         << ")\nCOMP_CWORD=$((${#COMP_WORDS[@]} - 1))\n"
+                            "_vramfit\necho \"${COMPREPLY[*]}\"\n";
+    const std::string out = probe + ".out";
+    CHECK(std::system(("bash " + probe + " >" + out).c_str()) == 0);
+    const std::string offered = slurp(out);
+    std::filesystem::remove(probe);
+    std::filesystem::remove(out);
+    return offered;
+  };
+  CHECK(complete("vramfit train --precision am") == "amp-bf16 amp-fp16\n");
+  CHECK(complete("vramfit mi") == "min-gpus\n");
+  CHECK(complete("vramfit infer --logits ''") == "last all\n");
+  CHECK(complete("vramfit train -m qwen2.5-0") == "qwen2.5-0.5b\n");
+  // Every option train's help lists is offered after `vramfit train`.
+  const std::string offered = complete("vramfit train ''");
+  const std::string help = run("train --help").out;
+  for (std::size_t at = help.find("  --"); at != std::string::npos;
+       at = help.find("  --", at + 1)) {
+    const std::size_t end = help.find_first_of(" ,=\n", at + 2);
+    CHECK(offered.find(help.substr(at + 2, end - at - 2)) != std::string::npos);
+  }
+  std::filesystem::remove(script);
+  const result zsh = run("completion zsh");
+  CHECK(zsh.out.find("bashcompinit") != std::string::npos);
+  CHECK(run("completion fish").status == 2);
+}
+
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
   const auto title = [](const std::string& args) {
     return nlohmann::json::parse(run("train -f json " + args).out)
