@@ -18,8 +18,9 @@ inline constexpr std::int64_t max_data_parallel_searched = std::int64_t{1} << 20
 inline int run_min_gpus(const train_options& given) {
   if (!given.sweep.empty() || given.timeline)
     detail::raise("min-gpus answers one number: leave out --sweep and --timeline");
-  const model m = load_model(given.model).value;
-  const train_options o = for_model(given, m);
+  const named_model named = load_model(given.model);
+  const model& m = named.value;
+  const train_options o = for_model(given, named);
   const gpu g = gpu_named(o.gpu);
   const training_plan_value plan = build_plan(o, m);
   const std::int64_t data = min_data_parallel(plan, g, max_data_parallel_searched);

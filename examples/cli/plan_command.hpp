@@ -57,8 +57,9 @@ class progress_bar {
 
 inline int run_plan(const CLI::App& cmd, const std::vector<std::string>& train,
                     const train_options& given, const plan_options& p) {
-  const model m = load_model(given.model).value;
-  const train_options o = for_model(given, m);
+  const named_model named = load_model(given.model);
+  const model& m = named.value;
+  const train_options o = for_model(given, named);
   const gpu g = gpu_named(o.gpu);
   if (o.timeline) detail::raise("--timeline applies to `vramfit train`");
   if (o.sweep.size()) detail::raise("--sweep applies to `vramfit train`");

@@ -79,8 +79,9 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
 }
 
 inline int run_train(const train_options& given) {
-  const model m = load_model(given.model).value;
-  const train_options o = for_model(given, m);
+  const named_model named = load_model(given.model);
+  const model& m = named.value;
+  const train_options o = for_model(given, named);
   const gpu device = gpu_named(o.gpu);
   const gpu* g = &device;
   const training_plan_value plan = build_plan(o, m);

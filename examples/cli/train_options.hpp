@@ -56,7 +56,9 @@ struct train_options {
   std::int64_t lora_rank = 0;
   std::optional<std::string> lora_targets;  ///< unset: q_proj,v_proj (QLoRA: all-linear)
   bool qlora = false;
-  bool explain = false;    ///< train only: the saved tensors of a layer instead of the estimate
+  bool explain = false;  ///< train only: the saved tensors of a layer instead of the estimate
+  /// Not an option: the model's config.json quantization_config (for_model sets it).
+  std::optional<weight_layout> checkpoint;
   std::string lora_dtype;  ///< empty: peft's (fp32 adapters over a 16-bit base)
   std::vector<std::string> trainable;
   std::string gpu = "h100";
@@ -209,6 +211,12 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
 inline train_options for_model(train_options o, const model& m) {
   if (o.seq_len == 0) o.seq_len = default_sequence(m);
   return o;
+}
+/// ... and the checkpoint's quantization, from its config.json.
+inline train_options for_model(const train_options& o, const named_model& m) {
+  train_options filled = for_model(o, m.value);
+  if (m.config) filled.checkpoint = hf_weight_layout(*m.config);
+  return filled;
 }
 
 /// --framework's defaults for train and plan.

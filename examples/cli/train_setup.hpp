@@ -99,6 +99,23 @@ inline bool simulates(const train_options& o) {
   return o.reserve == "simulated" || (o.reserve.empty() && o.fragmentation_percent < 0);
 }
 
+/// What training a quantized checkpoint (its config.json's quantization_config) can be:
+/// transformers trains adapters over GPTQ, AWQ and bitsandbytes weights, not the weights
+/// (their HfQuantizers are trainable with peft only), does not train FP8 ones
+/// (FineGrainedFP8HfQuantizer), and dequantizes MXFP4 experts to train them (gpt-oss's
+/// Mxfp4Config(dequantize=True) recipe), which is what vramfit then counts.
+inline void trains_checkpoint(const train_options& o, const model& m) {
+  const weight_layout& w = *o.checkpoint;
+  if (w.experts_only) return;
+  const std::string what = std::string(m.name) + " is a quantized checkpoint (" + w.name + ")";
+  if (std::string_view(w.name).starts_with("fp8"))
+    detail::raise(what + ": transformers does not train FP8 weights; dequantize it to bf16");
+  if (o.qlora)
+    detail::raise(what + ": --qlora quantizes a 16-bit one as it loads; use --lora-rank");
+  if (o.lora_rank <= 0)
+    detail::raise(what + ": its weights are not trained; train adapters over it with --lora-rank");
+}
+
 inline training_plan_value build_plan(const train_options& o, const model& m) {
   training t{m, cli::choose(cli::precisions, o.precision, "precision"),
              cli::choose(cli::optimizers, o.optimizer, "optimizer")};
@@ -120,6 +137,7 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
   t.optimizer.options.in_backward = o.optimizer_in_backward;
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
+  if (o.checkpoint) trains_checkpoint(o, m);
   if (o.qlora || o.lora_rank > 0) {
     const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
     // Unless given: peft's usual q_proj,v_proj; QLoRA's all linear layers (Dettmers et al.).
@@ -130,9 +148,12 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
         !o.lora_dtype.empty() ? cli::choose(cli::float_formats, o.lora_dtype, "LoRA format")
         : t.precision.weights.payload_bits <= 16 ? fp32::value
                                                  : element_format{};
-    t.finetune = o.qlora ? lora_finetuning(rank, targets.c_str(), adapters, nf4_double_quant::value,
-                                           bf16::value)
-                         : lora_finetuning(rank, targets.c_str(), adapters);
+    // The frozen base: QLoRA quantizes a 16-bit checkpoint to NF4 as it loads; a quantized
+    // checkpoint stays as stored.
+    element_format base{}, rest{};
+    if (o.qlora) base = nf4_double_quant::value, rest = bf16::value;
+    if (o.checkpoint) base = o.checkpoint->linear, rest = o.checkpoint->other;
+    t.finetune = lora_finetuning(rank, targets.c_str(), adapters, base, rest);
   } else if (o.lora_targets || !o.lora_dtype.empty()) {
     detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +
                   " applies with --lora-rank or --qlora only");

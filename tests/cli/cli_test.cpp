@@ -825,6 +825,34 @@ TEST_CASE("completion bash|zsh: a script from the parser's own options and table
   CHECK(run("completion fish").status == 2);
 }
 
+TEST_CASE("train honours a checkpoint's quantization_config: adapters over it, or a refusal") {
+  nlohmann::json config = nlohmann::json::parse(slurp(data_dir + "/hf/llama-3-8b.json"));
+  config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
+  const std::string gptq = "vramfit_cli_gptq_" + std::to_string(getpid()) + ".json";
+  std::ofstream(gptq) << config.dump();
+  config["quantization_config"] = {{"quant_method", "fp8"}};
+  const std::string fp8 = "vramfit_cli_fp8_" + std::to_string(getpid()) + ".json";
+  std::ofstream(fp8) << config.dump();
+  // Adapters over the GPTQ base: the frozen weights are the checkpoint's, as infer counts them.
+  const nlohmann::json trained =
+      nlohmann::json::parse(run("train -m " + gptq + " --lora-rank 8 -f json").out);
+  const nlohmann::json served = nlohmann::json::parse(run("infer -m " + gptq + " -f json").out);
+  std::int64_t frozen = -1;
+  for (const nlohmann::json& e : trained.at("entries"))
+    if (e.at("name") == "weights (frozen)") frozen = e.at("bytes").get<std::int64_t>();
+  CHECK(frozen == served.at("memory").at("weights").get<std::int64_t>());
+  // Its weights themselves are not trained, --qlora would quantize it again, FP8 is not trained.
+  const result full = run("train -m " + gptq);
+  CHECK(full.status == 2);
+  CHECK(full.err.find("train adapters over it with --lora-rank") != std::string::npos);
+  CHECK(run("train --qlora -m " + gptq).status == 2);
+  CHECK(run("train --lora-rank 8 -m " + fp8).status == 2);
+  // gpt-oss's MXFP4 experts are dequantized to train them.
+  CHECK(run("train -s 256 -m " + data_dir + "/hf/gpt-oss-20b.json").status == 0);
+  std::filesystem::remove(gptq);
+  std::filesystem::remove(fp8);
+}
+
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
   const auto title = [](const std::string& args) {
     return nlohmann::json::parse(run("train -f json " + args).out)
