@@ -149,11 +149,11 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
         : t.precision.weights.payload_bits <= 16 ? fp32::value
                                                  : element_format{};
     // The frozen base: QLoRA quantizes a 16-bit checkpoint to NF4 as it loads; a quantized
-    // checkpoint stays as stored.
-    element_format base{}, rest{};
-    if (o.qlora) base = nf4_double_quant::value, rest = bf16::value;
-    if (o.checkpoint) base = o.checkpoint->linear, rest = o.checkpoint->other;
-    t.finetune = lora_finetuning(rank, targets.c_str(), adapters, base, rest);
+    // checkpoint stays as stored (gpt-oss's MXFP4 experts are dequantized: trains_checkpoint).
+    weight_layout base{};
+    if (o.qlora) base = bnb_4bit<>::value;
+    if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
+    t.finetune = lora_finetuning(rank, targets.c_str(), adapters, base.linear, base.other);
   } else if (o.lora_targets || !o.lora_dtype.empty()) {
     detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +
                   " applies with --lora-rank or --qlora only");
