@@ -117,7 +117,9 @@ and after it, from `tests/validation/gpu_measure.py`) is replayed from the segme
 when the step began (`caching_allocator::adopt_segment`). Each request must land in the block
 PyTorch chose for it, at the same address (best fit by size then address, the split rules), and
 after the last free the segments must hold the same blocks (merging). The test
-`validation.allocator_traces` fails on any difference.
+`validation.allocator_traces` fails on any difference. These steady-state steps reserve nothing
+new, so segment sizes, out-of-memory releases and garbage collection are not exercised here (the
+unit tests derive them by hand), nor expandable segments (no traced step uses them).
 
 | traced step | requests | frees | segments held | reserved (B) | new segments (traced / simulated) | placed elsewhere | segment maps after |
 |---|---:|---:|---:|---:|---:|---:|---|
