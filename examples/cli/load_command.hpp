@@ -68,8 +68,7 @@ inline int run_load(const load_options& o) {
   std::ostringstream title;
   title << "Loading " << m.name << " | weights " << w.name << " | " << o.init << " init | "
         << l.world() << (l.world() == 1 ? " GPU" : " GPUs");
-  const std::string verdict = fits ? "fits, " + size(g.capacity - required) + " free"
-                                   : "does not fit, " + size(required - g.capacity) + " over";
+  const std::string verdict = fit_verdict(required, g.capacity);
   if (o.format == "json") {
     const nlohmann::json j{{"configuration", title.str()},
                            {"weights", p.weights.count},

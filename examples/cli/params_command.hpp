@@ -38,9 +38,11 @@ inline std::int64_t parameter_count(const std::string& text) {
   return static_cast<std::int64_t>(n);
 }
 
-/// Refuses every option of `cmd` given beside --params but those in `allowed`.
-inline void only_with_params(const CLI::App& cmd, std::initializer_list<std::string_view> allowed,
-                             const char* needs) {
+/// The count `n` that --params gives, after refusing every other option of `cmd` but those in
+/// `allowed` and a format other than a table or JSON.
+inline std::int64_t params_given(const CLI::App& cmd,
+                                 std::initializer_list<std::string_view> allowed, const char* needs,
+                                 const std::string& n, const std::string& format) {
   for (const CLI::Option* o : cmd.get_options()) {
     if (o->count() == 0) continue;
     const std::vector<std::string>& long_names = o->get_lnames();
@@ -52,6 +54,9 @@ inline void only_with_params(const CLI::App& cmd, std::initializer_list<std::str
       detail::raise("--params counts " + std::string(needs) + " of N parameters; --" + name +
                     " needs a model (give --model instead)");
   }
+  if (format != "table" && format != "json")
+    detail::raise("--params prints a table or json, got -f " + format);
+  return parameter_count(n);
 }
 
 /// One flat tensor of `n` parameters: per-parameter figures do not depend on its shape (but
@@ -98,8 +103,7 @@ inline int print_params(const std::string& format, const std::string& title, std
     std::snprintf(line, sizeof line, "  %-18s %14s  (%.4g B per parameter)\n", "total",
                   size(total).c_str(), per_parameter);
     std::cout << line << "\n  " << g.name << ": " << size(g.capacity) << " -> "
-              << (fits ? "fits, " + size(g.capacity - total) + " free"
-                       : "does not fit, " + size(total - g.capacity) + " over")
+              << fit_verdict(total, g.capacity)
               << "\n  Nothing else is counted: no activations, buffers or runtime overheads.\n";
   }
   return check && !fits ? 1 : 0;
@@ -108,22 +112,19 @@ inline int print_params(const std::string& format, const std::string& title, std
 /// `vramfit train --params N`: the model states of N trained parameters, sharded as --dp,
 /// --zero and --fsdp say.
 inline int run_train_params(const CLI::App& cmd, const train_options& o, const std::string& n) {
-  only_with_params(
+  const std::int64_t count = params_given(
       cmd,
       {"precision", "grad-dtype", "optimizer", "optimizer-impl", "amsgrad", "momentum", "centered",
        "dp", "zero", "zero-impl", "fsdp", "fsdp-version", "gpu", "format", "check"},
-      "the model states");
-  if (o.format != "table" && o.format != "json")
-    detail::raise("--params prints a table or json, got -f " + o.format);
-  const std::int64_t count = parameter_count(n);
+      "the model states", n, o.format);
   // The layout and policies as for any model; the states are those of the flat tensor.
   const model& stand_in = models::llama_3_8b::value;
   const training_plan_value plan = build_plan(for_model(o, stand_in), stand_in);
-  const memory_ledger l = model_states(plan.setup, flat_tensor(count), 0);
   const training& t = plan.setup;
   if (t.optimizer.kind == optimizer_kind::adafactor || t.optimizer.kind == optimizer_kind::muon)
     detail::raise(std::string(t.optimizer.name) +
                   "'s states depend on the shapes of the weight matrices: give --model");
+  const memory_ledger l = model_states(t, flat_tensor(count), 0);
   std::string title = "Model states of " + report::grouped(count) + " parameters | " +
                       t.precision.name + " | " + t.optimizer.name;
   if (t.layout.data > 1) title += " | data " + std::to_string(t.layout.data);
@@ -136,10 +137,8 @@ inline int run_train_params(const CLI::App& cmd, const train_options& o, const s
 
 /// `vramfit infer --params N`: N weights in the --weights layout.
 inline int run_infer_params(const CLI::App& cmd, const infer_options& o, const std::string& n) {
-  only_with_params(cmd, {"weights", "gpu", "format", "check"}, "the weights");
-  if (o.format != "table" && o.format != "json")
-    detail::raise("--params prints a table or json, got -f " + o.format);
-  const std::int64_t count = parameter_count(n);
+  const std::int64_t count =
+      params_given(cmd, {"weights", "gpu", "format", "check"}, "the weights", n, o.format);
   const weight_layout w = weights_for(o.weights, {models::llama_3_8b::value, std::nullopt});
   const std::string title = "Weights of " + report::grouped(count) + " parameters | " + w.name;
   return print_params(o.format, title, count, {{"weights", storage_bytes(w.linear, count)}},

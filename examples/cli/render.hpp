@@ -86,9 +86,7 @@ inline std::string up_to(std::int64_t n, const char* before, const char* after, 
 }
 
 inline std::string verdict(const estimate& e) {
-  const fit_report& f = e.fit;
-  return f.fits() ? "fits, " + size(f.available - f.required) + " free"
-                  : "does not fit, " + size(f.required - f.available) + " over";
+  return fit_verdict(e.fit.required, e.fit.available);
 }
 
 inline void print_table(std::ostream& out, const estimate& e) {

@@ -15,4 +15,10 @@ inline std::string size(bytes b) {
   return to_string(b, size_prefixes);
 }
 
+/// "fits, X free" or "does not fit, Y over": `required` against `available`.
+inline std::string fit_verdict(bytes required, bytes available) {
+  return required <= available ? "fits, " + size(available - required) + " free"
+                               : "does not fit, " + size(required - available) + " over";
+}
+
 }  // namespace vramfit::cli
