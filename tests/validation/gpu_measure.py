@@ -155,6 +155,12 @@ MODELS = {
     "llama3-8b-2l": (GPU_DIR + "/configs/llama-3-8b-2l.json", ("tests/data/hf/llama-3-8b.json", {"num_hidden_layers": 2})),
     "llama3-8b-4l": (GPU_DIR + "/configs/llama-3-8b-4l.json", ("tests/data/hf/llama-3-8b.json", {"num_hidden_layers": 4})),
     "llama3-8b-8l": (GPU_DIR + "/configs/llama-3-8b-8l.json", ("tests/data/hf/llama-3-8b.json", {"num_hidden_layers": 8})),
+    # Whole models, for the full-size campaign (an H200's 141 GB).
+    "llama3-8b": ("tests/data/hf/llama-3-8b.json", None),
+    "qwen2.5-7b": ("tests/data/hf/qwen2.5-7b.json", None),
+    "mistral-7b": ("tests/data/hf/mistral-7b.json", None),
+    "qwen3-8b": ("tests/data/hf/qwen3-8b.json", None),
+    "phi-3-mini": ("tests/data/hf/phi-3-mini.json", None),
 }
 
 LORA_QV = {"r": 8, "alpha": 16, "dropout": 0.0, "targets": ["q_proj", "v_proj"]}
@@ -348,6 +354,55 @@ EXTRA_TRACES = [
     "llama3-8b-2l/bf16/adamw/b1s1024/sdpa/acc2", "llama3-8b-2l/bf16/adafactor/b1s1024/sdpa",
     "llama3-8b-2l/bf16/adamw/b1s1024/sdpa/gc-reentrant", "llama3-8b-2l/bf16/adamw/b1s1024/sdpa/lora8-all-linear",
 ]
+# Third campaign (an H200): step 1 traced, from an emptied allocator, so the trace holds every
+# segment the step creates: the configurations whose simulated peak reserved was furthest off, and
+# two controls (tagged "first-step-trace").
+FIRST_STEP_TRACES = [
+    "llama3-8b-2l/bf16/adamw/b1s1024/sdpa", "llama3-8b-2l/bf16/adamw/b8s1024/sdpa",
+    "llama3-8b-2l/bf16/adamw/b1s8192/sdpa", "qwen2.5-0.5b/bf16/adamw/b2s4096/sdpa",
+    "llama3-8b-2l/bf16/adamw/b4s2048/sdpa", "llama3-8b-2l/bf16/adamw/b4s2048/sdpa/expseg",
+    "llama3-8b-2l/bf16/sgd-momentum/b1s1024/sdpa", "llama3-8b-2l/bf16/adamw-forloop/b1s1024/sdpa",
+    "llama3-8b-2l/bf16/adamw/b4s2048/sdpa/gc-nonreentrant/lora8-all-linear", "gpt2/fp32/adamw/b1s512/eager",
+    "llama3-8b-2l/bf16/adamw/b1s4096/eager", "qwen2.5-0.5b/fp32/adamw/b4s1024/sdpa",
+    "qwen2.5-0.5b/amp-bf16/adamw/b4s2048/sdpa/expseg", "gpt2/fp32/adamw/b4s1024/sdpa/gc-nonreentrant",
+]
+
+
+def full_size():
+    """Fourth campaign (an H200): whole 4-8B models, as people fine-tune them on one big GPU."""
+    common = dict(optimizer="adamw", accum=1, gc="none", lora=None, alloc_conf="default", precision="bf16",
+                  attn="sdpa", trace=False)
+    cases = [
+        dict(common, model="llama3-8b", batch=1, seq=2048, trace=True, trace_step=1),
+        dict(common, model="llama3-8b", batch=1, seq=4096, gc="nonreentrant", trace=True, trace_step=1),
+        dict(common, model="llama3-8b", batch=2, seq=4096, gc="nonreentrant", optimizer="adamw-fused"),
+        dict(common, model="llama3-8b", batch=4, seq=4096, gc="nonreentrant", lora=LORA_ALL),
+        dict(common, model="qwen2.5-7b", batch=1, seq=4096, gc="nonreentrant"),
+        dict(common, model="mistral-7b", batch=1, seq=4096, optimizer="sgd-momentum"),
+        dict(common, model="qwen3-8b", batch=1, seq=2048, gc="nonreentrant"),
+        dict(common, model="phi-3-mini", batch=1, seq=4096),
+        # second call on the same machine
+        dict(common, model="phi-3-mini", batch=2, seq=2048, gc="nonreentrant", precision="amp-bf16"),
+        dict(common, model="llama3-8b", batch=1, seq=2048, alloc_conf="expandable_segments:True"),
+        dict(common, model="qwen2.5-7b", batch=2, seq=2048, gc="nonreentrant", accum=4),
+        dict(common, model="llama3-8b", batch=8, seq=2048, gc="nonreentrant", lora=LORA_QV, precision="amp-bf16"),
+        dict(common, model="mistral-7b", batch=1, seq=8192, gc="nonreentrant", optimizer="adamw-fused"),
+    ]
+    for c in cases:
+        c["id"] = config_id(c)
+    return cases
+
+
+def full_size_inference():
+    out = []
+    for model in ["llama3-8b", "qwen2.5-7b"]:
+        for batch, seq in [(1, 8192), (8, 4096)]:
+            for keep in [1, 0]:
+                out.append(dict(model=model, precision="bf16", attn="sdpa", batch=batch, seq=seq, logits_to_keep=keep,
+                                id="%s/infer/bf16/b%ds%d/sdpa/keep%d" % (model, batch, seq, keep)))
+    return out
+
+
 FRESH_CHECK = [
     "gpt2/fp32/adamw/b4s1024/sdpa", "gpt2/amp-bf16/adamw/b8s1024/sdpa", "qwen2.5-0.5b/amp-bf16/adamw/b2s1024/sdpa",
     "qwen2.5-0.5b/amp-bf16/adamw/b4s2048/sdpa/gc-nonreentrant", "llama3-8b-2l/bf16/adamw/b1s1024/sdpa",
@@ -583,6 +638,42 @@ def compact_trace(snap, device):
     return events, label_list
 
 
+class TracedStep:
+    """Records the allocator's history over one step (when enabled), with its segment map before and after."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __enter__(self):
+        import torch
+        if self.enabled:
+            self.before = torch.cuda.memory._snapshot()  # no history yet: the segments only
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                     max_entries=1_000_000)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        torch.cuda.synchronize()
+        if self.enabled:
+            try:
+                self.after = torch.cuda.memory._snapshot()
+            finally:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        return False
+
+    def trace(self, config_id, step, sentinels):
+        import torch
+        dev = torch.cuda.current_device()
+        events, labels = compact_trace(self.after, dev)
+        out = {"id": config_id, "step": step, "device": dev, "phase_sentinels": sentinels,
+               "fields": ["action", "addr", "size", "stream", "label"], "truncated": len(events) >= 1_000_000,
+               "segments_before": compact_segments(self.before), "segments_after": compact_segments(self.after),
+               "labels": labels, "events": events}
+        self.before = self.after = None
+        return out
+
+
 def _train_body(c, args, row, dtype, autocast_dtype):
     """Builds, runs and measures one configuration; its locals (model, optimizer, ...) die on return."""
     import torch
@@ -622,11 +713,15 @@ def _train_body(c, args, row, dtype, autocast_dtype):
     row["after_build_allocated"] = torch.cuda.memory_allocated()
     row["after_build_reserved"] = torch.cuda.memory_reserved()
 
-    # Step 1: warm-up.
+    # Step 1: warm-up (traced from here, where the allocator creates its segments, when asked).
     t0 = time.time()
-    p1 = Phases(True)
-    train_step(model, opt, scaler, batches, autocast_dtype, p1)
-    torch.cuda.synchronize()
+    trace_first = c["trace"] and c.get("trace_step") == 1 and not args.no_traces
+    p1 = Phases(True, {} if trace_first else None)
+    with TracedStep(trace_first) as recorder:
+        train_step(model, opt, scaler, batches, autocast_dtype, p1)
+    if trace_first:
+        trace = recorder.trace(c["id"], 1, p1.sentinels)
+        row["trace_events"] = len(trace["events"])
     row["step1"] = whole_step_stats(p1.list)
     row["scale_after_step1"] = scaler.get_scale() if scaler else None
 
@@ -689,33 +784,21 @@ def _train_body(c, args, row, dtype, autocast_dtype):
     row["steady"] = abs(row["step3_minus_step2_peak"]) <= 1 << 20
     row["time_s"] = round(time.time() - t0, 3)
 
-    # Step 4: traced.
-    if c["trace"] and not args.no_traces:
-        sentinels = {}
-        snap0 = torch.cuda.memory._snapshot()  # segments before (no history yet)
-        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=1_000_000)
-        try:
-            p4 = Phases(False, sentinels)
+    # Step 4: traced (a steady step: the segments exist already).
+    if c["trace"] and c.get("trace_step", 4) == 4 and not args.no_traces:
+        p4 = Phases(False, {})
+        with TracedStep(True) as recorder:
             train_step(model, opt, scaler, batches, autocast_dtype, p4)
-            torch.cuda.synchronize()
-            snap = torch.cuda.memory._snapshot()
-        finally:
-            torch.cuda.memory._record_memory_history(enabled=None)
-        dev = torch.cuda.current_device()
-        events, labels = compact_trace(snap, dev)
-        trace = {"id": c["id"], "device": dev, "phase_sentinels": sentinels,
-                 "fields": ["action", "addr", "size", "stream", "label"],
-                 "truncated": len(events) >= 1_000_000,
-                 "segments_before": compact_segments(snap0), "segments_after": compact_segments(snap),
-                 "labels": labels, "events": events}
-        del snap, snap0
-        row["trace_events"] = len(events)
+        trace = recorder.trace(c["id"], 4, p4.sentinels)
+        row["trace_events"] = len(trace["events"])
     return trace
 
 
 def run_train(c, args, out_files):
     import torch
     row = {k: c[k] for k in ("id", "model", "precision", "optimizer", "batch", "seq", "accum", "attn", "gc", "lora", "alloc_conf", "trace")}
+    if c["trace"]:
+        row["trace_step"] = c.get("trace_step", 4)
     row["kind"] = "train"
     dtypes = {"fp32": (torch.float32, None), "bf16": (torch.bfloat16, None),
               "amp-bf16": (torch.float32, torch.bfloat16), "amp-fp16": (torch.float32, torch.float16)}
@@ -915,6 +998,9 @@ def main():
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--tag", help="value of a 'run' field added to every row (e.g. repeat-inprocess)")
     ap.add_argument("--extra-traces", action="store_true", help="re-measure and trace the EXTRA_TRACES configurations")
+    ap.add_argument("--first-step-traces", action="store_true",
+                    help="re-measure the FIRST_STEP_TRACES configurations, tracing step 1")
+    ap.add_argument("--full-size", action="store_true", help="measure the full_size() configurations")
     ap.add_argument("--fresh-check", action="store_true", help="measure each FRESH_CHECK configuration in its own process")
     ap.add_argument("--write-configs", metavar="DIR", help="write the derived config files to DIR and exit (no torch)")
     args = ap.parse_args()
@@ -950,6 +1036,13 @@ def main():
     if args.extra_traces:
         train = [dict(c, trace=True) for c in train if c["id"] in EXTRA_TRACES]
         infer = []
+    if args.first_step_traces:
+        train = [dict(c, trace=True, trace_step=1) for c in train if c["id"] in FIRST_STEP_TRACES]
+        infer = []
+    if args.full_size:
+        rx = re.compile(args.only or "")
+        train = [c for c in full_size() if rx.search(c["id"]) and c["id"] not in done]
+        infer = [c for c in full_size_inference() if rx.search(c["id"]) and c["id"] not in done]
     if args.fresh_check:
         if not args.out:
             ap.error("--out is required")
