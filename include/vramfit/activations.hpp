@@ -177,21 +177,35 @@ constexpr bool fused_qkv(const model& m) {
 
 }  // namespace detail
 
-/// The attention that runs when `asked` is asked for. PyTorch's SDPA (`flash`) picks a kernel:
-/// cuDNN and FlashAttention take 16-bit inputs only, and the memory-efficient kernel takes no
-/// grouped-query heads (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+/// Whether Hugging Face's SDPA path gets an explicit attention mask in training. The causal mask
+/// is skipped for SDPA's is_causal only while the keys stay shorter than the sliding window
+/// (transformers masking_utils.py _ignore_causal_mask_sdpa: `local_attention_size is None or
+/// kv_length < local_attention_size`), so a window the sequence reaches makes a boolean
+/// [b, 1, s, s] mask. Modelled where every layer has the window (sliding_window_period 1:
+/// Mistral, Phi-3); the alternating windows of Gemma 2 are not.
+constexpr bool sdpa_gets_mask(const model& m, const activation_options& o) {
+  return m.sliding_window > 0 && m.sliding_window_period == 1 && o.sequence >= m.sliding_window;
+}
+
+/// The attention that runs when `o.attention` is asked for. PyTorch's SDPA (`flash`) picks a
+/// kernel: cuDNN and FlashAttention take 16-bit inputs only, and the memory-efficient kernel takes
+/// no grouped-query heads (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
 /// can_use_mem_efficient_attention: check_batch_size_and_num_heads_dense<false
 /// /*supports_grouped_query_attention*/>, torch 2.5 to 2.11). Hugging Face passes fewer KV heads
-/// with enable_gqa=True (integrations/sdpa_attention.py use_gqa_in_sdpa), so attention in fp32
-/// with grouped-query heads runs the math kernel (attention.cpp
-/// _scaled_dot_product_attention_math), which saves what eager attention saves: scaled Q, K and V
-/// repeated to every head, and the softmax output (measured on an H100, torch 2.11: Qwen2.5-0.5B
-/// fp32, docs/gpu-measurements.md).
+/// with enable_gqa=True only without a mask (integrations/sdpa_attention.py use_gqa_in_sdpa):
+/// - with a mask (sdpa_gets_mask) it repeats K and V to every head first (`sdpa`), and a kernel
+///   that takes a bias runs (cuDNN in 16 bits, the memory-efficient one in fp32);
+/// - without one, attention in fp32 with grouped-query heads runs the math kernel (attention.cpp
+///   _scaled_dot_product_attention_math), which saves what eager attention saves: scaled Q, K and
+///   V repeated to every head, and the softmax output (measured on an H100, torch 2.11:
+///   Qwen2.5-0.5B fp32, docs/gpu-measurements.md).
 constexpr attention_kind attention_kernel(const model& m, const precision& p,
-                                          attention_kind asked) {
+                                          const activation_options& o) {
+  if (o.attention != attention_kind::flash) return o.attention;
   const bool grouped = !m.is_mla() && !detail::fused_qkv(m) && m.kv_heads < m.heads;
+  if (sdpa_gets_mask(m, o)) return grouped ? attention_kind::sdpa : attention_kind::flash;
   const bool wide = p.compute.payload_bits > 16;
-  return asked == attention_kind::flash && grouped && wide ? attention_kind::eager : asked;
+  return grouped && wide ? attention_kind::eager : attention_kind::flash;
 }
 
 namespace detail {
@@ -214,7 +228,7 @@ class block_builder {
     // The residual stream is in the weights' format when it is wider (fp32 models, AMP).
     rho_ = p.weights.payload_bits > beta_ ? p.weights.payload_bits : beta_;
     autocast_ = p.autocast_weight_copies;
-    attention_ = attention_kernel(m, p, o.attention);
+    attention_ = attention_kernel(m, p, o);
   }
 
   /// A tensor of `width` values per token that every tensor-parallel rank holds in full, or
@@ -428,15 +442,30 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
           b.attention() == attention_kind::eager || b.attention() == attention_kind::sdpa;
       const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
       b.add("key (after rotary)", b.split(kv_saved * d), beta);
-      b.add("value", b.split(kv_saved * d), beta);
+      if (m.family == family::phi3 && kv_saved == kv)
+        // modeling_phi3.py slices Q, K and V out of one qkv_proj output; the rotary makes new Q
+        // and K, but the attention saves V, a view that keeps the whole output alive.
+        b.add("value (a view: keeps the qkv_proj output)", b.split((heads + 2 * kv) * d), beta);
+      else
+        b.add("value", b.split(kv_saved * d), beta);
     }
     if (b.attention() == attention_kind::eager) {
       eager_scores(b, m, o, heads);
       b.linear_input("attention output (merged heads, o_proj input)", b.split(1), heads * d,
                      {"o_proj"}, true);
     } else {
+      if (m.family == family::phi3 && beta == 16)
+        // Phi-3's rotary ends in torch.cat, so Q is contiguous heads-first, cuDNN's output takes
+        // Q's layout (aten/src/ATen/native/cudnn/MHA.cpp alloc_with_matching_layout), and
+        // transpose(1, 2).contiguous() copies it for o_proj: two tensors, where Llama's is one.
+        b.add("attention output (heads-first, kept by SDPA)", b.split(heads * d), beta);
       b.linear_input("attention output (o_proj input)", b.split(1), heads * d, {"o_proj"}, true);
       b.add("softmax log-sum-exp (fp32)", rows, 32);
+      if (sdpa_gets_mask(m, o))
+        // aten attention.cpp convert_boolean_attn_mask turns Hugging Face's boolean mask into an
+        // additive bias in Q's format in every layer's call, and the kernel saves it.
+        b.add("attention mask (SDPA's additive bias)", checked_mul(b.tokens(), o.sequence), beta,
+              true);
     }
   }
   if (o.hidden_dropout) b.dropout_mask("attention residual dropout mask", b.replicated(m.hidden));
@@ -651,7 +680,9 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
     const std::int64_t qkv_width =
         m.is_mla()
             ? heads * (2 * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim) + m.mla.v_head_dim)
-            : (heads + 2 * detail::local_kv_heads(m, t)) * m.head_dim;
+            : (heads +
+               2 * (b.attention() == attention_kind::sdpa ? heads : detail::local_kv_heads(m, t))) *
+                  m.head_dim;
     w.attention = bytes_for_bits(checked_mul(b.split(qkv_width), beta));
   }
   return w;

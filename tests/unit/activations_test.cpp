@@ -140,6 +140,30 @@ TEST_CASE("a Llama-style block with flash attention, by hand") {
                                recompute_kind::full) == bytes{2 * tau * h});
 }
 
+TEST_CASE("a sliding window the sequence reaches: SDPA gets a mask, K and V repeat, by hand") {
+  using namespace by_hand;
+  // Mistral-7B's layer is Llama-3-8B's with a 4,096-token window. At 4,096 tokens Hugging Face
+  // cannot leave the mask to is_causal, so it repeats K and V to all 32 heads (2 x 2 tau h, not
+  // 2 x 2 tau kv d) and SDPA keeps the mask as a bf16 bias of b s^2; flash's other tensors stay:
+  // Q 2 tau h, the output 2 tau h, the fp32 log-sum-exp 4 b H s.
+  const model& m = models::mistral_7b::value;
+  const std::int64_t attention = 2 * tau * h + 2 * 2 * tau * h + 2 * tau * h + 4 * b * H * s;
+  const std::int64_t bias = 2 * b * s * s;
+  const activation_options at_window{.micro_batch = b, .sequence = s};
+  CHECK(attention_kernel(m, pure<bf16>::value, at_window) == attention_kind::sdpa);
+  CHECK(layer_activation_bytes(m, pure<bf16>::value, at_window, {}, false, recompute_kind::none) ==
+        bytes{norms + attention + bias + swiglu});
+  // One token short of the window: no mask, grouped-query flash as Llama's.
+  const activation_options under{.micro_batch = b, .sequence = s - 128};
+  CHECK(attention_kernel(m, pure<bf16>::value, under) == attention_kind::flash);
+  CHECK(layer_activation_bytes(m, pure<bf16>::value, under, {}, false, recompute_kind::none) ==
+        layer_activation_bytes(models::llama_3_8b::value, pure<bf16>::value, under, {}, false,
+                               recompute_kind::none));
+  // In fp32 the mask's repeat lets the memory-efficient kernel run (not the math kernel that
+  // grouped heads without a mask get): flash's tensors, in fp32.
+  CHECK(attention_kernel(m, fp32_training::value, at_window) == attention_kind::sdpa);
+}
+
 TEST_CASE("SDPA in fp32 with grouped-query heads runs the math kernel: eager's tensors, by hand") {
   using namespace by_hand;
   // No fp32 kernel of FlashAttention or cuDNN, and the memory-efficient one takes no GQA: the
@@ -150,16 +174,16 @@ TEST_CASE("SDPA in fp32 with grouped-query heads runs the math kernel: eager's t
   const std::int64_t fp32_norms = 2 * (4 * tau * h + 4 * tau + 4 * tau * h) + 2 * 4 * tau * h;
   const model& m = models::llama_3_8b::value;
   const activation_options o{.micro_batch = b, .sequence = s, .attention = attention_kind::flash};
-  CHECK(attention_kernel(m, fp32_training::value, attention_kind::flash) == attention_kind::eager);
+  CHECK(attention_kernel(m, fp32_training::value, o) == attention_kind::eager);
   CHECK(layer_activation_bytes(m, fp32_training::value, o, {}, false, recompute_kind::none) ==
         bytes{fp32_norms + attention + 4 * tau * f * 4});
   // 16-bit inputs keep FlashAttention, as does fp32 without grouped heads (the memory-efficient
   // kernel: GPT-2), and Hugging Face's repeat_kv path (K and V already repeated).
-  CHECK(attention_kernel(m, pure<bf16>::value, attention_kind::flash) == attention_kind::flash);
-  CHECK(attention_kernel(m, amp<bf16>::value, attention_kind::flash) == attention_kind::flash);
-  CHECK(attention_kernel(models::gpt2::value, fp32_training::value, attention_kind::flash) ==
-        attention_kind::flash);
-  CHECK(attention_kernel(m, fp32_training::value, attention_kind::sdpa) == attention_kind::sdpa);
+  CHECK(attention_kernel(m, pure<bf16>::value, o) == attention_kind::flash);
+  CHECK(attention_kernel(m, amp<bf16>::value, o) == attention_kind::flash);
+  CHECK(attention_kernel(models::gpt2::value, fp32_training::value, o) == attention_kind::flash);
+  CHECK(attention_kernel(m, fp32_training::value, {.attention = attention_kind::sdpa}) ==
+        attention_kind::sdpa);
   // Measured on an H100 (torch 2.11, tests/validation/gpu/steps.jsonl): Qwen2.5-0.5B (14 heads,
   // 2 KV heads) in fp32 with SDPA peaks at the start of backward at 18,203,640,320 B with 2
   // sequences of 1,024 and 30,332,936,704 B with 4: 12,129,296,384 B for two sequences more.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vramfit/activations.hpp>
+#include <vramfit/hf_config.hpp>
 
 using namespace vramfit;
 
@@ -62,5 +63,34 @@ TEST_CASE("per-layer activation bytes agree with PyTorch autograd's saved tensor
     const double error =
         std::abs(static_cast<double>(predicted.count - measured)) / static_cast<double>(measured);
     CHECK(error < 0.01);
+  }
+}
+
+// Real Hugging Face decoder layers on an H200 with the GPU's kernels (torch 2.11, transformers
+// 5.17; tests/validation/saved_tensors_hf.py): cuDNN attention in 16 bits and the
+// memory-efficient kernel in fp32, Phi-3's fused projections, and the mask a sliding window
+// makes (Phi-3's 2,047 and Mistral's 4,096, reached by 4,096 tokens). Each layer's bytes to the
+// byte, but for the two int64 scalars (the dropout RNG's seed and offset) the attention kernels
+// save, which vramfit leaves out.
+TEST_CASE("per-layer bytes of Hugging Face models agree with autograd's saved tensors on a GPU") {
+  const std::string dir = std::string(VRAMFIT_TEST_DATA_DIR) + "/../validation/";
+  std::ifstream in(dir + "gpu/h200/saved_tensors_hf.json");
+  REQUIRE(in.good());
+  const nlohmann::json data = nlohmann::json::parse(in);
+  const nlohmann::json& cases = data.at("cases");
+  REQUIRE(cases.size() == 7);
+  for (const nlohmann::json& c : cases) {
+    std::ifstream config(dir + "../../" + c.at("config_file").get<std::string>());
+    REQUIRE(config.good());
+    const model m = model_from_hf_config(nlohmann::json::parse(config));
+    const bool fp32 = c.at("dtype") == "fp32";
+    const activation_options o{
+        .micro_batch = c.at("batch"), .sequence = c.at("seq"), .attention = attention_kind::flash};
+    const bytes predicted = layer_activation_bytes(
+        m, fp32 ? fp32_training::value : pure<bf16>::value, o, {}, false, recompute_kind::none);
+    const std::int64_t measured = c.at("per_layer_bytes").at(1);  // a middle layer
+    CAPTURE(c.at("model").get<std::string>());
+    CAPTURE(c.at("seq").get<std::int64_t>());
+    CHECK(predicted.count + 16 == measured);
   }
 }

@@ -387,6 +387,9 @@ def full_size():
         dict(common, model="qwen2.5-7b", batch=2, seq=2048, gc="nonreentrant", accum=4),
         dict(common, model="llama3-8b", batch=8, seq=2048, gc="nonreentrant", lora=LORA_QV, precision="amp-bf16"),
         dict(common, model="mistral-7b", batch=1, seq=8192, gc="nonreentrant", optimizer="adamw-fused"),
+        # third call: the sliding-window rows without a mask (sequence under the window)
+        dict(common, model="mistral-7b", batch=1, seq=2048, optimizer="sgd-momentum"),
+        dict(common, model="phi-3-mini", batch=2, seq=1024),
     ]
     for c in cases:
         c["id"] = config_id(c)
@@ -1042,7 +1045,7 @@ def main():
     if args.full_size:
         rx = re.compile(args.only or "")
         train = [c for c in full_size() if rx.search(c["id"]) and c["id"] not in done]
-        infer = [c for c in full_size_inference() if rx.search(c["id"]) and c["id"] not in done]
+        infer = [c for c in full_size_inference() if rx.search(c["id"]) and c["id"] not in done and not args.no_inference]
     if args.fresh_check:
         if not args.out:
             ap.error("--out is required")
