@@ -4,7 +4,10 @@ cmake_minimum_required(VERSION 3.25)  # script mode: use current policies
 #                                          "// [start:region]" and "// [end:region]" of
 #                                          ROOT/examples/file.cpp;
 #   <!-- vramfit: ARGS -->                the next ```text block is what `CLI ARGS` prints;
-#   <!-- vramfit-svg: FILE ARGS -->       ROOT/docs/FILE is what `CLI ARGS` prints.
+#   <!-- vramfit-svg: FILE ARGS -->       ROOT/docs/FILE is what `CLI ARGS` prints;
+#   <!-- vramfit-python: NAME -->         the next ```python block is kept, and the ```text block
+#                                          after it is what running it prints (with -DPYTHON and
+#                                          -DPYTHONPATH, the built module; skipped without them).
 # MODE=check fails on a difference; MODE=write rewrites the blocks and files.
 
 function(read_region file region out)
@@ -35,6 +38,45 @@ function(run_cli args out)
   set(${out} "${output}" PARENT_SCOPE)
 endfunction()
 
+# The ```python block at the start of `text` and the ```text block after it: `code` is the
+# first's body, `old` the second's, `rest` what follows the second's closing fence.
+function(split_python_block page marker text code old rest)
+  set(open_python "```python\n")
+  string(FIND "${text}" "${open_python}" open)
+  if(NOT open EQUAL 0)
+    message(FATAL_ERROR "${page}: ${marker} must be followed by a ```python block")
+  endif()
+  string(LENGTH "${open_python}" skip)
+  string(SUBSTRING "${text}" ${skip} -1 body)
+  set(between "```\n\n```text\n")
+  string(FIND "${body}" "${between}" close)
+  if(close EQUAL -1)
+    message(FATAL_ERROR "${page}: ${marker}: the ```python block must be followed by a blank "
+                        "line and a ```text block")
+  endif()
+  string(SUBSTRING "${body}" 0 ${close} python)
+  string(LENGTH "${between}" skip)
+  math(EXPR after "${close} + ${skip}")
+  string(SUBSTRING "${body}" ${after} -1 output)
+  string(FIND "${output}" "```" end)
+  string(SUBSTRING "${output}" 0 ${end} shown)
+  string(SUBSTRING "${output}" ${end} -1 remainder)
+  set(${code} "${python}" PARENT_SCOPE)
+  set(${old} "${shown}" PARENT_SCOPE)
+  set(${rest} "${remainder}" PARENT_SCOPE)
+endfunction()
+
+function(run_python page code out)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PYTHONPATH}
+                          PYTHONDONTWRITEBYTECODE=1 ${PYTHON} -c "${code}"
+                  WORKING_DIRECTORY ${ROOT}
+                  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE errors)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${page}: a python block failed (${result}): ${errors}")
+  endif()
+  set(${out} "${output}" PARENT_SCOPE)
+endfunction()
+
 set(stale "")
 file(GLOB pages ${ROOT}/docs/*.md)
 list(APPEND pages ${ROOT}/README.md)
@@ -42,7 +84,8 @@ foreach(page IN LISTS pages)
   file(READ ${page} text)
   set(result "")
   while(TRUE)
-    string(REGEX MATCH "<!-- (snippet|vramfit|vramfit-svg): [^\n]* -->\n" marker "${text}")
+    string(REGEX MATCH "<!-- (snippet|vramfit|vramfit-svg|vramfit-python): [^\n]* -->\n" marker
+           "${text}")
     if(NOT marker)
       break()
     endif()
@@ -53,6 +96,18 @@ foreach(page IN LISTS pages)
     string(SUBSTRING "${text}" ${after} -1 rest)
     string(APPEND result "${before}")
     set(text "${rest}")
+    if(marker MATCHES "^<!-- vramfit-python: ")
+      if(NOT PYTHON)
+        continue()  # no module built: the blocks stay as they are
+      endif()
+      split_python_block(${page} "${marker}" "${text}" code shown text)
+      run_python(${page} "${code}" output)
+      if(NOT shown STREQUAL output)
+        list(APPEND stale "${page}: ${marker}")
+      endif()
+      string(APPEND result "```python\n${code}```\n\n```text\n${output}")
+      continue()
+    endif()
     if(marker MATCHES "^<!-- vramfit-svg: ([^ ]+) (.*) -->\n$")
       set(svg_file ${ROOT}/docs/${CMAKE_MATCH_1})
       run_cli("${CMAKE_MATCH_2}" svg)

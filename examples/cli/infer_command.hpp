@@ -4,9 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vramfit/vramfit.hpp>
@@ -113,7 +113,7 @@ inline bytes checked_size(std::int64_t mib, const char* option) {
   return bytes{detail::checked_mul(mib, MiB.size)};
 }
 
-inline int run_infer(const infer_options& given) {
+inline int run_infer(std::ostream& out, const infer_options& given) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
   infer_options o = given;
@@ -177,24 +177,21 @@ inline int run_infer(const infer_options& given) {
         {"sequences", b.sequences},
         {"fits", b.sequences >= o.batch}};
     if (o.format == "json") {
-      std::cout << j.dump(2) << "\n";
+      out << j.dump(2) << "\n";
     } else {
-      std::cout << title.str() << "\nvLLM KV pool at " << *o.utilization << " % of " << g.name
-                << " ("
-                << (g.cuda_total > bytes{}
-                        ? size(b.total) + " as cudaMemGetInfo reports"
-                        : size(b.total) + ", its capacity: no cudaMemGetInfo reading")
-                << "; profile run " << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs
-                << " sequences)\n\n"
-                << "  requested          " << size(b.requested) << "\n"
-                << "  - weights          " << size(b.weights) << "\n"
-                << "  - profile run peak " << size(b.profile_peak) << "\n"
-                << "  - non-torch        " << size(b.non_torch) << "\n"
-                << "  - CUDA graphs      " << size(b.cuda_graphs) << "\n"
-                << "  = KV pool          " << size(b.kv_pool) << "\n\n"
-                << "  " << report::grouped(b.kv_tokens) << " KV tokens, "
-                << report::grouped(b.sequences) << " concurrent sequences of " << context
-                << " tokens\n";
+      out << title.str() << "\nvLLM KV pool at " << *o.utilization << " % of " << g.name << " ("
+          << (g.cuda_total > bytes{} ? size(b.total) + " as cudaMemGetInfo reports"
+                                     : size(b.total) + ", its capacity: no cudaMemGetInfo reading")
+          << "; profile run " << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs
+          << " sequences)\n\n"
+          << "  requested          " << size(b.requested) << "\n"
+          << "  - weights          " << size(b.weights) << "\n"
+          << "  - profile run peak " << size(b.profile_peak) << "\n"
+          << "  - non-torch        " << size(b.non_torch) << "\n"
+          << "  - CUDA graphs      " << size(b.cuda_graphs) << "\n"
+          << "  = KV pool          " << size(b.kv_pool) << "\n\n"
+          << "  " << report::grouped(b.kv_tokens) << " KV tokens, " << report::grouped(b.sequences)
+          << " concurrent sequences of " << context << " tokens\n";
     }
     return o.check && b.sequences < o.batch ? 1 : 0;
   }
@@ -210,19 +207,19 @@ inline int run_infer(const infer_options& given) {
   e.fit.required = peak(e.ledger);
   e.fit.available = g.capacity;
   if (o.format == "json")
-    std::cout << cli::to_json(e).dump(2) << "\n";
+    out << cli::to_json(e).dump(2) << "\n";
   else if (o.format == "markdown")
-    cli::print_markdown(std::cout, e);
+    cli::print_markdown(out, e);
   else if (o.format == "svg")
-    cli::print_svg(std::cout, e);
+    cli::print_svg(out, e);
   else {
-    cli::print_table(std::cout, e);
+    cli::print_table(out, e);
     const std::int64_t batch = max_batch(m, l, w, kv, r, g, 65536);
     const std::int64_t longest = max_context(m, l, w, kv, r, g);
-    std::cout << "  At this context, "
-              << cli::up_to(batch, "up to ", " sequences fit", "not one sequence fits")
-              << "; at this batch, "
-              << cli::up_to(longest, "up to ", " tokens", "not one token fits") << ".\n";
+    out << "  At this context, "
+        << cli::up_to(batch, "up to ", " sequences fit", "not one sequence fits")
+        << "; at this batch, " << cli::up_to(longest, "up to ", " tokens", "not one token fits")
+        << ".\n";
   }
   return o.check && !e.fit.fits() ? 1 : 0;
 }

@@ -32,9 +32,30 @@ struct named_model {
   std::optional<nlohmann::json> config;
 };
 
-/// A preset by its key or its name in any case ("Llama-3-8B"), or a config.json file, or a
-/// folder holding one (a downloaded checkpoint).
+/// The name of a config.json given as text: the last part of its _name_or_path
+/// ("meta-llama/Meta-Llama-3-8B": "Meta-Llama-3-8B"), else its model_type.
+inline std::string config_text_name(const nlohmann::json& config) {
+  for (const char* key : {"_name_or_path", "model_type"}) {
+    const auto it = config.find(key);
+    if (it == config.end() || !it->is_string()) continue;
+    std::string name = it->get<std::string>();
+    while (!name.empty() && name.back() == '/') name.pop_back();
+    name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0: the whole name
+    if (!name.empty()) return name;
+  }
+  return "config";
+}
+
+/// A preset by its key or its name in any case ("Llama-3-8B"), a config.json file, a folder
+/// holding one (a downloaded checkpoint), or a config.json's text ("{...}": what the Python
+/// module passes for a dict, so that no file is written).
 inline named_model load_model(const std::string& name) {
+  if (!name.empty() && name.front() == '{') {
+    nlohmann::json config = detail::parse_config(name, "--model's config.json text");
+    if (!config.is_object()) detail::raise("--model's config.json text is not a JSON object");
+    const model m = model_from_hf_config(config, config_text_name(config));
+    return {m, std::move(config)};
+  }
   std::error_code ec;
   const std::size_t slash = name.find('/');
   if (slash != std::string::npos && slash > 0 && slash + 1 < name.size() &&

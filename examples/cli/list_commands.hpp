@@ -2,8 +2,8 @@
 // `vramfit models`, `gpus` and `frameworks`: the presets as tables or JSON.
 #pragma once
 
-#include <iostream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vramfit/vramfit.hpp>
 
@@ -13,16 +13,16 @@
 namespace vramfit::cli {
 
 /// A listing as JSON rows or as its table.
-inline int print_list(const std::string& format, const nlohmann::json& rows,
+inline int print_list(std::ostream& out, const std::string& format, const nlohmann::json& rows,
                       const report::table& t) {
   if (format == "json")
-    std::cout << rows.dump(2) << "\n";
+    out << rows.dump(2) << "\n";
   else
-    std::cout << t;
+    out << t;
   return 0;
 }
 
-inline int run_models(const std::string& format) {
+inline int run_models(std::ostream& out, const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "parameters", "active per token", "layers", "hidden"});
   for (const preset& p : presets) {
@@ -35,10 +35,10 @@ inline int run_models(const std::string& format) {
            report::grouped(active_parameters(p.value, l)), std::to_string(p.value.layers),
            std::to_string(p.value.hidden)});
   }
-  return print_list(format, rows, t);
+  return print_list(out, format, rows, t);
 }
 
-inline int run_gpus(const std::string& format) {
+inline int run_gpus(std::ostream& out, const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "GiB", "GB", "bytes", "source"});
   for (const gpu_preset& g : gpu_presets) {
@@ -49,10 +49,10 @@ inline int run_gpus(const std::string& format) {
     t.add({g.key, g.value.name, to_string(g.value.capacity, GiB), to_string(g.value.capacity, GB),
            report::grouped(g.value.capacity.count), g.value.source});
   }
-  return print_list(format, rows, t);
+  return print_list(out, format, rows, t);
 }
 
-inline int run_frameworks(const std::string& format) {
+inline int run_frameworks(std::ostream& out, const std::string& format) {
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"framework", "command", "option", "value", "recipe", "source"});
   constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA", "FSDP with --pp"};
@@ -69,7 +69,7 @@ inline int run_frameworks(const std::string& format) {
                     {"command", f.subcommand},
                     {"defaults", defaults}});
   }
-  return print_list(format, rows, t);
+  return print_list(out, format, rows, t);
 }
 
 }  // namespace vramfit::cli

@@ -4,8 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <iostream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vramfit/vramfit.hpp>
@@ -50,7 +50,7 @@ inline void add_load_options(CLI::App& c, load_options& o) {
   c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
 }
 
-inline int run_load(const load_options& o) {
+inline int run_load(std::ostream& out, const load_options& o) {
   const named_model named = load_model(o.model);
   const model& m = named.value;
   const gpu g = gpu_named(o.gpu);
@@ -80,7 +80,7 @@ inline int run_load(const load_options& o) {
                            {"total", required.count},
                            {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
                            {"fits", fits}};
-    std::cout << j.dump(2) << "\n";
+    out << j.dump(2) << "\n";
   } else {
     report::table t({"what", "bytes"});
     t.add({"loaded weights", size(p.weights)});
@@ -89,8 +89,8 @@ inline int run_load(const load_options& o) {
     t.add({"CUDA context", size(total(context))});
     t.add({"total", size(required)});
     if (p.host > bytes{}) t.add({"host memory", size(p.host)});
-    std::cout << title.str() << "\n\n"
-              << t << "\n  " << g.name << ": " << size(g.capacity) << " -> " << verdict << "\n";
+    out << title.str() << "\n\n"
+        << t << "\n  " << g.name << ": " << size(g.capacity) << " -> " << verdict << "\n";
   }
   return o.check && !fits ? 1 : 0;
 }

@@ -3,8 +3,8 @@
 // data-parallel degree (which shards only under ZeRO or FSDP) over its TP x PP x CP.
 #pragma once
 
-#include <iostream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <vramfit/vramfit.hpp>
 
 #include "sizes.hpp"
@@ -15,7 +15,7 @@ namespace vramfit::cli {
 /// The largest data-parallel degree tried: 2^20 replicas.
 inline constexpr std::int64_t max_data_parallel_searched = std::int64_t{1} << 20;
 
-inline int run_min_gpus(const train_options& given) {
+inline int run_min_gpus(std::ostream& out, const train_options& given) {
   if (!given.sweep.empty() || given.timeline)
     detail::raise("min-gpus answers one number: leave out --sweep and --timeline");
   const named_model named = load_model(given.model);
@@ -33,23 +33,22 @@ inline int run_min_gpus(const train_options& given) {
     nlohmann::json j = to_json(e);
     j["min_gpus"] = data > 0 ? data * per_replica : 0;
     j["data_parallel"] = data;
-    std::cout << j.dump(2) << "\n";
+    out << j.dump(2) << "\n";
     return 0;
   }
   if (data == 0) {
-    std::cout << "Not one data-parallel degree up to "
-              << report::grouped(max_data_parallel_searched) << " fits " << g.name << " ("
-              << size(g.capacity) << ")"
-              << (l.zero == sharding::none ? ": without ZeRO or FSDP, more replicas do not "
-                                             "shard anything (try --zero or --fsdp)"
-                                           : "")
-              << ".\n";
+    out << "Not one data-parallel degree up to " << report::grouped(max_data_parallel_searched)
+        << " fits " << g.name << " (" << size(g.capacity) << ")"
+        << (l.zero == sharding::none ? ": without ZeRO or FSDP, more replicas do not "
+                                       "shard anything (try --zero or --fsdp)"
+                                     : "")
+        << ".\n";
     return 0;
   }
-  std::cout << "Fewest GPUs: " << report::grouped(data * per_replica) << " (data parallel " << data;
-  if (per_replica > 1) std::cout << " x TP x PP x CP " << per_replica;
-  std::cout << ", powers of two tried)\n\n";
-  print_table(std::cout, e);
+  out << "Fewest GPUs: " << report::grouped(data * per_replica) << " (data parallel " << data;
+  if (per_replica > 1) out << " x TP x PP x CP " << per_replica;
+  out << ", powers of two tried)\n\n";
+  print_table(out, e);
   return 0;
 }
 

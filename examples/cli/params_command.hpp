@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <initializer_list>
-#include <iostream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,9 +73,9 @@ inline tensor_ledger flat_tensor(std::int64_t n) {
 }
 
 /// Prints `rows` (name, bytes) with their total against `g`: a table or JSON.
-inline int print_params(const std::string& format, const std::string& title, std::int64_t n,
-                        const std::vector<std::pair<std::string, bytes>>& rows, const gpu& g,
-                        bool check) {
+inline int print_params(std::ostream& out, const std::string& format, const std::string& title,
+                        std::int64_t n, const std::vector<std::pair<std::string, bytes>>& rows,
+                        const gpu& g, bool check) {
   bytes total{};
   for (const auto& [name, b] : rows) total += b;
   const bool fits = total <= g.capacity;
@@ -84,34 +84,35 @@ inline int print_params(const std::string& format, const std::string& title, std
     nlohmann::json memory;
     for (const auto& [name, b] : rows) memory[name] = b.count;
     memory["total"] = total.count;
-    std::cout << nlohmann::json{{"configuration", title},
-                                {"params", n},
-                                {"memory", memory},
-                                {"bytes_per_parameter", per_parameter},
-                                {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
-                                {"fits", fits}}
-                     .dump(2)
-              << "\n";
+    out << nlohmann::json{{"configuration", title},
+                          {"params", n},
+                          {"memory", memory},
+                          {"bytes_per_parameter", per_parameter},
+                          {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                          {"fits", fits}}
+               .dump(2)
+        << "\n";
   } else {
-    std::cout << title << "\n\n";
+    out << title << "\n\n";
     for (const auto& [name, b] : rows) {
       char line[96];
       std::snprintf(line, sizeof line, "  %-18s %14s\n", name.c_str(), size(b).c_str());
-      std::cout << line;
+      out << line;
     }
     char line[96];
     std::snprintf(line, sizeof line, "  %-18s %14s  (%.4g B per parameter)\n", "total",
                   size(total).c_str(), per_parameter);
-    std::cout << line << "\n  " << g.name << ": " << size(g.capacity) << " -> "
-              << fit_verdict(total, g.capacity)
-              << "\n  Nothing else is counted: no activations, buffers or runtime overheads.\n";
+    out << line << "\n  " << g.name << ": " << size(g.capacity) << " -> "
+        << fit_verdict(total, g.capacity)
+        << "\n  Nothing else is counted: no activations, buffers or runtime overheads.\n";
   }
   return check && !fits ? 1 : 0;
 }
 
 /// `vramfit train --params N`: the model states of N trained parameters, sharded as --dp,
 /// --zero and --fsdp say.
-inline int run_train_params(const CLI::App& cmd, const train_options& o, const std::string& n) {
+inline int run_train_params(std::ostream& out, const CLI::App& cmd, const train_options& o,
+                            const std::string& n) {
   const std::int64_t count = params_given(
       cmd,
       {"precision", "grad-dtype", "optimizer", "optimizer-impl", "amsgrad", "momentum", "centered",
@@ -132,16 +133,17 @@ inline int run_train_params(const CLI::App& cmd, const train_options& o, const s
   for (component c : {component::weights, component::gradients, component::master_weights,
                       component::optimizer_states})
     if (total(l, c) > bytes{}) rows.emplace_back(to_string(c), total(l, c));
-  return print_params(o.format, title, count, rows, gpu_named(o.gpu), o.check);
+  return print_params(out, o.format, title, count, rows, gpu_named(o.gpu), o.check);
 }
 
 /// `vramfit infer --params N`: N weights in the --weights layout.
-inline int run_infer_params(const CLI::App& cmd, const infer_options& o, const std::string& n) {
+inline int run_infer_params(std::ostream& out, const CLI::App& cmd, const infer_options& o,
+                            const std::string& n) {
   const std::int64_t count =
       params_given(cmd, {"weights", "gpu", "format", "check"}, "the weights", n, o.format);
   const weight_layout w = weights_for(o.weights, {models::llama_3_8b::value, std::nullopt});
   const std::string title = "Weights of " + report::grouped(count) + " parameters | " + w.name;
-  return print_params(o.format, title, count, {{"weights", storage_bytes(w.linear, count)}},
+  return print_params(out, o.format, title, count, {{"weights", storage_bytes(w.linear, count)}},
                       gpu_named(o.gpu), o.check);
 }
 

@@ -55,7 +55,7 @@ class progress_bar {
   bool drawn_ = false;
 };
 
-inline int run_plan(const CLI::App& cmd, const std::vector<std::string>& train,
+inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<std::string>& train,
                     const train_options& given, const plan_options& p) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
@@ -143,29 +143,29 @@ inline int run_plan(const CLI::App& cmd, const std::vector<std::string>& train,
       }
       answer["all"] = all;
     }
-    std::cout << answer.dump(2) << "\n";
+    out << answer.dump(2) << "\n";
   } else if (o.format == "svg") {
-    cli::print_plan_svg(std::cout, title.str(), ranked, g);
+    cli::print_plan_svg(out, title.str(), ranked, g);
   } else {
-    std::cout << (o.format == "markdown" ? "**" + title.str() + "**" : title.str()) << "\n\n"
-              << assumptions << "\n\n";
+    out << (o.format == "markdown" ? "**" + title.str() + "**" : title.str()) << "\n\n"
+        << assumptions << "\n\n";
     if (ranked.empty()) {
-      std::cout << "No layout of " << report::grouped(p.gpus) << " GPUs fits"
-                << (r.offloaded ? ", even with offload" : "") << ".\n\n";
+      out << "No layout of " << report::grouped(p.gpus) << " GPUs fits"
+          << (r.offloaded ? ", even with offload" : "") << ".\n\n";
     } else {
-      if (r.offloaded) std::cout << "Nothing fits without offload; offloaded layouts:\n\n";
-      std::cout << cli::plan_table(ranked, g) << "\nReproduce #1: `" << joined(ranked.front().argv)
-                << "`\n\n";
+      if (r.offloaded) out << "Nothing fits without offload; offloaded layouts:\n\n";
+      out << cli::plan_table(ranked, g) << "\nReproduce #1: `" << joined(ranked.front().argv)
+          << "`\n\n";
     }
-    std::cout << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << r.counts[0]
-              << ", outranked " << report::grouped(r.counts[5]) << ", does not fit "
-              << report::grouped(r.counts[1]) << ", breaks a rule " << report::grouped(r.counts[2])
-              << ", batch does not divide " << report::grouped(r.counts[3]) << ", cannot beat #"
-              << space.top << " (not evaluated) " << report::grouped(r.counts[4]) << ".\n";
+    out << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << r.counts[0]
+        << ", outranked " << report::grouped(r.counts[5]) << ", does not fit "
+        << report::grouped(r.counts[1]) << ", breaks a rule " << report::grouped(r.counts[2])
+        << ", batch does not divide " << report::grouped(r.counts[3]) << ", cannot beat #"
+        << space.top << " (not evaluated) " << report::grouped(r.counts[4]) << ".\n";
     for (std::size_t i = 0; i < layout_rule_count; ++i)
       if (r.rules[i] > 0)
-        std::cout << "  " << to_string(static_cast<layout_rule>(i)) << ": "
-                  << report::grouped(r.rules[i]) << "\n";
+        out << "  " << to_string(static_cast<layout_rule>(i)) << ": " << report::grouped(r.rules[i])
+            << "\n";
     if (p.all) {
       report::table t({"layout", "micro-batch", "recompute", "per GPU", "step (s)", "verdict"});
       for (const plan_candidate& c : listed)
@@ -174,7 +174,7 @@ inline int run_plan(const CLI::App& cmd, const std::vector<std::string>& train,
                c.time.total() > 0 ? cli::seconds(c.time.total()) : "-",
                c.verdict == rejection::breaks_a_rule ? to_string(c.rule)
                                                      : reasons[static_cast<int>(c.verdict)]});
-      std::cout << "\nEvery candidate:\n\n" << t;
+      out << "\nEvery candidate:\n\n" << t;
     }
   }
   return o.check && ranked.empty() ? 1 : 0;

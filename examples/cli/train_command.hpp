@@ -2,8 +2,8 @@
 // `vramfit train`: one estimate, a sweep of them, or the step's timeline.
 #pragma once
 
-#include <iostream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -78,7 +78,7 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   return e;
 }
 
-inline int run_train(const train_options& given) {
+inline int run_train(std::ostream& out, const train_options& given) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
   const train_options o = for_model(given, named);
@@ -90,7 +90,7 @@ inline int run_train(const train_options& given) {
       detail::raise(
           "--explain lists one layer's saved tensors: leave out --sweep, --timeline "
           "and -f svg");
-    cli::print_explain(std::cout, describe(o, plan), plan, o.format);
+    cli::print_explain(out, describe(o, plan), plan, o.format);
     return 0;
   }
   if (!o.sweep.empty()) {
@@ -123,22 +123,22 @@ inline int run_train(const train_options& given) {
     }
     const std::string title = describe(o, plan) + " | sweep " + o.sweep;
     if (o.format == "svg") {
-      cli::print_sweep_svg(std::cout, title, o.sweep.c_str(), points, *g);
+      cli::print_sweep_svg(out, title, o.sweep.c_str(), points, *g);
     } else if (o.format == "json") {
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& p : points)
         rows.push_back(
             {{o.sweep, p.x}, {"total", p.required.count}, {"fits", p.required <= g->capacity}});
-      std::cout << nlohmann::json{{"configuration", title},
-                                  {"device", {{"name", g->name}, {"capacity", g->capacity.count}}},
-                                  {"sweep", rows}}
-                       .dump(2)
-                << "\n";
+      out << nlohmann::json{{"configuration", title},
+                            {"device", {{"name", g->name}, {"capacity", g->capacity.count}}},
+                            {"sweep", rows}}
+                 .dump(2)
+          << "\n";
     } else {
-      std::cout << title << "\n\n";
+      out << title << "\n\n";
       for (const auto& p : points)
-        std::cout << "  " << o.sweep << " " << p.x << ": " << size(p.required)
-                  << (p.required <= g->capacity ? "  fits\n" : "  does not fit\n");
+        out << "  " << o.sweep << " " << p.x << ": " << size(p.required)
+            << (p.required <= g->capacity ? "  fits\n" : "  does not fit\n");
     }
     return 0;
   }
@@ -147,30 +147,28 @@ inline int run_train(const train_options& given) {
     const step_timeline tl = step_timeline_of(plan.setup, plan.batch, e.stage);
     const cli::timeline_view v{e, tl};
     if (o.format == "json")
-      std::cout << cli::timeline_json(v).dump(2) << "\n";
+      out << cli::timeline_json(v).dump(2) << "\n";
     else if (o.format == "svg")
-      cli::print_timeline_svg(std::cout, v);
+      cli::print_timeline_svg(out, v);
     else
-      cli::print_timeline_table(std::cout, v, o.format == "markdown");
+      cli::print_timeline_table(out, v, o.format == "markdown");
   } else if (o.format == "json") {
     nlohmann::json j = cli::to_json(e);
     j["max_micro_batch"] = max_micro_batch(plan, *g);
     j["max_sequence"] = max_sequence(plan, *g);
-    std::cout << j.dump(2) << "\n";
+    out << j.dump(2) << "\n";
   } else if (o.format == "markdown") {
-    cli::print_markdown(std::cout, e);
+    cli::print_markdown(out, e);
   } else if (o.format == "svg") {
-    cli::print_svg(std::cout, e);
+    cli::print_svg(out, e);
   } else {
-    cli::print_table(std::cout, e);
+    cli::print_table(out, e);
     const std::int64_t batch = max_micro_batch(plan, *g), longest = max_sequence(plan, *g);
-    std::cout << "  At this sequence, "
-              << cli::up_to(batch, "up to ", " sequences per micro-batch fit",
-                            "not one sequence fits")
-              << "; at this micro-batch, "
-              << cli::up_to(longest, "sequences up to ", " tokens",
-                            "not even a one-token sequence fits")
-              << ".\n";
+    out << "  At this sequence, "
+        << cli::up_to(batch, "up to ", " sequences per micro-batch fit", "not one sequence fits")
+        << "; at this micro-batch, "
+        << cli::up_to(longest, "sequences up to ", " tokens", "not even a one-token sequence fits")
+        << ".\n";
   }
   return o.check && !e.fit.fits() ? 1 : 0;
 }

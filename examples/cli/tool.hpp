@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: MIT
+// The whole tool as an object: its parser (every subcommand and option), and a run of it that
+// writes to the streams it is given. main.cpp runs it on the process's streams; the Python module
+// (examples/python) runs it in-process on strings and reads its parser for the keyword names.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+#include <vramfit/vramfit.hpp>
+
+#include "completion.hpp"
+#include "infer_command.hpp"
+#include "list_commands.hpp"
+#include "load_command.hpp"
+#include "min_gpus_command.hpp"
+#include "params_command.hpp"
+#include "plan_command.hpp"
+#include "train_command.hpp"
+
+namespace vramfit::cli {
+
+/// The parser and the values it fills in. Its options point into it: it neither copies nor moves,
+/// and it parses once.
+class tool {
+ public:
+  tool();
+  tool(const tool&) = delete;
+  tool& operator=(const tool&) = delete;
+
+  /// Runs the words after the program's name. Bad input: one line on `err` and 2; "does not fit"
+  /// with --check: 1.
+  int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+  [[nodiscard]] const CLI::App& app() const { return app_; }
+
+ private:
+  int dispatch(std::ostream& out);
+
+  CLI::App app_{
+      "vramfit: how much memory each GPU needs to train a large language model, and whether it "
+      "fits.\n"
+      "Every byte from the same constexpr formulas as the C++ library; sizes in GiB/MiB (2^30/2^20 "
+      "B), or GB/MB with --units GB.",
+      "vramfit"};  // help and errors say "vramfit", not the path the tool was started from
+  std::string units_ = "GiB";
+  train_options train_, fewest_, plan_;
+  plan_options space_;
+  std::vector<std::string> train_names_;  // the train options, for the argv of each candidate
+  load_options load_;
+  infer_options infer_;
+  std::string params_;
+  std::string list_format_ = "table";
+  std::string shell_;
+  CLI::App *train_cmd_, *min_gpus_cmd_, *plan_cmd_, *load_cmd_, *infer_cmd_, *models_cmd_,
+      *gpus_cmd_, *frameworks_cmd_, *completion_cmd_;
+};
+
+inline tool::tool() {
+  app_.set_version_flag("--version", std::string("vramfit ") + vramfit::version);
+  app_.add_option("--units", units_,
+                  "GiB (2^30 B, the default) or GB (10^9 B): how tables, Markdown and SVG write "
+                  "sizes; JSON gives bytes (before or after the subcommand)")
+      ->check(CLI::IsMember({"GiB", "GB"}));
+  app_.fallthrough();  // `vramfit train --units GB` as well as `vramfit --units GB train`
+  app_.require_subcommand(1);
+  train_cmd_ = app_.add_subcommand("train", "Memory per GPU of a training step");
+  add_train_options(*train_cmd_, train_);
+  min_gpus_cmd_ = app_.add_subcommand(
+      "min-gpus", "The fewest GPUs a training configuration fits on (its data-parallel degree)");
+  add_train_options(*min_gpus_cmd_, fewest_);
+  plan_cmd_ = app_.add_subcommand(
+      "plan",
+      "Search every layout of N GPUs (DP x TP x PP x CP x EP, sharding, recompute, micro-batch, "
+      "virtual stages; offload if nothing else fits) and rank those that fit by estimated step "
+      "time. Train options given fix their knob (--tp 8: only TP 8)");
+  add_train_options(*plan_cmd_, plan_);
+  for (const CLI::Option* o : plan_cmd_->get_options()) train_names_.push_back(long_name(*o));
+  plan_cmd_->add_option("--gpus", space_.gpus, "GPUs every candidate uses")
+      ->check(positive)
+      ->capture_default_str();
+  plan_cmd_->add_option("--global-batch", space_.global_batch,
+                        "Sequences per optimizer step (default: one per GPU)");
+  plan_cmd_->add_option("--top", space_.top, "How many layouts to show")->capture_default_str();
+  plan_cmd_->add_flag("--all", space_.all,
+                      "List every candidate with its verdict (evaluates all: slower)");
+  plan_cmd_
+      ->add_option("--max-tp", space_.max_tp,
+                   "Largest tensor-parallel degree (default: the GPUs of a node)")
+      ->check(positive);
+  plan_cmd_->add_option("--max-pp", space_.max_pp, "Largest pipeline degree (default: the layers)")
+      ->check(positive);
+  plan_cmd_->add_option("--max-cp", space_.max_cp, "Largest context-parallel degree")
+      ->check(positive);
+  plan_cmd_->add_flag("--no-offload", space_.no_offload, "Never offload to the host");
+  plan_cmd_->add_option("--sharding", space_.sharding,
+                        "Sharding to search: deepspeed (default), megatron, fsdp or any");
+  plan_cmd_->add_option("--gpus-per-node", space_.net.gpus_per_node, "GPUs per node")
+      ->check(positive)
+      ->capture_default_str();
+  plan_cmd_->add_option("--intra-bw", space_.net.intra_node_gb_per_s,
+                        "GB/s per GPU and direction within a node (default: the GPU's link)");
+  plan_cmd_
+      ->add_option("--inter-bw", space_.net.inter_node_gb_per_s,
+                   "GB/s per GPU and direction between nodes")
+      ->capture_default_str();
+  plan_cmd_
+      ->add_option("--host-bw", space_.net.host_gb_per_s, "GB/s per GPU to the host, for offload")
+      ->capture_default_str();
+  plan_cmd_->add_option("--mfu", space_.net.mfu, "Fraction of the peak FLOP/s the matmuls reach")
+      ->capture_default_str();
+  plan_cmd_->add_option("--peak-tflops", space_.net.peak_tflops,
+                        "Dense 16-bit TFLOP/s per GPU (default: the GPU's datasheet figure)");
+  load_cmd_ = app_.add_subcommand(
+      "load", "Memory per GPU while a model is loaded or initialized, before its first step");
+  add_load_options(*load_cmd_, load_);
+  infer_cmd_ = app_.add_subcommand(
+      "infer", "Memory per GPU of inference: weights, KV cache, working memory");
+  add_infer_options(*infer_cmd_, infer_);
+  train_cmd_->add_flag("--explain", train_.explain,
+                       "Instead of the estimate, what autograd saves for one layer, tensor by "
+                       "tensor: its part, bits, elements and bytes (table, markdown or json)");
+  // --params: N parameters without a model (train: their model states; infer: their weights).
+  for (CLI::App* cmd : {train_cmd_, infer_cmd_})
+    cmd->add_option("--params", params_,
+                    "N parameters without a model, such as 7e9: their model states (train, with "
+                    "--precision, --optimizer, --dp, --zero, --fsdp) or weights (infer, with "
+                    "--weights); other options need a model");
+  models_cmd_ = app_.add_subcommand("models", "List the model presets");
+  gpus_cmd_ = app_.add_subcommand("gpus", "List the GPU presets and their capacities");
+  frameworks_cmd_ = app_.add_subcommand(
+      "frameworks", "List the --framework presets: the defaults each sets, and their sources");
+  for (CLI::App* cmd : {models_cmd_, gpus_cmd_, frameworks_cmd_})
+    cmd->add_option("--format,-f", list_format_, "table or json")
+        ->check(CLI::IsMember({"table", "json"}));
+  completion_cmd_ =
+      app_.add_subcommand("completion",
+                          "A shell completion script, from this parser and its tables: "
+                          "source <(vramfit completion bash), or zsh");
+  completion_cmd_->add_option("shell", shell_, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
+}
+
+inline int tool::run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+    app_.parse(reversed);
+    size_prefixes = units_ == "GB" ? prefixes::decimal : prefixes::binary;
+    return dispatch(out);
+  } catch (const CLI::CallForHelp& e) {
+    return app_.exit(e, out, err);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app_.exit(e, out, err);
+  } catch (const CLI::CallForVersion& e) {
+    return app_.exit(e, out, err);
+  } catch (const CLI::ParseError& e) {
+    err << "vramfit: " << e.what() << " (see vramfit --help)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    err << (what.rfind("vramfit:", 0) == 0 ? what : "vramfit: " + what) << "\n";
+    return 2;
+  }
+}
+
+inline int tool::dispatch(std::ostream& out) {
+  if (train_cmd_->parsed() && !params_.empty())
+    return run_train_params(out, *train_cmd_, train_, params_);
+  if (infer_cmd_->parsed() && !params_.empty())
+    return run_infer_params(out, *infer_cmd_, infer_, params_);
+  if (train_cmd_->parsed()) {
+    apply_framework(*train_cmd_, train_);
+    return run_train(out, train_);
+  }
+  if (min_gpus_cmd_->parsed()) {
+    apply_framework(*min_gpus_cmd_, fewest_);
+    return run_min_gpus(out, fewest_);
+  }
+  if (load_cmd_->parsed()) return run_load(out, load_);
+  if (infer_cmd_->parsed()) {
+    apply_framework(*infer_cmd_, infer_);
+    return run_infer(out, infer_);
+  }
+  if (plan_cmd_->parsed()) {
+    apply_framework(*plan_cmd_, plan_);
+    return run_plan(out, *plan_cmd_, train_names_, plan_, space_);
+  }
+  if (models_cmd_->parsed()) return run_models(out, list_format_);
+  if (gpus_cmd_->parsed()) return run_gpus(out, list_format_);
+  if (frameworks_cmd_->parsed()) return run_frameworks(out, list_format_);
+  if (completion_cmd_->parsed()) print_completion(out, app_, shell_);
+  return 0;
+}
+
+}  // namespace vramfit::cli

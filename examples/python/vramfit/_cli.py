@@ -1,0 +1,37 @@
+"""The command-line tool in-process: one run of `vramfit ARGS...`, and its refusals as Error."""
+
+from typing import NamedTuple
+
+from . import _vramfit
+
+
+class Error(ValueError):
+    """Input the tool refuses (it exits 2): the tool's one-line message, without its
+    " (see vramfit --help)", which points at the command line."""
+
+
+class Run(NamedTuple):
+    """What `vramfit ARGS...` returned and printed."""
+
+    status: int
+    out: str
+    err: str
+
+
+_HELP_HINT = " (see vramfit --help)"
+
+
+def cli(*args: str) -> Run:
+    """Runs `vramfit ARGS...` in-process, as the shell would: cli('train', '-m', 'llama-3-8b')."""
+    return Run(*_vramfit.run([str(a) for a in args]))
+
+
+def run_or_raise(args):
+    """Runs `vramfit ARGS...`; raises Error with its message when it refuses the input."""
+    run = cli(*args)
+    if run.status == 2:
+        message = run.err.rstrip("\n")
+        if message.endswith(_HELP_HINT):
+            message = message[: -len(_HELP_HINT)]
+        raise Error(message)
+    return run

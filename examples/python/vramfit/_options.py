@@ -1,0 +1,78 @@
+"""Keyword arguments as the tool's own words: each keyword is an option of the subcommand with
+its dashes as underscores (micro_batch= is --micro-batch), read from the tool's parser."""
+
+import difflib
+import functools
+import os
+
+from . import _vramfit
+
+# Options the package sets itself: it reads the tool's JSON, whose numbers are bytes.
+_RESERVED = {
+    "format": "the package reads the tool's JSON (--format json); vramfit.cli(...) prints its "
+    "tables",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def known_options(subcommand):
+    """{keyword: (option, kind, values)} of a subcommand, from the tool's parser."""
+    return {
+        name.replace("-", "_"): (name, kind, tuple(values))
+        for name, kind, values in _vramfit.options(subcommand)
+        if name not in _RESERVED
+    }
+
+
+def _word(keyword, value):
+    """One value as the tool reads it: numbers exactly (repr of a float round-trips)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # the shortest text that reads back as the same double; nan, inf
+    if isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    argument = getattr(value, "argument", None)  # a vramfit.Model
+    if isinstance(argument, str):
+        return argument
+    raise TypeError(f"{keyword}= takes a number or a string, not {type(value).__name__}")
+
+
+def _unknown(function, keyword, known):
+    if keyword in _RESERVED:
+        return TypeError(f"{function}() does not take {keyword}=: {_RESERVED[keyword]}")
+    close = difflib.get_close_matches(keyword, known, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return TypeError(f"{function}() got an unexpected keyword argument '{keyword}'{hint}")
+
+
+def argv(subcommand, options, function):
+    """The words after "vramfit" for `subcommand` with keyword arguments `options`, in the
+    order given; None leaves an option out, a flag takes True or False, a repeatable option a
+    value or a list of them."""
+    known = known_options(subcommand)
+    words = [subcommand]
+    for keyword, value in options.items():
+        if keyword not in known:
+            raise _unknown(function, keyword, known)
+        if value is None:
+            continue
+        option, kind, _ = known[keyword]
+        if kind == "flag":
+            if not isinstance(value, bool):
+                raise TypeError(f"{keyword}= is a flag (--{option}): True or False, "
+                                f"not {value!r}")
+            if value:
+                words.append(f"--{option}")
+        elif kind == "list":
+            values = value if isinstance(value, (list, tuple)) else [value]
+            words += [f"--{option}={_word(keyword, v)}" for v in values]
+        elif isinstance(value, (list, tuple)):
+            raise TypeError(f"{keyword}= (--{option}) takes one value, not a list")
+        else:
+            words.append(f"--{option}={_word(keyword, value)}")
+    return words + ["--format=json"]

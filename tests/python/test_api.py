@@ -1,0 +1,158 @@
+"""The package's objects against the tool's JSON: results, models and presets, plans, and
+assert_fits against the compile error itself (docs/troubleshooting.md holds g++'s output)."""
+
+import json
+import os
+import pathlib
+import re
+import shlex
+import unittest
+
+import vramfit
+from support import ROOT, run_cli
+from vramfit._results import FIT_REPORT
+
+
+def cli_json(*words):
+    status, out, errors = run_cli([*words, "--format", "json"])
+    assert status in (0, 1), errors
+    return json.loads(out)
+
+
+class Results(unittest.TestCase):
+    def test_estimate_figures_are_the_tools(self):
+        expected = cli_json("train", "--model", "llama-3-70b", "--fsdp", "full", "--dp", "8")
+        r = vramfit.train(model="llama-3-70b", fsdp="full", dp=8)
+        self.assertEqual(r.peak, expected["memory"]["total"])
+        self.assertEqual(r.fits, expected["fits"])
+        self.assertEqual(r.capacity, expected["device"]["capacity"])
+        self.assertEqual(set(r.breakdown), set(expected["at_peak"]))
+        for component, size in r.breakdown.items():
+            self.assertEqual(size, expected["memory"][component])
+        self.assertEqual(dict(r), expected)
+        self.assertEqual(r.model, expected["model"])
+        self.assertEqual(r["entries"], expected["entries"])
+        with self.assertRaisesRegex(AttributeError, "no 'peek'"):
+            r.peek  # noqa: B018
+
+    def test_command_reproduces_the_json(self):
+        r = vramfit.infer(model="qwen2.5-7b", weights="awq", batch=4)
+        status, out, _ = run_cli(shlex.split(r.command)[1:])
+        self.assertEqual((status, out), (0, r.to_json()))
+
+    def test_breakdown_sums_to_the_peak_at_the_peak(self):
+        r = vramfit.train(model="llama-3-8b", zero=3, dp=8)
+        self.assertEqual(sum(r["at_peak"].values()), r.peak)
+
+    def test_load(self):
+        expected = cli_json("load", "--model", "llama-3-70b", "--weights", "nf4")
+        r = vramfit.load(model="llama-3-70b", weights="nf4")
+        self.assertEqual((r.peak, r.fits), (expected["total"], expected["fits"]))
+        self.assertEqual(sum(r.breakdown.values()), r.peak)
+
+    def test_plan_best_is_train_with_its_arguments(self):
+        p = vramfit.plan(model="llama-3-8b", gpus=8)
+        chosen = cli_json("plan", "--model", "llama-3-8b", "--gpus", "8")["chosen"]
+        self.assertEqual(p.peak, chosen["required"])
+        status, out, _ = run_cli([*chosen["argv"][1:], "--format", "json"])
+        self.assertEqual((status, p.best.to_json()), (0, out))
+        self.assertEqual(p.best.peak, p.peak)
+        self.assertEqual(p.breakdown, p.best.breakdown)
+
+    def test_plan_where_nothing_fits(self):
+        p = vramfit.plan(model="llama-3-70b", gpus=1, no_offload=True)
+        self.assertEqual((p.fits, p.peak, p.best, p.breakdown), (False, None, None, None))
+
+    def test_cli_in_process_is_the_binary(self):
+        for words in (["train", "-m", "llama-3-8b", "--dp", "2", "--zero", "1"],
+                      ["--units", "GB", "infer", "-m", "qwen2.5-7b"], ["models"], ["--version"],
+                      ["train", "--dp", "0"]):
+            with self.subTest(words=words):
+                self.assertEqual(tuple(vramfit.cli(*words)), run_cli(words))
+
+    def test_docstrings_are_the_tools_help(self):
+        _, usage, _ = run_cli(["train", "--help"])
+        self.assertIn(usage.rstrip("\n"), vramfit.train.__doc__)
+        self.assertEqual(vramfit.min_gpus.__name__, "min_gpus")
+
+
+class Models(unittest.TestCase):
+    CONFIG = os.path.join(ROOT, "tests", "data", "hf", "qwen2.5-0.5b.json")
+
+    def test_a_dict_is_the_file(self):
+        with open(self.CONFIG, encoding="utf-8") as f:
+            config = json.load(f)
+        from_dict = vramfit.Model.from_hf_config(config, name="qwen2.5-0.5b")
+        from_path = vramfit.Model.from_hf_config(pathlib.Path(self.CONFIG))
+        self.assertEqual(from_dict.name, "qwen2.5-0.5b")
+        _, expected, _ = run_cli(["train", "--model", self.CONFIG, "--lora-rank", "8",
+                                  "--format", "json"])
+        for model in (from_dict, from_path):
+            self.assertEqual(vramfit.train(model=model, lora_rank=8).to_json(), expected)
+
+    def test_a_dict_is_named_by_name_or_path(self):
+        with open(self.CONFIG, encoding="utf-8") as f:
+            config = dict(json.load(f), _name_or_path="Qwen/Qwen2.5-0.5B-Instruct")
+
+        class PretrainedConfig:  # transformers' configs give their dict so
+            def to_dict(self):
+                return config
+
+        model = vramfit.Model.from_hf_config(PretrainedConfig())
+        self.assertEqual(model.name, "Qwen2.5-0.5B-Instruct")
+        expected = cli_json("infer", "--model", json.dumps(config))
+        self.assertEqual(vramfit.infer(model=model).to_json(),
+                         json.dumps(expected, indent=2, sort_keys=True) + "\n")
+        self.assertEqual(model.parameters, expected["model"]["parameters"])
+
+    def test_presets_are_the_tools(self):
+        rows = cli_json("models")
+        models = vramfit.models()
+        self.assertEqual([m.key for m in models], [r["key"] for r in rows])
+        self.assertEqual([(m.name, m.parameters, m.active_parameters) for m in models],
+                         [(r["name"], r["parameters"], r["active_parameters"]) for r in rows])
+        self.assertEqual(vramfit.train(model=models[7]).to_json(),
+                         vramfit.train(model=rows[7]["key"]).to_json())
+        self.assertEqual(vramfit.gpus(), cli_json("gpus"))
+        self.assertEqual(vramfit.frameworks(), cli_json("frameworks"))
+
+
+class AssertFits(unittest.TestCase):
+    def test_fit_report_fields_are_fit_hpp(self):
+        with open(os.path.join(ROOT, "include", "vramfit", "fit.hpp"), encoding="utf-8") as f:
+            listed = re.search(r'fit_report\{(required[^}]*)\}', f.read().replace('"\n', ""))
+        names = re.sub(r'\s*"\s*', "", listed.group(1)).split(",")
+        self.assertEqual(tuple(n.strip() for n in names), FIT_REPORT)
+
+    def test_the_compile_errors_numbers(self):
+        # tests/compile_fail/plan_does_not_fit.cpp: Llama-3-8B, amp<bf16>, AdamW, one H100,
+        # micro-batch 1 x 4096, the library's default (fixed-share) allocator reserve. g++'s
+        # error for it is in docs/troubleshooting.md (checked by docs.troubleshooting).
+        with open(os.path.join(ROOT, "docs", "troubleshooting.md"), encoding="utf-8") as f:
+            page = f.read()
+        section = page[page.index('<a id="does-not-fit">'):]
+        template = re.search(r"fit_report\{(vramfit::bytes\{\d+\}(, )?)+\}", section).group(0)
+        compiled = [int(n) for n in re.findall(r"bytes\{(\d+)\}", template)]
+        with self.assertRaises(vramfit.DoesNotFit) as raised:
+            vramfit.assert_fits(model="llama-3-8b", precision="amp-bf16", seq_len=4096,
+                                reserve="share")
+        message = str(raised.exception)
+        self.assertTrue(message.startswith("vramfit: the plan does not fit the GPU"))
+        named = re.search(r"fit_report\{([^}]*)\}", message).group(1)
+        pairs = [pair.split("=") for pair in named.split(", ")]
+        self.assertEqual([name for name, _ in pairs], list(FIT_REPORT))
+        self.assertEqual([int(n) for _, n in pairs], compiled)
+        self.assertEqual(raised.exception.result.report(), dict(zip(FIT_REPORT, compiled)))
+
+    def test_returns_what_fits(self):
+        r = vramfit.assert_fits(model="llama-3-8b", fsdp="full", dp=8)
+        self.assertTrue(r.fits)
+        self.assertIs(vramfit.assert_fits(r), r)
+        with self.assertRaises(vramfit.DoesNotFit):
+            vramfit.assert_fits(vramfit.infer(model="llama-3-70b", gpu="rtx-4090"))
+        with self.assertRaisesRegex(TypeError, "not both"):
+            vramfit.assert_fits(r, dp=2)
+
+
+if __name__ == "__main__":
+    unittest.main()
