@@ -103,6 +103,9 @@ struct segment {
   int stream = 0;
   bool small = false, expandable = false, released = false;
   int first = -1;  ///< its lowest block
+  /// Its rank in address order, which breaks best fit's ties (BlockComparatorSize): its index
+  /// (creation order) unless a replay gave cudaMalloc's address (next_segment_address()).
+  std::int64_t address = 0;
 };
 
 }  // namespace caching
@@ -193,7 +196,7 @@ class caching_allocator {
     if (map.empty()) caching::adopted_segment_must_be_reachable(0, 0, 0);
     const int first = static_cast<int>(blocks_.size());
     const auto s = static_cast<std::int64_t>(segments_.size());
-    segments_.push_back({total, stream, small, false, false, first});
+    push_segment({total, stream, small, false, false, first});
     reserve(total, small);
     ++stats_.segments;
     ++pool_of(small).segments;
@@ -217,6 +220,11 @@ class caching_allocator {
     if (stats_.allocated > stats_.peak_allocated) mark_peak();
     return first;
   }
+
+  /// Where the next segment created or adopted lies: a replay of a real trace passes the address
+  /// cudaMalloc gave it, so that best fit breaks ties as PyTorch did. Without it segments rank in
+  /// creation order, a stand-in: the driver decides where each lands.
+  constexpr void next_segment_address(std::int64_t address) { next_address_ = address; }
 
   /// torch.cuda.reset_peak_memory_stats().
   constexpr void reset_peaks() {
@@ -267,6 +275,7 @@ class caching_allocator {
   /// size, address.
   std::vector<int> free_;
   std::int64_t large_searches_ = 0;  ///< get_free_block calls on the large pool, under GC
+  std::int64_t next_address_ = -1;   ///< of the next segment, when a replay gave it
 
   constexpr caching::block& at(int b) { return blocks_[static_cast<std::size_t>(b)]; }
   [[nodiscard]] constexpr const caching::block& at(int b) const {
@@ -294,11 +303,11 @@ class caching_allocator {
   [[nodiscard]] constexpr order key(int b) const {
     const caching::block& x = at(b);
     const caching::segment& s = segment_of(x);
-    return {s.stream, s.small, fit_size(x), x.segment, x.offset};
+    return {s.stream, s.small, fit_size(x), s.address, x.offset};
   }
   [[nodiscard]] constexpr bool before(const caching::block& a, const caching::block& b) const {
     if (fit_size(a) != fit_size(b)) return fit_size(a) < fit_size(b);
-    if (a.segment != b.segment) return a.segment < b.segment;
+    if (a.segment != b.segment) return segment_of(a).address < segment_of(b).address;
     return a.offset < b.offset;
   }
   /// The first cached block not ordered before `k`.
@@ -400,6 +409,12 @@ class caching_allocator {
     return !(limits_.fraction_limit > bytes{} && after > limits_.fraction_limit);
   }
 
+  constexpr void push_segment(caching::segment s) {
+    s.address = next_address_ >= 0 ? next_address_ : static_cast<std::int64_t>(segments_.size());
+    next_address_ = -1;
+    segments_.push_back(s);
+  }
+
   constexpr void reserve(std::int64_t more, bool small) {
     stats_.reserved += bytes{more};
     pool_of(small).reserved += bytes{more};
@@ -415,7 +430,7 @@ class caching_allocator {
     if (!may_reserve(total)) return -1;
     reserve(total, small);
     const int b = static_cast<int>(blocks_.size());
-    segments_.push_back({total, stream, small, false, false, b});
+    push_segment({total, stream, small, false, false, b});
     blocks_.push_back({static_cast<std::int64_t>(segments_.size() - 1), 0, total});
     ++stats_.segments;
     ++pool_of(small).segments;
@@ -449,7 +464,7 @@ class caching_allocator {
     const std::int64_t mapped = caching::round_up(size, page_of(small));
     if (!may_reserve(mapped)) return -1;
     if (s == segments_.size()) {
-      segments_.push_back({0, stream, small, true, false, -1});
+      push_segment({0, stream, small, true, false, -1});
       ++stats_.segments;
       ++pool_of(small).segments;
     }

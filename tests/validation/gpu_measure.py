@@ -367,6 +367,15 @@ FIRST_STEP_TRACES = [
     "qwen2.5-0.5b/amp-bf16/adamw/b4s2048/sdpa/expseg", "gpt2/fp32/adamw/b4s1024/sdpa/gc-nonreentrant",
 ]
 
+# Fifth campaign (an H200): steps 1 to 3 traced as one from an emptied allocator, so a replay
+# sees how the first optimizer step's new states reshape the segments the second step reuses.
+THREE_STEP_TRACES = [
+    "llama3-8b-2l/bf16/adamw/b1s1024/sdpa", "llama3-8b-2l/bf16/adamw/b8s1024/sdpa",
+    "llama3-8b-2l/bf16/adamw/b1s8192/sdpa", "qwen2.5-0.5b/bf16/adamw/b2s4096/sdpa",
+    "llama3-8b-2l/bf16/adamw/b1s4096/eager", "qwen2.5-0.5b/fp32/adamw/b4s1024/sdpa",
+    "llama3-8b/bf16/adamw-fused/b2s4096/sdpa/gc-nonreentrant",
+]
+
 
 def full_size():
     """Fourth campaign (an H200): whole 4-8B models, as people fine-tune them on one big GPU."""
@@ -716,77 +725,83 @@ def _train_body(c, args, row, dtype, autocast_dtype):
     row["after_build_allocated"] = torch.cuda.memory_allocated()
     row["after_build_reserved"] = torch.cuda.memory_reserved()
 
-    # Step 1: warm-up (traced from here, where the allocator creates its segments, when asked).
-    t0 = time.time()
-    trace_first = c["trace"] and c.get("trace_step") == 1 and not args.no_traces
-    p1 = Phases(True, {} if trace_first else None)
-    with TracedStep(trace_first) as recorder:
-        train_step(model, opt, scaler, batches, autocast_dtype, p1)
-    if trace_first:
-        trace = recorder.trace(c["id"], 1, p1.sentinels)
+    # Steps 1 to 3 traced as one, from an emptied allocator, when asked (trace_step "1-3").
+    span = TracedStep(c["trace"] and c.get("trace_step") == "1-3" and not args.no_traces)
+    with span:
+        # Step 1: warm-up (traced from here, where the allocator creates its segments, when asked).
+        t0 = time.time()
+        trace_first = c["trace"] and c.get("trace_step") == 1 and not args.no_traces
+        p1 = Phases(True, {} if trace_first else None)
+        with TracedStep(trace_first) as recorder:
+            train_step(model, opt, scaler, batches, autocast_dtype, p1)
+        if trace_first:
+            trace = recorder.trace(c["id"], 1, p1.sentinels)
+            row["trace_events"] = len(trace["events"])
+        row["step1"] = whole_step_stats(p1.list)
+        row["scale_after_step1"] = scaler.get_scale() if scaler else None
+
+        # Step 2: measured.
+        torch.cuda.reset_accumulated_memory_stats()
+        row["allocated_before"] = torch.cuda.memory_allocated()
+        row["reserved_before"] = torch.cuda.memory_reserved()
+        p2 = Phases(True)
+        # grads are measured at the end of the last backward: hook the phase mark
+        grad_bytes = {}
+        orig_mark = p2.mark
+
+        def mark(name, _orig=orig_mark):
+            if name.startswith("backward"):
+                grad_bytes["v"] = sum(p.grad.nbytes for p in trainable if p.grad is not None)
+            _orig(name)
+        p2.mark = mark
+        loss = train_step(model, opt, scaler, batches, autocast_dtype, p2)
+        torch.cuda.synchronize()
+        s = torch.cuda.memory_stats()
+        free, total = torch.cuda.mem_get_info()
+        row["loss"] = float(loss)
+        row["phases"] = p2.list
+        row.update(whole_step_stats(p2.list))
+        del row["end_allocated"], row["end_reserved"]
+        row["peak_phase"] = max(p2.list, key=lambda p: p["peak_allocated"])["name"]
+        row["grad_bytes"] = grad_bytes.get("v")
+        row["stats"] = {
+            "num_alloc_retries": s.get("num_alloc_retries", 0), "num_ooms": s.get("num_ooms", 0),
+            "num_device_alloc": s.get("num_device_alloc", 0), "num_device_free": s.get("num_device_free", 0),
+            "num_allocations": s.get("allocation.all.allocated", 0),
+            "segments": s.get("segment.all.current", 0), "segments_large": s.get("segment.large_pool.current", 0),
+            "segments_small": s.get("segment.small_pool.current", 0),
+            "inactive_split_bytes": s.get("inactive_split_bytes.all.current", 0),
+            "active_bytes": s.get("active_bytes.all.current", 0),
+            "requested_bytes": s.get("requested_bytes.all.current", 0),
+        }
+        row["device_used"] = total - free
+        row["non_torch"] = (total - free) - torch.cuda.memory_reserved()
+        cuda_state = cpu_state = nstate = 0
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    nstate += 1
+                    if v.is_cuda:
+                        cuda_state += v.nbytes
+                    else:
+                        cpu_state += v.nbytes
+        row["optimizer_state_bytes_cuda"] = cuda_state
+        row["optimizer_state_bytes_cpu"] = cpu_state
+        row["optimizer_state_tensors"] = nstate
+        row["scale_after_step2"] = scaler.get_scale() if scaler else None
+
+        # Step 3: steady-state check.
+        p3 = Phases(True)
+        train_step(model, opt, scaler, batches, autocast_dtype, p3)
+        torch.cuda.synchronize()
+        row["step3"] = whole_step_stats(p3.list)
+        row["step3_minus_step2_peak"] = row["step3"]["peak_allocated"] - row["peak_allocated"]
+        row["steady"] = abs(row["step3_minus_step2_peak"]) <= 1 << 20
+        row["time_s"] = round(time.time() - t0, 3)
+
+    if span.enabled:
+        trace = span.trace(c["id"], "1-3", {})
         row["trace_events"] = len(trace["events"])
-    row["step1"] = whole_step_stats(p1.list)
-    row["scale_after_step1"] = scaler.get_scale() if scaler else None
-
-    # Step 2: measured.
-    torch.cuda.reset_accumulated_memory_stats()
-    row["allocated_before"] = torch.cuda.memory_allocated()
-    row["reserved_before"] = torch.cuda.memory_reserved()
-    p2 = Phases(True)
-    # grads are measured at the end of the last backward: hook the phase mark
-    grad_bytes = {}
-    orig_mark = p2.mark
-
-    def mark(name, _orig=orig_mark):
-        if name.startswith("backward"):
-            grad_bytes["v"] = sum(p.grad.nbytes for p in trainable if p.grad is not None)
-        _orig(name)
-    p2.mark = mark
-    loss = train_step(model, opt, scaler, batches, autocast_dtype, p2)
-    torch.cuda.synchronize()
-    s = torch.cuda.memory_stats()
-    free, total = torch.cuda.mem_get_info()
-    row["loss"] = float(loss)
-    row["phases"] = p2.list
-    row.update(whole_step_stats(p2.list))
-    del row["end_allocated"], row["end_reserved"]
-    row["peak_phase"] = max(p2.list, key=lambda p: p["peak_allocated"])["name"]
-    row["grad_bytes"] = grad_bytes.get("v")
-    row["stats"] = {
-        "num_alloc_retries": s.get("num_alloc_retries", 0), "num_ooms": s.get("num_ooms", 0),
-        "num_device_alloc": s.get("num_device_alloc", 0), "num_device_free": s.get("num_device_free", 0),
-        "num_allocations": s.get("allocation.all.allocated", 0),
-        "segments": s.get("segment.all.current", 0), "segments_large": s.get("segment.large_pool.current", 0),
-        "segments_small": s.get("segment.small_pool.current", 0),
-        "inactive_split_bytes": s.get("inactive_split_bytes.all.current", 0),
-        "active_bytes": s.get("active_bytes.all.current", 0),
-        "requested_bytes": s.get("requested_bytes.all.current", 0),
-    }
-    row["device_used"] = total - free
-    row["non_torch"] = (total - free) - torch.cuda.memory_reserved()
-    cuda_state = cpu_state = nstate = 0
-    for st in opt.state.values():
-        for v in st.values():
-            if isinstance(v, torch.Tensor):
-                nstate += 1
-                if v.is_cuda:
-                    cuda_state += v.nbytes
-                else:
-                    cpu_state += v.nbytes
-    row["optimizer_state_bytes_cuda"] = cuda_state
-    row["optimizer_state_bytes_cpu"] = cpu_state
-    row["optimizer_state_tensors"] = nstate
-    row["scale_after_step2"] = scaler.get_scale() if scaler else None
-
-    # Step 3: steady-state check.
-    p3 = Phases(True)
-    train_step(model, opt, scaler, batches, autocast_dtype, p3)
-    torch.cuda.synchronize()
-    row["step3"] = whole_step_stats(p3.list)
-    row["step3_minus_step2_peak"] = row["step3"]["peak_allocated"] - row["peak_allocated"]
-    row["steady"] = abs(row["step3_minus_step2_peak"]) <= 1 << 20
-    row["time_s"] = round(time.time() - t0, 3)
-
     # Step 4: traced (a steady step: the segments exist already).
     if c["trace"] and c.get("trace_step", 4) == 4 and not args.no_traces:
         p4 = Phases(False, {})
@@ -1003,6 +1018,8 @@ def main():
     ap.add_argument("--extra-traces", action="store_true", help="re-measure and trace the EXTRA_TRACES configurations")
     ap.add_argument("--first-step-traces", action="store_true",
                     help="re-measure the FIRST_STEP_TRACES configurations, tracing step 1")
+    ap.add_argument("--three-step-traces", action="store_true",
+                    help="re-measure the THREE_STEP_TRACES configurations, tracing steps 1 to 3 as one")
     ap.add_argument("--full-size", action="store_true", help="measure the full_size() configurations")
     ap.add_argument("--fresh-check", action="store_true", help="measure each FRESH_CHECK configuration in its own process")
     ap.add_argument("--write-configs", metavar="DIR", help="write the derived config files to DIR and exit (no torch)")
@@ -1041,6 +1058,9 @@ def main():
         infer = []
     if args.first_step_traces:
         train = [dict(c, trace=True, trace_step=1) for c in train if c["id"] in FIRST_STEP_TRACES]
+        infer = []
+    if args.three_step_traces:
+        train = [dict(c, trace=True, trace_step="1-3") for c in grid() + full_size() if c["id"] in THREE_STEP_TRACES]
         infer = []
     if args.full_size:
         rx = re.compile(args.only or "")
