@@ -30,6 +30,9 @@ Definitions (bytes; MiB = 2^20 B in the tables):
 
 Usage:
     python3 tests/validation/gpu_compare.py [build/examples/cli/vramfit] [--data tests/validation/gpu]
+    # the H200 campaign's whole models:
+    python3 tests/validation/gpu_compare.py --data tests/validation/gpu/h200 \
+        --steps full_size_steps.jsonl --inference full_size_inference.jsonl
 """
 
 import argparse
@@ -149,11 +152,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("vramfit", nargs="?", default=os.path.join(ROOT, "build/examples/cli/vramfit"))
     ap.add_argument("--data", default=os.path.join(ROOT, "tests/validation/gpu"))
+    ap.add_argument("--steps", default="steps.jsonl", help="training rows, in --data")
+    ap.add_argument("--inference", default="inference.jsonl", help="prefill rows, in --data")
     a = ap.parse_args()
     if not os.access(a.vramfit, os.X_OK):
         sys.exit("vramfit not found at %s (build it: cmake --build build --target vramfit)" % a.vramfit)
-    steps = load(os.path.join(a.data, "steps.jsonl"))
-    infer = load(os.path.join(a.data, "inference.jsonl"))
+    steps = load(os.path.join(a.data, a.steps))
+    infer = load(os.path.join(a.data, a.inference))
     repeats = load(os.path.join(a.data, "steps_repeat.jsonl"))
 
     t1 = ["| configuration | peak allocated | peak reserved | non-torch | vramfit total | vramfit alloc | err alloc | err device | peak at (measured / vramfit) |",
