@@ -41,7 +41,8 @@ struct infer_options {
 };
 
 inline void add_infer_options(CLI::App& c, infer_options& o) {
-  c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
+  c.add_option("--model,-m", o.model, "A preset, a config.json path, or its text")
+      ->capture_default_str();
   c.add_option("--framework", o.framework,
                "vllm: its defaults for the options not given (vramfit frameworks lists them)");
   c.add_option(

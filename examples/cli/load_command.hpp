@@ -30,7 +30,8 @@ struct load_options {
 };
 
 inline void add_load_options(CLI::App& c, load_options& o) {
-  c.add_option("--model,-m", o.model, "A preset or a config.json path")->capture_default_str();
+  c.add_option("--model,-m", o.model, "A preset, a config.json path, or its text")
+      ->capture_default_str();
   c.add_option("--weights", o.weights, "The loaded format, as infer's --weights");
   c.add_option("--init", o.init,
                "meta (created on the meta device, each tensor materialized in its format: "

@@ -74,7 +74,8 @@ struct train_options {
 };
 
 inline void add_train_options(CLI::App& cmd, train_options& o) {
-  cmd.add_option("--model,-m", o.model, "A preset (see `vramfit models`) or a config.json path")
+  cmd.add_option("--model,-m", o.model,
+                 "A preset (see `vramfit models`), a config.json path, or its text")
       ->capture_default_str();
   cmd.add_option("--framework", o.framework,
                  "torchtitan, torchtune, deepspeed, megatron, fsdp1 or hf-trainer: its defaults "

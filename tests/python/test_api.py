@@ -35,6 +35,14 @@ class Results(unittest.TestCase):
         with self.assertRaisesRegex(AttributeError, "no 'peek'"):
             r.peek  # noqa: B018
 
+    def test_results_without_one_estimate(self):
+        for r in (vramfit.train(model="gpt2", explain=True),
+                  vramfit.train(model="gpt2", sweep="micro-batch", sweep_max=4)):
+            self.assertIs(type(r), vramfit.Result)
+            with self.assertRaisesRegex(AttributeError, "has no 'fits'; its keys: "):
+                r.fits  # noqa: B018
+        self.assertIs(type(vramfit.infer(utilization=90)), vramfit.Result)
+
     def test_command_reproduces_the_json(self):
         r = vramfit.infer(model="qwen2.5-7b", weights="awq", batch=4)
         status, out, _ = run_cli(shlex.split(r.command)[1:])

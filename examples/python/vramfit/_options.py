@@ -6,6 +6,7 @@ import functools
 import os
 
 from . import _vramfit
+from ._model import Model
 
 # Options the package sets itself: it reads the tool's JSON, whose numbers are bytes.
 _RESERVED = {
@@ -36,9 +37,8 @@ def _word(keyword, value):
         return value
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    argument = getattr(value, "argument", None)  # a vramfit.Model
-    if isinstance(argument, str):
-        return argument
+    if isinstance(value, Model):
+        return value.argument
     raise TypeError(f"{keyword}= takes a number or a string, not {type(value).__name__}")
 
 

@@ -34,6 +34,8 @@ class Result(Mapping):
 
     @property
     def fits(self):
+        if "fits" not in self._json:  # --explain, --sweep: no single verdict
+            raise AttributeError("fits")  # __getattr__ then lists the keys there are
         return bool(self["fits"])
 
     def __getitem__(self, key):
@@ -46,7 +48,9 @@ class Result(Mapping):
         return len(self._json)
 
     def __getattr__(self, name):
-        if not name.startswith("_") and name in self._json:
+        if name.startswith("_"):  # not a key; and _json itself while unpickling
+            raise AttributeError(name)
+        if name in self._json:
             return self._json[name]
         raise AttributeError(f"{type(self).__name__} has no {name!r}; its keys: "
                              f"{', '.join(self._json)}")
