@@ -6,6 +6,8 @@ import os
 import pathlib
 import re
 import shlex
+import subprocess
+import sys
 import unittest
 
 import vramfit
@@ -82,6 +84,16 @@ class Results(unittest.TestCase):
         _, usage, _ = run_cli(["train", "--help"])
         self.assertIn(usage.rstrip("\n"), vramfit.train.__doc__)
         self.assertEqual(vramfit.min_gpus.__name__, "min_gpus")
+
+
+class Readme(unittest.TestCase):
+    def test_the_readme_command_prints_the_tools_peak(self):
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            command = re.search(r'^python3 -c "(.*)"$', f.read(), re.MULTILINE).group(1)
+        done = subprocess.run([sys.executable, "-c", command], cwd=ROOT, capture_output=True,
+                              text=True, check=True)
+        expected = cli_json("train", "--model", "llama-3-8b", "--gpu", "h100")
+        self.assertEqual(done.stdout, f"{expected['memory']['total']}\n")
 
 
 class Models(unittest.TestCase):
