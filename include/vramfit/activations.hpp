@@ -800,6 +800,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   }
   bytes loss_gradient{}, logits_alive{};
   bytes logits_first{};  // of two logits tensors (16-bit logits, then their fp32 copy), the first
+  bytes log_probs{};     // the one log_softmax output cross_entropy saves, made after the logits
   if (range.last) {
     detail::block_builder final_norm(m, t.precision, o, l);
     final_norm.norm("final norm input", m.hidden);
@@ -820,13 +821,15 @@ constexpr memory_ledger activations(const training& t, const activation_options&
           // transformers loss_utils ForCausalLMLoss: logits.float() (a copy unless already
           // fp32), cross_entropy keeps log_softmax's fp32 output (aten _log_softmax_backward_data
           // needs the output only); its backward holds the nll_loss and log_softmax gradients.
-          head += bytes{detail::checked_mul(logits, 4)};
+          log_probs = bytes{detail::checked_mul(logits, 4)};
+          head += log_probs;
           logits_alive = bytes_for_bits(detail::checked_mul(logits, beta == 32 ? 32 : beta + 32));
           if (beta < 32) logits_first = bytes_for_bits(detail::checked_mul(logits, beta));
           loss_gradient = bytes{detail::checked_mul(logits, 8)};  // two fp32 gradients
           break;
         case loss_kind::native:  // log_softmax in the logits' format
-          head += bytes_for_bits(detail::checked_mul(logits, beta));
+          log_probs = bytes_for_bits(detail::checked_mul(logits, beta));
+          head += log_probs;
           logits_alive = bytes_for_bits(detail::checked_mul(logits, beta));
           loss_gradient = bytes_for_bits(detail::checked_mul(logits, 2 * beta));
           break;
@@ -861,10 +864,15 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             0, "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward);
   // The loss's tensors stay on the GPU under activation offload: backward reads them first, and
   // torchtune computes the loss outside its OffloadActivations context.
+  // Two tensors where one micro-batch's are held: the norm's and head's inputs with the labels,
+  // then the log-probabilities, which cross_entropy makes after the logits (the timeline and the
+  // allocator replay place them so).
+  const bool two_parts = log_probs > bytes{} && held(head) == head;
   add_entry(ledger, "final norm, head input and loss", component::activations, memory_space::device,
-            held(head), 0,
+            held(head), two_parts ? 2 : 0,
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
+  if (two_parts) ledger[ledger.size() - 1].first_tensor = head - log_probs;
   add_entry(ledger, entry_names::logits, component::activations, memory_space::device, logits_alive,
             logits_first > bytes{} ? 2 : 1,
             "the model's logits and their fp32 copy, freed after the loss", lifetime::forward);

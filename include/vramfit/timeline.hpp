@@ -507,8 +507,14 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     // The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
     w.phase = step_phase::loss;
     w.add("head weight copies", casts, outside_casts);
-    w.add("final norm, head input and log-probabilities", head_and_loss, size_of(head_and_loss));
+    // cross_entropy makes its log-probabilities from the logits' fp32 copy, before they go.
+    const bytes head_inputs =
+        head_and_loss >= 0 && ledger[static_cast<std::size_t>(head_and_loss)].first_tensor > bytes{}
+            ? ledger[static_cast<std::size_t>(head_and_loss)].first_tensor
+            : size_of(head_and_loss);
+    w.add("final norm and head input", head_and_loss, head_inputs);
     w.add("logits", logits, size_of(logits));
+    w.add("log-probabilities", head_and_loss, size_of(head_and_loss) - head_inputs);
     w.add("logits", logits, -size_of(logits));
     // Leaving the autocast region clears its weight-cast cache: a checkpointed layer's autograd
     // kept none of its casts, so they go now and come back with its recompute
