@@ -260,7 +260,7 @@ class step_replay {
     } else if (sizes.empty() && allocates) {
       hold_all(e.entry, total, whole ? x.tensors : 1);
     } else if (sizes.empty()) {
-      drop_bytes(e.entry, total);
+      drop(e.entry, -1, total);  // one tensor of that size if there is one, else the latest
     }
     for (bytes size : sizes) {
       if (allocates)

@@ -458,6 +458,29 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   }
   const bytes head_grads = outside_grads - embedding_grads + tied_grads;
   const bytes untied_embedding_grads = embedding_grads - tied_grads;
+  // The same gradients one tensor each, in backward's order (the head's, then the final norm's),
+  // as the allocator sees them; one block where they do not add up.
+  static_vector<bytes, 8> head_pieces{};
+  if (range.last && grads_per_layer) {
+    static_vector<bytes, 8> after_layers{};
+    bool past_layers = false;
+    for (const tensor_group& g : tensors) {
+      past_layers = past_layers || g.layer_count > 0;
+      if (!past_layers || g.layer_count > 0 || after_layers.size() == after_layers.capacity)
+        continue;
+      unsharded_states acc{};
+      add_group(t, g, {0, 0, range.first, true}, false, experts_per_rank, shards, acc);
+      const bytes share = rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
+      if (share > bytes{}) after_layers.push_back(share);
+    }
+    if (tied_grads > bytes{}) head_pieces.push_back(tied_grads);
+    for (std::size_t i = after_layers.size(); i-- > 0 && head_pieces.size() < 8;)
+      head_pieces.push_back(after_layers[i]);
+    bytes sum{};
+    for (bytes b : head_pieces) sum += b;
+    if (sum != head_grads) head_pieces = {};
+  }
+  if (head_pieces.empty() && head_grads > bytes{}) head_pieces.push_back(head_grads);
 
   for (const memory_entry& e : ledger)
     if (e.space == memory_space::device && e.lifetime == lifetime::persistent)
@@ -508,10 +531,12 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     w.phase = step_phase::loss;
     w.add("head weight copies", casts, outside_casts);
     // cross_entropy makes its log-probabilities from the logits' fp32 copy, before they go.
+    auto first_tensor = [&](int e) {
+      return e < 0 ? bytes{} : ledger[static_cast<std::size_t>(e)].first_tensor;
+    };
+    const bool log_probs_apart = first_tensor(head_and_loss) > bytes{};
     const bytes head_inputs =
-        head_and_loss >= 0 && ledger[static_cast<std::size_t>(head_and_loss)].first_tensor > bytes{}
-            ? ledger[static_cast<std::size_t>(head_and_loss)].first_tensor
-            : size_of(head_and_loss);
+        log_probs_apart ? first_tensor(head_and_loss) : size_of(head_and_loss);
     w.add("final norm and head input", head_and_loss, head_inputs);
     w.add("logits", logits, size_of(logits));
     w.add("log-probabilities", head_and_loss, size_of(head_and_loss) - head_inputs);
@@ -525,10 +550,31 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     // Backward: the loss's gradients, the head, then the layers in reverse.
     w.phase = step_phase::backward;
     w.region = moment::start_of_backward;
-    w.add("loss gradients", logits_gradient, size_of(logits_gradient));
-    w.add("loss gradients", logits_gradient, -size_of(logits_gradient));
-    w.add("final norm, head input and log-probabilities", head_and_loss, -size_of(head_and_loss));
-    w.add("head and final norm gradients", first_pass ? gradients : working, head_grads);
+    if (log_probs_apart) {
+      // As autograd runs it (traced, docs/gpu-measurements.md): nll_loss's gradient, then
+      // log_softmax's; the first goes, and the log-probabilities with their node; the fp32
+      // copy's backward casts the second to the logits' 16-bit gradient, which lm_head's
+      // backward reads after the second has gone.
+      const bytes nll{size_of(logits_gradient).count / 2};
+      const bytes log_softmax = size_of(logits_gradient) - nll;
+      const bytes logits_16bit = first_tensor(logits);  // zero when the logits are the fp32 ones
+      w.add("loss gradients", logits_gradient, nll);
+      w.add("loss gradients", logits_gradient, log_softmax);
+      w.add("loss gradients", logits_gradient, -nll);
+      w.add("log-probabilities", head_and_loss, -(size_of(head_and_loss) - head_inputs));
+      w.add("logits gradient (16-bit)", logits_gradient, logits_16bit);
+      w.add("loss gradients", logits_gradient, -log_softmax);
+      for (bytes piece : head_pieces)
+        w.add("head and final norm gradients", first_pass ? gradients : working, piece);
+      w.add("logits gradient (16-bit)", logits_gradient, -logits_16bit);
+      w.add("final norm and head input", head_and_loss, -head_inputs);
+    } else {
+      w.add("loss gradients", logits_gradient, size_of(logits_gradient));
+      w.add("loss gradients", logits_gradient, -size_of(logits_gradient));
+      w.add("final norm, head input and log-probabilities", head_and_loss, -size_of(head_and_loss));
+      for (bytes piece : head_pieces)
+        w.add("head and final norm gradients", first_pass ? gradients : working, piece);
+    }
     if (!first_pass) w.add("head and final norm gradients", working, -head_grads);
     // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
     stepped(head_grads - tied_grads);

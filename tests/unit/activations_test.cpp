@@ -3,6 +3,9 @@
 // timeline of a training step.
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
 #include <vramfit/inference.hpp>
 #include <vramfit/presets.hpp>
 #include <vramfit/timeline.hpp>
@@ -502,14 +505,20 @@ TEST_CASE("a tied embedding's gradient comes with the head's, position embedding
   const training t{models::gpt2::value, fp32_training::value, sgd<>::value};
   const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 1024});
   bytes head{}, positions{}, added{};
+  std::vector<bytes> head_tensors;  // one event each, in backward's order
   for (const timeline_event& e : tl.events) {
     const std::string what = e.what;
-    if (what == "head and final norm gradients") head = e.delta;
+    if (what == "head and final norm gradients") {
+      head += e.delta;
+      head_tensors.push_back(e.delta);
+    }
     if (what == "embedding gradients") positions = e.delta;
     if (what == "embedding gradient (added into the tied head's)" && e.delta > bytes{})
       added = e.delta;
   }
   CHECK(head == bytes{50257LL * 768 * 4 + 2 * 768 * 4});  // with ln_f's weight and bias
+  CHECK(head_tensors ==
+        std::vector<bytes>{bytes{50257LL * 768 * 4}, bytes{768 * 4}, bytes{768 * 4}});
   CHECK(positions == bytes{1024LL * 768 * 4});
   CHECK(added == bytes{50257LL * 768 * 4});
 }

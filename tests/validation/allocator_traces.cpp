@@ -142,7 +142,8 @@ then address, the split rules, a new segment of the size PyTorch's rounding give
 cached fits, one pool per stream), and after the last free the segments must hold the same blocks
 (merging). Where cudaMalloc puts a new segment is the driver's choice: the replay gives the
 simulation the address the trace shows (`next_segment_address`), since best fit breaks ties by
-address; a prediction ranks segments in creation order. The test `validation.allocator_traces`
+address; a prediction ranks each new segment below the earlier ones, as the driver mostly places
+them. The test `validation.allocator_traces`
 fails on any difference. Not exercised: out-of-memory releases and garbage collection (the unit
 tests derive them by hand), and expandable segments: their two traces (listed at the end) map
 pages into one reserved range per stream, which this replay does not place.
