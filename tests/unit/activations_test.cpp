@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <vramfit/inference.hpp>
@@ -521,6 +522,39 @@ TEST_CASE("a tied embedding's gradient comes with the head's, position embedding
         std::vector<bytes>{bytes{50257LL * 768 * 4}, bytes{768 * 4}, bytes{768 * 4}});
   CHECK(positions == bytes{1024LL * 768 * 4});
   CHECK(added == bytes{50257LL * 768 * 4});
+}
+
+TEST_CASE("the loss's backward runs in autograd's order, tensor by tensor, by hand") {
+  // Llama-3-8B, bf16, 1 x 1,024 tokens: L = 1,024 x 128,256 logits. Hugging Face's loss upcasts
+  // the bf16 logits (2L B) to fp32 (4L B) and cross_entropy saves its log-probabilities (4L B).
+  // Backward (traced on an H200, docs/gpu-measurements.md): nll_loss's gradient, log_softmax's,
+  // the first freed and the log-probabilities with it, the cast's 16-bit gradient (2L B) while
+  // log_softmax's lives, then lm_head's weight gradient (V x h x 2 B) and the norm's (h x 2 B)
+  // before the 16-bit gradient goes, and last the norm's and head's inputs with the labels:
+  // fp32 norm input 4 tau h, rstd 4 tau, normalized 2 tau h, head input 2 tau h, labels 8 tau.
+  constexpr std::int64_t tau = 1024, h = 4096, V = 128256, L = tau * V;
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = tau});
+  std::vector<std::pair<std::string, std::int64_t>> loss_backward;
+  bool in = false;
+  for (const timeline_event& e : tl.events) {
+    const std::string what = e.what;
+    in = in || (what == "loss gradients" && e.micro_batch == 0);
+    if (in) loss_backward.emplace_back(what, e.delta.count);
+    if (in && what == "final norm and head input") break;
+  }
+  const std::vector<std::pair<std::string, std::int64_t>> expected{
+      {"loss gradients", 4 * L},
+      {"loss gradients", 4 * L},
+      {"loss gradients", -4 * L},
+      {"log-probabilities", -4 * L},
+      {"logits gradient (16-bit)", 2 * L},
+      {"loss gradients", -4 * L},
+      {"head and final norm gradients", V * h * 2},
+      {"head and final norm gradients", h * 2},
+      {"logits gradient (16-bit)", -2 * L},
+      {"final norm and head input", -(8 * tau * h + 12 * tau)}};
+  CHECK(loss_backward == expected);
 }
 
 TEST_CASE("activation offload keeps what layers save on the host and brings one layer back") {

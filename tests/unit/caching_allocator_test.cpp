@@ -93,6 +93,27 @@ TEST_CASE("streams: a block freed on one stream serves only that stream") {
   CHECK(a.stats().reserved == bytes{60 * M});
 }
 
+TEST_CASE("best fit breaks ties by address: a new segment lies below, unless a replay says") {
+  // Two 30 MiB segments, both cached whole: a 10 MiB request fits either, and
+  // BlockComparatorSize takes the lower address. Without addresses the newer segment ranks lower
+  // (the driver maps top-down); a replay's addresses decide otherwise.
+  caching_allocator a;
+  const int first = a.allocate(bytes{30 * M});
+  const int second = a.allocate(bytes{30 * M});
+  a.release(first);
+  a.release(second);
+  CHECK(a.block_at(a.allocate(bytes{10 * M})).segment == 1);
+  caching_allocator replayed;
+  replayed.next_segment_address(0x7000000000);
+  const int low = replayed.allocate(bytes{30 * M});
+  replayed.next_segment_address(0x7100000000);
+  const int high = replayed.allocate(bytes{30 * M});
+  replayed.release(low);
+  replayed.release(high);
+  CHECK(replayed.block_at(replayed.allocate(bytes{10 * M})).segment == 0);
+  CHECK(replayed.segment_map(0) == map{10 * M, -20 * M});
+}
+
 TEST_CASE("max_split_size: oversize blocks are not split, and small requests do not take them") {
   const alloc_conf c = parse_alloc_conf("max_split_size_mb:32");
   caching_allocator a(c);
