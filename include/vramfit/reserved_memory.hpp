@@ -177,6 +177,21 @@ class step_replay {
     drop_bytes(entry, size);
   }
 
+  /// Frees the earliest tensor of `entry` outside the layers of `size` bytes, or if there is none,
+  /// the latest tensors until `size` bytes have gone. In backward a gradient dies when the next
+  /// operator has read it, after that operator made its own: of two alike, the earlier goes
+  /// (the loss's gradients, a tied head's before the sum; traced on an H200).
+  constexpr void drop_oldest(int entry, bytes size) {
+    std::vector<live_tensor>& held = live_[static_cast<std::size_t>(entry)];
+    for (std::size_t i = 0; i < held.size(); ++i)
+      if (held[i].layer == -1 && held[i].size == size) {
+        alloc_.release(held[i].handle);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+    drop_bytes(entry, size);
+  }
+
   /// Frees the most recent tensors of `entry` until `total` bytes have gone.
   constexpr void drop_bytes(int entry, bytes total) {
     std::vector<live_tensor>& held = live_[static_cast<std::size_t>(entry)];
@@ -260,7 +275,7 @@ class step_replay {
     } else if (sizes.empty() && allocates) {
       hold_all(e.entry, total, whole ? x.tensors : 1);
     } else if (sizes.empty()) {
-      drop(e.entry, -1, total);  // one tensor of that size if there is one, else the latest
+      drop_oldest(e.entry, total);
     }
     for (bytes size : sizes) {
       if (allocates)

@@ -649,9 +649,14 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
             pieces_of(layer_tensor::kept_input));
     }
     w.region = moment::end_of_backward;
-    // The embeddings' gradients; a tied one already exists (the head's), and
-    // embedding_dense_backward's output is added into it.
+    // The embeddings' gradients; a tied one already exists (the head's): the engine's input
+    // buffer adds embedding_dense_backward's output to it out of place (traced on an H200), and
+    // the sum becomes the gradient.
     w.add("embedding gradient (added into the tied head's)", working, tied_grads);
+    if (first_pass) {
+      w.add("tied gradient: the head's plus the embedding's", gradients, tied_grads);
+      w.add("tied gradient: the head's plus the embedding's", gradients, -tied_grads);
+    }
     w.add("embedding gradient (added into the tied head's)", working, -tied_grads);
     w.add("embedding gradients", first_pass ? gradients : working, untied_embedding_grads);
     if (!first_pass) w.add("embedding gradients", working, -untied_embedding_grads);

@@ -507,6 +507,7 @@ TEST_CASE("a tied embedding's gradient comes with the head's, position embedding
   const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 1024});
   bytes head{}, positions{}, added{};
   std::vector<bytes> head_tensors;  // one event each, in backward's order
+  std::vector<bytes> summed;        // the engine's out-of-place sum, then the head's gone
   for (const timeline_event& e : tl.events) {
     const std::string what = e.what;
     if (what == "head and final norm gradients") {
@@ -516,12 +517,14 @@ TEST_CASE("a tied embedding's gradient comes with the head's, position embedding
     if (what == "embedding gradients") positions = e.delta;
     if (what == "embedding gradient (added into the tied head's)" && e.delta > bytes{})
       added = e.delta;
+    if (what == "tied gradient: the head's plus the embedding's") summed.push_back(e.delta);
   }
   CHECK(head == bytes{50257LL * 768 * 4 + 2 * 768 * 4});  // with ln_f's weight and bias
   CHECK(head_tensors ==
         std::vector<bytes>{bytes{50257LL * 768 * 4}, bytes{768 * 4}, bytes{768 * 4}});
   CHECK(positions == bytes{1024LL * 768 * 4});
   CHECK(added == bytes{50257LL * 768 * 4});
+  CHECK(summed == std::vector<bytes>{bytes{50257LL * 768 * 4}, -bytes{50257LL * 768 * 4}});
 }
 
 TEST_CASE("the loss's backward runs in autograd's order, tensor by tensor, by hand") {
