@@ -377,6 +377,43 @@ constexpr void time_entries(step_timeline& tl) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// The gradients of the tensors after the layers (`all` bytes, a tied head's `tied` among them)
+/// one tensor each, in backward's order: the tied head's, the head's, the final norm's. One
+/// block where they do not add up.
+using head_gradients = static_vector<bytes, 8>;
+constexpr head_gradients head_gradient_tensors(const training& t, const tensor_ledger& tensors,
+                                               const stage_range& range, bytes all, bytes tied,
+                                               const layer_context& layers) {
+  head_gradients out{};
+  if (range.last) {
+    head_gradients after_layers{};
+    bool past_layers = false;
+    for (const tensor_group& g : tensors) {
+      past_layers = past_layers || g.layer_count > 0;
+      if (!past_layers || g.layer_count > 0 || after_layers.size() == after_layers.capacity)
+        continue;
+      unsharded_states acc{};
+      add_group(t, g, {0, 0, range.first, true}, false, layers.experts_per_rank, layers.shards,
+                acc);
+      const bytes share =
+          rank_share(acc.gradients, acc.fsdp_gradients, t.layout, layers.sharded_grads);
+      if (share > bytes{}) after_layers.push_back(share);
+    }
+    if (tied > bytes{}) out.push_back(tied);
+    for (std::size_t i = after_layers.size(); i-- > 0 && out.size() < out.capacity;)
+      out.push_back(after_layers[i]);
+    bytes sum{};
+    for (bytes b : out) sum += b;
+    if (sum != all) out = {};
+  }
+  if (out.empty() && all > bytes{}) out.push_back(all);
+  return out;
+}
+
+}  // namespace detail
+
 /// The timeline of one training step on a GPU of pipeline stage `stage`.
 constexpr step_timeline step_timeline_of(const training& t, const activation_options& o,
                                          std::int64_t stage = 0) {
@@ -458,29 +495,8 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   }
   const bytes head_grads = outside_grads - embedding_grads + tied_grads;
   const bytes untied_embedding_grads = embedding_grads - tied_grads;
-  // The same gradients one tensor each, in backward's order (the head's, then the final norm's),
-  // as the allocator sees them; one block where they do not add up.
-  static_vector<bytes, 8> head_pieces{};
-  if (range.last && grads_per_layer) {
-    static_vector<bytes, 8> after_layers{};
-    bool past_layers = false;
-    for (const tensor_group& g : tensors) {
-      past_layers = past_layers || g.layer_count > 0;
-      if (!past_layers || g.layer_count > 0 || after_layers.size() == after_layers.capacity)
-        continue;
-      unsharded_states acc{};
-      add_group(t, g, {0, 0, range.first, true}, false, experts_per_rank, shards, acc);
-      const bytes share = rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
-      if (share > bytes{}) after_layers.push_back(share);
-    }
-    if (tied_grads > bytes{}) head_pieces.push_back(tied_grads);
-    for (std::size_t i = after_layers.size(); i-- > 0 && head_pieces.size() < 8;)
-      head_pieces.push_back(after_layers[i]);
-    bytes sum{};
-    for (bytes b : head_pieces) sum += b;
-    if (sum != head_grads) head_pieces = {};
-  }
-  if (head_pieces.empty() && head_grads > bytes{}) head_pieces.push_back(head_grads);
+  const head_gradients head_pieces =
+      head_gradient_tensors(t, tensors, range, head_grads, tied_grads, tl.layers);
 
   for (const memory_entry& e : ledger)
     if (e.space == memory_space::device && e.lifetime == lifetime::persistent)
