@@ -407,8 +407,11 @@ def full_size():
 
 def full_size_inference():
     out = []
-    for model in ["llama3-8b", "qwen2.5-7b"]:
-        for batch, seq in [(1, 8192), (8, 4096)]:
+    for model in ["llama3-8b", "qwen2.5-7b", "mistral-7b", "phi-3-mini"]:
+        # Mistral's 4,096-token and Phi-3's 2,047-token windows: a mask at these lengths; 2,048
+        # tokens is under Mistral's window (no mask), the control.
+        shapes = [(1, 8192), (8, 4096)] + ([(4, 2048)] if model != "llama3-8b" and model != "qwen2.5-7b" else [])
+        for batch, seq in shapes:
             for keep in [1, 0]:
                 out.append(dict(model=model, precision="bf16", attn="sdpa", batch=batch, seq=seq, logits_to_keep=keep,
                                 id="%s/infer/bf16/b%ds%d/sdpa/keep%d" % (model, batch, seq, keep)))
