@@ -62,7 +62,9 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
                "when fewer)")
       ->check(positive);
   c.add_option("--generate", o.generate, "Tokens generated per sequence")->capture_default_str();
-  c.add_option("--block", o.block, "Paged KV blocks of this many tokens (vLLM: 16; 0: none)")
+  c.add_option("--block", o.block,
+               "Paged KV blocks of this many tokens (vLLM: 16; 0: none, Hugging Face's cache, "
+               "whose sliding-window layers keep the whole prompt after prefill)")
       ->capture_default_str();
   c.add_option("--prefill-chunk", o.prefill_chunk,
                "Chunked prefill: tokens per forward (0: whole prompt)")
@@ -122,7 +124,8 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
   const gpu g = gpu_named(o.gpu);
   const weight_layout w = weights_for(o.weights, named);
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
-  kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block};
+  // Unpaged is Hugging Face's DynamicCache, whose sliding-window layers keep the prompt's storage.
+  kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block, o.block == 0};
   if (kv.format.level1.block > 0)
     kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
   const layout l = validated(layout{.tensor = o.tp, .pipeline = o.pp}, m);

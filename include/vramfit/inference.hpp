@@ -122,6 +122,11 @@ struct kv_cache_config {
   /// (e.g. group_quantized<8, 128, fp16, 0> for int8 KV with an fp16 scale per head).
   element_format format = bf16::value;
   std::int64_t block_tokens = 0;  ///< paged attention blocks (vLLM: 16); 0: exactly the tokens
+  /// Hugging Face's DynamicCache: a sliding-window layer keeps a slice of the prefill's keys and
+  /// values, a view whose storage holds every prompt token until the first decode step replaces
+  /// it (transformers cache_utils.py DynamicSlidingWindowLayer; measured on an H200,
+  /// docs/gpu-measurements.md). Off: the layer keeps its window, as a paged engine does.
+  bool prompt_views = false;
 };
 
 /// A batch of requests: sequences x beams, each with a prompt and generated tokens.
@@ -202,7 +207,8 @@ constexpr bytes kv_bytes_per_token(const model& m, const kv_cache_config& kv, st
 
 /// KV-cache bytes on one GPU of pipeline stage `stage` for the request shape: per sequence
 /// (batch x beams), per layer, the tokens it keeps (min(context, window) on sliding-window
-/// layers), rounded up to whole paged blocks.
+/// layers, or the whole prompt when the window keeps views of it), rounded up to whole paged
+/// blocks.
 constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_config& kv,
                                const request_shape& r, std::int64_t stage = 0) {
   detail::check(r, kv);
@@ -218,8 +224,10 @@ constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_c
     return detail::checked_mul(detail::ceil_div(tokens, kv.block_tokens), kv.block_tokens);
   };
   const bytes per_token = kv_bytes_per_token_layer(m, kv, l.tensor);
-  const bytes per_sequence = per_token * kept(context) * (layers - windowed) +
-                             per_token * kept(m.sliding_window) * windowed;
+  const std::int64_t window =
+      kv.prompt_views && r.prompt > m.sliding_window ? r.prompt : m.sliding_window;
+  const bytes per_sequence =
+      per_token * kept(context) * (layers - windowed) + per_token * kept(window) * windowed;
   return per_sequence * detail::checked_mul(r.batch, r.beams);
 }
 
@@ -299,7 +307,10 @@ constexpr bytes inference_working_bytes(const model& m, const layout& l, const r
   const std::int64_t tokens = forward_tokens(r);
   // Sizes within the model's bounds (model.hpp): their products fit.
   const std::int64_t width = (m.is_moe() ? m.moe.expert_ffn * m.moe.top_k : m.ffn) / l.tensor;
-  const std::int64_t gated = m.mlp == mlp_kind::gelu ? 2 : 3;  // gate, up, product alive at once
+  // Gate, up and their product alive at once; Phi-3's fused gate_up output (2 x width) stays
+  // alive through its views while the activation and the product are made (modeling_phi3.py
+  // Phi3MLP: chunk, then up_states * act(gate); measured on an H200, docs/gpu-measurements.md).
+  const std::int64_t gated = m.mlp == mlp_kind::gelu ? 2 : m.family == family::phi3 ? 4 : 3;
   // The residual stream, the normed input and the MLP's intermediates (flash attention: no
   // scores; the MLP is the largest working set of a layer).
   const bytes layer =

@@ -153,6 +153,32 @@ TEST_CASE("sliding windows cap their layers' cache and paged blocks round up") {
         128 * KiB * 1008 * 6);
 }
 
+TEST_CASE("Hugging Face's cache keeps the prompt's storage in its sliding-window layers") {
+  // Phi-3-mini: 32 layers, all windowed at 2,047 tokens, 32 KV heads of 96: 2 x 32 x 96 x 2 B =
+  // 12,288 B a token and layer. After an 8,192-token prefill DynamicSlidingWindowLayer holds a
+  // slice of the prompt's keys and values whose storage is all 8,192 tokens: 3 GiB, as measured
+  // on an H200 (tests/validation/gpu/h200/full_size_inference.jsonl: the returned cache's CUDA
+  // tensors hold 3,221,225,728 B, this and 32 tensors of 8 B, one a layer).
+  const model& m = models::phi_3_mini::value;
+  const request_shape prefill{.batch = 1, .prompt = 8192};
+  CHECK(kv_cache_bytes(m, {}, {.prompt_views = true}, prefill) == bytes{32LL * 12288 * 8192});
+  CHECK(kv_cache_bytes(m, {}, {}, prefill) == bytes{32LL * 12288 * 2047});  // a window each
+  // A prompt within the window grows the cache to the window as it decodes, views or not.
+  const request_shape inside{.batch = 1, .prompt = 1024, .generated = 4096};
+  CHECK(kv_cache_bytes(m, {}, {.prompt_views = true}, inside) == bytes{32LL * 12288 * 2047});
+}
+
+TEST_CASE("Phi-3's fused gate_up output stays alive while its MLP runs, by hand") {
+  // A layer's transients in bf16 for 8,192 tokens: the residual and the normed input (2 h), then
+  // the MLP. Llama-style gate, up and product: 3 I. Phi-3 keeps gate_up's 2 I output (the
+  // activation and the product read views of it) beside the activation and the product: 4 I.
+  constexpr std::int64_t tokens = 8192;
+  CHECK(inference_working_bytes(models::phi_3_mini::value, {}, {.prompt = tokens}, bf16::value,
+                                false) == bytes{(2 * 3072 + 4 * 8192) * tokens * 2});
+  CHECK(inference_working_bytes(models::llama_3_8b::value, {}, {.prompt = tokens}, bf16::value,
+                                false) == bytes{(2 * 4096 + 3 * 14336) * tokens * 2});
+}
+
 TEST_CASE("tensor parallel splits KV heads, replicates them past their count, never splits MLA") {
   // Llama-2-70B has 8 KV heads: over 16 ranks each rank keeps one whole head per layer.
   CHECK(kv_bytes_per_token(models::llama_2_70b::value, {}, 16) == bytes{80 * 2 * 1 * 128 * 2});
