@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// The command-line tool in-process for the browser page (docs/web): compiled to WebAssembly by
+// em++ (examples/web/CMakeLists.txt), it runs the same parser and commands as the tool's binary,
+// on the words a page passes as a JSON array, and answers the status and the tool's output.
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tool.hpp"
+
+/// Runs `vramfit <args...>` with `args_json` a JSON array of strings (the words after
+/// "vramfit"); returns {"status": exit status, "stdout": ..., "stderr": ...} as JSON text, valid
+/// until the next call.
+extern "C" const char* vramfit_run(const char* args_json) {
+  static std::string answer;
+  std::ostringstream out, err;
+  int status = 2;
+  try {
+    const auto args = nlohmann::json::parse(args_json).get<std::vector<std::string>>();
+    vramfit::cli::tool tool;
+    status = tool.run(args, out, err);
+  } catch (const std::exception& e) {
+    err << "vramfit: " << e.what() << '\n';
+  }
+  answer = nlohmann::json{{"status", status}, {"stdout", out.str()}, {"stderr", err.str()}}.dump();
+  return answer.c_str();
+}
