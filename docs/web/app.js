@@ -1,5 +1,6 @@
 // vramfit's page: runs the command-line tool compiled to WebAssembly (vramfit.js, built by em++
-// from examples/web/api.cpp) with `train -f json` and the knobs' options, and shows its JSON.
+// from examples/web/api.cpp) with `train -f json` and the knobs' options, and shows its JSON; a
+// second run with `--timeline` gives the step's events, drawn as an SVG step line.
 // The knobs live in the address's hash (#model=llama-3-8b&dp=8), so a result can be shared.
 'use strict';
 
@@ -161,6 +162,86 @@ function show(state) {
   line.style.left = `calc(${(100 * capacity) / scale}% - 1px)`;
   line.title = `${r.device.name}: ${gib(capacity)}`;
   bar.appendChild(line);
+
+  // The step's timeline: a second run, as `--timeline` leaves out the largest batch and sequence.
+  const timeline = tool([...args, '--timeline']);
+  if (timeline.status === 0) plot(JSON.parse(timeline.stdout), capacity);
+  else $('timeline').replaceChildren();
+}
+
+function svg(name, attributes, text) {
+  const e = document.createElementNS('http://www.w3.org/2000/svg', name);
+  for (const [key, value] of Object.entries(attributes)) e.setAttribute(key, value);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// The allocated bytes after each event of the step (x: the event's index, y: `alive`), the
+// phases shaded, the GPU's capacity as a line and the peak marked. A run of identical layers is
+// one event whose bar rises to its last layer's total (`alive_last_layer`).
+function plot(t, capacity) {
+  const events = t.timeline;
+  const peak = t.timeline_peak;
+  const [width, height, left, right, top, bottom] = [640, 190, 64, 8, 22, 18];
+  const plotWidth = width - left - right;
+  const dx = plotWidth / events.length;
+  const x = (i) => left + i * dx;
+  const highest =
+      Math.max(capacity, ...events.map((e) => Math.max(e.alive, e.alive_last_layer ?? 0)));
+  const y = (bytes) => top + (height - top - bottom) * (1 - bytes / (highest * 1.05));
+  const chart = svg('svg', {viewBox: `0 0 ${width} ${height}`, role: 'img',
+                            'aria-label': 'allocated bytes over the training step'});
+  // The phases, as contiguous bands of events.
+  let first = 0;
+  events.forEach((e, i) => {
+    if (i + 1 < events.length && events[i + 1].phase === e.phase) return;
+    const band = svg('rect', {class: 'phase', x: x(first), y: top, width: x(i + 1) - x(first),
+                              height: height - top - bottom, 'data-phase': e.phase});
+    band.style.fill = ['#f3f4f7', '#e8ebf1'][chart.querySelectorAll('.phase').length % 2];
+    band.append(svg('title', {}, e.phase.replace('_', ' ')));
+    chart.append(band);
+    if (x(i + 1) - x(first) >= 6 * e.phase.length)
+      chart.append(svg('text', {class: 'phase-label', x: (x(first) + x(i + 1)) / 2,
+                                y: height - 5}, e.phase.replace('_', ' ')));
+    first = i + 1;
+  });
+  for (const fraction of [0, 0.5, 1]) {
+    const bytes = highest * 1.05 * fraction;
+    chart.append(svg('text', {class: 'axis', x: left - 4, y: y(bytes) + 4}, gib(bytes)));
+  }
+  // The step line from the start (weights, optimizer states) through each event.
+  let d = `M${x(0)},${y(t.timeline_start)}`;
+  const dots = svg('g', {class: 'events'});
+  events.forEach((e, i) => {
+    d += `V${y(e.alive)}H${x(i + 1)}`;
+    if (e.alive_last_layer != null)
+      chart.append(svg('line', {class: 'run', x1: x(i + 0.5), x2: x(i + 0.5), y1: y(e.alive),
+                                y2: y(e.alive_last_layer)}));
+    const dot = svg('circle', {class: 'event', cx: x(i + 0.5), cy: y(e.alive), r: 1.6,
+                               'data-alive': e.alive});
+    dot.append(svg('title', {}, `${e.phase}: ${e.operator}, ${gib(e.alive)}` +
+                   (e.alive_last_layer != null ? ` (last layer ${gib(e.alive_last_layer)})` : '')));
+    dots.append(dot);
+  });
+  chart.append(svg('path', {class: 'step', d}), dots);
+  chart.append(svg('line', {class: 'capacity', x1: left, x2: width - right, y1: y(capacity),
+                            y2: y(capacity)}),
+               svg('text', {class: 'capacity-label', x: width - right, y: y(capacity) - 3},
+                   `GPU capacity ${gib(capacity)}`));
+  // The peak: the event the tool names, at its bytes.
+  const px = x(peak.index + 0.5);
+  const marker = svg('circle', {class: 'peak', cx: px, cy: y(peak.alive), r: 4,
+                                'data-bytes': peak.alive, 'data-index': peak.index});
+  const layer = peak.layer == null ? '' : `, layer ${peak.layer}`;
+  const label = svg('text', {class: 'peak-label', x: px, y: Math.max(y(peak.alive) - 7, 12),
+                             'text-anchor': px > width / 2 ? 'end' : 'start'},
+                    `peak: ${peak.operator} (${peak.phase}${layer}) ${gib(peak.alive)}`);
+  chart.append(marker, label);
+  const caption = document.createElement('figcaption');
+  caption.textContent = `The step, event by event (${events.length} events; a vertical bar: ` +
+      `a run of layers, up to its last layer): the bytes allocated after each, plus ` +
+      `${gib(peak.runtime_overheads)} of runtime overheads at the peak.`;
+  $('timeline').replaceChildren(chart, caption);
 }
 
 // Shows the knobs of the hash; `shown` tells a test which hash the figures are for.

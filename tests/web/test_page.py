@@ -3,7 +3,9 @@
 For each of 20 configurations the page is given the knobs in its address's hash, as a shared link
 would; the figures it shows (the peak, the capacity, the verdict, the largest micro-batch and
 sequence, and the bytes of each component at the peak) must equal those of `vramfit train -f json`
-run by the binary. The page is served from the build tree's web/ folder by a local HTTP server.
+run by the binary, and its timeline plot must have the events and the peak of
+`vramfit train --timeline -f json`. The page is served from the build tree's web/ folder by a
+local HTTP server.
 A screenshot of the first configuration is written to VRAMFIT_SCREENSHOT (docs/web.md says how to
 update docs/images/web.png with it).
 
@@ -129,6 +131,20 @@ class Page(unittest.TestCase):
                     ".map(s => s.dataset.component)")
                 self.assertEqual(segments,
                                  [c for c in COMPONENTS if expected["at_peak"].get(c, 0) > 0])
+                # The timeline: one plotted event per event of the binary's --timeline, the peak
+                # marker at its timeline_peak bytes and event, the highest point of the plot.
+                tool = subprocess.run([CLI, *cli_words(knobs), "--timeline"], capture_output=True,
+                                      text=True)
+                self.assertEqual(tool.returncode, 0, tool.stderr)
+                timeline = json.loads(tool.stdout)
+                plotted = self.driver.execute_script(
+                    "const p = document.querySelector('#timeline .peak');"
+                    "return {events: [...document.querySelectorAll('#timeline .event')]"
+                    ".map(e => Number(e.dataset.alive)), peak: p && p.dataset.bytes,"
+                    "index: p && p.dataset.index}")
+                self.assertEqual(plotted["events"], [e["alive"] for e in timeline["timeline"]])
+                self.assertEqual(int(plotted["peak"]), timeline["timeline_peak"]["alive"])
+                self.assertEqual(int(plotted["index"]), timeline["timeline_peak"]["index"])
                 if i == 0:
                     self.driver.save_screenshot(SCREENSHOT)
 
