@@ -262,7 +262,7 @@ class caching_allocator {
       for (std::size_t i = end; i-- > 0 && i + 2 >= end;)
         if (in_pool(at(free_[i]), pool.stream, pool.small) && at(free_[i]).size > most)
           most = at(free_[i]).size;
-      end = lower_bound({pool.stream, pool.small, 0, std::numeric_limits<std::int64_t>::min(), 0});
+      end = lower_bound({pool.stream, pool.small, 0, lowest_address, 0});
     }
     return bytes{most};
   }
@@ -278,6 +278,9 @@ class caching_allocator {
   std::vector<int> free_;
   std::int64_t large_searches_ = 0;  ///< get_free_block calls on the large pool, under GC
   std::int64_t next_address_ = -1;   ///< of the next segment, when a replay gave it
+  /// Below every segment's address rank (real addresses or minus the creation index): a search
+  /// key that orders before all blocks of its size.
+  static constexpr std::int64_t lowest_address = std::numeric_limits<std::int64_t>::min();
 
   constexpr caching::block& at(int b) { return blocks_[static_cast<std::size_t>(b)]; }
   [[nodiscard]] constexpr const caching::block& at(int b) const {
@@ -336,8 +339,7 @@ class caching_allocator {
   /// by size, then address), unless max_split_size rules it out.
   constexpr int free_block(std::int64_t size, int stream, bool small) {
     if (!small && collects_garbage()) ++large_searches_;  // get_free_blocks_call_count
-    constexpr std::int64_t lowest = std::numeric_limits<std::int64_t>::min();
-    const std::size_t slot = lower_bound({stream, small, size, lowest, lowest});
+    const std::size_t slot = lower_bound({stream, small, size, lowest_address, 0});
     if (slot == free_.size() || !in_pool(at(free_[slot]), stream, small)) return -1;
     const int best = free_[slot];
     const std::int64_t found = at(best).size;

@@ -164,31 +164,21 @@ class step_replay {
     live_[static_cast<std::size_t>(entry)].push_back({layer, size, alloc_.allocate(size)});
   }
 
-  /// Frees the most recent tensor of `entry` in `layer` of `size` bytes, or if there is none
-  /// (a later micro-batch's gradient added into one that exists), `size` of its latest.
-  constexpr void drop(int entry, std::int64_t layer, bytes size) {
+  /// Frees a tensor of `entry` in `layer` of `size` bytes, or if there is none (a later
+  /// micro-batch's gradient added into one that exists), `size` of its latest. Of several alike,
+  /// the most recent, or with `earliest` the first: in backward a gradient dies when the next
+  /// operator has read it, after that operator made its own (the loss's gradients, a tied head's
+  /// before the sum; traced on an H200).
+  constexpr void drop(int entry, std::int64_t layer, bytes size, bool earliest = false) {
     std::vector<live_tensor>& held = live_[static_cast<std::size_t>(entry)];
-    for (std::size_t i = held.size(); i-- > 0;)
+    for (std::size_t k = 0; k < held.size(); ++k) {
+      const std::size_t i = earliest ? k : held.size() - 1 - k;
       if (held[i].layer == layer && held[i].size == size) {
         alloc_.release(held[i].handle);
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
         return;
       }
-    drop_bytes(entry, size);
-  }
-
-  /// Frees the earliest tensor of `entry` outside the layers of `size` bytes, or if there is none,
-  /// the latest tensors until `size` bytes have gone. In backward a gradient dies when the next
-  /// operator has read it, after that operator made its own: of two alike, the earlier goes
-  /// (the loss's gradients, a tied head's before the sum; traced on an H200).
-  constexpr void drop_oldest(int entry, bytes size) {
-    std::vector<live_tensor>& held = live_[static_cast<std::size_t>(entry)];
-    for (std::size_t i = 0; i < held.size(); ++i)
-      if (held[i].layer == -1 && held[i].size == size) {
-        alloc_.release(held[i].handle);
-        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
-        return;
-      }
+    }
     drop_bytes(entry, size);
   }
 
@@ -275,7 +265,7 @@ class step_replay {
     } else if (sizes.empty() && allocates) {
       hold_all(e.entry, total, whole ? x.tensors : 1);
     } else if (sizes.empty()) {
-      drop_oldest(e.entry, total);
+      drop(e.entry, -1, total, true);
     }
     for (bytes size : sizes) {
       if (allocates)

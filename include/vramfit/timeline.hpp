@@ -566,6 +566,10 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     // Backward: the loss's gradients, the head, then the layers in reverse.
     w.phase = step_phase::backward;
     w.region = moment::start_of_backward;
+    auto add_head_gradients = [&] {
+      for (bytes piece : head_pieces)
+        w.add("head and final norm gradients", first_pass ? gradients : working, piece);
+    };
     if (log_probs_apart) {
       // As autograd runs it (traced, docs/gpu-measurements.md): nll_loss's gradient, then
       // log_softmax's; the first goes, and the log-probabilities with their node; the fp32
@@ -580,16 +584,14 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       w.add("log-probabilities", head_and_loss, -(size_of(head_and_loss) - head_inputs));
       w.add("logits gradient (16-bit)", logits_gradient, logits_16bit);
       w.add("loss gradients", logits_gradient, -log_softmax);
-      for (bytes piece : head_pieces)
-        w.add("head and final norm gradients", first_pass ? gradients : working, piece);
+      add_head_gradients();
       w.add("logits gradient (16-bit)", logits_gradient, -logits_16bit);
       w.add("final norm and head input", head_and_loss, -head_inputs);
     } else {
       w.add("loss gradients", logits_gradient, size_of(logits_gradient));
       w.add("loss gradients", logits_gradient, -size_of(logits_gradient));
       w.add("final norm, head input and log-probabilities", head_and_loss, -size_of(head_and_loss));
-      for (bytes piece : head_pieces)
-        w.add("head and final norm gradients", first_pass ? gradients : working, piece);
+      add_head_gradients();
     }
     if (!first_pass) w.add("head and final norm gradients", working, -head_grads);
     // A tied head's gradient waits in the leaf's input buffer for the embedding's share.

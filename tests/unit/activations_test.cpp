@@ -166,6 +166,12 @@ TEST_CASE("a sliding window the sequence reaches: SDPA gets a mask, K and V repe
   // In fp32 the mask's repeat lets the memory-efficient kernel run (not the math kernel that
   // grouped heads without a mask get): flash's tensors, in fp32.
   CHECK(attention_kernel(m, fp32_training::value, at_window) == attention_kind::sdpa);
+  // The attention's backward returns dQ, dK and dV at the shapes it was given: K and V repeated
+  // to 32 heads, 3 x 2 tau h in bf16; one token short of the window, grouped: (h + 2 kv d) 2 tau.
+  CHECK(layer_backward_bytes(m, pure<bf16>::value, at_window, {}).attention ==
+        bytes{3 * 2 * tau * h});
+  CHECK(layer_backward_bytes(m, pure<bf16>::value, under, {}).attention ==
+        bytes{(h + 2 * kv * d) * 2 * (b * (s - 128))});
 }
 
 TEST_CASE("SDPA in fp32 with grouped-query heads runs the math kernel: eager's tensors, by hand") {
