@@ -8,9 +8,11 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 #include <vramfit/version.hpp>
 
+#include "option_table.hpp"
 #include "tool.hpp"
 
 namespace py = pybind11;
@@ -26,38 +28,21 @@ std::tuple<int, std::string, std::string> run(const std::vector<std::string>& ar
   return {status, out.str(), err.str()};
 }
 
-const CLI::App& subcommand(const vramfit::cli::tool& tool, const std::string& name) {
-  for (const CLI::App* sub : tool.app().get_subcommands({}))
-    if (sub->get_name() == name) return *sub;
-  throw py::value_error("vramfit has no subcommand '" + name + "'");
-}
-
-/// The options of subcommand `name` as the parser registered them: (long name without dashes,
-/// kind, values), kind "flag" (no value), "list" (repeatable) or "value"; values as the shell
-/// completion offers them (the parser's tables or its choice sets), empty when free-form.
+/// The options of subcommand `name` as (long name without dashes, kind, values): the shared
+/// option table (option_table.hpp) as tuples, which the package unpacks.
 std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> options(
     const std::string& name) {
-  const vramfit::cli::tool tool;
-  const CLI::App& sub = subcommand(tool, name);
   std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> listed;
-  for (const CLI::Option* o : sub.get_options()) {
-    if (o == sub.get_help_ptr() || o->get_lnames().empty()) continue;
-    const std::string& option = o->get_lnames().front();
-    const char* kind = o->get_expected_max() == 0        ? "flag"
-                       : o->get_items_expected_max() > 1 ? "list"
-                                                         : "value";
-    std::vector<std::string> values;
-    std::istringstream words(vramfit::cli::option_values(*o, option));
-    for (std::string word; words >> word;) values.push_back(word);
-    listed.emplace_back(option, kind, values);
-  }
+  for (vramfit::cli::option_entry& e : vramfit::cli::option_table(name))
+    listed.emplace_back(std::move(e.name), std::move(e.kind), std::move(e.values));
   return listed;
 }
 
 /// `vramfit <name> --help`.
 std::string usage(const std::string& name) {
   const vramfit::cli::tool tool;
-  return subcommand(tool, name).help(tool.app().get_name());  // "Usage: vramfit <name>"
+  return vramfit::cli::subcommand_named(tool, name)
+      .help(tool.app().get_name());  // "Usage: vramfit <name>"
 }
 
 }  // namespace
