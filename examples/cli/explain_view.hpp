@@ -35,8 +35,8 @@ inline std::vector<explained_layer> explained_layers(const training_plan_value& 
 }
 
 /// Each saved tensor of one layer for one micro-batch on one rank: its half of the layer, bits
-/// per element, elements (and per token, where whole), bytes, and whether selective recompute
-/// drops it. A table, Markdown or JSON.
+/// per element, elements (and per token, where whole), bytes, whether selective recompute drops
+/// it, and the source line that makes it. A table, Markdown or JSON.
 inline void print_explain(std::ostream& out, const std::string& title, const training_plan_value& p,
                           const std::string& format) {
   const std::int64_t tokens =
@@ -53,7 +53,8 @@ inline void print_explain(std::ostream& out, const std::string& title, const tra
                         {"bits", s.bits},
                         {"elements", s.elements},
                         {"bytes", s.size.count},
-                        {"recomputed_by_selective", s.recomputed_by_selective}});
+                        {"recomputed_by_selective", s.recomputed_by_selective},
+                        {"source", s.source}});
         sum += s.size;
       }
       j["layers"].push_back({{"layer", l.kind}, {"tensors", rows}, {"total", sum.count}});
@@ -65,17 +66,17 @@ inline void print_explain(std::ostream& out, const std::string& title, const tra
       << "What autograd saves for backward in one layer, per micro-batch of " +
              report::grouped(tokens) + " tokens on one GPU (activations.hpp):\n";
   for (const explained_layer& l : layers) {
-    report::table t(
-        {"saved tensor", "part", "bits", "elements", "per token", "bytes", "selective recompute"});
+    report::table t({"saved tensor", "part", "bits", "elements", "per token", "bytes",
+                     "selective recompute", "source"});
     bytes sum{};
     for (const saved_tensor& s : l.tensors) {
       t.add({s.name, s.part == layer_part::mlp ? "MLP" : "attention", std::to_string(s.bits),
              report::grouped(s.elements),
              s.elements % tokens == 0 ? report::grouped(s.elements / tokens) : "-", size(s.size),
-             s.recomputed_by_selective ? "dropped" : "kept"});
+             s.recomputed_by_selective ? "dropped" : "kept", s.source});
       sum += s.size;
     }
-    t.add({"**total**", "", "", "", "", "**" + size(sum) + "**", ""});
+    t.add({"**total**", "", "", "", "", "**" + size(sum) + "**", "", ""});
     out << "\n" << (format == "markdown" ? "### " : "") << l.kind << " layer\n\n" << t;
   }
 }

@@ -93,6 +93,11 @@ enum class layer_part : unsigned char { attention, mlp };
 /// One tensor (or set of tensors) autograd saves, per micro-batch, on one rank.
 struct saved_tensor {
   const char* name = "";  ///< a string literal
+  /// Where it is made: file, class.method and expression in Hugging Face transformers, peft or
+  /// PyTorch (tools/autograd/derivatives.yaml names what a backward formula reads). Read in the
+  /// transformers 5.x sources (modeling_qwen3.py; modeling_llama.py's functions are its copies)
+  /// and PyTorch main; the GPU traces that checked the ledger ran transformers 5.17, torch 2.11.
+  const char* source = "";
   bytes size{};
   std::int64_t elements = 0;  ///< its elements (over every tensor the entry stands for)
   std::int64_t bits = 0;      ///< bits per element: 32 fp32, 16 bf16/fp16, 8 a dropout mask
@@ -242,11 +247,12 @@ class block_builder {
     return checked_mul(tokens_, local_width);
   }
 
-  constexpr void add(const char* name, std::int64_t elements, std::int64_t bits,
+  constexpr void add(const char* name, const char* source, std::int64_t elements, std::int64_t bits,
                      bool selective = false, bool output_linear_input = false) {
     if (elements == 0 || bits == 0) return;
     saved_tensor t{};
     t.name = name;
+    t.source = source;
     t.size = bytes_for_bits(checked_mul(elements, bits));
     t.elements = elements;
     t.bits = bits;
@@ -263,13 +269,14 @@ class block_builder {
   /// LoRA base, nothing for a frozen linear (its weight gradient is not needed) and, per adapted
   /// one, peft's lora_A input (cast to the adapter format, or to 16 bits per call under autocast)
   /// and lora_A's rank-r output that lora_B keeps (peft tuners/lora/layer.py Linear.forward).
-  constexpr void linear_input(const char* name, std::int64_t rows, std::int64_t width,
-                              std::initializer_list<const char*> modules,
+  constexpr void linear_input(const char* name, const char* source, std::int64_t rows,
+                              std::int64_t width, std::initializer_list<const char*> modules,
                               bool output_linear_input = false) {
     const std::int64_t elements = checked_mul(rows, width);
     const auto readers = static_cast<std::int64_t>(modules.size());
     if (!frozen_base_) {
-      add(name, checked_mul(elements, input_casts(readers)), beta_, false, output_linear_input);
+      add(name, source, checked_mul(elements, input_casts(readers)), beta_, false,
+          output_linear_input);
       return;
     }
     std::int64_t adapted = 0;
@@ -277,9 +284,13 @@ class block_builder {
     if (adapted == 0) return;
     const std::int64_t bits = autocast_ ? beta_ : adapter_bits_;
     const std::int64_t copies = autocast_ || bits != rho_ ? adapted : 1;
-    add("LoRA input (adapter format)", checked_mul(elements, copies), bits, false,
-        output_linear_input);
-    add("LoRA A output (rank r)", checked_mul(checked_mul(rows, f_.lora.rank), adapted), bits);
+    add("LoRA input (adapter format)",
+        "peft tuners/lora/layer.py Linear.forward: x = self._cast_input_dtype(x, "
+        "lora_A.weight.dtype)",
+        checked_mul(elements, copies), bits, false, output_linear_input);
+    add("LoRA A output (rank r)",
+        "peft tuners/lora/layer.py Linear.forward: lora_B(lora_A(dropout(x))) * scaling",
+        checked_mul(checked_mul(rows, f_.lora.rank), adapted), bits);
   }
 
   /// A norm over `width` features: what its implementation saves, not its output.
@@ -287,15 +298,30 @@ class block_builder {
     const std::int64_t rows = replicated(1);
     if (m_.norm == norm_kind::layernorm) {
       // aten native_layer_norm: input, mean and rstd (fp32 per row).
-      add(name, replicated(width), rho_);
-      if (o_.norm_statistics) add("norm mean and rstd (fp32)", checked_mul(2, rows), 32);
+      add(name,
+          "torch nn.LayerNorm, derivatives.yaml native_layer_norm: "
+          "native_layer_norm_backward(grad, input, ...)",
+          replicated(width), rho_);
+      if (o_.norm_statistics)
+        add("norm mean and rstd (fp32)",
+            "torch nn.LayerNorm, derivatives.yaml native_layer_norm: "
+            "native_layer_norm_backward(..., result1, result2, ...)",
+            checked_mul(2, rows), 32);
     } else {
       // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
       // normalized x in the residual format (saved by the weight multiply).
-      add(name, replicated(width), 32);
-      if (o_.norm_statistics) add("norm rstd (fp32)", rows, 32);
+      add(name, "modeling_llama.py LlamaRMSNorm.forward: hidden_states.to(torch.float32)",
+          replicated(width), 32);
+      if (o_.norm_statistics)
+        add("norm rstd (fp32)",
+            "modeling_llama.py LlamaRMSNorm.forward: torch.rsqrt(variance + "
+            "self.variance_epsilon)",
+            rows, 32);
       // Saved by the weight multiply for the weight's gradient: none for a frozen weight.
-      if (!frozen_base_) add("norm normalized input", replicated(width), rho_);
+      if (!frozen_base_)
+        add("norm normalized input",
+            "modeling_llama.py LlamaRMSNorm.forward: self.weight * hidden_states.to(input_dtype)",
+            replicated(width), rho_);
     }
   }
 
@@ -303,13 +329,25 @@ class block_builder {
   /// from a projection's output in the compute format: as norm(), its normalized input in that
   /// format.
   constexpr void head_norm(const char* name, std::int64_t heads, std::int64_t width) {
-    add(name, split(checked_mul(heads, width)), 32);
-    if (o_.norm_statistics) add("head norm rstd (fp32)", split(heads), 32);
-    if (!frozen_base_) add("head norm normalized input", split(checked_mul(heads, width)), beta_);
+    add(name,
+        "modeling_qwen3.py Qwen3Attention.forward: self.q_norm(self.q_proj(hidden_states)"
+        ".view(hidden_shape)), k_norm alike; Qwen3RMSNorm.forward: hidden_states.to(torch.float32)",
+        split(checked_mul(heads, width)), 32);
+    if (o_.norm_statistics)
+      add("head norm rstd (fp32)",
+          "modeling_qwen3.py Qwen3RMSNorm.forward: torch.rsqrt(variance + self.variance_epsilon)",
+          split(heads), 32);
+    if (!frozen_base_)
+      add("head norm normalized input",
+          "modeling_qwen3.py Qwen3RMSNorm.forward: self.weight * hidden_states.to(input_dtype)",
+          split(checked_mul(heads, width)), beta_);
   }
 
   constexpr void dropout_mask(const char* name, std::int64_t elements) {
-    add(name, elements, o_.dropout_mask_bits);
+    add(name,
+        "torch nn.Dropout, derivatives.yaml native_dropout: native_dropout_backward(grad, "
+        "result1, ...)",
+        elements, o_.dropout_mask_bits);
   }
 
   [[nodiscard]] constexpr saved_tensor_ledger result() const { return ledger_; }
@@ -352,6 +390,18 @@ constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b
   return m.family == family::gpt2 ? b.autocast_wide() : b.beta();
 }
 
+/// Where eager attention's softmax output and its 16-bit copy come from: Llama's
+/// eager_attention_forward (its copies in every family built on it) or GPT-2's _attn.
+constexpr const char* eager_softmax_source(const model& m) {
+  if (m.family == family::gpt2)
+    return "modeling_gpt2.py GPT2Attention._attn: nn.functional.softmax(attn_weights, dim=-1)";
+  if (m.family == family::llama || m.family == family::phi3)
+    return "modeling_llama.py eager_attention_forward: nn.functional.softmax(attn_weights, dim=-1, "
+           "dtype=torch.float32)";
+  return "the attention's softmax, derivatives.yaml _softmax: _softmax_backward_data(grad, "
+         "result, ...)";
+}
+
 /// Attention scores kept by eager attention: the softmax output, then either the dropout mask
 /// and output or, without dropout and with an fp32 softmax, the 16-bit copy the value matmul
 /// saves (GPT-2: attn_weights.type(value.dtype)).
@@ -365,116 +415,293 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
     // modeling_gpt_oss.py eager_attention_forward: each row gains its head's sink logit
     // ([.., s, s + 1]); max(dim=-1) keeps its int64 indices; the value matmul reads a view of the
     // softmax output without the sink column.
-    b.add("attention softmax output (with the sink column)", checked_add(scores, rows),
-          softmax_bits, true);
-    b.add("attention logits max indices (int64)", rows, 64, true);
+    b.add("attention softmax output (with the sink column)",
+          "modeling_gpt_oss.py eager_attention_forward: probs = F.softmax(combined_logits, "
+          "dim=-1, dtype=combined_logits.dtype)",
+          checked_add(scores, rows), softmax_bits, true);
+    b.add("attention logits max indices (int64)",
+          "modeling_gpt_oss.py eager_attention_forward: combined_logits.max(dim=-1, "
+          "keepdim=True)",
+          rows, 64, true);
   } else {
-    b.add("attention softmax output", scores, softmax_bits, true);
+    b.add("attention softmax output", eager_softmax_source(m), scores, softmax_bits, true);
   }
   if (o.attention_dropout) {
-    b.add("attention dropout mask", scores, o.dropout_mask_bits, true);
-    b.add("attention dropout output", scores, b.beta(), true);
+    b.add("attention dropout mask",
+          "torch nn.functional.dropout, derivatives.yaml native_dropout: "
+          "native_dropout_backward(grad, result1, ...)",
+          scores, o.dropout_mask_bits, true);
+    b.add("attention dropout output",
+          "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states) "
+          "after nn.functional.dropout",
+          scores, b.beta(), true);
   } else if (softmax_bits != b.beta()) {
-    b.add("attention probabilities (16-bit copy)", scores, b.beta(), true);
+    b.add("attention probabilities (16-bit copy)",
+          m.family == family::gpt2
+              ? "modeling_gpt2.py GPT2Attention._attn: attn_weights.type(value.dtype), read by "
+                "torch.matmul(attn_weights, value)"
+              : "modeling_llama.py eager_attention_forward: softmax(...).to(query.dtype), read by "
+                "torch.matmul(attn_weights, value_states)",
+          scores, b.beta(), true);
   }
+}
+
+/// Where the attention's first projections read the norm output.
+constexpr const char* attention_input_source(const model& m) {
+  if (m.is_mla())
+    return "modeling_deepseek.py DeepseekV2Attention.forward: "
+           "self.q_a_proj(hidden_states), self.kv_a_proj_with_mqa(hidden_states)";
+  if (m.family == family::llama)
+    return "modeling_llama.py LlamaAttention.forward: self.q_proj(hidden_states), "
+           "self.k_proj(hidden_states), self.v_proj(hidden_states)";
+  if (m.family == family::phi3)
+    return "modeling_phi3.py Phi3Attention.forward: qkv = self.qkv_proj(hidden_states)";
+  if (m.family == family::gpt2)
+    return "modeling_gpt2.py GPT2Attention.forward: self.c_attn(hidden_states)";
+  return "the Q, K, V projection (a linear keeps its input), derivatives.yaml mm: "
+         "mm_mat2_backward(grad, self, ...)";
+}
+
+/// Where the attention's output projection reads the merged heads.
+constexpr const char* out_projection_source(const model& m) {
+  if (m.family == family::llama || m.family == family::phi3)
+    return "modeling_llama.py LlamaAttention.forward: self.o_proj(attn_output) after "
+           "attn_output.reshape(*input_shape, -1).contiguous()";
+  if (m.family == family::gpt2)
+    return "modeling_gpt2.py GPT2Attention.forward: self.c_proj(attn_output) after "
+           "self._merge_heads(...)";
+  return "the output projection (a linear keeps its input), derivatives.yaml mm: "
+         "mm_mat2_backward(grad, self, ...)";
+}
+
+/// What SDPA's flash, cuDNN and memory-efficient kernels keep besides Q, K and V.
+inline constexpr char sdpa_backward_source[] =
+    "torch SDPA: _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, "
+    "logsumexp, ...)";
+
+/// The fp32 log-sum-exp per query row that SDPA's kernels keep.
+constexpr void softmax_lse(block_builder& b, const activation_options& o, std::int64_t heads) {
+  const std::int64_t rows =
+      checked_mul(checked_mul(o.micro_batch, heads), b.tokens() / o.micro_batch);
+  b.add("softmax log-sum-exp (fp32)", sdpa_backward_source, rows, 32);
+}
+
+/// DeepSeek-V2 MLA (modeling_deepseek): the low-rank paths' norms and inputs, then full-width Q
+/// and K (nope + rope parts) and V, which the attention saves, and the attention core.
+constexpr void mla_attention(block_builder& b, const model& m, const activation_options& o,
+                             std::int64_t heads) {
+  const std::int64_t beta = b.beta();
+  const mla_config& a = m.mla;
+  if (a.q_lora_rank > 0) {
+    b.norm("q_a_layernorm input (fp32)", a.q_lora_rank);
+    b.add("q_b input (norm output)",
+          "modeling_deepseek.py DeepseekV2Attention.forward: "
+          "self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))",
+          b.replicated(a.q_lora_rank), beta);
+  }
+  b.norm("kv_a_layernorm input (fp32)", a.kv_lora_rank);
+  b.add("kv_b input (norm output)",
+        "modeling_deepseek.py DeepseekV2Attention.forward: "
+        "self.kv_b_proj(self.kv_a_layernorm(compressed_kv))",
+        b.replicated(a.kv_lora_rank), beta);
+  const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  b.add("query (nope + rope)",
+        "modeling_deepseek.py DeepseekV2Attention.forward: query_states of q_nope and the rotated "
+        "q_pe",
+        b.split(heads * qk), beta);
+  b.add("key (nope + rope)",
+        "modeling_deepseek.py DeepseekV2Attention.forward: key_states of k_nope and the rotated "
+        "k_pe",
+        b.split(heads * qk), beta);
+  b.add("kv_b output (holds the value)",
+        "modeling_deepseek.py DeepseekV2Attention.forward: k_nope, value_states = "
+        "torch.split(kv, ...) (views of kv)",
+        b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)), beta);
+  if (b.attention() == attention_kind::eager) {
+    eager_scores(b, m, o, heads);
+    b.add("attention output (o_proj input)", out_projection_source(m),
+          b.split(heads * a.v_head_dim), beta, false, true);
+  } else {
+    b.add("attention output", sdpa_backward_source, b.split(heads * a.v_head_dim), beta);
+    softmax_lse(b, o, heads);
+  }
+}
+
+/// Where fused Q, K and V come from: views of one projection's output (or, in BERT and
+/// DistilBERT, three projections' outputs of the same size), which the attention reads.
+constexpr const char* fused_qkv_source(const model& m) {
+  switch (m.family) {
+    case family::gpt2:
+      return "modeling_gpt2.py GPT2Attention.forward: query, key, value = "
+             "self.c_attn(hidden_states).split(self.split_size, dim=2)";
+    case family::gpt_bigcode:
+      return "modeling_gpt_bigcode.py GPTBigCodeAttention.forward: self.c_attn(hidden_states)";
+    case family::vit:
+      return "torch nn/functional.py multi_head_attention_forward: q, k, v = "
+             "_in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)";
+    case family::distilbert:
+      return "modeling_distilbert.py MultiHeadSelfAttention.forward: self.q_lin(query), "
+             "self.k_lin(key), self.v_lin(value)";
+    default:
+      return "modeling_bert.py BertSelfAttention.forward: self.query(hidden_states), "
+             "self.key(hidden_states), self.value(hidden_states)";
+  }
+}
+
+/// Q, K and V of multi-head attention (not MLA) as the attention keeps them.
+constexpr void head_projections(block_builder& b, const model& m, const activation_options& o,
+                                std::int64_t heads) {
+  const std::int64_t beta = b.beta();
+  const std::int64_t d = m.head_dim;
+  const std::int64_t kv = detail::local_kv_heads(m, b.tp());
+  if (fused_qkv(m)) {
+    // Q, K and V are views of one projection output, which therefore stays whole (BERT's and
+    // DistilBERT's three projections keep the same elements).
+    b.add("QKV projection output", fused_qkv_source(m), b.split((heads + 2 * kv) * d), beta);
+    return;
+  }
+  // modeling_qwen3.py: q_norm and k_norm over each head of the projections' outputs.
+  if (m.qk_norm) {
+    b.head_norm("q_norm input (fp32)", heads, d);
+    b.head_norm("k_norm input (fp32)", kv, d);
+  }
+  const bool rotary = m.positions == position_kind::rotary;
+  // (The math kernel saves Q scaled instead, of the same size.)
+  b.add("query (after rotary)",
+        rotary ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) * "
+                 "sin)"
+               : "the query projection's output, read by the attention",
+        b.split(heads * d), beta);
+  // Eager attention and SDPA without native GQA repeat the KV heads into new tensors
+  // (Hugging Face repeat_kv), as does the math kernel (repeat_interleave); flash attention
+  // keeps them un-repeated. With one KV head and one sequence Hugging Face's repeat stays a
+  // view ([1, 1, s, d] expanded and reshaped to [1, heads, s, d]: torch reshape copies only
+  // when strides cannot merge), and matmul's batch flattening of it is a view too: the
+  // un-repeated K and V are kept.
+  const bool repeat_is_view = kv == 1 && o.micro_batch == 1 && o.attention != attention_kind::flash;
+  const bool repeated =
+      b.attention() == attention_kind::eager || b.attention() == attention_kind::sdpa;
+  const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
+  const bool copies = kv_saved != kv;
+  b.add("key (after rotary)",
+        copies   ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
+                   "module.num_key_value_groups)"
+        : rotary ? "modeling_llama.py apply_rotary_pos_emb: k_embed = (k * cos) + (rotate_half(k) "
+                   "* sin)"
+                 : "the key projection's output, read by the attention",
+        b.split(kv_saved * d), beta);
+  if (m.family == family::phi3 && !copies)
+    // modeling_phi3.py slices Q, K and V out of one qkv_proj output; the rotary makes new Q
+    // and K, but the attention saves V, a view that keeps the whole output alive.
+    b.add("value (a view: keeps the qkv_proj output)",
+          "modeling_phi3.py Phi3Attention.forward: value_states = qkv[..., query_pos + "
+          "self.num_key_value_heads * self.head_dim :]",
+          b.split((heads + 2 * kv) * d), beta);
+  else
+    b.add("value",
+          copies ? "modeling_llama.py eager_attention_forward: value_states = repeat_kv(value, "
+                   "module.num_key_value_groups)"
+                 : "modeling_llama.py LlamaAttention.forward: "
+                   "self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)",
+          b.split(kv_saved * d), beta);
+}
+
+/// What multi-head attention (not MLA) keeps of its core: eager's scores, or SDPA's output and
+/// log-sum-exp (and the mask it is given), and the output projection's input.
+constexpr void head_attention_core(block_builder& b, const model& m, const activation_options& o,
+                                   std::int64_t heads) {
+  const std::int64_t width = heads * m.head_dim;
+  if (b.attention() == attention_kind::eager) {
+    eager_scores(b, m, o, heads);
+    b.linear_input("attention output (merged heads, o_proj input)", out_projection_source(m),
+                   b.split(1), width, {"o_proj"}, true);
+    return;
+  }
+  if (m.family == family::phi3 && b.beta() == 16)
+    // Phi-3's rotary ends in torch.cat, so Q is contiguous heads-first, cuDNN's output takes
+    // Q's layout (aten/src/ATen/native/cudnn/MHA.cpp alloc_with_matching_layout), and
+    // transpose(1, 2).contiguous() copies it for o_proj: two tensors, where Llama's is one.
+    b.add("attention output (heads-first, kept by SDPA)",
+          "aten cudnn/MHA.cpp alloc_with_matching_layout; modeling_phi3.py Phi3Attention.forward: "
+          "attn_output.reshape(*input_shape, -1).contiguous() copies it",
+          b.split(width), b.beta());
+  b.linear_input("attention output (o_proj input)", out_projection_source(m), b.split(1), width,
+                 {"o_proj"}, true);
+  softmax_lse(b, o, heads);
+  if (sdpa_gets_mask(m, o))
+    // aten attention.cpp convert_boolean_attn_mask turns Hugging Face's boolean mask into an
+    // additive bias in Q's format in every layer's call, and the kernel saves it.
+    b.add("attention mask (SDPA's additive bias)",
+          "aten transformers/attention.cpp convert_boolean_attn_mask, saved by the SDPA kernel",
+          checked_mul(b.tokens(), o.sequence), b.beta(), true);
 }
 
 /// The attention sub-block's saved tensors (the input norm is added by the caller).
-constexpr void attention_block(block_builder& b, const model& m, const activation_options& o,
-                               const layout& l) {
-  const std::int64_t t = b.tp();
-  const std::int64_t beta = b.beta();
-  const std::int64_t heads = m.heads / t;
-  const std::int64_t b_rows = checked_mul(o.micro_batch, heads);
-  const std::int64_t rows = checked_mul(b_rows, b.tokens() / o.micro_batch);
+constexpr void attention_block(block_builder& b, const model& m, const activation_options& o) {
+  const std::int64_t heads = m.heads / b.tp();
   // Q, K and V as separate projections (Llama family, not MLA) each cast an fp32 input.
   if (m.family == family::llama && !m.is_mla())
-    b.linear_input("attention input (norm output)", b.replicated(1), m.hidden,
-                   {"q_proj", "k_proj", "v_proj"});
+    b.linear_input("attention input (norm output)", attention_input_source(m), b.replicated(1),
+                   m.hidden, {"q_proj", "k_proj", "v_proj"});
   else
-    b.add("attention input (norm output)", b.replicated(m.hidden), beta);
+    b.add("attention input (norm output)", attention_input_source(m), b.replicated(m.hidden),
+          b.beta());
   if (m.is_mla()) {
-    // DeepSeek-V2 MLA (modeling_deepseek): the low-rank paths' norms and inputs, then full-width
-    // Q and K (nope + rope parts) and V, which the attention saves.
-    const mla_config& a = m.mla;
-    if (a.q_lora_rank > 0) {
-      b.norm("q_a_layernorm input (fp32)", a.q_lora_rank);
-      b.add("q_b input (norm output)", b.replicated(a.q_lora_rank), beta);
-    }
-    b.norm("kv_a_layernorm input (fp32)", a.kv_lora_rank);
-    b.add("kv_b input (norm output)", b.replicated(a.kv_lora_rank), beta);
-    const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-    b.add("query (nope + rope)", b.split(heads * qk), beta);
-    b.add("key (nope + rope)", b.split(heads * qk), beta);
-    b.add("kv_b output (holds the value)", b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)),
-          beta);
-    if (b.attention() == attention_kind::eager) {
-      eager_scores(b, m, o, heads);
-      b.add("attention output (o_proj input)", b.split(heads * a.v_head_dim), beta, false, true);
-    } else {
-      b.add("attention output", b.split(heads * a.v_head_dim), beta);
-      b.add("softmax log-sum-exp (fp32)", rows, 32);
-    }
+    mla_attention(b, m, o, heads);
   } else {
-    const std::int64_t d = m.head_dim;
-    const std::int64_t kv = detail::local_kv_heads(m, t);
-    if (fused_qkv(m)) {
-      // Q, K and V are views of one projection output, which therefore stays whole (BERT's and
-      // DistilBERT's three projections keep the same elements).
-      b.add("QKV projection output", b.split((heads + 2 * kv) * d), beta);
-    } else {
-      if (m.qk_norm) {
-        // modeling_qwen3.py: q_norm and k_norm over each head of the projections' outputs.
-        b.head_norm("q_norm input (fp32)", heads, d);
-        b.head_norm("k_norm input (fp32)", kv, d);
-      }
-      // (The math kernel saves Q scaled instead, of the same size.)
-      b.add("query (after rotary)", b.split(heads * d), beta);
-      // Eager attention and SDPA without native GQA repeat the KV heads into new tensors
-      // (Hugging Face repeat_kv), as does the math kernel (repeat_interleave); flash attention
-      // keeps them un-repeated. With one KV head and one sequence Hugging Face's repeat stays a
-      // view ([1, 1, s, d] expanded and reshaped to [1, heads, s, d]: torch reshape copies only
-      // when strides cannot merge), and matmul's batch flattening of it is a view too: the
-      // un-repeated K and V are kept.
-      const bool repeat_is_view =
-          kv == 1 && o.micro_batch == 1 && o.attention != attention_kind::flash;
-      const bool repeated =
-          b.attention() == attention_kind::eager || b.attention() == attention_kind::sdpa;
-      const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
-      b.add("key (after rotary)", b.split(kv_saved * d), beta);
-      if (m.family == family::phi3 && kv_saved == kv)
-        // modeling_phi3.py slices Q, K and V out of one qkv_proj output; the rotary makes new Q
-        // and K, but the attention saves V, a view that keeps the whole output alive.
-        b.add("value (a view: keeps the qkv_proj output)", b.split((heads + 2 * kv) * d), beta);
-      else
-        b.add("value", b.split(kv_saved * d), beta);
-    }
-    if (b.attention() == attention_kind::eager) {
-      eager_scores(b, m, o, heads);
-      b.linear_input("attention output (merged heads, o_proj input)", b.split(1), heads * d,
-                     {"o_proj"}, true);
-    } else {
-      if (m.family == family::phi3 && beta == 16)
-        // Phi-3's rotary ends in torch.cat, so Q is contiguous heads-first, cuDNN's output takes
-        // Q's layout (aten/src/ATen/native/cudnn/MHA.cpp alloc_with_matching_layout), and
-        // transpose(1, 2).contiguous() copies it for o_proj: two tensors, where Llama's is one.
-        b.add("attention output (heads-first, kept by SDPA)", b.split(heads * d), beta);
-      b.linear_input("attention output (o_proj input)", b.split(1), heads * d, {"o_proj"}, true);
-      b.add("softmax log-sum-exp (fp32)", rows, 32);
-      if (sdpa_gets_mask(m, o))
-        // aten attention.cpp convert_boolean_attn_mask turns Hugging Face's boolean mask into an
-        // additive bias in Q's format in every layer's call, and the kernel saves it.
-        b.add("attention mask (SDPA's additive bias)", checked_mul(b.tokens(), o.sequence), beta,
-              true);
-    }
+    head_projections(b, m, o, heads);
+    head_attention_core(b, m, o, heads);
   }
   if (o.hidden_dropout) b.dropout_mask("attention residual dropout mask", b.replicated(m.hidden));
-  (void)l;
 }
 
-/// A dense MLP of `width` (already split over tensor parallel) over `tokens` tokens.
+/// Where a gated MLP's four saved tensors are made: the gate projection's output (the
+/// activation's input), the activation's output and the up projection's output (the product's
+/// factors) and their product (the down projection's input).
+struct gated_mlp_sources {
+  const char* gate;
+  const char* activation;
+  const char* up;
+  const char* down_input;
+};
+
+constexpr gated_mlp_sources gated_sources(const model& m, bool routed_experts) {
+  if (m.family == family::phi3)
+    return {
+        "modeling_phi3.py Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1), "
+        "read by self.activation_fn(gate)",
+        "modeling_phi3.py Phi3MLP.forward: up_states * self.activation_fn(gate)",
+        "modeling_phi3.py Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1)",
+        "modeling_phi3.py Phi3MLP.forward: self.down_proj(up_states)"};
+  if (routed_experts)
+    return {
+        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: "
+        "self.act_fn(self.w1(hidden_states))",
+        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: self.act_fn(...) * "
+        "self.w3(hidden_states)",
+        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: self.w3(hidden_states)",
+        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: "
+        "self.w2(current_hidden_states)"};
+  return {"modeling_llama.py LlamaMLP.forward: self.act_fn(self.gate_proj(x))",
+          "modeling_llama.py LlamaMLP.forward: self.act_fn(self.gate_proj(x)) * self.up_proj(x)",
+          "modeling_llama.py LlamaMLP.forward: self.up_proj(x)",
+          "modeling_llama.py LlamaMLP.forward: self.down_proj(self.act_fn(self.gate_proj(x)) * "
+          "self.up_proj(x))"};
+}
+
+/// Where a GELU MLP's down projection reads the activation's output.
+constexpr const char* gelu_down_input_source(const model& m) {
+  return m.family == family::gpt2
+             ? "modeling_gpt2.py GPT2MLP.forward: self.c_proj(hidden_states) after "
+               "self.act(hidden_states)"
+             : "the down projection (a linear keeps its input), derivatives.yaml mm: "
+               "mm_mat2_backward(grad, self, ...)";
+}
+
+/// A dense MLP of `width` (already split over tensor parallel) over `tokens` tokens
+/// (`routed_experts`: the routed experts' MLPs of an MoE layer).
 constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, std::int64_t width,
-                         const char* what) {
+                         const char* what, bool routed_experts = false) {
   const std::int64_t n = checked_mul(tokens, width);
   const std::int64_t beta = b.beta();
   if (m.mlp == mlp_kind::gelu && m.gelu_in_python) {
@@ -482,22 +709,32 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
     // x^3))): pow keeps its input (cast to fp32 under autocast: pow is on its fp32 list), tanh its
     // output, the last product both factors (1 + tanh is fp32 by promotion under autocast); the
     // down projection keeps its input.
-    b.add("GELU input (kept by pow)", n, b.autocast_wide());
-    b.add("GELU tanh output", n, b.autocast_wide());
-    b.add("GELU 1 + tanh", n, b.autocast_wide());
-    b.add("GELU 0.5 x", n, beta);
-    b.add("GELU output (down input)", n, beta, false, true);
+    b.add("GELU input (kept by pow)",
+          "activations.py NewGELUActivation.forward: torch.pow(input, 3.0)", n, b.autocast_wide());
+    b.add("GELU tanh output",
+          "activations.py NewGELUActivation.forward: torch.tanh(math.sqrt(2.0 / math.pi) * "
+          "(...)), derivatives.yaml tanh: tanh_backward(grad, result)",
+          n, b.autocast_wide());
+    b.add("GELU 1 + tanh", "activations.py NewGELUActivation.forward: (1.0 + torch.tanh(...))", n,
+          b.autocast_wide());
+    b.add("GELU 0.5 x", "activations.py NewGELUActivation.forward: 0.5 * input", n, beta);
+    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta, false, true);
   } else if (m.mlp == mlp_kind::gelu) {
-    b.add(what, n, beta);  // up output: the GELU input
-    b.add("GELU output (down input)", n, beta, false, true);
+    // up output: the GELU input
+    b.add(what,
+          "nn.functional.gelu, derivatives.yaml gelu: gelu_backward(grad, self, "
+          "approximate=approximate)",
+          n, beta);
+    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta, false, true);
   } else {
-    b.add(what, n, beta);  // gate output: the activation's input
-    b.add("activation output", n, beta);
-    b.add("up output", n, beta);
+    const gated_mlp_sources src = gated_sources(m, routed_experts);
+    b.add(what, src.gate, n, beta);  // gate output: the activation's input
+    b.add("activation output", src.activation, n, beta);
+    b.add("up output", src.up, n, beta);
     if (m.family == family::llama)
-      b.linear_input("gate x up (down input)", tokens, width, {"down_proj"}, true);
+      b.linear_input("gate x up (down input)", src.down_input, tokens, width, {"down_proj"}, true);
     else
-      b.add("gate x up (down input)", n, beta, false, true);
+      b.add("gate x up (down input)", src.down_input, n, beta, false, true);
   }
 }
 
@@ -510,72 +747,135 @@ constexpr void gpt_oss_experts_block(block_builder& b, const model& m, std::int6
                                      std::int64_t local_experts, std::int64_t width) {
   const std::int64_t beta = b.beta();
   const std::int64_t hit = routed < local_experts ? routed : local_experts;
-  b.add("expert token indices (int64, gather and index_add_)", checked_mul(2, routed), 64);
-  b.add("expert inputs (gathered tokens)", checked_mul(routed, m.hidden), beta);
+  b.add("expert token indices (int64, gather and index_add_)",
+        "modeling_gpt_oss.py GptOssExperts.forward: _, token_idx = "
+        "torch.where(expert_mask[expert_idx[0]])",
+        checked_mul(2, routed), 64);
+  b.add("expert inputs (gathered tokens)",
+        "modeling_gpt_oss.py GptOssExperts.forward: current_state = hidden_states[token_idx]",
+        checked_mul(routed, m.hidden), beta);
   b.add("indexed expert weights (gate_up_proj and down_proj copies)",
+        "modeling_gpt_oss.py GptOssExperts.forward: self.gate_up_proj[expert_idx], "
+        "self.down_proj[expert_idx]",
         checked_mul(hit, checked_mul(3 * m.hidden, width)), beta);
-  b.add("expert gate_up output (kept by both clamps)", checked_mul(routed, 2 * width), beta);
-  b.add("expert clamped gate", checked_mul(routed, width), beta);
-  b.add("expert sigmoid output", checked_mul(routed, width), beta);
-  b.add("expert up + 1", checked_mul(routed, width), beta);
-  b.add("expert GLU", checked_mul(routed, width), beta);
-  b.add("expert GLU product (down input)", checked_mul(routed, width), beta, false, true);
-  b.add("expert outputs (before weighting)", checked_mul(routed, m.hidden), beta);
-  b.add("routing weights (gathered)", routed, beta);
+  b.add("expert gate_up output (kept by both clamps)",
+        "modeling_gpt_oss.py GptOssExperts.forward: gate, up = gate_up[..., ::2], "
+        "gate_up[..., 1::2], then .clamp(...)",
+        checked_mul(routed, 2 * width), beta);
+  b.add("expert clamped gate",
+        "modeling_gpt_oss.py GptOssExperts.forward: gate = gate.clamp(min=None, max=self.limit)",
+        checked_mul(routed, width), beta);
+  b.add("expert sigmoid output",
+        "modeling_gpt_oss.py GptOssExperts.forward: torch.sigmoid(gate * self.alpha)",
+        checked_mul(routed, width), beta);
+  b.add("expert up + 1", "modeling_gpt_oss.py GptOssExperts.forward: (up + 1) * glu",
+        checked_mul(routed, width), beta);
+  b.add("expert GLU",
+        "modeling_gpt_oss.py GptOssExperts.forward: glu = gate * torch.sigmoid(gate * self.alpha)",
+        checked_mul(routed, width), beta);
+  b.add("expert GLU product (down input)",
+        "modeling_gpt_oss.py GptOssExperts.forward: gated_output @ self.down_proj[expert_idx]",
+        checked_mul(routed, width), beta, false, true);
+  b.add("expert outputs (before weighting)",
+        "modeling_gpt_oss.py GptOssExperts.forward: out[0] * routing_weights[token_idx, "
+        "expert_idx, None]",
+        checked_mul(routed, m.hidden), beta);
+  b.add("routing weights (gathered)",
+        "modeling_gpt_oss.py GptOssExperts.forward: routing_weights[token_idx, expert_idx, None]",
+        routed, beta);
+}
+
+/// Where the MLP's first projections read the norm output.
+constexpr const char* mlp_input_source(const model& m, bool moe_layer, bool gpt_oss_experts) {
+  if (gpt_oss_experts)
+    return "modeling_gpt_oss.py GptOssTopKRouter.forward: F.linear(hidden_states, self.weight, "
+           "self.bias); GptOssExperts.forward: hidden_states[token_idx]";
+  if (m.family == family::llama && m.mlp != mlp_kind::gelu)
+    return moe_layer
+               ? "modeling_mixtral.py MixtralSparseMoeBlock.forward: self.gate(hidden_states), "
+                 "hidden_states[None, top_x]"
+               : "modeling_llama.py LlamaMLP.forward: self.gate_proj(x), self.up_proj(x)";
+  if (m.family == family::phi3)
+    return "modeling_phi3.py Phi3MLP.forward: self.gate_up_proj(hidden_states)";
+  if (m.family == family::gpt2) return "modeling_gpt2.py GPT2MLP.forward: self.c_fc(hidden_states)";
+  return "the up projection (a linear keeps its input), derivatives.yaml mm: "
+         "mm_mat2_backward(grad, self, ...)";
+}
+
+/// A mixture-of-experts block over the layer's tokens: Hugging Face Mixtral/DeepSeek's router
+/// probabilities (fp32 softmax), top-k indices, the gathered input of every routed token, each
+/// expert's MLP over its tokens, and the weighted expert outputs. With a capacity factor, each
+/// expert takes ceil(cf x k x tokens / experts) tokens of its expert-parallel group (GShard
+/// §2.2).
+constexpr void moe_block(block_builder& b, const model& m, const activation_options& o,
+                         const layout& l) {
+  const moe_config& e = m.moe;
+  const std::int64_t tau = b.tokens();
+  const std::int64_t t = b.tp();
+  if (e.layout == moe_layout::gpt_oss) {
+    // modeling_gpt_oss.py GptOssTopKRouter: top-k of the logits, then a softmax over the k
+    // values in their own format.
+    b.add("router top-k softmax output",
+          "modeling_gpt_oss.py GptOssTopKRouter.forward: softmax(router_top_value, dim=1, "
+          "dtype=router_top_value.dtype)",
+          checked_mul(tau, e.top_k), b.beta());
+  } else {
+    b.add("router probabilities (fp32)",
+          "modeling_mixtral.py MixtralSparseMoeBlock.forward: F.softmax(router_logits, dim=1, "
+          "dtype=torch.float)",
+          checked_mul(tau, e.routed_experts), 32);
+  }
+  b.add("top-k expert indices (int64)",
+        "torch.topk, derivatives.yaml topk: value_selecting_reduction_backward(grad, dim, "
+        "indices, ...)",
+        checked_mul(tau, e.top_k), 64);
+  std::int64_t routed = checked_mul(tau, e.top_k);
+  if (o.capacity_factor_percent > 0) {
+    const std::int64_t group_tokens = checked_mul(tau, l.expert);
+    const std::int64_t capacity =
+        ceil_div(checked_mul(checked_mul(group_tokens, e.top_k), o.capacity_factor_percent),
+                 checked_mul(100, e.routed_experts));
+    routed = checked_mul(capacity, e.routed_experts / l.expert);
+  }
+  if (e.layout == moe_layout::gpt_oss) {
+    gpt_oss_experts_block(b, m, routed, e.routed_experts / l.expert, e.expert_ffn / t);
+  } else {
+    b.add("expert inputs (dispatched tokens)",
+          "modeling_mixtral.py MixtralSparseMoeBlock.forward: current_state = "
+          "hidden_states[None, top_x].reshape(-1, hidden_dim)",
+          checked_mul(routed, m.hidden), b.beta());
+    mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output", true);
+    b.add("expert outputs (before weighting)",
+          "modeling_mixtral.py MixtralSparseMoeBlock.forward: expert_layer(current_state) * "
+          "routing_weights[top_x, idx, None]",
+          checked_mul(routed, m.hidden), b.beta());
+  }
+  if (e.shared_experts > 0)
+    mlp_block(b, m, tau, e.shared_experts * e.expert_ffn / t, "shared expert gate output");
 }
 
 /// The MLP sub-block's saved tensors (dense or mixture of experts).
 constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
                                   const layout& l, bool moe_layer) {
   const std::int64_t beta = b.beta();
-  const std::int64_t t = b.tp();
   // Gate and up as separate projections (Llama family) each cast an fp32 input.
   const bool gpt_oss_experts = moe_layer && m.moe.layout == moe_layout::gpt_oss;
+  const char* source = mlp_input_source(m, moe_layer, gpt_oss_experts);
   if (m.parallel_block) {
   } else if (gpt_oss_experts) {
     // The router's F.linear keeps the norm output (under autocast its 16-bit cast); the experts
     // gather their tokens from it.
-    b.add("MLP input (norm output, router input)", b.replicated(m.hidden), beta);
+    b.add("MLP input (norm output, router input)", source, b.replicated(m.hidden), beta);
   } else if (m.family == family::llama && m.mlp != mlp_kind::gelu) {
-    b.linear_input("MLP input (norm output)", b.replicated(1), m.hidden, {"gate_proj", "up_proj"});
+    b.linear_input("MLP input (norm output)", source, b.replicated(1), m.hidden,
+                   {"gate_proj", "up_proj"});
   } else {
-    b.add("MLP input (norm output)", b.replicated(m.hidden), beta);
+    b.add("MLP input (norm output)", source, b.replicated(m.hidden), beta);
   }
-  if (!moe_layer) {
-    mlp_block(b, m, b.tokens(), m.ffn / t, "MLP up/gate output");
-  } else {
-    const moe_config& e = m.moe;
-    const std::int64_t tau = b.tokens();
-    // Hugging Face Mixtral/DeepSeek: router probabilities (fp32 softmax), top-k indices, the
-    // gathered input of every routed token, each expert's MLP over its tokens, and the
-    // weighted expert outputs. With a capacity factor, each expert takes
-    // ceil(cf x k x tokens / experts) tokens of its expert-parallel group (GShard §2.2).
-    if (e.layout == moe_layout::gpt_oss) {
-      // modeling_gpt_oss.py GptOssTopKRouter: top-k of the logits, then a softmax over the k
-      // values in their own format.
-      b.add("router top-k softmax output", checked_mul(tau, e.top_k), beta);
-    } else {
-      b.add("router probabilities (fp32)", checked_mul(tau, e.routed_experts), 32);
-    }
-    b.add("top-k expert indices (int64)", checked_mul(tau, e.top_k), 64);
-    std::int64_t routed = checked_mul(tau, e.top_k);
-    if (o.capacity_factor_percent > 0) {
-      const std::int64_t group_tokens = checked_mul(tau, l.expert);
-      const std::int64_t capacity =
-          ceil_div(checked_mul(checked_mul(group_tokens, e.top_k), o.capacity_factor_percent),
-                   checked_mul(100, e.routed_experts));
-      routed = checked_mul(capacity, e.routed_experts / l.expert);
-    }
-    if (e.layout == moe_layout::gpt_oss) {
-      gpt_oss_experts_block(b, m, routed, e.routed_experts / l.expert, e.expert_ffn / t);
-    } else {
-      b.add("expert inputs (dispatched tokens)", checked_mul(routed, m.hidden), beta);
-      mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output");
-      b.add("expert outputs (before weighting)", checked_mul(routed, m.hidden), beta);
-    }
-    if (e.shared_experts > 0)
-      mlp_block(b, m, tau, e.shared_experts * e.expert_ffn / t, "shared expert gate output");
-  }
+  if (!moe_layer)
+    mlp_block(b, m, b.tokens(), m.ffn / b.tp(), "MLP up/gate output");
+  else
+    moe_block(b, m, o, l);
   if (o.hidden_dropout) b.dropout_mask("MLP residual dropout mask", b.replicated(m.hidden));
 }
 
@@ -592,7 +892,7 @@ constexpr saved_tensor_ledger layer_saved_tensors(const model& m, const precisio
   detail::block_builder b(m, p, o, l, f);
   // Pre-LN blocks (and Falcon's one shared norm); BERT's post-LN saves the same inputs.
   b.norm("attention norm input", m.hidden);
-  detail::attention_block(b, m, o, l);
+  detail::attention_block(b, m, o);
   if (m.norms_per_layer >= 4) b.norm("post-attention norm input", m.hidden);
   b.begin_mlp();
   if (!m.parallel_block) b.norm("MLP norm input", m.hidden);

@@ -787,6 +787,17 @@ TEST_CASE("train --explain lists one layer's saved tensors, which add up to the 
   CHECK(moe.at("layers")[0].at("layer") == "MoE");
   CHECK(run("train --explain -f markdown").out.find("### dense layer") != std::string::npos);
   CHECK(run("train --explain --timeline").status == 2);
+  // Each row names the line that makes its tensor, in the JSON and in the table: Llama's SwiGLU
+  // product, which down_proj keeps, is made in modeling_llama.py LlamaMLP.forward.
+  for (const nlohmann::json& t : layer.at("tensors"))
+    CHECK(!t.at("source").get<std::string>().empty());
+  const std::string down =
+      "modeling_llama.py LlamaMLP.forward: self.down_proj(self.act_fn(self.gate_proj(x)) * "
+      "self.up_proj(x))";
+  CHECK(layer.at("tensors").back().at("source") == down);
+  CHECK(run("train --explain").out.find("| " + down + " |") != std::string::npos);
+  CHECK(moe.at("layers")[0].at("tensors")[0].at("source") ==
+        "modeling_llama.py LlamaRMSNorm.forward: hidden_states.to(torch.float32)");
 }
 
 TEST_CASE("completion bash|zsh: a script from the parser's own options and tables") {

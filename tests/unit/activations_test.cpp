@@ -680,3 +680,48 @@ TEST_CASE(
   CHECK(bytes_of("indexed expert weights (gate_up_proj and down_proj copies)") == bytes{weights});
   CHECK(mlp == bytes{norm + router + experts + weights});
 }
+
+TEST_CASE("every saved tensor names the source line that makes it") {
+  // Each entry of every preset's layers, under each attention, with dropout, LoRA and AMP,
+  // carries a file and an expression in transformers, peft or PyTorch, never an empty string.
+  const auto cited = [](const char* source) {
+    const std::string s = source;
+    const bool file =
+        s.find(".py ") != std::string::npos || s.find("derivatives.yaml") != std::string::npos ||
+        s.find("torch SDPA") != std::string::npos || s.find("aten ") != std::string::npos;
+    return file && s.find(':') != std::string::npos;
+  };
+  const finetuning lora_all = lora<16>::value;
+  int checked = 0;
+  for (const preset& p : presets) {
+    for (const attention_kind a :
+         {attention_kind::eager, attention_kind::flash, attention_kind::sdpa}) {
+      activation_options o{.micro_batch = 2, .sequence = 256, .attention = a};
+      o.attention_dropout = o.hidden_dropout = a == attention_kind::eager;
+      for (const precision& pr : {mixed<bf16>::value, amp<bf16>::value}) {
+        for (const bool moe : {false, true}) {
+          if (moe && !p.value.is_moe()) continue;
+          for (const finetuning& f : {full_finetune::value, lora_all}) {
+            for (const saved_tensor& s : layer_saved_tensors(p.value, pr, o, layout{}, moe, f)) {
+              const std::string what = std::string(p.key) + ": " + s.name + " <- " + s.source;
+              INFO(what);
+              CHECK(cited(s.source));
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked > 1000);
+  // The SwiGLU product's factors, read in modeling_llama.py LlamaMLP.forward.
+  const saved_tensor_ledger llama =
+      layer_saved_tensors(models::llama_3_8b::value, mixed<bf16>::value, {}, layout{});
+  bool down = false;
+  for (const saved_tensor& s : llama)
+    if (std::string(s.name) == "gate x up (down input)")
+      down = std::string(s.source) ==
+             "modeling_llama.py LlamaMLP.forward: "
+             "self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))";
+  CHECK(down);
+}
