@@ -1,26 +1,45 @@
 // vramfit's page: runs the command-line tool compiled to WebAssembly (vramfit.js, built by em++
-// from examples/web/api.cpp) with `train -f json` and the knobs' options, and shows its JSON; a
-// second run with `--timeline` gives the step's events, drawn as an SVG step line.
-// The knobs live in the address's hash (#model=llama-3-8b&dp=8), so a result can be shared.
+// from examples/web/api.cpp), `train -f json` or `infer -f json` with the form's options, and
+// shows its JSON; for training a second run with `--timeline` gives the step's events, drawn as an
+// SVG step line. The form is built at load time from the tool's parser (vramfit_options): every
+// field's option name, kind, choices, default and help are the parser's, so this file only says
+// where each goes. The knobs live in the address's hash (#mode=infer&model=llama-3-8b&batch=8), so
+// a result can be shared.
 'use strict';
 
-// Each knob: the tool's option (the form field's id), and for a list its choices ('' = the
-// tool's default, which the first entry names).
-const choices = {
-  precision: ['', 'fp32', 'bf16', 'fp16', 'amp-bf16', 'amp-fp16', 'bf16-fp32-master',
-              'bf16-fp32-master-16bit-grads', 'fp16-fp32-master', 'fp8'],
-  optimizer: ['', 'sgd', 'sgd-momentum', 'adam', 'adamw', 'adamw-amsgrad', 'adamw-fused',
-              'adagrad', 'rmsprop', 'adadelta', 'adamax', 'nadam', 'radam', 'rprop', 'lion',
-              'adafactor', 'adamw-8bit', 'paged-adamw-8bit', 'muon'],
-  recompute: ['', 'none', 'selective', 'full', 'op-sac'],
-  zero: ['', '0', '1', '2', '3'],
-  fsdp: ['', 'full', 'grad-op', 'hybrid', 'none'],
+// The tool's subcommands the page runs. `groups`: the fieldsets and the options in each, by the
+// parser's names (any other option of the subcommand goes under "More options"); `omitted`: the
+// options whose output the page does not show or that it sets itself; `when`: options shown only
+// when the others make them count; `largest`: the two "what fits" rows.
+const lora = (state) => Number(state.get('lora-rank') || 0) > 0 || state.has('qlora');
+const modes = {
+  train: {
+    groups: [['Model', ['model', 'framework']],
+             ['Training', ['precision', 'optimizer', 'micro-batch', 'seq-len', 'grad-accum',
+                           'recompute', 'attention']],
+             ['Fine-tuning', ['lora-rank', 'qlora', 'lora-targets', 'lora-dtype', 'trainable']],
+             ['Parallelism', ['dp', 'zero', 'fsdp', 'tp', 'sp', 'pp', 'cp', 'ep', 'offload']],
+             ['GPU', ['gpu']]],
+    // --timeline is the page's second run; --sweep, --explain and --params print other tables.
+    omitted: ['format', 'check', 'timeline', 'explain', 'sweep', 'sweep-max', 'params'],
+    when: {'lora-targets': lora, 'lora-dtype': lora},
+    largest: ['Largest micro-batch that fits', 'Longest sequence that fits'],
+  },
+  infer: {
+    groups: [['Model', ['model', 'weights']],
+             ['Requests', ['batch', 'context', 'generate', 'beams', 'logits', 'prefill-chunk']],
+             ['KV cache', ['kv-dtype', 'block']],
+             ['Parallelism', ['tp', 'pp']],
+             ['GPU', ['gpu', 'cuda-graphs']]],
+    // --utilization (and vLLM's framework preset, which sets it) answers the serving budget, a
+    // JSON without the breakdown; --params prints weights alone.
+    omitted: ['format', 'check', 'params', 'framework', 'utilization', 'max-num-batched-tokens',
+              'max-num-seqs', 'non-torch'],
+    when: {},
+    largest: ['Largest batch that fits (at this context)',
+              'Longest context that fits (at this batch)'],
+  },
 };
-const defaults = {precision: 'bf16-fp32-master', optimizer: 'adamw', recompute: 'none',
-                  zero: 'none', fsdp: 'none'};
-// In the order of the tool's options; `config` (pasted config.json text) goes to --model.
-const knobs = ['model', 'config', 'precision', 'optimizer', 'micro-batch', 'seq-len', 'recompute',
-               'lora-rank', 'qlora', 'dp', 'zero', 'fsdp', 'tp', 'pp', 'gpu'];
 const components = ['weights', 'gradients', 'master_weights', 'optimizer_states', 'activations',
                     'kv_cache', 'buffers', 'overhead'];
 const colours = ['#3b6fd4', '#e0892b', '#7a4fc2', '#d14a61', '#2f9e6e', '#8c6d3f', '#5fa8c9',
@@ -28,6 +47,10 @@ const colours = ['#3b6fd4', '#e0892b', '#7a4fc2', '#d14a61', '#2f9e6e', '#8c6d3f
 
 const $ = (id) => document.getElementById(id);
 let run = null;  // the tool: words -> {status, stdout, stderr}
+let optionsOf = null;  // the parser: subcommand -> its options
+const tables = {};  // subcommand -> Map(option name -> {name, kind, values, type, default, ...})
+const labels = {model: {}, gpu: {}};  // preset key -> the text its choice shows
+let mode = '';  // the subcommand the form is built for
 
 function tool(args) {
   return JSON.parse(run(JSON.stringify(args)));
@@ -37,62 +60,150 @@ function gib(bytes) {
   return (bytes / 2 ** 30).toFixed(2) + ' GiB';
 }
 
-function option(select, value, text) {
+// The parser's options of each mode, and the preset lists' names for the model and GPU choices.
+function readParser() {
+  for (const name of Object.keys(modes)) {
+    const listed = JSON.parse(optionsOf(name));
+    if (listed.error) throw new Error(listed.error);
+    tables[name] = new Map(listed.map((o) => [o.name, o]));
+  }
+  for (const m of JSON.parse(tool(['models', '-f', 'json']).stdout))
+    labels.model[m.key] = `${m.name} (${m.key})`;
+  for (const g of JSON.parse(tool(['gpus', '-f', 'json']).stdout))
+    labels.gpu[g.key] = `${g.name} (${gib(g.capacity)})`;
+}
+
+function choice(select, value, text) {
   const o = document.createElement('option');
   o.value = value;
   o.textContent = text;
   select.appendChild(o);
 }
 
-function fillChoices() {
-  for (const [id, list] of Object.entries(choices))
-    for (const value of list)
-      option($(id), value, value === '' ? `(default: ${defaults[id]})` : value);
-  for (const m of JSON.parse(tool(['models', '-f', 'json']).stdout))
-    option($('model'), m.key, `${m.name} (${m.key})`);
-  for (const g of JSON.parse(tool(['gpus', '-f', 'json']).stdout))
-    option($('gpu'), g.key, `${g.name} (${gib(g.capacity)})`);
-  $('model').value = 'llama-3-8b';
-  $('gpu').value = 'h100';
+// One option's field: a checkbox for a flag, a list for an option with values, a number for INT
+// and FLOAT, else text; empty is the tool's default, which the list's first entry or the
+// placeholder names. The model and the GPU always have a value, the parser's default at first.
+function field(o) {
+  const label = document.createElement('label');
+  label.title = o.description;
+  let input;
+  if (o.kind === 'flag') {
+    input = document.createElement('input');
+    input.type = 'checkbox';
+    label.className = 'check';
+    label.append(input, ' ' + o.name);
+  } else {
+    if (o.values.length > 0) {
+      input = document.createElement('select');
+      if (!(o.name in labels)) choice(input, '', o.default ? `(default: ${o.default})` : '(default)');
+      for (const value of o.values) choice(input, value, labels[o.name]?.[value] ?? value);
+    } else {
+      input = document.createElement('input');
+      input.type = /^(INT|FLOAT)\b/.test(o.type) ? 'number' : 'text';
+      if (o.type.startsWith('INT:POSITIVE')) input.min = '1';
+      if (o.type.startsWith('FLOAT')) input.step = 'any';
+      input.placeholder = o.default || 'default';
+    }
+    label.append(o.name + ' ', input);
+    if (o.name in labels) label.className = 'wide';  // the presets' names are long
+  }
+  input.id = input.name = o.name;
+  input.dataset.option = o.kind;
+  input.dataset.default = o.default;
+  return label;
 }
 
-// The knobs as the hash holds them: only those set, the preset and the GPU always.
+function fieldset(legend, fields) {
+  const set = document.createElement('fieldset');
+  const title = document.createElement('legend');
+  title.textContent = legend;
+  set.append(title, ...fields);
+  return set;
+}
+
+// The form of subcommand `name`: its groups, then every other option under "More options". A
+// group's name the parser does not have is an error: the page would send an unknown option.
+function buildForm(name) {
+  const table = tables[name];
+  const placed = new Set(modes[name].omitted);
+  const sets = modes[name].groups.map(([legend, options]) => fieldset(legend, options.map((o) => {
+    if (!table.has(o)) throw new Error(`vramfit ${name} has no option --${o}`);
+    placed.add(o);
+    return field(table.get(o));
+  })));
+  // `config`: a pasted config.json, the page's own knob, given to --model instead of the preset.
+  const config = document.createElement('label');
+  config.className = 'wide';
+  config.innerHTML = 'or a Hugging Face config.json (pasted; used instead of the preset when ' +
+      'given) <textarea id="config" name="config" rows="4" spellcheck="false" ' +
+      'placeholder=\'{"model_type": "llama", ...}\'></textarea>';
+  sets[0].append(config);
+  const more = document.createElement('details');
+  more.id = 'more';
+  more.innerHTML = '<summary>More options</summary>';
+  more.append(...[...table.values()].filter((o) => !placed.has(o.name)).map(field));
+  $('fields').replaceChildren(...sets, more);
+  mode = name;
+}
+
+// The fields in the form's order.
+const fields = () => [...$('fields').querySelectorAll('input, select, textarea')];
+
+// The knobs as the hash holds them: the mode when not training, the knobs set, the preset and the
+// GPU always; an option that `when` hides is left out.
 function readForm() {
   const state = new URLSearchParams();
-  for (const id of knobs) {
-    const field = $(id);
-    const value = field.type === 'checkbox' ? (field.checked ? '1' : '') : field.value.trim();
-    if (value !== '') state.set(id, value);
+  if (mode !== 'train') state.set('mode', mode);
+  for (const f of fields()) {
+    const value = f.type === 'checkbox' ? (f.checked ? '1' : '') : f.value.trim();
+    if (value !== '') state.set(f.id, value);
+  }
+  for (const [name, shown] of Object.entries(modes[mode].when)) {
+    const visible = shown(state);
+    $(name).parentElement.hidden = !visible;
+    if (!visible) state.delete(name);
   }
   return state;
 }
 
 function writeForm(state) {
-  for (const id of knobs) {
-    const field = $(id);
-    const value = state.get(id);
-    if (field.type === 'checkbox') field.checked = value === '1';
-    else if (value !== null) field.value = value;
-    else if (id === 'model') field.value = 'llama-3-8b';
-    else if (id === 'gpu') field.value = 'h100';
-    else field.value = '';
+  const wanted = state.get('mode') ?? 'train';
+  if (!(wanted in modes)) throw new Error(`the page has no mode '${wanted}'`);
+  if (wanted !== mode) buildForm(wanted);
+  document.querySelector(`input[name=mode][value=${mode}]`).checked = true;
+  for (const f of fields()) {
+    const value = state.get(f.id);
+    if (f.type === 'checkbox') f.checked = value === '1';
+    else f.value = value ?? (f.id in labels ? f.dataset.default : '');
   }
 }
 
-// The tool's words for the knobs.
+// The tool's words for the knobs: a flag alone, a list's words each after its option.
 function words(state) {
-  const args = ['train', '-f', 'json'];
-  for (const [id, value] of state) {
-    if (id === 'model' && state.has('config')) continue;
-    if (id === 'config') args.push('--model', value);
-    else if (id === 'qlora') args.push('--qlora');
-    else args.push('--' + id, value);
+  const table = tables[mode];
+  const args = [mode, '-f', 'json'];
+  for (const [name, value] of state) {
+    if (name === 'mode' || (name === 'model' && state.has('config'))) continue;
+    const kind = name === 'config' ? 'value' : table.get(name).kind;
+    const option = name === 'config' ? '--model' : '--' + name;
+    if (kind === 'flag') args.push(option);
+    else if (kind === 'list') for (const word of value.split(/\s+/)) args.push(option, word);
+    else args.push(option, value);
   }
   return args;
 }
 
 function quote(word) {
   return /^[\w.,:=+-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+// The largest batch and context of inference: the JSON does not carry them, the table's last line
+// does ("At this context, up to 63 sequences fit; at this batch, up to 259,523 tokens.").
+function inferLargest(args) {
+  const table = tool(args.map((w, i) => (args[i - 1] === '-f' ? 'table' : w))).stdout;
+  const line = /At this context, (?:up to ([\d,]+) sequences fit|not one sequence fits); at this batch, (?:up to ([\d,]+) tokens|not one token fits)/.exec(table);
+  const count = (text) => Number((text ?? '0').replace(/,/g, ''));
+  return line ? [count(line[1]), count(line[2])] : ['?', '?'];
 }
 
 function show(state) {
@@ -112,6 +223,21 @@ function show(state) {
   error.hidden = true;
   result.dataset.valid = 'true';
   const r = JSON.parse(answer.stdout);
+  showFit(r);
+  const largest = mode === 'train' ? [r.max_micro_batch, r.max_sequence] : inferLargest(args);
+  ['max-batch', 'max-length'].forEach((id, i) => {
+    $(id + '-label').textContent = modes[mode].largest[i];
+    $(id).textContent = String(largest[i]);
+  });
+  // The step's timeline: a second run, as `--timeline` leaves out the largest batch and sequence.
+  const timeline = mode === 'train' ? tool([...args, '--timeline']) : {status: 1};
+  if (timeline.status === 0) plot(JSON.parse(timeline.stdout), r.device.capacity);
+  else $('timeline').replaceChildren();
+}
+
+// The verdict, the peak and the capacity, and the stacked bar of the components at the peak
+// against the larger of the peak and the GPU.
+function showFit(r) {
   const peak = r.memory.total;
   const capacity = r.device.capacity;
   $('configuration').textContent = r.configuration;
@@ -126,10 +252,7 @@ function show(state) {
   $('peak').textContent = String(peak);
   $('capacity-text').textContent = gib(capacity);
   $('capacity').textContent = String(capacity);
-  $('max-micro-batch').textContent = String(r.max_micro_batch);
-  $('max-sequence').textContent = String(r.max_sequence);
 
-  // The stacked bar: the components at the peak, against the larger of the peak and the GPU.
   const scale = Math.max(peak, capacity);
   const bar = $('bar');
   const legend = $('legend');
@@ -162,11 +285,6 @@ function show(state) {
   line.style.left = `calc(${(100 * capacity) / scale}% - 1px)`;
   line.title = `${r.device.name}: ${gib(capacity)}`;
   bar.appendChild(line);
-
-  // The step's timeline: a second run, as `--timeline` leaves out the largest batch and sequence.
-  const timeline = tool([...args, '--timeline']);
-  if (timeline.status === 0) plot(JSON.parse(timeline.stdout), capacity);
-  else $('timeline').replaceChildren();
 }
 
 function svg(name, attributes, text) {
@@ -244,25 +362,40 @@ function plot(t, capacity) {
   $('timeline').replaceChildren(chart, caption);
 }
 
-// Shows the knobs of the hash; `shown` tells a test which hash the figures are for.
+// Shows the knobs of the hash, written back as the form holds them (a knob the mode does not
+// have is dropped); `shown` tells a test which hash the figures are for.
 function fromHash() {
-  const state = new URLSearchParams(location.hash.slice(1));
-  writeForm(state);
-  show(readForm());
+  writeForm(new URLSearchParams(location.hash.slice(1)));
+  const state = readForm();
+  history.replaceState(null, '', '#' + state.toString());
+  show(state);
   document.body.dataset.shown = location.hash;
   document.body.dataset.status = 'ready';
 }
 
-function fromForm() {
-  const hash = '#' + readForm().toString();
-  history.replaceState(null, '', hash);
+// A knob changed: the hash follows, and the mode with it; a new mode keeps the knobs it shares.
+function fromForm(event) {
+  const state = readForm();
+  if (event.target.name === 'mode') {
+    state.set('mode', event.target.value);
+    if (event.target.value === 'train') state.delete('mode');
+  }
+  history.replaceState(null, '', '#' + state.toString());
   fromHash();
 }
 
 createVramfit().then((module) => {
   run = module.cwrap('vramfit_run', 'string', ['string']);
-  fillChoices();
-  fromHash();
+  optionsOf = module.cwrap('vramfit_options', 'string', ['string']);
+  try {
+    readParser();
+    fromHash();
+  } catch (e) {  // the page and the tool disagree: say so rather than show nothing
+    $('error').hidden = false;
+    $('error').textContent = `vramfit page: ${e.message}`;
+    document.body.dataset.status = 'broken';
+    return;
+  }
   $('knobs').addEventListener('change', fromForm);
   window.addEventListener('hashchange', fromHash);
 });

@@ -1,16 +1,19 @@
 """The browser page (docs/web) in headless Chromium against the command-line tool's binary.
 
-For each of 20 configurations the page is given the knobs in its address's hash, as a shared link
-would; the figures it shows (the peak, the capacity, the verdict, the largest micro-batch and
-sequence, and the bytes of each component at the peak) must equal those of `vramfit train -f json`
-run by the binary, and its timeline plot must have the events and the peak of
-`vramfit train --timeline -f json`. The page is served from the build tree's web/ folder by a
-local HTTP server.
+For each configuration of configurations.txt (21 training, 12 inference) the page is given the
+knobs in its address's hash, as a shared link would; the figures it shows (the configuration line,
+the peak, the capacity, the verdict, the largest batch and sequence or context, the bytes of each
+component at the peak and the bar's segments) must equal those of `vramfit train|infer -f json` run
+by the binary (inference's largest batch and context: the last line of its table, as its JSON has
+none), and for training its timeline plot must have the events and the peak of
+`vramfit train --timeline -f json`. The form's options and choice lists must be the parser's, as
+`vramfit completion bash` writes them. The page is served from the build tree's web/ folder by a
+local HTTP server, and opened once from file:// too.
 A screenshot of the first configuration is written to VRAMFIT_SCREENSHOT (docs/web.md says how to
 update docs/images/web.png with it).
 
 Environment: VRAMFIT_CLI (the tool's binary), VRAMFIT_WEB (the built page's folder),
-VRAMFIT_SCREENSHOT (where the screenshot goes). The configurations: configurations.txt.
+VRAMFIT_SCREENSHOT (where the screenshot goes).
 """
 
 import functools
@@ -18,6 +21,7 @@ import http.server
 import json
 import os
 import pathlib
+import re
 import subprocess
 import threading
 import unittest
@@ -33,11 +37,16 @@ SCREENSHOT = os.environ["VRAMFIT_SCREENSHOT"]
 
 COMPONENTS = ["weights", "gradients", "master_weights", "optimizer_states", "activations",
               "kv_cache", "buffers", "overhead"]
+FLAGS = {"qlora", "sp"}  # the configurations' flags: the tool takes them without a value
+# The table's last line of `vramfit infer`: the largest batch and context.
+LARGEST = re.compile(r"At this context, (?:up to ([\d,]+) sequences fit|not one sequence fits); "
+                     r"at this batch, (?:up to ([\d,]+) tokens|not one token fits)")
 
 
 def configurations():
-    """configurations.txt's knobs, as the page's hash holds them: the tool's option names
-    ("config" is a pasted config.json, given to --model). The first is the screenshot's."""
+    """configurations.txt's knobs, as the page's hash holds them: the tool's option names, `mode`
+    the subcommand (train when absent), `config` a pasted config.json, given to --model. The
+    first is the screenshot's."""
     root = pathlib.Path(__file__).resolve().parents[2]
     listed = []
     for line in (pathlib.Path(__file__).parent / "configurations.txt").read_text().splitlines():
@@ -49,17 +58,46 @@ def configurations():
     return listed
 
 
-def cli_words(knobs):
+def cli_words(knobs, format="json"):
     """The tool's words for `knobs`, written here from the option names, not by the page."""
-    words = ["train", "-f", "json"]
+    knobs = dict(knobs)
+    words = [knobs.pop("mode", "train"), "-f", format]
     for name, value in knobs.items():
         if name == "config":
             words += ["--model", value]
-        elif name == "qlora":
-            words.append("--qlora")
+        elif name in FLAGS:
+            words.append("--" + name)
         else:
             words += ["--" + name, value]
     return words
+
+
+def tool(words):
+    """The binary's standard output for `words`, which must succeed."""
+    run = subprocess.run([CLI, *words], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise AssertionError(f"vramfit {' '.join(words[:3])}...: {run.stderr}")
+    return run.stdout
+
+
+def largest(knobs, expected):
+    """The binary's largest batch and sequence (train) or context (infer) for `knobs`."""
+    if knobs.get("mode", "train") == "train":
+        return expected["max_micro_batch"], expected["max_sequence"]
+    line = LARGEST.search(tool(cli_words(knobs, "table")))
+    return tuple(int((n or "0").replace(",", "")) for n in line.groups())
+
+
+def completion():
+    """`vramfit completion bash` read back: {subcommand: its option names} and {option: values}."""
+    script = tool(["completion", "bash"])
+    options = {sub: {w[2:] for w in words.split()} - {"help", "units"}
+               for sub, words in re.findall(r"^    ([\w-]+)\) words=\"(--[^\"]*)\";;$", script,
+                                            re.M)}
+    values = {option: words.split()
+              for option, words in re.findall(r"^    --([\w-]+)(?:\|-\w)?\) words=\"([^\"]*)\";;$",
+                                              script, re.M)}
+    return options, values
 
 
 class Quiet(http.server.SimpleHTTPRequestHandler):
@@ -87,66 +125,113 @@ class Page(unittest.TestCase):
         cls.server.shutdown()
         cls.server.server_close()
 
-    def show(self, knobs):
-        """Opens the page with `knobs` in its hash and waits until it shows their figures."""
+    def wait_ready(self):
+        """Waits until the page shows the figures of its hash (it rewrites the hash as its form
+        holds it, and then sets `shown` to it)."""
+        WebDriverWait(self.driver, 60).until(lambda d: d.execute_script(
+            "return document.body.dataset.status === 'ready' && "
+            "document.body.dataset.shown === location.hash"))
+
+    def show(self, knobs, valid=True):
+        """Opens the page with `knobs` in its hash and waits until it shows their figures (or,
+        not `valid`, the tool's message)."""
         hash = "#" + urllib.parse.urlencode(knobs)
         if self.driver.current_url.startswith(self.url):  # a new hash: no reload
             self.driver.execute_script("location.hash = arguments[0]", hash)
         else:
             self.driver.get(self.url + hash)
-        WebDriverWait(self.driver, 60).until(lambda d: d.execute_script(
-            "return document.body.dataset.status === 'ready' && "
-            "document.body.dataset.shown === location.hash"))
+        self.wait_ready()
+        self.assertEqual(self.driver.execute_script(
+            "return document.getElementById('result').dataset.valid"), str(valid).lower(),
+            self.text("#error"))
 
     def text(self, css):
         return self.driver.execute_script(
             "return document.querySelector(arguments[0]).textContent", css)
 
-    def test_figures_equal_the_tool(self):
-        listed = configurations()
-        self.assertEqual(len(listed), 20)
+    def hash(self):
+        return dict(urllib.parse.parse_qsl(self.driver.execute_script("return location.hash")[1:]))
+
+    def check_figures(self, knobs, expected):
+        """The page shows the binary's figures for `knobs` (`expected`: its JSON)."""
+        self.assertEqual(self.text("#configuration"), expected["configuration"])
+        self.assertEqual(int(self.text("#peak")), expected["memory"]["total"])
+        self.assertEqual(int(self.text("#capacity")), expected["device"]["capacity"])
+        self.assertEqual(self.driver.execute_script(
+            "return document.getElementById('verdict').dataset.fits"),
+            "true" if expected["fits"] else "false")
+        self.assertEqual((int(self.text("#max-batch")), int(self.text("#max-length"))),
+                         largest(knobs, expected))
+        for component in COMPONENTS:
+            shown = self.text(f"#breakdown tr[data-component='{component}'] td:last-child")
+            self.assertEqual(int(shown), expected["at_peak"].get(component, 0), component)
+        # The stacked bar has a segment for each component with bytes at the peak.
+        segments = self.driver.execute_script(
+            "return [...document.querySelectorAll('#bar .segment')].map(s => s.dataset.component)")
+        self.assertEqual(segments, [c for c in COMPONENTS if expected["at_peak"].get(c, 0) > 0])
+
+    def check_timeline(self, knobs):
+        """One plotted event per event of the binary's --timeline, the peak marker at its
+        timeline_peak bytes and event."""
+        timeline = json.loads(tool([*cli_words(knobs), "--timeline"]))
+        plotted = self.driver.execute_script(
+            "const p = document.querySelector('#timeline .peak');"
+            "return {events: [...document.querySelectorAll('#timeline .event')]"
+            ".map(e => Number(e.dataset.alive)), peak: p && p.dataset.bytes,"
+            "index: p && p.dataset.index}")
+        self.assertEqual(plotted["events"], [e["alive"] for e in timeline["timeline"]])
+        self.assertEqual(int(plotted["peak"]), timeline["timeline_peak"]["alive"])
+        self.assertEqual(int(plotted["index"]), timeline["timeline_peak"]["index"])
+
+    def test_training_figures_equal_the_tool(self):
+        listed = [k for k in configurations() if "mode" not in k]
+        self.assertEqual(len(listed), 21)
         for i, knobs in enumerate(listed):
             with self.subTest(configuration=i, knobs={k: v[:40] for k, v in knobs.items()}):
-                tool = subprocess.run([CLI, *cli_words(knobs)], capture_output=True, text=True)
-                self.assertEqual(tool.returncode, 0, tool.stderr)
-                expected = json.loads(tool.stdout)
                 self.show(knobs)
-                self.assertEqual(self.driver.execute_script(
-                    "return document.getElementById('result').dataset.valid"), "true",
-                    self.text("#error"))
-                self.assertEqual(self.text("#configuration"), expected["configuration"])
-                self.assertEqual(int(self.text("#peak")), expected["memory"]["total"])
-                self.assertEqual(int(self.text("#capacity")), expected["device"]["capacity"])
-                self.assertEqual(self.driver.execute_script(
-                    "return document.getElementById('verdict').dataset.fits"),
-                    "true" if expected["fits"] else "false")
-                self.assertEqual(int(self.text("#max-micro-batch")), expected["max_micro_batch"])
-                self.assertEqual(int(self.text("#max-sequence")), expected["max_sequence"])
-                for component in COMPONENTS:
-                    shown = self.text(f"#breakdown tr[data-component='{component}'] td:last-child")
-                    self.assertEqual(int(shown), expected["at_peak"].get(component, 0), component)
-                # The stacked bar has a segment for each component with bytes at the peak.
-                segments = self.driver.execute_script(
-                    "return [...document.querySelectorAll('#bar .segment')]"
-                    ".map(s => s.dataset.component)")
-                self.assertEqual(segments,
-                                 [c for c in COMPONENTS if expected["at_peak"].get(c, 0) > 0])
-                # The timeline: one plotted event per event of the binary's --timeline, the peak
-                # marker at its timeline_peak bytes and event, the highest point of the plot.
-                tool = subprocess.run([CLI, *cli_words(knobs), "--timeline"], capture_output=True,
-                                      text=True)
-                self.assertEqual(tool.returncode, 0, tool.stderr)
-                timeline = json.loads(tool.stdout)
-                plotted = self.driver.execute_script(
-                    "const p = document.querySelector('#timeline .peak');"
-                    "return {events: [...document.querySelectorAll('#timeline .event')]"
-                    ".map(e => Number(e.dataset.alive)), peak: p && p.dataset.bytes,"
-                    "index: p && p.dataset.index}")
-                self.assertEqual(plotted["events"], [e["alive"] for e in timeline["timeline"]])
-                self.assertEqual(int(plotted["peak"]), timeline["timeline_peak"]["alive"])
-                self.assertEqual(int(plotted["index"]), timeline["timeline_peak"]["index"])
+                self.check_figures(knobs, json.loads(tool(cli_words(knobs))))
+                self.check_timeline(knobs)
                 if i == 0:
                     self.driver.save_screenshot(SCREENSHOT)
+
+    def test_inference_figures_equal_the_tool(self):
+        listed = [k for k in configurations() if k.get("mode") == "infer"]
+        self.assertEqual(len(listed), 12)
+        for i, knobs in enumerate(listed):
+            with self.subTest(configuration=i, knobs={k: v[:40] for k, v in knobs.items()}):
+                self.show(knobs)
+                self.check_figures(knobs, json.loads(tool(cli_words(knobs))))
+                self.assertEqual(self.driver.execute_script(
+                    "return document.querySelectorAll('#timeline svg').length"), 0)
+
+    def test_the_form_is_the_parsers(self):
+        """Each mode's fields are its subcommand's options but those the page leaves out, and
+        each choice list is the option's values, in the parser's order; a free-form option is
+        free-form on the page."""
+        options, values = completion()
+        for mode in ["train", "infer"]:
+            with self.subTest(mode=mode):
+                self.show({"mode": mode} if mode != "train" else {})
+                form = self.driver.execute_script(
+                    "return {omitted: modes[arguments[0]].omitted, fields: "
+                    "[...document.querySelectorAll('#fields [data-option]')].map(f => ({name: f.id,"
+                    " choices: f.tagName === 'SELECT' ? [...f.options].map(o => o.value)"
+                    ".filter(v => v !== '') : null}))}", mode)
+                names = [f["name"] for f in form["fields"]]
+                self.assertEqual(len(names), len(set(names)))
+                self.assertFalse(set(names) & set(form["omitted"]))
+                self.assertEqual(set(names) | set(form["omitted"]), options[mode])
+                for f in form["fields"]:
+                    self.assertEqual(f["choices"], values.get(f["name"]), f["name"])
+
+    def test_lora_targets_show_with_lora(self):
+        hidden = "return document.getElementById('lora-targets').parentElement.hidden"
+        self.show({"model": "mistral-7b", "gpu": "l40s"})
+        self.assertTrue(self.driver.execute_script(hidden))
+        for lora in [{"lora-rank": "16"}, {"qlora": "1"}]:
+            self.show({"model": "mistral-7b", "gpu": "l40s", **lora, "lora-targets": "all-linear"})
+            self.assertFalse(self.driver.execute_script(hidden))
+            self.assertEqual(self.hash().get("lora-targets"), "all-linear")
 
     def test_form_writes_the_hash(self):
         """A knob changed in the form goes to the address, and the figures follow it."""
@@ -154,19 +239,35 @@ class Page(unittest.TestCase):
         self.driver.execute_script(
             "const f = document.getElementById('micro-batch'); f.value = '4';"
             "f.dispatchEvent(new Event('change', {bubbles: true}));")
-        hash = self.driver.execute_script("return location.hash")
-        self.assertEqual(urllib.parse.parse_qs(hash[1:]),
-                         {"model": ["gpt2"], "micro-batch": ["4"], "gpu": ["l4"]})
-        tool = subprocess.run([CLI, *cli_words({"model": "gpt2", "micro-batch": "4", "gpu": "l4"})],
-                              capture_output=True, text=True, check=True)
-        self.assertEqual(int(self.text("#peak")), json.loads(tool.stdout)["memory"]["total"])
+        self.assertEqual(self.hash(), {"model": "gpt2", "micro-batch": "4", "gpu": "l4"})
+        expected = json.loads(tool(cli_words(self.hash())))
+        self.assertEqual(int(self.text("#peak")), expected["memory"]["total"])
+
+    def test_switch_to_inference_keeps_shared_knobs(self):
+        """The train | infer switch: the knobs both subcommands have stay, the others go."""
+        self.show({"model": "gpt2", "gpu": "l4", "micro-batch": "4", "tp": "2"})
+        self.driver.execute_script(
+            "const r = document.querySelector('input[name=mode][value=infer]'); r.checked = true;"
+            "r.dispatchEvent(new Event('change', {bubbles: true}));")
+        self.assertEqual(self.hash(), {"mode": "infer", "model": "gpt2", "tp": "2", "gpu": "l4"})
+        self.check_figures(self.hash(), json.loads(tool(cli_words(self.hash()))))
 
     def test_bad_input_shows_the_tools_message(self):
-        self.show({"model": "llama-3-8b", "gpu": "h100", "tp": "3"})
-        tool = subprocess.run([CLI, *cli_words({"model": "llama-3-8b", "gpu": "h100", "tp": "3"})],
-                              capture_output=True, text=True)
-        self.assertNotEqual(tool.returncode, 0)
-        self.assertEqual(self.text("#error"), tool.stderr)
+        for knobs in [{"model": "llama-3-8b", "gpu": "h100", "tp": "3"},
+                      {"mode": "infer", "model": "llama-3-8b", "gpu": "h100", "tp": "3"}]:
+            self.show(knobs, valid=False)
+            run = subprocess.run([CLI, *cli_words(knobs)], capture_output=True, text=True)
+            self.assertNotEqual(run.returncode, 0)
+            self.assertEqual(self.text("#error"), run.stderr)
+
+    def test_works_offline_from_a_file(self):
+        """Opened from the folder (file://), without a server, the page shows the same. (Named to
+        run last, so that the others' page stays loaded from the server.)"""
+        knobs = {"mode": "infer", "model": "gpt2", "gpu": "l4", "batch": "8"}
+        self.driver.get(pathlib.Path(WEB, "index.html").resolve().as_uri() + "#" +
+                        urllib.parse.urlencode(knobs))
+        self.wait_ready()
+        self.check_figures(knobs, json.loads(tool(cli_words(knobs))))
 
 
 if __name__ == "__main__":
