@@ -169,112 +169,176 @@ constexpr double gather_bytes(double message, std::int64_t n) {
   return all_reduce_bytes(message, n) / 2;
 }
 
-}  // namespace detail
+constexpr double as_double(std::int64_t v) {
+  return static_cast<double>(v);
+}
 
-/// The step-time estimate of plan `p` on cluster `c`, with its model's work `f` (work_of): its
-/// micro-batch, micro-batches per step (per data-parallel replica), layout and recompute as given.
-constexpr step_time estimate_step_time(const training_plan_value& p, const cluster_figures& c,
-                                       const model_work& f) {
-  using detail::all_reduce_bytes, detail::element_bytes, detail::gather_bytes,
-      detail::group_bandwidth;
-  const training& t = p.setup;
-  const model& m = t.model;
-  const layout& l = t.layout;
+/// The forward and backward FLOPs per token of stage `stage`'s layers, recompute included, and
+/// of the head on the last stage. Recompute repeats forward work of the layers it covers: all of
+/// it (full, the first recompute_layers of each stage) or the attention core (selective;
+/// Korthikanti et al. 2022 §5).
+constexpr double stage_flops(const training_plan_value& p, const model_work& f,
+                             std::int64_t stage) {
+  const model& m = p.setup.model;
+  const layout& l = p.setup.layout;
   const activation_options& o = p.batch;
-  const auto d = [](std::int64_t v) { return static_cast<double>(v); };
-  const double tp = d(l.tensor), pp = d(l.pipeline), cp = d(l.context), ep = d(l.expert);
-  const double micro_batches = d(o.micro_batches);
-  const double v = o.schedule == pipeline_schedule::interleaved ? d(o.virtual_stages) : 1;
+  const double layer = (f.training() - (2 + f.trainable_share) * f.head) / as_double(m.layers);
+  const double forward = (f.layers + f.attention) / as_double(m.layers);
+  const std::int64_t layers = l.layers_of_stage(m.layers, stage);
+  double extra = 0;
+  if (o.recompute == recompute_kind::full)
+    extra = forward * as_double(checkpointed_layers(o, layers));
+  else if (o.recompute == recompute_kind::selective)
+    extra = f.attention / as_double(m.layers) * as_double(layers);
+  else if (o.recompute == recompute_kind::op_sac)  // eager attention has no SDPA to cache
+    extra = (f.op_sac_recomputed + (o.attention == attention_kind::eager ? f.attention : 0)) /
+            as_double(m.layers) * as_double(layers);
+  return as_double(layers) * layer + extra +
+         (stage == l.pipeline - 1 ? (2 + f.trainable_share) * f.head : 0);
+}
 
-  // The pipeline runs at the pace of its slowest stage: the first holds the most layers, the
-  // last the fewest plus the head. Recompute repeats forward work of the layers it covers: all
-  // of it (full, the first recompute_layers of each stage) or the attention core (selective;
-  // Korthikanti et al. 2022 §5).
-  const double layer = (f.training() - (2 + f.trainable_share) * f.head) / d(m.layers);
-  const double forward = (f.layers + f.attention) / d(m.layers);
-  const auto stage_flops = [&](std::int64_t stage) {
-    const std::int64_t layers = l.layers_of_stage(m.layers, stage);
-    double extra = 0;
-    if (o.recompute == recompute_kind::full)
-      extra = forward * d(checkpointed_layers(o, layers));
-    else if (o.recompute == recompute_kind::selective)
-      extra = f.attention / d(m.layers) * d(layers);
-    else if (o.recompute == recompute_kind::op_sac)  // eager attention has no SDPA to cache
-      extra = (f.op_sac_recomputed + (o.attention == attention_kind::eager ? f.attention : 0)) /
-              d(m.layers) * d(layers);
-    return d(layers) * layer + extra +
-           (stage == l.pipeline - 1 ? (2 + f.trainable_share) * f.head : 0);
-  };
-  const double first = stage_flops(0), last = stage_flops(l.pipeline - 1);
-  const double micro_batch_tokens = d(o.micro_batch) * d(o.sequence);
-  const double per_micro_batch =
-      micro_batch_tokens * (first > last ? first : last) / (tp * cp * c.flops);
-  step_time s{};
-  s.compute = micro_batches * per_micro_batch;
+/// The compute of one step and the pipeline's bubble. The pipeline runs at the pace of its
+/// slowest stage: the first holds the most layers, the last the fewest plus the head.
+constexpr void add_compute(step_time& s, const training_plan_value& p, const cluster_figures& c,
+                           const model_work& f) {
+  const layout& l = p.setup.layout;
+  const activation_options& o = p.batch;
+  const double first = stage_flops(p, f, 0), last = stage_flops(p, f, l.pipeline - 1);
+  const double micro_batch_tokens = as_double(o.micro_batch) * as_double(o.sequence);
+  const double per_micro_batch = micro_batch_tokens * (first > last ? first : last) /
+                                 (as_double(l.tensor) * as_double(l.context) * c.flops);
+  const double v = o.schedule == pipeline_schedule::interleaved ? as_double(o.virtual_stages) : 1;
+  s.compute = as_double(o.micro_batches) * per_micro_batch;
   // Narayanan et al. 2021 §2.2: 1F1B (and GPipe) take p-1 extra micro-batch slots to fill and
   // drain; the interleaved schedule (p-1)/v.
-  s.bubble = (pp - 1) / v * per_micro_batch;
+  s.bubble = (as_double(l.pipeline) - 1) / v * per_micro_batch;
+}
 
-  const double activation = element_bytes(t.precision.compute);
-  // One micro-batch's hidden states on a rank: b x s/cp x h.
-  const double hidden_states = d(o.micro_batch) * d(o.sequence) / cp * d(m.hidden) * activation;
-  const double layers_here = d((m.layers + l.pipeline - 1) / l.pipeline);  // the largest stage
-  // A full recompute repeats the forward's collectives; op-level SAC keeps the reduce-scatters'
-  // outputs and repeats the all-gathers (sequence parallelism) or all-reduces.
+/// One micro-batch's hidden states on a rank: b x s/cp x h.
+constexpr double hidden_state_bytes(const training_plan_value& p) {
+  const activation_options& o = p.batch;
+  return as_double(o.micro_batch) * as_double(o.sequence) / as_double(p.setup.layout.context) *
+         as_double(p.setup.model.hidden) * element_bytes(p.setup.precision.compute);
+}
+
+/// The layers of the largest pipeline stage.
+constexpr double layers_on_largest_stage(const training_plan_value& p) {
+  const std::int64_t layers = p.setup.model.layers, stages = p.setup.layout.pipeline;
+  return as_double((layers + stages - 1) / stages);
+}
+
+/// Megatron-LM (Narayanan 2021 §3; Shoeybi et al. 2019 fig. 4): two all-reduces of the hidden
+/// states per layer forward (after attention, after the MLP) and two backward; sequence
+/// parallelism swaps each for an all-gather and a reduce-scatter of the same volume
+/// (Korthikanti 2022 §4.2.2). A full recompute repeats the forward's collectives; op-level SAC
+/// keeps the reduce-scatters' outputs and repeats the all-gathers (sequence parallelism) or
+/// all-reduces.
+constexpr double tensor_parallel_time(const training_plan_value& p, const cluster_figures& c) {
+  const layout& l = p.setup.layout;
+  const activation_options& o = p.batch;
   const double forward_passes = o.recompute == recompute_kind::full     ? 2
                                 : o.recompute != recompute_kind::op_sac ? 1
                                 : l.sequence                            ? 1.5
                                                                         : 2;
-  if (l.tensor > 1) {
-    // Megatron-LM (Narayanan 2021 §3; Shoeybi et al. 2019 fig. 4): two all-reduces of the hidden
-    // states per layer forward (after attention, after the MLP) and two backward; sequence
-    // parallelism swaps each for an all-gather and a reduce-scatter of the same volume
-    // (Korthikanti 2022 §4.2.2). A full recompute repeats the forward pair.
-    const double per_layer = (2 * forward_passes + 2) * all_reduce_bytes(hidden_states, l.tensor);
-    s.tensor = micro_batches * layers_here * per_layer / group_bandwidth(c, l.tensor, 1);
-  }
-  if (l.context > 1) {
-    // Ring attention (Liu et al. 2023; Megatron-LM context parallel, torchtitan): each rank
-    // passes its K and V shards cp-1 times forward; backward passes K, V and their gradients;
-    // the exchange overlaps the attention blocks, so only what exceeds them is exposed.
-    const double kv_width =
-        d(m.kv_heads * m.head_dim) / (m.kv_heads >= l.tensor ? tp : d(m.kv_heads));
-    const double kv = 2 * d(o.micro_batch) * d(o.sequence) / cp * kv_width * activation;
-    const double ring = 3 * (cp - 1) * kv * micro_batches * layers_here;
-    const double attention_time = micro_batches * micro_batch_tokens * 3 * f.attention /
-                                  d(m.layers) * layers_here / (tp * cp * c.flops);
-    const double exposed = ring / group_bandwidth(c, l.context, l.tensor) - attention_time;
-    s.context = exposed > 0 ? exposed : 0;
-  }
-  if (l.expert > 1 && m.is_moe()) {
-    // Dispatch and combine all-to-alls forward and backward (GShard, Lepikhin et al. 2020):
-    // top_k copies of each token's hidden state, (ep-1)/ep of which leave the rank.
-    const double moe_layers = d(m.layers - m.moe.first_dense_layers) / pp;
-    const double per_layer = 4 * hidden_states * d(m.moe.top_k) * (ep - 1) / ep;
-    s.expert = micro_batches * moe_layers * per_layer / group_bandwidth(c, l.expert, l.tensor);
-  }
-  if (l.pipeline > 1) {
-    // One send of the stage's output forward and of its gradient backward per micro-batch and
-    // model chunk (split over TP under sequence parallelism).
-    const double message = hidden_states / (l.sequence ? tp : 1);
-    s.pipeline = 2 * micro_batches * v * message /
-                 group_bandwidth(c, l.pipeline, l.tensor * l.context * l.data);
-  }
+  const double per_layer =
+      (2 * forward_passes + 2) * all_reduce_bytes(hidden_state_bytes(p), l.tensor);
+  return as_double(o.micro_batches) * layers_on_largest_stage(p) * per_layer /
+         group_bandwidth(c, l.tensor, 1);
+}
 
-  // Data parallelism: the weights and gradients this rank holds a replica of.
-  const double dense_weights = (f.parameters - f.expert_parameters) / (tp * pp);
-  const double expert_weights = f.expert_parameters / (tp * pp * ep);
-  const double trainable_share = f.trainable_share;
-  const double weight = element_bytes(t.precision.weights);
-  const double grad = element_bytes(t.precision.gradients);
-  const double replicas = d(l.data) * cp;  // gradients are averaged over data x context
-  const double backward = s.compute * 2 / 3;
+/// Ring attention (Liu et al. 2023; Megatron-LM context parallel, torchtitan): each rank passes
+/// its K and V shards cp-1 times forward; backward passes K, V and their gradients; the exchange
+/// overlaps the attention blocks, so only what exceeds them is exposed.
+constexpr double context_parallel_time(const training_plan_value& p, const cluster_figures& c,
+                                       const model_work& f) {
+  const model& m = p.setup.model;
+  const layout& l = p.setup.layout;
+  const activation_options& o = p.batch;
+  const double tp = as_double(l.tensor), cp = as_double(l.context);
+  const double micro_batches = as_double(o.micro_batches);
+  const double kv_width =
+      as_double(m.kv_heads * m.head_dim) / (m.kv_heads >= l.tensor ? tp : as_double(m.kv_heads));
+  const double kv = 2 * as_double(o.micro_batch) * as_double(o.sequence) / cp * kv_width *
+                    element_bytes(p.setup.precision.compute);
+  const double ring = 3 * (cp - 1) * kv * micro_batches * layers_on_largest_stage(p);
+  const double micro_batch_tokens = as_double(o.micro_batch) * as_double(o.sequence);
+  const double attention_time = micro_batches * micro_batch_tokens * 3 * f.attention /
+                                as_double(m.layers) * layers_on_largest_stage(p) /
+                                (tp * cp * c.flops);
+  const double exposed = ring / group_bandwidth(c, l.context, l.tensor) - attention_time;
+  return exposed > 0 ? exposed : 0;
+}
+
+/// Dispatch and combine all-to-alls forward and backward (GShard, Lepikhin et al. 2020): top_k
+/// copies of each token's hidden state, (ep-1)/ep of which leave the rank.
+constexpr double expert_parallel_time(const training_plan_value& p, const cluster_figures& c) {
+  const model& m = p.setup.model;
+  const layout& l = p.setup.layout;
+  const double ep = as_double(l.expert);
+  const double moe_layers = as_double(m.layers - m.moe.first_dense_layers) / as_double(l.pipeline);
+  const double per_layer = 4 * hidden_state_bytes(p) * as_double(m.moe.top_k) * (ep - 1) / ep;
+  return as_double(p.batch.micro_batches) * moe_layers * per_layer /
+         group_bandwidth(c, l.expert, l.tensor);
+}
+
+/// One send of the stage's output forward and of its gradient backward per micro-batch and model
+/// chunk (split over TP under sequence parallelism).
+constexpr double pipeline_parallel_time(const training_plan_value& p, const cluster_figures& c) {
+  const layout& l = p.setup.layout;
+  const activation_options& o = p.batch;
+  const double v = o.schedule == pipeline_schedule::interleaved ? as_double(o.virtual_stages) : 1;
+  const double message = hidden_state_bytes(p) / (l.sequence ? as_double(l.tensor) : 1);
+  return 2 * as_double(o.micro_batches) * v * message /
+         group_bandwidth(c, l.pipeline, l.tensor * l.context * l.data);
+}
+
+/// The weights one rank holds a replica of: the dense ones and the routed experts'.
+struct replicated_weights {
+  double dense = 0, experts = 0;
+};
+constexpr replicated_weights replicated_weights_of(const training_plan_value& p,
+                                                   const model_work& f) {
+  const layout& l = p.setup.layout;
+  const double tp = as_double(l.tensor), pp = as_double(l.pipeline);
+  return {(f.parameters - f.expert_parameters) / (tp * pp),
+          f.expert_parameters / (tp * pp * as_double(l.expert))};
+}
+
+/// ZeRO-3 and FSDP: each micro-batch gathers the weights forward and backward and reduce-scatters
+/// the gradients (ZeRO §7.2.2: 3Ψ) within the shard group; hybrid sharding then all-reduces the
+/// shard across the group's replicas. Adds to `data_time` in that order.
+constexpr void add_sharded_data_time(double& data_time, const training_plan_value& p,
+                                     const cluster_figures& c, double weights, double grads,
+                                     double group) {
+  const layout& l = p.setup.layout;
+  const double micro_batches = as_double(p.batch.micro_batches);
+  const auto n = static_cast<std::int64_t>(group);
+  const double s_ranks = as_double(l.shard_degree()) < group ? as_double(l.shard_degree()) : group;
+  const auto k = static_cast<std::int64_t>(s_ranks);
+  data_time += micro_batches * (2 * gather_bytes(weights, k) + gather_bytes(grads, k)) /
+               group_bandwidth(c, k, l.tensor);
+  if (group > s_ranks)
+    data_time += micro_batches * all_reduce_bytes(grads / s_ranks, n / k) /
+                 group_bandwidth(c, n / k, l.tensor * k);
+}
+
+/// Data parallelism's gathers and reductions of what a rank holds a replica of, beyond what
+/// hides behind the compute (`compute`: the step's).
+constexpr double data_parallel_time(const training_plan_value& p, const cluster_figures& c,
+                                    const model_work& f, double compute) {
+  const layout& l = p.setup.layout;
+  const double micro_batches = as_double(p.batch.micro_batches);
+  const replicated_weights w = replicated_weights_of(p, f);
+  const double weight = element_bytes(p.setup.precision.weights);
+  const double grad = element_bytes(p.setup.precision.gradients);
+  const double replicas = as_double(l.data) * as_double(l.context);  // gradients averaged over both
+  const double backward = compute * 2 / 3;
   double data_time = 0, overlap = 0;
   for (const auto& [params, group] :
-       {std::pair{dense_weights, replicas}, std::pair{expert_weights, replicas / ep}}) {
+       {std::pair{w.dense, replicas}, std::pair{w.experts, replicas / as_double(l.expert)}}) {
     if (group <= 1 || params == 0) continue;
     const auto n = static_cast<std::int64_t>(group);
-    const double weights = params * weight, grads = params * trainable_share * grad;
+    const double weights = params * weight, grads = params * f.trainable_share * grad;
     const double bandwidth = group_bandwidth(c, n, l.tensor);
     switch (l.zero) {
       case sharding::none:  // DDP: one all-reduce per step, behind the last backward (no_sync)
@@ -290,32 +354,46 @@ constexpr step_time estimate_step_time(const training_plan_value& p, const clust
             (micro_batches * gather_bytes(grads, n) + gather_bytes(weights, n)) / bandwidth;
         overlap = backward;
         break;
-      case sharding::zero3: {
-        // Each micro-batch gathers the weights forward and backward and reduce-scatters the
-        // gradients (ZeRO §7.2.2: 3Ψ) within the shard group; hybrid sharding then all-reduces
-        // the shard across the group's replicas. Prefetch runs it all beside compute.
-        const double s_ranks = d(l.shard_degree()) < group ? d(l.shard_degree()) : group;
-        const auto k = static_cast<std::int64_t>(s_ranks);
-        data_time += micro_batches * (2 * gather_bytes(weights, k) + gather_bytes(grads, k)) /
-                     group_bandwidth(c, k, l.tensor);
-        if (group > s_ranks)
-          data_time += micro_batches * all_reduce_bytes(grads / s_ranks, n / k) /
-                       group_bandwidth(c, n / k, l.tensor * k);
-        overlap = s.compute;
+      case sharding::zero3:  // prefetch runs it all beside compute
+        add_sharded_data_time(data_time, p, c, weights, grads, group);
+        overlap = compute;
         break;
-      }
     }
   }
-  s.data = data_time > overlap ? data_time - overlap : 0;
+  return data_time > overlap ? data_time - overlap : 0;
+}
 
-  if (l.optimizer_offload != offload_target::none) {
-    // Gradients down and updated weights up, once per step, for this rank's shard.
-    const double shard = d(l.shard_degree());
-    const double shard_params = (dense_weights + expert_weights) / shard * trainable_share;
-    s.offload = shard_params * (grad + weight) / c.host;
-    if (l.parameter_offload != offload_target::none)  // weights fetched forward and backward
-      s.offload += 2 * micro_batches * (dense_weights + expert_weights) / shard * weight / c.host;
-  }
+/// Gradients down and updated weights up, once per step, for this rank's shard of an offloaded
+/// optimizer; offloaded weights are also fetched forward and backward.
+constexpr double offload_time(const training_plan_value& p, const cluster_figures& c,
+                              const model_work& f) {
+  const layout& l = p.setup.layout;
+  const replicated_weights w = replicated_weights_of(p, f);
+  const double weight = element_bytes(p.setup.precision.weights);
+  const double grad = element_bytes(p.setup.precision.gradients);
+  const double shard = as_double(l.shard_degree());
+  const double shard_params = (w.dense + w.experts) / shard * f.trainable_share;
+  double time = shard_params * (grad + weight) / c.host;
+  if (l.parameter_offload != offload_target::none)
+    time += 2 * as_double(p.batch.micro_batches) * (w.dense + w.experts) / shard * weight / c.host;
+  return time;
+}
+
+}  // namespace detail
+
+/// The step-time estimate of plan `p` on cluster `c`, with its model's work `f` (work_of): its
+/// micro-batch, micro-batches per step (per data-parallel replica), layout and recompute as given.
+constexpr step_time estimate_step_time(const training_plan_value& p, const cluster_figures& c,
+                                       const model_work& f) {
+  const layout& l = p.setup.layout;
+  step_time s{};
+  detail::add_compute(s, p, c, f);
+  if (l.tensor > 1) s.tensor = detail::tensor_parallel_time(p, c);
+  if (l.context > 1) s.context = detail::context_parallel_time(p, c, f);
+  if (l.expert > 1 && p.setup.model.is_moe()) s.expert = detail::expert_parallel_time(p, c);
+  if (l.pipeline > 1) s.pipeline = detail::pipeline_parallel_time(p, c);
+  s.data = detail::data_parallel_time(p, c, f, s.compute);
+  if (l.optimizer_offload != offload_target::none) s.offload = detail::offload_time(p, c, f);
   return s;
 }
 

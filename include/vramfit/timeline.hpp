@@ -375,10 +375,6 @@ constexpr void time_entries(step_timeline& tl) {
   }
 }
 
-}  // namespace detail
-
-namespace detail {
-
 /// The gradients of the tensors after the layers (`all` bytes, a tied head's `tied` among them)
 /// one tensor each, in backward's order: the tied head's, the head's, the final norm's. One
 /// block where they do not add up.
@@ -412,295 +408,382 @@ constexpr head_gradients head_gradient_tensors(const training& t, const tensor_l
   return out;
 }
 
+/// The ledger entries a step's events allocate and free, by their role in the step (-1: none).
+struct step_roles {
+  int saved, embedding_inputs, logits, working, recomputed, reloaded, casts, gradients,
+      head_and_loss, logits_gradient;
+  int step;  ///< an optimizer in backward: one tensor's step temporaries
+};
+
+constexpr step_roles step_roles_of(const memory_ledger& ledger, bool in_backward) {
+  return {entry_named(ledger, entry_names::saved_activations),
+          entry_named(ledger, entry_names::embedding_inputs),
+          entry_named(ledger, entry_names::logits),
+          entry_named(ledger, entry_names::activation_gradients),
+          entry_named(ledger, entry_names::recomputed_layer),
+          entry_named(ledger, entry_names::reloaded_layer),
+          entry_where(ledger, component::weights, lifetime::forward_backward),
+          entry_where(ledger, component::gradients, lifetime::gradients),
+          entry_where(ledger, component::activations, lifetime::until_head_backward),
+          entry_where(ledger, component::activations, lifetime::backward),
+          in_backward ? entry_where(ledger, component::buffers, lifetime::layer_backward) : -1};
+}
+
+/// The stage's layer runs, cut at the ledger's edges and where full recompute stops, each with
+/// its layer's pattern; also listed in the timeline (tl.runs).
+constexpr layer_runs layer_runs_of(const training& t, const activation_options& o,
+                                   const tensor_ledger& tensors, const stage_range& range,
+                                   step_timeline& tl) {
+  static_vector<std::int64_t, max_layer_runs> cuts{};
+  const std::int64_t end = range.first_layer + range.layers;
+  const std::int64_t recompute_end = range.first_layer + checkpointed_layers(o, range.layers);
+  for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
+  cuts.push_back(recompute_end);
+  const layer_context& c = tl.layers;
+  layer_runs runs{};
+  for_each_layer_run(range.first_layer, end, cuts, [&](std::int64_t first, std::int64_t count) {
+    runs.push_back({first, count,
+                    pattern_of(t, o, tensors, first, c.experts_per_rank, c.shards, c.sharded_grads,
+                               first < recompute_end)});
+    tl.runs.push_back({first, count, first < recompute_end});
+  });
+  return runs;
+}
+
+/// The gradients outside the layers, split the way backward makes them: the head's (after the
+/// loss) and the embeddings' (at the end), a tied embedding's with the head's; and the autocast
+/// copies outside the layers (the head's).
+struct outside_layers {
+  bool grads_per_layer = true;  ///< the layers' gradients fit the entry (else all come at once)
+  bytes casts{}, head_grads{}, tied_grads{}, untied_embedding_grads{};
+  head_gradients head_pieces{};  ///< head_grads as backward allocates them
+};
+
+constexpr outside_layers outside_layers_of(const training& t, const tensor_ledger& tensors,
+                                           const stage_range& range, const layer_runs& runs,
+                                           const layer_context& c, bytes all_grads,
+                                           bytes all_casts) {
+  bytes layer_casts{}, layer_grads{};
+  for (const layer_run& r : runs) {
+    layer_casts += casts_total(r.pattern) * r.count;
+    for (int part : {0, 1})
+      layer_grads += (r.pattern.grads_out[part] + r.pattern.grads_rest[part]) * r.count;
+  }
+  outside_layers out{};
+  out.grads_per_layer = layer_grads <= all_grads;
+  const bytes grads = out.grads_per_layer ? all_grads - layer_grads : all_grads;
+  out.casts = all_casts > layer_casts ? all_casts - layer_casts : bytes{};
+  // The embeddings' share (the tensors before the first layer group, on the first stage). A tied
+  // token embedding's is the head's and comes with it; the autograd engine holds it in the
+  // leaf's input buffer until the embedding adds its own.
+  bytes embedding{};
+  if (range.first && out.grads_per_layer) {
+    for (const tensor_group& g : tensors) {
+      if (g.layer_count > 0) break;
+      unsharded_states acc{};
+      add_group(t, g, {0, 0, true, range.last}, true, c.experts_per_rank, c.shards, acc);
+      const bytes share = rank_share(acc.gradients, acc.fsdp_gradients, t.layout, c.sharded_grads);
+      embedding += share;
+      if (t.model.tied_embeddings && g.split == tp_split::vocab) out.tied_grads += share;
+    }
+    if (embedding > grads) embedding = grads;
+    if (out.tied_grads > embedding) out.tied_grads = embedding;
+  }
+  out.head_grads = grads - embedding + out.tied_grads;
+  out.untied_embedding_grads = embedding - out.tied_grads;
+  out.head_pieces = head_gradient_tensors(t, tensors, range, out.head_grads, out.tied_grads, c);
+  return out;
+}
+
+/// Writes the events of one training step into a timeline, phase by phase.
+struct step_writer {
+  const training& t;
+  const activation_options& o;
+  step_timeline& tl;
+  const step_roles& e;
+  const layer_runs& runs;
+  const outside_layers& outside;
+  event_writer w{tl.ledger, tl.events};
+
+  [[nodiscard]] constexpr bytes size_of(int entry) const {
+    return entry < 0 ? bytes{} : tl.ledger[static_cast<std::size_t>(entry)].size;
+  }
+  [[nodiscard]] constexpr bytes first_tensor(int entry) const {
+    return entry < 0 ? bytes{} : tl.ledger[static_cast<std::size_t>(entry)].first_tensor;
+  }
+  [[nodiscard]] constexpr bool in_backward() const { return t.optimizer.options.in_backward; }
+  /// Working buffers of sharded weights (gathered units) live from forward to the end of
+  /// backward.
+  [[nodiscard]] constexpr bool is_buffer(int i) const {
+    return tl.ledger[static_cast<std::size_t>(i)].component == component::buffers;
+  }
+  /// Where a micro-batch's new gradients go: the gradients (first), or a working buffer that
+  /// backward adds into them (later micro-batches).
+  [[nodiscard]] constexpr int gradient_entry(bool first_pass) const {
+    return first_pass ? e.gradients : e.working;
+  }
+
+  /// After gradients of `grads` bytes are accumulated: under an optimizer in backward
+  /// (torchtune optimizer_in_bwd), their step and zero_grad (set_to_none) right away.
+  constexpr void stepped(bytes grads, std::int64_t first = -1, std::int64_t count = 0,
+                         std::optional<piece_filter> pieces = {}) {
+    if (!in_backward() || grads == bytes{}) return;
+    w.add("optimizer step in backward", e.step, size_of(e.step), first, count);
+    w.add("optimizer step in backward", e.step, -size_of(e.step), first, count);
+    w.add("gradients freed after their step", e.gradients, -grads, first, count, pieces);
+  }
+
+  /// Forward: the inputs and tables, then each layer's autocast copies and saved tensors.
+  constexpr void forward(bool first_pass) {
+    w.phase = step_phase::forward;
+    w.region = moment::end_of_forward;
+    auto not_logits = [&](int i) { return i != e.logits; };
+    if (first_pass) {
+      bytes own_saved{};
+      for (const layer_run& r : runs) own_saved += forward_kept(r.pattern) * r.count;
+      const bytes all = size_of(e.saved);
+      w.add("activations of earlier in-flight micro-batches", e.saved,
+            all > own_saved ? all - own_saved : bytes{});
+      w.add_each(lifetime::forward_backward, 1, [&](int i) { return is_buffer(i); });
+    }
+    w.add("input ids, positions and rotary tables", e.embedding_inputs,
+          size_of(e.embedding_inputs));
+    w.add_each(lifetime::forward, 1, not_logits);
+    for (const layer_run& r : runs) {
+      // A checkpointed layer's autograd keeps nothing: only the cache's copies stay.
+      piece_filter cached = pieces_of(layer_tensor::cast);
+      cached.cached = r.pattern.full ? 1 : -1;
+      w.add("autocast weight copies", e.casts,
+            r.pattern.full ? r.pattern.cached_casts : casts_total(r.pattern), r.first, r.count,
+            cached);
+      w.add("saved activations", e.saved, forward_kept(r.pattern), r.first, r.count,
+            kept_by_forward(r.pattern));
+    }
+    w.add_each(lifetime::forward, -1, not_logits);
+  }
+
+  /// The bytes of the head-and-loss entry made before the logits: all of it, or without the
+  /// log-probabilities when they are a tensor of their own.
+  [[nodiscard]] constexpr bytes head_inputs() const {
+    const bytes apart = first_tensor(e.head_and_loss);
+    return apart > bytes{} ? apart : size_of(e.head_and_loss);
+  }
+
+  /// The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
+  constexpr void loss() {
+    w.phase = step_phase::loss;
+    w.add("head weight copies", e.casts, outside.casts);
+    // cross_entropy makes its log-probabilities from the logits' fp32 copy, before they go.
+    w.add("final norm and head input", e.head_and_loss, head_inputs());
+    w.add("logits", e.logits, size_of(e.logits));
+    w.add("log-probabilities", e.head_and_loss, size_of(e.head_and_loss) - head_inputs());
+    w.add("logits", e.logits, -size_of(e.logits));
+    // Leaving the autocast region clears its weight-cast cache: a checkpointed layer's autograd
+    // kept none of its casts, so they go now and come back with its recompute
+    // (torch/utils/checkpoint.py restores the autocast state around the recomputation).
+    for (const layer_run& r : runs)
+      if (r.pattern.full)
+        w.add("autocast cache cleared", e.casts, -r.pattern.cached_casts * r.count);
+  }
+
+  /// Backward through the loss and the head, to the last layer's output gradient.
+  constexpr void head_backward(bool first_pass) {
+    w.phase = step_phase::backward;
+    w.region = moment::start_of_backward;
+    auto add_head_gradients = [&] {
+      for (bytes piece : outside.head_pieces)
+        w.add("head and final norm gradients", gradient_entry(first_pass), piece);
+    };
+    const bytes loss_gradients = size_of(e.logits_gradient);
+    if (first_tensor(e.head_and_loss) > bytes{}) {
+      // As autograd runs it (traced, docs/gpu-measurements.md): nll_loss's gradient, then
+      // log_softmax's; the first goes, and the log-probabilities with their node; the fp32
+      // copy's backward casts the second to the logits' 16-bit gradient, which lm_head's
+      // backward reads after the second has gone.
+      const bytes nll{loss_gradients.count / 2};
+      const bytes log_softmax = loss_gradients - nll;
+      const bytes logits_16bit = first_tensor(e.logits);  // zero: the logits are the fp32 ones
+      w.add("loss gradients", e.logits_gradient, nll);
+      w.add("loss gradients", e.logits_gradient, log_softmax);
+      w.add("loss gradients", e.logits_gradient, -nll);
+      w.add("log-probabilities", e.head_and_loss, -(size_of(e.head_and_loss) - head_inputs()));
+      w.add("logits gradient (16-bit)", e.logits_gradient, logits_16bit);
+      w.add("loss gradients", e.logits_gradient, -log_softmax);
+      add_head_gradients();
+      w.add("logits gradient (16-bit)", e.logits_gradient, -logits_16bit);
+      w.add("final norm and head input", e.head_and_loss, -head_inputs());
+    } else {
+      w.add("loss gradients", e.logits_gradient, loss_gradients);
+      w.add("loss gradients", e.logits_gradient, -loss_gradients);
+      w.add("final norm, head input and log-probabilities", e.head_and_loss,
+            -size_of(e.head_and_loss));
+      add_head_gradients();
+    }
+    if (!first_pass) w.add("head and final norm gradients", e.working, -outside.head_grads);
+    // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
+    stepped(outside.head_grads - outside.tied_grads);
+  }
+
+  /// One half (part 0: attention, 1: MLP) of a layer run's backward: its output linear, its
+  /// working set, the rest of its weights; each frees what it read.
+  constexpr void half_backward(const layer_run& r, int part, bool first_pass, int layer_saved) {
+    const layer_pattern& p = r.pattern;
+    auto add = [&](const char* what, int entry, bytes delta, piece_filter pieces) {
+      w.add(what, entry, delta, r.first, r.count, pieces);
+    };
+    const bool per_layer = outside.grads_per_layer;
+    const bytes grads = per_layer ? p.grads_out[part] + p.grads_rest[part] : bytes{};
+    const bytes grads_out = per_layer ? p.grads_out[part] : bytes{};
+    const bytes grads_rest = per_layer ? p.grads_rest[part] : bytes{};
+    const int grad_entry = gradient_entry(first_pass);
+    piece_filter selective = pieces_of(layer_tensor::saved, part);
+    selective.selective = 1;
+    if (!p.full)
+      add("recomputed by selective recompute", layer_saved, p.selective[part], selective);
+    add(part ? "MLP output linear: weight gradients" : "attention output linear: weight gradients",
+        grad_entry, grads_out, pieces_of(layer_tensor::gradient, part, 1));
+    stepped(grads_out, r.first, r.count, pieces_of(layer_tensor::gradient, part, 1));
+    add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
+        layer_saved, -p.saved_out[part], pieces_of(layer_tensor::saved, part, 1));
+    // A linear's weight copy is saved for its input gradient and goes with its backward.
+    add(part ? "MLP output linear: weight copy freed"
+             : "attention output linear: weight copy freed",
+        e.casts, -p.casts_out[part], pieces_of(layer_tensor::cast, part, 1));
+    const bytes working_set = part ? p.working.mlp : p.working.attention;
+    const char* working_name = part ? "MLP backward working set" : "attention backward working set";
+    add(working_name, e.working, working_set, pieces_of(layer_tensor::working, part));
+    add(working_name, e.working, -working_set, pieces_of(layer_tensor::working, part));
+    add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry, grads_rest,
+        pieces_of(layer_tensor::gradient, part, 0));
+    stepped(grads_rest, r.first, r.count, pieces_of(layer_tensor::gradient, part, 0));
+    add(part ? "MLP saved tensors freed" : "attention saved tensors freed", layer_saved,
+        -p.saved_rest[part], pieces_of(layer_tensor::saved, part, 0));
+    add(part ? "MLP weight copies freed" : "attention weight copies freed", e.casts,
+        -p.casts_rest[part], pieces_of(layer_tensor::cast, part, 0));
+    if (!first_pass)
+      add("new weight gradients added into .grad", e.working, -grads,
+          pieces_of(layer_tensor::gradient, part));
+  }
+
+  /// A layer run's backward: what it reads comes back (recomputed, or from the host), then the
+  /// MLP half and the attention half.
+  constexpr void layer_backward(const layer_run& r, bool first_pass) {
+    const layer_pattern& p = r.pattern;
+    auto add = [&](const char* what, int entry, bytes delta, piece_filter pieces) {
+      w.add(what, entry, delta, r.first, r.count, pieces);
+    };
+    // Selective checkpoint contexts need use_reentrant=False (torch/utils/checkpoint.py).
+    const bool held = p.full && o.reentrant_checkpoint && o.recompute != recompute_kind::op_sac;
+    // What the layer's backward reads and frees: its recompute, what offloading brings back
+    // from the host (its forward kept it there), or what autograd kept on the device.
+    const int layer_saved = p.full ? e.recomputed : o.offload ? e.reloaded : e.saved;
+    if (!p.full && o.offload)
+      add("saved tensors brought back from the host", e.reloaded, forward_kept(p),
+          kept_by_forward(p));
+    if (p.full) {
+      add("recomputed layer", e.recomputed, saved_total(p), pieces_of(layer_tensor::saved));
+      add("recomputed layer's autocast weight copies", e.casts, casts_total(p),
+          pieces_of(layer_tensor::cast));
+      // torch/utils/checkpoint.py CheckpointFunction.backward: its grad argument lives until
+      // the inner torch.autograd.backward returns.
+      if (held)
+        add("reentrant checkpoint: output gradient held", e.working, p.kept_input,
+            pieces_of(layer_tensor::kept_input));
+    }
+    for (int part : {1, 0}) half_backward(r, part, first_pass, layer_saved);
+    if (held)
+      add("reentrant checkpoint: output gradient held", e.working, -p.kept_input,
+          pieces_of(layer_tensor::kept_input));
+    if (p.full)
+      add("checkpointed layer input freed", e.saved, -p.kept_input,
+          pieces_of(layer_tensor::kept_input));
+  }
+
+  /// The embeddings' gradients; a tied one already exists (the head's): the engine's input
+  /// buffer adds embedding_dense_backward's output to it out of place (traced on an H200), and
+  /// the sum becomes the gradient.
+  constexpr void embedding_backward(bool first_pass) {
+    w.region = moment::end_of_backward;
+    const bytes tied = outside.tied_grads, untied = outside.untied_embedding_grads;
+    w.add("embedding gradient (added into the tied head's)", e.working, tied);
+    if (first_pass) {
+      w.add("tied gradient: the head's plus the embedding's", e.gradients, tied);
+      w.add("tied gradient: the head's plus the embedding's", e.gradients, -tied);
+    }
+    w.add("embedding gradient (added into the tied head's)", e.working, -tied);
+    w.add("embedding gradients", gradient_entry(first_pass), untied);
+    if (!first_pass) w.add("embedding gradients", e.working, -untied);
+    stepped(tied + untied);
+    w.add("input ids, positions and rotary tables", e.embedding_inputs,
+          -size_of(e.embedding_inputs));
+    w.add("head weight copies", e.casts, -outside.casts);
+  }
+
+  /// One micro-batch's forward and backward (the first, or each later one: all alike).
+  constexpr void micro_batch(bool first_pass) {
+    w.micro_batch = first_pass ? 0 : 1;
+    forward(first_pass);
+    loss();
+    head_backward(first_pass);
+    w.region = moment::layer_backward;
+    if (first_pass) w.add_each(lifetime::backward_pass, 1, [&](int i) { return is_buffer(i); });
+    for (std::size_t i = runs.size(); i-- > 0;) layer_backward(runs[i], first_pass);
+    embedding_backward(first_pass);
+  }
+
+  /// The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
+  constexpr void optimizer_step() {
+    const layout& l = t.layout;
+    w.add_each(lifetime::forward_backward, -1, [&](int i) { return is_buffer(i); });
+    w.add_each(lifetime::backward_pass, -1, [&](int i) { return is_buffer(i); });
+    w.phase = step_phase::optimizer;
+    w.region = moment::optimizer_step;
+    // DeepSpeed ZeRO-1 reduces the accumulated gradients into this rank's partition at the
+    // boundary and drops the others before its step (stage_1_and_2.py reduce_gradients,
+    // _clear_param_grad_only).
+    const bool reduced_before_step = l.implementation == shard_implementation::deepspeed &&
+                                     l.zero == sharding::zero1 && !in_backward();
+    const bytes grads = size_of(e.gradients);
+    const bytes reduced_away =
+        reduced_before_step ? grads - divide_up(grads, l.shard_degree()) : bytes{};
+    w.add("gradients reduced into the ZeRO-1 partition", e.gradients, -reduced_away);
+    auto any = [](int) { return true; };
+    w.add_each(lifetime::optimizer_step, 1, any);
+    w.add_each(lifetime::optimizer_step, -1, any);
+    w.phase = step_phase::zero_grad;
+    w.region = moment::end_of_backward;
+    if (!in_backward()) w.add("gradients freed", e.gradients, -(grads - reduced_away));
+  }
+};
+
 }  // namespace detail
 
 /// The timeline of one training step on a GPU of pipeline stage `stage`.
 constexpr step_timeline step_timeline_of(const training& t, const activation_options& o,
                                          std::int64_t stage = 0) {
   using namespace detail;
-  const model& m = t.model;
-  const layout& l = validated(t.layout, m);
+  const layout& l = validated(t.layout, t.model);
   step_timeline tl{};
   tl.ledger = step_entries(t, o, stage);
-  const memory_ledger& ledger = tl.ledger;
-  const tensor_ledger tensors = vramfit::tensors(m);
+  const tensor_ledger tensors = vramfit::tensors(t.model);
   const stage_range range = stage_of(t, stage);
-  const std::int64_t shards = l.shard_degree();
-  const std::int64_t experts_per_rank = m.is_moe() ? m.moe.routed_experts / l.expert : 1;
-
-  // Entries by their role in the step.
-  const int saved = entry_named(ledger, entry_names::saved_activations);
-  const int embedding_inputs = entry_named(ledger, entry_names::embedding_inputs);
-  const int logits = entry_named(ledger, entry_names::logits);
-  const int working = entry_named(ledger, entry_names::activation_gradients);
-  const int recomputed = entry_named(ledger, entry_names::recomputed_layer);
-  const int reloaded = entry_named(ledger, entry_names::reloaded_layer);
-  const int casts = entry_where(ledger, component::weights, lifetime::forward_backward);
-  const int gradients = entry_where(ledger, component::gradients, lifetime::gradients);
-  const int head_and_loss =
-      entry_where(ledger, component::activations, lifetime::until_head_backward);
-  const int logits_gradient = entry_where(ledger, component::activations, lifetime::backward);
-  const bool sharded_grads =
-      gradients >= 0 && (l.zero == sharding::zero2 || l.zero == sharding::zero3);
-  // An optimizer in backward (torchtune optimizer_in_bwd) steps each parameter as its gradient is
-  // accumulated and frees the gradient; the step's temporaries are one tensor's.
-  const bool in_backward = t.optimizer.options.in_backward;
-  const int step =
-      in_backward ? entry_where(ledger, component::buffers, lifetime::layer_backward) : -1;
-
-  // The stage's layer runs: cut at the ledger's edges and where full recompute stops.
-  static_vector<std::int64_t, max_layer_runs> cuts{};
-  const std::int64_t end = range.first_layer + range.layers;
-  const std::int64_t recompute_end = range.first_layer + checkpointed_layers(o, range.layers);
-  for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
-  cuts.push_back(recompute_end);
-  layer_runs runs{};
-  for_each_layer_run(range.first_layer, end, cuts, [&](std::int64_t first, std::int64_t count) {
-    runs.push_back({first, count,
-                    pattern_of(t, o, tensors, first, experts_per_rank, shards, sharded_grads,
-                               first < recompute_end)});
-    tl.runs.push_back({first, count, first < recompute_end});
-  });
-  tl.layers = {experts_per_rank, shards, sharded_grads};
-
-  // What the runs account for; the rest of each entry belongs to the layers' outside.
-  bytes own_saved{}, layer_casts{}, layer_grads{};
-  for (const layer_run& r : runs) {
-    own_saved += forward_kept(r.pattern) * r.count;
-    layer_casts += casts_total(r.pattern) * r.count;
-    for (int part : {0, 1})
-      layer_grads += (r.pattern.grads_out[part] + r.pattern.grads_rest[part]) * r.count;
-  }
-  auto size_of = [&](int e) { return e < 0 ? bytes{} : ledger[static_cast<std::size_t>(e)].size; };
-  auto rest = [](bytes all, bytes part) { return all > part ? all - part : bytes{}; };
-  const bool grads_per_layer = layer_grads <= size_of(gradients);
-  const bytes outside_grads =
-      grads_per_layer ? size_of(gradients) - layer_grads : size_of(gradients);
-  const bytes outside_casts = rest(size_of(casts), layer_casts);
-  // The embeddings' share of the gradients outside the layers (the tensors before the first layer
-  // group, on the first stage). A tied token embedding's is the head's and comes with it; the
-  // autograd engine holds it in the leaf's input buffer until the embedding adds its own.
-  bytes embedding_grads{}, tied_grads{};
-  if (range.first && grads_per_layer) {
-    for (const tensor_group& g : tensors) {
-      if (g.layer_count > 0) break;
-      unsharded_states acc{};
-      add_group(t, g, {0, 0, true, range.last}, true, experts_per_rank, shards, acc);
-      const bytes share = rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads);
-      embedding_grads += share;
-      if (m.tied_embeddings && g.split == tp_split::vocab) tied_grads += share;
-    }
-    if (embedding_grads > outside_grads) embedding_grads = outside_grads;
-    if (tied_grads > embedding_grads) tied_grads = embedding_grads;
-  }
-  const bytes head_grads = outside_grads - embedding_grads + tied_grads;
-  const bytes untied_embedding_grads = embedding_grads - tied_grads;
-  const head_gradients head_pieces =
-      head_gradient_tensors(t, tensors, range, head_grads, tied_grads, tl.layers);
-
-  for (const memory_entry& e : ledger)
+  const step_roles roles = step_roles_of(tl.ledger, t.optimizer.options.in_backward);
+  tl.layers = {t.model.is_moe() ? t.model.moe.routed_experts / l.expert : 1, l.shard_degree(),
+               roles.gradients >= 0 && (l.zero == sharding::zero2 || l.zero == sharding::zero3)};
+  const layer_runs runs = layer_runs_of(t, o, tensors, range, tl);
+  auto size_of = [&](int e) {
+    return e < 0 ? bytes{} : tl.ledger[static_cast<std::size_t>(e)].size;
+  };
+  const outside_layers outside = outside_layers_of(t, tensors, range, runs, tl.layers,
+                                                   size_of(roles.gradients), size_of(roles.casts));
+  for (const memory_entry& e : tl.ledger)
     if (e.space == memory_space::device && e.lifetime == lifetime::persistent)
       tl.at_start += e.size;
 
-  event_writer w{ledger, tl.events};
-  // After gradients of `grads` bytes are accumulated: under an optimizer in backward, their step
-  // and zero_grad (set_to_none) right away.
-  auto stepped = [&](bytes grads, std::int64_t first = -1, std::int64_t count = 0,
-                     std::optional<piece_filter> pieces = {}) {
-    if (!in_backward || grads == bytes{}) return;
-    w.add("optimizer step in backward", step, size_of(step), first, count);
-    w.add("optimizer step in backward", step, -size_of(step), first, count);
-    w.add("gradients freed after their step", gradients, -grads, first, count, pieces);
-  };
-  // Working buffers of sharded weights (gathered units) live from forward to the end of backward;
-  // the eager mask is forward's, the logits the loss's.
-  auto is_buffer = [&](int i) {
-    return ledger[static_cast<std::size_t>(i)].component == component::buffers;
-  };
-  auto not_logits = [&](int i) { return i != logits; };
-  const std::int64_t passes = o.micro_batches > 1 ? 2 : 1;
-  for (std::int64_t mb = 0; mb < passes; ++mb) {
-    const bool first_pass = mb == 0;
-    w.micro_batch = mb;
-    // Forward: the inputs and tables, then each layer's autocast copies and saved tensors.
-    w.phase = step_phase::forward;
-    w.region = moment::end_of_forward;
-    if (first_pass) {
-      w.add("activations of earlier in-flight micro-batches", saved,
-            rest(size_of(saved), own_saved));
-      w.add_each(lifetime::forward_backward, 1, is_buffer);
-    }
-    w.add("input ids, positions and rotary tables", embedding_inputs, size_of(embedding_inputs));
-    w.add_each(lifetime::forward, 1, not_logits);
-    for (const layer_run& r : runs) {
-      // A checkpointed layer's autograd keeps nothing: only the cache's copies stay.
-      piece_filter cached = pieces_of(layer_tensor::cast);
-      cached.cached = r.pattern.full ? 1 : -1;
-      w.add("autocast weight copies", casts,
-            r.pattern.full ? r.pattern.cached_casts : casts_total(r.pattern), r.first, r.count,
-            cached);
-      w.add("saved activations", saved, forward_kept(r.pattern), r.first, r.count,
-            kept_by_forward(r.pattern));
-    }
-    w.add_each(lifetime::forward, -1, not_logits);
-    // The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
-    w.phase = step_phase::loss;
-    w.add("head weight copies", casts, outside_casts);
-    // cross_entropy makes its log-probabilities from the logits' fp32 copy, before they go.
-    auto first_tensor = [&](int e) {
-      return e < 0 ? bytes{} : ledger[static_cast<std::size_t>(e)].first_tensor;
-    };
-    const bool log_probs_apart = first_tensor(head_and_loss) > bytes{};
-    const bytes head_inputs =
-        log_probs_apart ? first_tensor(head_and_loss) : size_of(head_and_loss);
-    w.add("final norm and head input", head_and_loss, head_inputs);
-    w.add("logits", logits, size_of(logits));
-    w.add("log-probabilities", head_and_loss, size_of(head_and_loss) - head_inputs);
-    w.add("logits", logits, -size_of(logits));
-    // Leaving the autocast region clears its weight-cast cache: a checkpointed layer's autograd
-    // kept none of its casts, so they go now and come back with its recompute
-    // (torch/utils/checkpoint.py restores the autocast state around the recomputation).
-    for (const layer_run& r : runs)
-      if (r.pattern.full) w.add("autocast cache cleared", casts, -r.pattern.cached_casts * r.count);
-
-    // Backward: the loss's gradients, the head, then the layers in reverse.
-    w.phase = step_phase::backward;
-    w.region = moment::start_of_backward;
-    auto add_head_gradients = [&] {
-      for (bytes piece : head_pieces)
-        w.add("head and final norm gradients", first_pass ? gradients : working, piece);
-    };
-    if (log_probs_apart) {
-      // As autograd runs it (traced, docs/gpu-measurements.md): nll_loss's gradient, then
-      // log_softmax's; the first goes, and the log-probabilities with their node; the fp32
-      // copy's backward casts the second to the logits' 16-bit gradient, which lm_head's
-      // backward reads after the second has gone.
-      const bytes nll{size_of(logits_gradient).count / 2};
-      const bytes log_softmax = size_of(logits_gradient) - nll;
-      const bytes logits_16bit = first_tensor(logits);  // zero when the logits are the fp32 ones
-      w.add("loss gradients", logits_gradient, nll);
-      w.add("loss gradients", logits_gradient, log_softmax);
-      w.add("loss gradients", logits_gradient, -nll);
-      w.add("log-probabilities", head_and_loss, -(size_of(head_and_loss) - head_inputs));
-      w.add("logits gradient (16-bit)", logits_gradient, logits_16bit);
-      w.add("loss gradients", logits_gradient, -log_softmax);
-      add_head_gradients();
-      w.add("logits gradient (16-bit)", logits_gradient, -logits_16bit);
-      w.add("final norm and head input", head_and_loss, -head_inputs);
-    } else {
-      w.add("loss gradients", logits_gradient, size_of(logits_gradient));
-      w.add("loss gradients", logits_gradient, -size_of(logits_gradient));
-      w.add("final norm, head input and log-probabilities", head_and_loss, -size_of(head_and_loss));
-      add_head_gradients();
-    }
-    if (!first_pass) w.add("head and final norm gradients", working, -head_grads);
-    // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
-    stepped(head_grads - tied_grads);
-    w.region = moment::layer_backward;
-    if (first_pass) w.add_each(lifetime::backward_pass, 1, is_buffer);
-    for (std::size_t i = runs.size(); i-- > 0;) {
-      const layer_run& r = runs[i];
-      const layer_pattern& p = r.pattern;
-      auto add = [&](const char* what, int entry, bytes delta, piece_filter pieces) {
-        w.add(what, entry, delta, r.first, r.count, pieces);
-      };
-      // Selective checkpoint contexts need use_reentrant=False (torch/utils/checkpoint.py).
-      const bool held = p.full && o.reentrant_checkpoint && o.recompute != recompute_kind::op_sac;
-      // What the layer's backward reads and frees: its recompute, what offloading brings back
-      // from the host (its forward kept it there), or what autograd kept on the device.
-      const int layer_saved = p.full ? recomputed : o.offload ? reloaded : saved;
-      if (!p.full && o.offload)
-        add("saved tensors brought back from the host", reloaded, forward_kept(p),
-            kept_by_forward(p));
-      if (p.full) {
-        add("recomputed layer", recomputed, saved_total(p), pieces_of(layer_tensor::saved));
-        add("recomputed layer's autocast weight copies", casts, casts_total(p),
-            pieces_of(layer_tensor::cast));
-        // torch/utils/checkpoint.py CheckpointFunction.backward: its grad argument lives until
-        // the inner torch.autograd.backward returns.
-        if (held)
-          add("reentrant checkpoint: output gradient held", working, p.kept_input,
-              pieces_of(layer_tensor::kept_input));
-      }
-      for (int part : {1, 0}) {
-        const bytes grads = grads_per_layer ? p.grads_out[part] + p.grads_rest[part] : bytes{};
-        const int grad_entry = first_pass ? gradients : working;
-        piece_filter selective = pieces_of(layer_tensor::saved, part);
-        selective.selective = 1;
-        if (!p.full)
-          add("recomputed by selective recompute", layer_saved, p.selective[part], selective);
-        add(part ? "MLP output linear: weight gradients"
-                 : "attention output linear: weight gradients",
-            grad_entry, grads_per_layer ? p.grads_out[part] : bytes{},
-            pieces_of(layer_tensor::gradient, part, 1));
-        stepped(grads_per_layer ? p.grads_out[part] : bytes{}, r.first, r.count,
-                pieces_of(layer_tensor::gradient, part, 1));
-        add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
-            layer_saved, -p.saved_out[part], pieces_of(layer_tensor::saved, part, 1));
-        // A linear's weight copy is saved for its input gradient and goes with its backward.
-        add(part ? "MLP output linear: weight copy freed"
-                 : "attention output linear: weight copy freed",
-            casts, -p.casts_out[part], pieces_of(layer_tensor::cast, part, 1));
-        const bytes working_set = part ? p.working.mlp : p.working.attention;
-        const char* working_name =
-            part ? "MLP backward working set" : "attention backward working set";
-        add(working_name, working, working_set, pieces_of(layer_tensor::working, part));
-        add(working_name, working, -working_set, pieces_of(layer_tensor::working, part));
-        add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry,
-            grads_per_layer ? p.grads_rest[part] : bytes{},
-            pieces_of(layer_tensor::gradient, part, 0));
-        stepped(grads_per_layer ? p.grads_rest[part] : bytes{}, r.first, r.count,
-                pieces_of(layer_tensor::gradient, part, 0));
-        add(part ? "MLP saved tensors freed" : "attention saved tensors freed", layer_saved,
-            -p.saved_rest[part], pieces_of(layer_tensor::saved, part, 0));
-        add(part ? "MLP weight copies freed" : "attention weight copies freed", casts,
-            -p.casts_rest[part], pieces_of(layer_tensor::cast, part, 0));
-        if (!first_pass)
-          add("new weight gradients added into .grad", working, -grads,
-              pieces_of(layer_tensor::gradient, part));
-      }
-      if (held)
-        add("reentrant checkpoint: output gradient held", working, -p.kept_input,
-            pieces_of(layer_tensor::kept_input));
-      if (p.full)
-        add("checkpointed layer input freed", saved, -p.kept_input,
-            pieces_of(layer_tensor::kept_input));
-    }
-    w.region = moment::end_of_backward;
-    // The embeddings' gradients; a tied one already exists (the head's): the engine's input
-    // buffer adds embedding_dense_backward's output to it out of place (traced on an H200), and
-    // the sum becomes the gradient.
-    w.add("embedding gradient (added into the tied head's)", working, tied_grads);
-    if (first_pass) {
-      w.add("tied gradient: the head's plus the embedding's", gradients, tied_grads);
-      w.add("tied gradient: the head's plus the embedding's", gradients, -tied_grads);
-    }
-    w.add("embedding gradient (added into the tied head's)", working, -tied_grads);
-    w.add("embedding gradients", first_pass ? gradients : working, untied_embedding_grads);
-    if (!first_pass) w.add("embedding gradients", working, -untied_embedding_grads);
-    stepped(tied_grads + untied_embedding_grads);
-    w.add("input ids, positions and rotary tables", embedding_inputs, -size_of(embedding_inputs));
-    w.add("head weight copies", casts, -outside_casts);
-  }
-  w.add_each(lifetime::forward_backward, -1, is_buffer);
-  w.add_each(lifetime::backward_pass, -1, is_buffer);
-  // The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
-  w.phase = step_phase::optimizer;
-  w.region = moment::optimizer_step;
-  // DeepSpeed ZeRO-1 reduces the accumulated gradients into this rank's partition at the
-  // boundary and drops the others before its step (stage_1_and_2.py reduce_gradients,
-  // _clear_param_grad_only).
-  const bool reduced_before_step = l.implementation == shard_implementation::deepspeed &&
-                                   l.zero == sharding::zero1 && !in_backward;
-  const bytes reduced_away =
-      reduced_before_step ? size_of(gradients) - divide_up(size_of(gradients), shards) : bytes{};
-  w.add("gradients reduced into the ZeRO-1 partition", gradients, -reduced_away);
-  auto any = [](int) { return true; };
-  w.add_each(lifetime::optimizer_step, 1, any);
-  w.add_each(lifetime::optimizer_step, -1, any);
-  w.phase = step_phase::zero_grad;
-  w.region = moment::end_of_backward;
-  if (!in_backward) w.add("gradients freed", gradients, -(size_of(gradients) - reduced_away));
+  step_writer writer{t, o, tl, roles, runs, outside};
+  writer.micro_batch(true);
+  if (o.micro_batches > 1) writer.micro_batch(false);
+  writer.optimizer_step();
   tl.peak = find_peak(tl);
   time_entries(tl);
   return tl;

@@ -166,13 +166,10 @@ constexpr const element_format& sharded_gradient_format(const training& t) {
   return fsdp2_master_shards(t) ? t.precision.master : t.precision.gradients;
 }
 
-/// Accumulates the tensors of `g` that pipeline stage `stage` and expert rank 0 hold.
-constexpr void add_group(const training& t, const tensor_group& g, const stage_range& stage,
-                         bool before_layers, std::int64_t experts_per_rank, std::int64_t shards,
-                         unsharded_states& acc) {
-  const model& m = t.model;
-  const layout& l = t.layout;
-  // Which copies live here: layers of this stage, and the tensors outside the layers it holds.
+/// The copies of `g` that pipeline stage `stage` and expert rank 0 hold: the layers of the stage,
+/// or, for a tensor outside the layers, one copy where stage_holds says so.
+constexpr tensor_block stage_block(const model& m, const tensor_group& g, const stage_range& stage,
+                                   bool before_layers, std::int64_t experts_per_rank) {
   tensor_block block = block_of(g);
   if (g.layer_count > 0) {
     block.layer_count = overlap(g.first_layer, g.layer_count, stage.first_layer, stage.layers);
@@ -181,29 +178,89 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     block.layer_count = stage_holds(m, g, stage, before_layers) ? 1 : 0;
   }
   if (g.kind == tensor_kind::expert) block.expert_count = experts_per_rank;
-  const std::int64_t copies = checked_mul(block.layer_count, block.expert_count);
-  if (copies == 0) return;
+  return block;
+}
 
-  const local_shape shape = tp_local_shape(g, m, l.tensor);
-  const std::int64_t n = shape.elements();
-  if (g.role == tensor_role::state) {
-    if (!g.in_memory) return;
-    acc.state_buffers += bytes_for_bits(checked_mul(n, g.state_bits)) * copies;
-    return;
+/// Accumulates the optimizer states of `count` trained tensors of shape `s` (and of its FSDP
+/// shard), whose updated copy is stored as `updated`.
+constexpr void add_optimizer_states(unsharded_states& acc, const training& t, const tensor_group& g,
+                                    std::int64_t count, const local_shape& s,
+                                    const local_shape& shard, const element_format& updated) {
+  const bool hidden_matrix =
+      s.second > 0 && g.kind != tensor_kind::embedding && g.kind != tensor_kind::head;
+  const state_size states =
+      optimizer_state(t.optimizer, {s.elements(), s.last, s.second, hidden_matrix}, updated);
+  acc.device_states += states.device * count;
+  // Each state tensor is its own allocation; they are equal in size but for the 0-d scalars.
+  if (states.device_tensors > 0) {
+    const std::int64_t scalars =
+        t.optimizer.options.impl == optimizer_impl::fused || t.optimizer.options.capturable
+            ? t.optimizer.scalars
+            : 0;
+    const std::int64_t moments = states.device_tensors - scalars;
+    const bytes moment =
+        moments > 0 ? divide_up(states.device - bytes{4 * scalars}, moments) : bytes{};
+    acc.rounding +=
+        (allocator_rounding(moment) * moments + allocator_rounding(bytes{4}) * scalars) * count;
   }
-  const std::int64_t trained = trained_tensors(t.finetune, g, block);
-  const std::int64_t frozen = copies - trained;
+  acc.host_states += states.host * count;
+  acc.device_state_tensors =
+      checked_add(acc.device_state_tensors, checked_mul(states.device_tensors, count));
+  acc.host_state_tensors =
+      checked_add(acc.host_state_tensors, checked_mul(states.host_tensors, count));
+  acc.fsdp_states +=
+      optimizer_state(t.optimizer, {shard.elements(), shard.last, shard.second, hidden_matrix},
+                      updated)
+          .device *
+      count;
+}
+
+/// Accumulates `count` trained tensors of `g` of shape `s` stored as `weight`: the weight, its
+/// gradient, master copy and optimizer states. FSDP2's sharded parameter is the fp32 master
+/// itself, its sharded gradient in that format. A tensor in a format of its own (peft's fp32
+/// adapters over a 16-bit base) is trained as a plain tensor of it: its gradient and torch.optim's
+/// states (zeros_like) in that format, no master copy.
+constexpr void add_trained(unsharded_states& acc, const training& t, const tensor_group& g,
+                           std::int64_t count, const local_shape& s, const element_format& weight,
+                           std::int64_t shards) {
+  if (count == 0) return;
   const precision& p = t.precision;
+  const bool master_shards = fsdp2_master_shards(t);
+  const bool own = !(weight == p.weights);
+  const element_format& gradient = own ? weight : p.gradients;
+  const local_shape shard = dim0_shard(s, shards);
+  acc.trained_elements = checked_add(acc.trained_elements, checked_mul(count, s.elements()));
+  acc.trained_tensors = checked_add(acc.trained_tensors, count);
+  acc.trained_weights += stored(weight, s) * count;
+  acc.rounding += allocator_rounding(stored(weight, s)) * count;
+  acc.fsdp_trained_weights += stored(master_shards && !own ? p.master : weight, shard) * count;
+  acc.gradients += stored(gradient, s) * count;
+  acc.rounding += allocator_rounding(stored(gradient, s)) * count;
+  acc.fsdp_gradients += stored(own ? weight : sharded_gradient_format(t), shard) * count;
+  if (p.has_master() && !own) {
+    acc.master += stored(p.master, s) * count;
+    acc.rounding += allocator_rounding(stored(p.master, s)) * count;
+    if (!master_shards) acc.fsdp_master += stored(p.master, shard) * count;
+  }
+  add_optimizer_states(acc, t, g, count, s, shard, own ? weight : p.updated());
+}
+
+/// Accumulates the `frozen` of `copies` tensors of `g` (shape `shape`) that are not trained, and
+/// the compute-format copies autocast (or FP8) makes of all of them.
+constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor_group& g,
+                          std::int64_t copies, std::int64_t frozen, const local_shape& shape,
+                          std::int64_t shards) {
+  const precision& p = t.precision;
+  const std::int64_t n = shape.elements();
   acc.weight_tensors = checked_add(acc.weight_tensors, copies);
   acc.frozen_elements = checked_add(acc.frozen_elements, checked_mul(n, frozen));
   acc.frozen_weights += stored(frozen_format(t, g), shape) * frozen;
   acc.rounding += allocator_rounding(stored(frozen_format(t, g), shape)) * frozen;
   acc.fsdp_frozen_weights += stored(frozen_format(t, g), dim0_shard(shape, shards)) * frozen;
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
-
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a
   // tied embedding is the head's weight); FP8 keeps copies of the matmul weights.
-  if (is_linear_parameter(g) || (g.split == tp_split::vocab && m.tied_embeddings)) {
+  if (is_linear_parameter(g) || (g.split == tp_split::vocab && t.model.tied_embeddings)) {
     if (p.autocast_weight_copies) {
       acc.cast_copies += stored(p.compute, shape) * copies;
       acc.frozen_cast_copies += stored(p.compute, shape) * frozen;
@@ -211,67 +268,30 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     if (p.fp8_weight_copies > 0 && g.rank == 2)
       acc.cast_copies += stored(fp8_e4m3::value, shape) * checked_mul(copies, p.fp8_weight_copies);
   }
+}
 
-  // A trained tensor: its weight, gradient, master copy and optimizer states. FSDP2's sharded
-  // parameter is the fp32 master itself, its sharded gradient in that format. A tensor in a
-  // format of its own (peft's fp32 adapters over a 16-bit base) is trained as a plain tensor of
-  // it: its gradient and torch.optim's states (zeros_like) in that format, no master copy.
-  const bool master_shards = fsdp2_master_shards(t);
-  auto add_trained = [&](std::int64_t count, const local_shape& s, const element_format& weight) {
-    if (count == 0) return;
-    const bool own = !(weight == p.weights);
-    const element_format& gradient = own ? weight : p.gradients;
-    const local_shape shard = dim0_shard(s, shards);
-    acc.trained_elements = checked_add(acc.trained_elements, checked_mul(count, s.elements()));
-    acc.trained_tensors = checked_add(acc.trained_tensors, count);
-    acc.trained_weights += stored(weight, s) * count;
-    acc.rounding += allocator_rounding(stored(weight, s)) * count;
-    acc.fsdp_trained_weights += stored(master_shards && !own ? p.master : weight, shard) * count;
-    acc.gradients += stored(gradient, s) * count;
-    acc.rounding += allocator_rounding(stored(gradient, s)) * count;
-    acc.fsdp_gradients += stored(own ? weight : sharded_gradient_format(t), shard) * count;
-    if (p.has_master() && !own) {
-      acc.master += stored(p.master, s) * count;
-      acc.rounding += allocator_rounding(stored(p.master, s)) * count;
-      if (!master_shards) acc.fsdp_master += stored(p.master, shard) * count;
-    }
-    const bool hidden_matrix =
-        s.second > 0 && g.kind != tensor_kind::embedding && g.kind != tensor_kind::head;
-    const element_format& updated = own ? weight : p.updated();
-    const state_size states =
-        optimizer_state(t.optimizer, {s.elements(), s.last, s.second, hidden_matrix}, updated);
-    acc.device_states += states.device * count;
-    // Each state tensor is its own allocation; they are equal in size but for the 0-d scalars.
-    if (states.device_tensors > 0) {
-      const std::int64_t scalars =
-          t.optimizer.options.impl == optimizer_impl::fused || t.optimizer.options.capturable
-              ? t.optimizer.scalars
-              : 0;
-      const std::int64_t moments = states.device_tensors - scalars;
-      const bytes moment =
-          moments > 0 ? divide_up(states.device - bytes{4 * scalars}, moments) : bytes{};
-      acc.rounding +=
-          (allocator_rounding(moment) * moments + allocator_rounding(bytes{4}) * scalars) * count;
-    }
-    acc.host_states += states.host * count;
-    acc.device_state_tensors =
-        checked_add(acc.device_state_tensors, checked_mul(states.device_tensors, count));
-    acc.host_state_tensors =
-        checked_add(acc.host_state_tensors, checked_mul(states.host_tensors, count));
-    acc.fsdp_states +=
-        optimizer_state(t.optimizer, {shard.elements(), shard.last, shard.second, hidden_matrix},
-                        updated)
-            .device *
-        count;
-  };
-  add_trained(trained, shape, p.weights);
-
-  // LoRA adapters on the layer's local shape.
+/// Accumulates the tensors of `g` that pipeline stage `stage` and expert rank 0 hold.
+constexpr void add_group(const training& t, const tensor_group& g, const stage_range& stage,
+                         bool before_layers, std::int64_t experts_per_rank, std::int64_t shards,
+                         unsharded_states& acc) {
+  const tensor_block block = stage_block(t.model, g, stage, before_layers, experts_per_rank);
+  const std::int64_t copies = checked_mul(block.layer_count, block.expert_count);
+  if (copies == 0) return;
+  const local_shape shape = tp_local_shape(g, t.model, t.layout.tensor);
+  if (g.role == tensor_role::state) {
+    if (g.in_memory)
+      acc.state_buffers += bytes_for_bits(checked_mul(shape.elements(), g.state_bits)) * copies;
+    return;
+  }
+  const std::int64_t trained = trained_tensors(t.finetune, g, block);
+  add_frozen(acc, t, g, copies, copies - trained, shape, shards);
+  add_trained(acc, t, g, trained, shape, t.precision.weights, shards);
+  // LoRA's adapters on the layer's local shape.
   if (lora_elements(t.finetune, g) > 0) {
     const lora_adapters lora = lora_adapters_of(t, g, shape);
     acc.weight_tensors = checked_add(acc.weight_tensors, checked_mul(2, copies));
-    add_trained(copies, lora.a, lora.format);
-    add_trained(copies, lora.b, lora.format);
+    add_trained(acc, t, g, copies, lora.a, lora.format, shards);
+    add_trained(acc, t, g, copies, lora.b, lora.format, shards);
   }
 }
 
@@ -313,21 +333,52 @@ constexpr void for_each_updated_tensor(const training& t, const tensor_group& g,
   }
 }
 
-/// The optimizer step's temporaries on a rank of stage `range` (step_scratch_of): foreach lists
-/// of all the updated tensors, or the most that one tensor and the one before it in the model's
-/// order need. Runs of identical layers are walked twice, which meets every pair of neighbours.
-constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors,
-                                 const stage_range& range, std::int64_t experts_per_rank,
-                                 std::int64_t shards) {
-  const step_scratch s = step_scratch_of(t.optimizer);
-  // An optimizer in backward steps one tensor at a time, each with its own optimizer: the most
-  // any one tensor's step takes.
-  const bool one_tensor = t.optimizer.options.in_backward;
+/// Calls `visit(bytes, shape, copies)` for every tensor the optimizer updates on a rank of stage
+/// `range`, in the model's order: the tensors before the layers, the layers, those after. Runs
+/// of identical layers are walked twice, with all their copies on the first pass: that meets
+/// every pair of neighbours.
+template <class Visit>
+constexpr void for_each_stage_updated_tensor(const training& t, const tensor_ledger& tensors,
+                                             const stage_range& range,
+                                             std::int64_t experts_per_rank, std::int64_t shards,
+                                             Visit&& visit) {
+  auto outside = [&](bool before) {
+    bool seen_layers = false;
+    for (const tensor_group& g : tensors) {
+      seen_layers = seen_layers || g.layer_count > 0;
+      if (g.layer_count == 0 && seen_layers != before && stage_holds(t.model, g, range, before))
+        for_each_updated_tensor(t, g, -1, experts_per_rank, shards, visit);
+    }
+  };
+  auto run = [&](std::int64_t first, std::int64_t count) {
+    for (std::int64_t rep = 0; rep < (count < 2 ? count : 2); ++rep)
+      for (const tensor_group& g : tensors)
+        if (g.in_layer(first))
+          for_each_updated_tensor(t, g, first, experts_per_rank, shards,
+                                  [&](bytes b, const local_shape& shape, std::int64_t copies) {
+                                    visit(b, shape,
+                                          rep == 0 ? checked_mul(copies, count) : std::int64_t{0});
+                                  });
+  };
+  outside(true);
+  for_each_layer_run(range.first_layer, range.first_layer + range.layers,
+                     edges_of(tensors, t.finetune).at, run);
+  outside(false);
+}
+
+/// The optimizer step's temporaries, tensor by tensor in the model's order (step_scratch_of):
+/// foreach lists of all the updated tensors, or the most that one tensor and the one before it
+/// need.
+struct step_temporaries_scan {
+  step_scratch s;
   bytes all{}, largest{}, pair{}, previous{}, previous_column_mean{}, single{};
   std::int64_t largest_elements = 0;
-  auto block = [](bytes b) { return b + allocator_rounding(b); };
-  auto visit = [&](bytes b, const local_shape& shape, std::int64_t copies) {
-    b = block(b);  // each temporary is its own allocator block
+
+  /// Each temporary is its own allocator block.
+  static constexpr bytes block(bytes b) { return b + allocator_rounding(b); }
+
+  constexpr void add(bytes b, const local_shape& shape, std::int64_t copies) {
+    b = block(b);
     all += b * copies;
     if (b > largest) largest = b;
     if (shape.elements() > largest_elements) largest_elements = shape.elements();
@@ -349,34 +400,26 @@ constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors
     const bytes alone = b * (s.lists + s.largest) + current + (s.larger_of_pair ? b : bytes{}) +
                         (s.largest_mask ? bytes{shape.elements()} : bytes{});
     if (alone > single) single = alone;
-  };
-  auto outside = [&](bool before) {
-    bool seen_layers = false;
-    for (const tensor_group& g : tensors) {
-      seen_layers = seen_layers || g.layer_count > 0;
-      if (g.layer_count == 0 && seen_layers != before && stage_holds(t.model, g, range, before))
-        for_each_updated_tensor(t, g, -1, experts_per_rank, shards, visit);
-    }
-  };
-  outside(true);
-  for_each_layer_run(range.first_layer, range.first_layer + range.layers,
-                     edges_of(tensors, t.finetune).at, [&](std::int64_t first, std::int64_t count) {
-                       for (std::int64_t rep = 0; rep < (count < 2 ? count : 2); ++rep) {
-                         for (const tensor_group& g : tensors) {
-                           if (!g.in_layer(first)) continue;
-                           for_each_updated_tensor(
-                               t, g, first, experts_per_rank, shards,
-                               [&](bytes b, const local_shape& shape, std::int64_t copies) {
-                                 visit(b, shape,
-                                       rep == 0 ? checked_mul(copies, count) : std::int64_t{0});
-                               });
-                         }
-                       }
-                     });
-  outside(false);
-  if (one_tensor) return single;
-  return all * s.lists + largest * s.largest +
-         (s.largest_mask ? bytes{largest_elements} : bytes{}) + pair;
+  }
+
+  /// All the step's temporaries at once; an optimizer in backward steps one tensor at a time,
+  /// each with its own optimizer: the most any one tensor's step takes.
+  [[nodiscard]] constexpr bytes peak(bool one_tensor) const {
+    if (one_tensor) return single;
+    return all * s.lists + largest * s.largest +
+           (s.largest_mask ? bytes{largest_elements} : bytes{}) + pair;
+  }
+};
+
+/// The optimizer step's temporaries on a rank of stage `range`.
+constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors,
+                                 const stage_range& range, std::int64_t experts_per_rank,
+                                 std::int64_t shards) {
+  step_temporaries_scan scan{step_scratch_of(t.optimizer)};
+  for_each_stage_updated_tensor(
+      t, tensors, range, experts_per_rank, shards,
+      [&](bytes b, const local_shape& shape, std::int64_t copies) { scan.add(b, shape, copies); });
+  return scan.peak(t.optimizer.options.in_backward);
 }
 
 /// Bytes of `n` elements in format `f`, none for none (a unit or stage may train nothing).
@@ -435,149 +478,195 @@ constexpr detail::stage_range stage_of(const training& t, std::int64_t stage) {
           stage == 0, stage == l.pipeline - 1};
 }
 
-/// The model-state ledger of one GPU on pipeline stage `stage` (every tensor-, data-, context-
-/// and expert-parallel rank of a stage holds the same model states; with an uneven vocabulary
-/// split the first tensor-parallel rank holds the most, and that is the one given).
-constexpr memory_ledger model_states(const training& t, const tensor_ledger& model_tensors,
-                                     std::int64_t stage) {
-  using detail::add_group;
-  const model& m = t.model;
-  const layout& l = validated(t.layout, m);
-  const precision& p = t.precision;
-  const std::int64_t n = l.shard_degree();
-  const std::int64_t experts_per_rank = m.is_moe() ? m.moe.routed_experts / l.expert : 1;
+namespace detail {
 
-  // Tensors before the first per-layer group sit on the first stage, the others on the last.
-  std::size_t first_layer_group = model_tensors.size();
-  for (std::size_t i = 0; i < model_tensors.size(); ++i) {
-    if (model_tensors[i].layer_count > 0) {
-      first_layer_group = i;
-      break;
-    }
+/// Where offloaded model states live.
+constexpr memory_space space_of(offload_target o) {
+  return o == offload_target::none  ? memory_space::device
+         : o == offload_target::cpu ? memory_space::host
+                                    : memory_space::nvme;
+}
+
+/// A stage's model states before sharding, and how the layout shards and places them: what the
+/// parts of model_states (weights, gradients, optimizer states, buffers) decide by.
+struct stage_model_states {
+  const training& t;
+  const tensor_ledger& tensors;
+  stage_range range;
+  std::int64_t experts_per_rank = 1;
+  std::int64_t n = 1;  ///< the ranks that shard the states (layout::shard_degree)
+  unsharded_states acc{};
+  bool fsdp = false, deepspeed = false, megatron = false;
+  bool shard_optimizer = false, shard_grads = false;
+  /// FSDP keeps sharded parameters at rest under both FULL_SHARD and SHARD_GRAD_OP; they differ
+  /// in how long the gathered (compute-format) parameters live.
+  bool shard_weights = false;
+  memory_space optimizer_space = memory_space::device, weight_space = memory_space::device;
+
+  [[nodiscard]] constexpr const layout& l() const { return t.layout; }
+  [[nodiscard]] constexpr const precision& p() const { return t.precision; }
+  [[nodiscard]] constexpr bytes shard(bytes full, bytes fsdp_shard, bool sharded) const {
+    return rank_share(full, fsdp_shard, t.layout, sharded);
   }
-  const detail::stage_range range = stage_of(t, stage);
-  detail::unsharded_states acc{};
-  check_finetuning(t.finetune, m, model_tensors);
-  for (std::size_t i = 0; i < model_tensors.size(); ++i)
-    add_group(t, model_tensors[i], range, i < first_layer_group, experts_per_rank, n, acc);
+};
 
-  memory_ledger ledger{};
-  const auto device = memory_space::device;
-  const bool fsdp = l.implementation == shard_implementation::fsdp;
-  const bool shard_optimizer = l.zero != sharding::none;
-  const bool shard_grads = l.zero == sharding::zero2 || l.zero == sharding::zero3;
-  // FSDP keeps sharded parameters at rest under both FULL_SHARD and SHARD_GRAD_OP; they differ
-  // in how long the gathered (compute-format) parameters live.
-  const bool shard_weights = l.zero == sharding::zero3 || (fsdp && l.zero == sharding::zero2);
-  auto shard = [&](bytes full, bytes fsdp_shard, bool sharded) {
-    return detail::rank_share(full, fsdp_shard, l, sharded);
-  };
-  const auto optimizer_space = l.optimizer_offload == offload_target::none  ? device
-                               : l.optimizer_offload == offload_target::cpu ? memory_space::host
-                                                                            : memory_space::nvme;
-  const auto weight_space = l.parameter_offload == offload_target::none  ? device
-                            : l.parameter_offload == offload_target::cpu ? memory_space::host
-                                                                         : memory_space::nvme;
+/// The first group of per-layer tensors: those before it sit on the first stage, the others on
+/// the last.
+constexpr std::size_t first_layer_group(const tensor_ledger& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].layer_count > 0) return i;
+  return tensors.size();
+}
 
-  // Weights: one entry, or trained and frozen apart when part of the model is frozen.
-  const char* weights_source =
-      shard_weights ? "ZeRO paper §5.3 (P_os+g+p): 2Ψ/N_d" : "tensor ledger x weight format";
+/// Accumulates the tensors of pipeline stage `stage` and reads how the layout shards them.
+constexpr stage_model_states stage_model_states_of(const training& t, const tensor_ledger& tensors,
+                                                   std::int64_t stage) {
+  const layout& l = validated(t.layout, t.model);
+  stage_model_states s{t, tensors, stage_of(t, stage)};
+  s.experts_per_rank = t.model.is_moe() ? t.model.moe.routed_experts / l.expert : 1;
+  s.n = l.shard_degree();
+  check_finetuning(t.finetune, t.model, tensors);
+  const std::size_t first_layers = first_layer_group(tensors);
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    add_group(t, tensors[i], s.range, i < first_layers, s.experts_per_rank, s.n, s.acc);
+  s.fsdp = l.implementation == shard_implementation::fsdp;
+  s.deepspeed = l.implementation == shard_implementation::deepspeed;
+  s.megatron = l.implementation == shard_implementation::megatron;
+  s.shard_optimizer = l.zero != sharding::none;
+  s.shard_grads = l.zero == sharding::zero2 || l.zero == sharding::zero3;
+  s.shard_weights = l.zero == sharding::zero3 || (s.fsdp && l.zero == sharding::zero2);
+  s.optimizer_space = space_of(l.optimizer_offload);
+  s.weight_space = space_of(l.parameter_offload);
+  return s;
+}
+
+/// Weights: one entry, or trained and frozen apart when part of the model is frozen; the
+/// model's stored buffers; the compute-format copies autocast or FP8 keeps.
+constexpr void add_weights(memory_ledger& ledger, const stage_model_states& s) {
+  const unsharded_states& acc = s.acc;
+  const bool sharded = s.shard_weights;
+  const char* source =
+      sharded ? "ZeRO paper §5.3 (P_os+g+p): 2Ψ/N_d" : "tensor ledger x weight format";
   if (acc.frozen_weights == bytes{}) {
-    add_entry(ledger, shard_weights ? "weights (ZeRO-3 partition)" : "weights", component::weights,
-              weight_space, shard(acc.trained_weights, acc.fsdp_trained_weights, shard_weights),
-              acc.weight_tensors, weights_source);
+    add_entry(ledger, sharded ? "weights (ZeRO-3 partition)" : "weights", component::weights,
+              s.weight_space, s.shard(acc.trained_weights, acc.fsdp_trained_weights, sharded),
+              acc.weight_tensors, source);
   } else {
-    add_entry(ledger, "weights (trained)", component::weights, weight_space,
-              shard(acc.trained_weights, acc.fsdp_trained_weights, shard_weights),
-              acc.trained_tensors, weights_source);
-    add_entry(ledger, "weights (frozen)", component::weights, weight_space,
-              shard(acc.frozen_weights, acc.fsdp_frozen_weights, shard_weights),
-              acc.weight_tensors - acc.trained_tensors, weights_source);
+    add_entry(ledger, "weights (trained)", component::weights, s.weight_space,
+              s.shard(acc.trained_weights, acc.fsdp_trained_weights, sharded), acc.trained_tensors,
+              source);
+    add_entry(ledger, "weights (frozen)", component::weights, s.weight_space,
+              s.shard(acc.frozen_weights, acc.fsdp_frozen_weights, sharded),
+              acc.weight_tensors - acc.trained_tensors, source);
   }
-  add_entry(ledger, "model buffers (states)", component::weights, device, acc.state_buffers, 0,
-            "tensor ledger: stored non-parameter tensors");
+  add_entry(ledger, "model buffers (states)", component::weights, memory_space::device,
+            acc.state_buffers, 0, "tensor ledger: stored non-parameter tensors");
   // Under FSDP the gathered parameters are already in the compute format (MixedPrecision
   // param_dtype): autocast finds nothing to cast.
-  add_entry(ledger, "autocast / fp8 weight copies", component::weights, device,
-            fsdp && shard_weights && p.autocast_weight_copies ? bytes{} : acc.cast_copies, 0,
+  const precision& p = s.p();
+  add_entry(ledger, "autocast / fp8 weight copies", component::weights, memory_space::device,
+            s.fsdp && sharded && p.autocast_weight_copies ? bytes{} : acc.cast_copies, 0,
             "torch.autocast weight cast cache; Transformer Engine Float8Tensor",
             p.fp8_weight_copies > 0 ? lifetime::persistent : lifetime::forward_backward);
+}
 
-  // Gradients.
-  const bool deepspeed = l.implementation == shard_implementation::deepspeed;
-  const bool megatron = l.implementation == shard_implementation::megatron;
-  const auto grad_space =
-      shard_grads && l.optimizer_offload != offload_target::none ? optimizer_space : device;
-  if (deepspeed && l.zero == sharding::zero3) {
+/// DeepSpeed's gradients where they are not autograd's: ZeRO-3's flat partition buffer, or the
+/// staging buffers of ZeRO-1/2 offloading the optimizer. False when neither applies.
+constexpr bool add_deepspeed_gradient_buffers(memory_ledger& ledger, const stage_model_states& s) {
+  const layout& l = s.l();
+  const precision& p = s.p();
+  if (!s.deepspeed) return false;
+  if (l.zero == sharding::zero3) {
     // DeepSpeed ZeRO-3 allocates its gradient partitions once, as one flat buffer in the
     // gradient-accumulation dtype (the model's with ZeRO, engine.py get_data_types: the policy's
     // gradient format here; bf16-fp32-master-16bit-grads is DeepSpeed's default), and
     // reduce-scatters each bucket into it (stage3.py grad_partitions_flat_buffer).
-    add_entry(ledger, "gradient partitions (flat buffer)", component::gradients, grad_space,
-              divide_up(acc.gradients, n), 1,
+    add_entry(ledger, "gradient partitions (flat buffer)", component::gradients,
+              s.shard_grads ? s.optimizer_space : memory_space::device,
+              divide_up(s.acc.gradients, s.n), 1,
               "DeepSpeed stage3.py _setup_for_real_optimizer: grad_partitions_flat_buffer");
-  } else if (deepspeed && shard_optimizer && l.optimizer_offload != offload_target::none) {
-    // ZeRO-1/2 offloading the optimizer: backward's gradients (all of them under ZeRO-1) pass
-    // through a staging buffer of the largest parameter into the host's fp32 gradients, and the
-    // step's bf16 result goes back through a pinned host copy of the parameter partition
-    // (stage_1_and_2.py temp_grad_buffer_for_gpu_offload, param_buffer_of_bit16_for_cpu_offload).
-    if (l.zero == sharding::zero1)
-      add_entry(ledger, "gradients", component::gradients, device, acc.gradients,
-                acc.trained_tensors, "DeepSpeed ZeRO-1: autograd gradients until the boundary");
-    add_entry(ledger, "gradient staging buffer (largest parameter)", component::buffers, device,
-              detail::elements_in(p.gradients, acc.largest_tensor_elements), 1,
-              "DeepSpeed stage_1_and_2.py temp_grad_buffer_for_gpu_offload");
-    add_entry(ledger, "16-bit parameter partition (pinned copy)", component::weights,
-              optimizer_space, divide_up(storage_bytes(p.weights, acc.trained_elements), n), 1,
-              "DeepSpeed stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups");
-  } else {
-    add_entry(ledger, shard_grads ? "gradients (partition)" : "gradients", component::gradients,
-              grad_space, shard(acc.gradients, acc.fsdp_gradients, shard_grads && !megatron),
-              acc.trained_tensors,
-              megatron ? "Megatron-LM dist_optimizer.md: full fp32 main grads"
-                       : "ZeRO paper §5.2 (P_os+g): 2Ψ/N_d");
+    return true;
   }
-  if (megatron && p.has_master() && p.gradients.payload_bits < 32) {
+  if (!s.shard_optimizer || l.optimizer_offload == offload_target::none) return false;
+  // ZeRO-1/2 offloading the optimizer: backward's gradients (all of them under ZeRO-1) pass
+  // through a staging buffer of the largest parameter into the host's fp32 gradients, and the
+  // step's bf16 result goes back through a pinned host copy of the parameter partition
+  // (stage_1_and_2.py temp_grad_buffer_for_gpu_offload, param_buffer_of_bit16_for_cpu_offload).
+  if (l.zero == sharding::zero1)
+    add_entry(ledger, "gradients", component::gradients, memory_space::device, s.acc.gradients,
+              s.acc.trained_tensors, "DeepSpeed ZeRO-1: autograd gradients until the boundary");
+  add_entry(ledger, "gradient staging buffer (largest parameter)", component::buffers,
+            memory_space::device, elements_in(p.gradients, s.acc.largest_tensor_elements), 1,
+            "DeepSpeed stage_1_and_2.py temp_grad_buffer_for_gpu_offload");
+  add_entry(ledger, "16-bit parameter partition (pinned copy)", component::weights,
+            s.optimizer_space, divide_up(storage_bytes(p.weights, s.acc.trained_elements), s.n), 1,
+            "DeepSpeed stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups");
+  return true;
+}
+
+/// The fp32 gradients DeepSpeed's step makes: it flattens one parameter group's (ZeRO-3: one
+/// sub-group's) gradient partition and casts it to fp32 for the optimizer; both copies live while
+/// the cast runs, the fp32 one until that group's step ends (stage_1_and_2.py step, stage3.py
+/// _prepare_fp32_grad_for_sub_group). Offloaded, the fp32 gradients are a pinned host buffer kept
+/// for the whole run (subgroup_gradient_buffer).
+constexpr void add_deepspeed_fp32_gradients(memory_ledger& ledger, const stage_model_states& s) {
+  const layout& l = s.l();
+  const precision& p = s.p();
+  const std::int64_t trained = s.acc.trained_elements;
+  const std::int64_t partition = s.shard_optimizer ? ceil_div(trained, s.n) : trained;
+  const std::int64_t sub_group = l.zero3_sub_group_elements;
+  const std::int64_t group =
+      l.zero == sharding::zero3 && sub_group > 0 && sub_group < partition ? sub_group : partition;
+  const bool cast = p.gradients.payload_bits < 32;
+  const bool offloaded = l.optimizer_offload != offload_target::none;
+  const bytes fp32_grads{checked_mul(offloaded ? partition : group, 4)};
+  const bytes flat = elements_in(p.gradients, group);
+  add_entry(
+      ledger,
+      offloaded ? "fp32 gradient partition" : "gradients flattened and cast to fp32 (one group)",
+      component::gradients, s.optimizer_space,
+      offloaded ? fp32_grads : (cast ? fp32_grads + flat : flat), 1,
+      "DeepSpeed stage_1_and_2.py step / stage3.py _prepare_fp32_grad_for_sub_group",
+      offloaded ? lifetime::persistent : lifetime::optimizer_step);
+}
+
+/// Gradients: autograd's (or their partition), then the fp32 copies the optimizer steps on.
+constexpr void add_gradients(memory_ledger& ledger, const stage_model_states& s) {
+  const layout& l = s.l();
+  const precision& p = s.p();
+  if (!add_deepspeed_gradient_buffers(ledger, s)) {
+    const auto space = s.shard_grads && l.optimizer_offload != offload_target::none
+                           ? s.optimizer_space
+                           : memory_space::device;
+    add_entry(ledger, s.shard_grads ? "gradients (partition)" : "gradients", component::gradients,
+              space, s.shard(s.acc.gradients, s.acc.fsdp_gradients, s.shard_grads && !s.megatron),
+              s.acc.trained_tensors,
+              s.megatron ? "Megatron-LM dist_optimizer.md: full fp32 main grads"
+                         : "ZeRO paper §5.2 (P_os+g): 2Ψ/N_d");
+  }
+  if (s.megatron && p.has_master() && p.gradients.payload_bits < 32) {
     // The optimizer steps on fp32 copies of the 16-bit gradients, sharded like its states.
-    const bytes fp32_grads{detail::checked_mul(acc.trained_elements, 4)};
-    add_entry(ledger, shard_optimizer ? "fp32 gradient partition" : "fp32 gradient copy",
-              component::gradients, optimizer_space,
-              shard_optimizer ? divide_up(fp32_grads, n) : fp32_grads, 1,
+    const bytes fp32_grads{checked_mul(s.acc.trained_elements, 4)};
+    add_entry(ledger, s.shard_optimizer ? "fp32 gradient partition" : "fp32 gradient copy",
+              component::gradients, s.optimizer_space,
+              s.shard_optimizer ? divide_up(fp32_grads, s.n) : fp32_grads, 1,
               "Megatron-LM dist_optimizer.md: fp16 20 B, 4 + 16/d");
   }
-  if (deepspeed && p.has_master()) {
-    // The step flattens one parameter group's (ZeRO-3: one sub-group's) gradient partition and
-    // casts it to fp32 for the optimizer; both copies live while the cast runs, the fp32 one
-    // until that group's step ends (stage_1_and_2.py step, stage3.py
-    // _prepare_fp32_grad_for_sub_group). Offloaded, the fp32 gradients are a pinned host buffer
-    // kept for the whole run (subgroup_gradient_buffer).
-    const std::int64_t partition =
-        shard_optimizer ? detail::ceil_div(acc.trained_elements, n) : acc.trained_elements;
-    const std::int64_t sub_group = l.zero3_sub_group_elements;
-    const std::int64_t group =
-        l.zero == sharding::zero3 && sub_group > 0 && sub_group < partition ? sub_group : partition;
-    const bool cast = p.gradients.payload_bits < 32;
-    const bool offloaded = l.optimizer_offload != offload_target::none;
-    const bytes fp32_grads{detail::checked_mul(offloaded ? partition : group, 4)};
-    const bytes flat = detail::elements_in(p.gradients, group);
-    add_entry(
-        ledger,
-        offloaded ? "fp32 gradient partition" : "gradients flattened and cast to fp32 (one group)",
-        component::gradients, optimizer_space,
-        offloaded ? fp32_grads : (cast ? fp32_grads + flat : flat), 1,
-        "DeepSpeed stage_1_and_2.py step / stage3.py _prepare_fp32_grad_for_sub_group",
-        offloaded ? lifetime::persistent : lifetime::optimizer_step);
-  }
+  if (s.deepspeed && p.has_master()) add_deepspeed_fp32_gradients(ledger, s);
+}
 
-  // Master weights and optimizer states.
-  add_entry(ledger, shard_optimizer ? "master weights (partition)" : "master weights",
-            component::master_weights, optimizer_space,
-            shard(acc.master, acc.fsdp_master, shard_optimizer),
-            p.has_master() ? acc.trained_tensors : 0, "ZeRO paper §3.1: fp32 parameter copy, 4Ψ");
-  const bool flat_optimizer = deepspeed || megatron;  // FusedAdam: no per-tensor step tensors
-  add_entry(ledger, shard_optimizer ? "optimizer states (partition)" : "optimizer states",
-            component::optimizer_states, optimizer_space,
-            shard(acc.device_states, acc.fsdp_states, shard_optimizer),
+/// Master weights and optimizer states; the 512-byte rounding of PyTorch's own tensors.
+constexpr void add_optimizer_states(memory_ledger& ledger, const stage_model_states& s) {
+  const unsharded_states& acc = s.acc;
+  add_entry(ledger, s.shard_optimizer ? "master weights (partition)" : "master weights",
+            component::master_weights, s.optimizer_space,
+            s.shard(acc.master, acc.fsdp_master, s.shard_optimizer),
+            s.p().has_master() ? acc.trained_tensors : 0,
+            "ZeRO paper §3.1: fp32 parameter copy, 4Ψ");
+  const bool flat_optimizer = s.deepspeed || s.megatron;  // FusedAdam: no per-tensor step tensors
+  add_entry(ledger, s.shard_optimizer ? "optimizer states (partition)" : "optimizer states",
+            component::optimizer_states, s.optimizer_space,
+            s.shard(acc.device_states, acc.fsdp_states, s.shard_optimizer),
             flat_optimizer ? 0 : acc.device_state_tensors,
             "optimizer.hpp: the optimizer's state tensors per parameter tensor");
   if (!flat_optimizer) {
@@ -585,107 +674,142 @@ constexpr memory_ledger model_states(const training& t, const tensor_ledger& mod
               memory_space::host, acc.host_states, acc.host_state_tensors,
               "torch.optim step counters off-device unless fused/capturable; paged states");
   }
-
   // PyTorch allocates each tensor on its own: the caching allocator rounds each up to 512 bytes.
   // DeepSpeed and Megatron keep flat buffers, and sharded tensors are counted as shards.
+  const layout& l = s.l();
   if (l.implementation == shard_implementation::paper && l.zero == sharding::none) {
-    add_entry(ledger, "allocator rounding (512 B blocks)", component::overhead, device,
-              acc.rounding, 0, "c10 CUDACachingAllocator: every block a multiple of 512 bytes");
+    add_entry(ledger, "allocator rounding (512 B blocks)", component::overhead,
+              memory_space::device, acc.rounding, 0,
+              "c10 CUDACachingAllocator: every block a multiple of 512 bytes");
   }
+}
 
-  // Buffers.
-  const bytes grad_16bit_element = storage_bytes(p.gradients, 1);
-  if (l.zero == sharding::none && l.data * l.context > 1 && !megatron && !l.ddp_bucket_view) {
+/// The buckets gradients are reduced through: DDP's copies, DeepSpeed's reduce bucket.
+constexpr void add_reduce_buckets(memory_ledger& ledger, const stage_model_states& s) {
+  const layout& l = s.l();
+  if (l.zero == sharding::none && l.data * l.context > 1 && !s.megatron && !l.ddp_bucket_view) {
     add_entry(
-        ledger, "DDP gradient buckets", component::buffers, device, acc.gradients, 0,
-        "PyTorch DDP Reducer: bucket copies of all gradients (gradient_as_bucket_view=False)");
+        ledger, "DDP gradient buckets", component::buffers, memory_space::device, s.acc.gradients,
+        0, "PyTorch DDP Reducer: bucket copies of all gradients (gradient_as_bucket_view=False)");
   }
-  if (deepspeed && shard_optimizer) {
-    // One bucket of reduce_bucket_size elements in the gradients' dtype, and the flattened
-    // (ZeRO-3: concatenated) copy each reduction makes of it. ZeRO-3 keeps its bucket for the
-    // whole run; ZeRO-1/2 allocate theirs at the first gradient hook and release them after
-    // backward (stage3.py IPGBucketZ3, stage_1_and_2.py setup_buckets / allreduce_bucket).
-    const std::int64_t bucket = acc.trained_elements < l.zero_reduce_bucket_elements
-                                    ? acc.trained_elements
-                                    : l.zero_reduce_bucket_elements;
-    const bytes one = detail::elements_in(p.gradients, bucket);
-    const bool kept = l.zero == sharding::zero3;
-    add_entry(ledger, "ZeRO reduce bucket", component::buffers, device, kept ? one : one * 2, 1,
-              "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)",
-              kept ? lifetime::persistent : lifetime::backward_pass);
-    if (kept)
-      add_entry(ledger, "ZeRO-3 reduce-scatter copy of the bucket", component::buffers, device, one,
-                0, "DeepSpeed coalesced_collectives.py reduce_scatter_coalesced: torch.cat",
-                lifetime::backward_pass);
+  if (!s.deepspeed || !s.shard_optimizer) return;
+  // One bucket of reduce_bucket_size elements in the gradients' dtype, and the flattened
+  // (ZeRO-3: concatenated) copy each reduction makes of it. ZeRO-3 keeps its bucket for the
+  // whole run; ZeRO-1/2 allocate theirs at the first gradient hook and release them after
+  // backward (stage3.py IPGBucketZ3, stage_1_and_2.py setup_buckets / allreduce_bucket).
+  const std::int64_t trained = s.acc.trained_elements;
+  const std::int64_t bucket =
+      trained < l.zero_reduce_bucket_elements ? trained : l.zero_reduce_bucket_elements;
+  const bytes one = elements_in(s.p().gradients, bucket);
+  const bool kept = l.zero == sharding::zero3;
+  add_entry(ledger, "ZeRO reduce bucket", component::buffers, memory_space::device,
+            kept ? one : one * 2, 1,
+            "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)",
+            kept ? lifetime::persistent : lifetime::backward_pass);
+  if (kept)
+    add_entry(ledger, "ZeRO-3 reduce-scatter copy of the bucket", component::buffers,
+              memory_space::device, one, 0,
+              "DeepSpeed coalesced_collectives.py reduce_scatter_coalesced: torch.cat",
+              lifetime::backward_pass);
+}
+
+/// FSDP's gathered units: the largest unit (current and prefetched) with its gradients, or all
+/// units kept gathered after forward (reshard_after_forward).
+constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_states& s) {
+  const layout& l = s.l();
+  const precision& p = s.p();
+  const fsdp_unit unit = largest_unit(s.t, s.tensors, s.range, s.experts_per_rank);
+  // FSDP2's foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies
+  // the unit's unsharded gradients (compute format) into a reduce-scatter buffer in the
+  // sharded gradients' format; FSDP1 reduces its flat gradient itself.
+  const bytes gradients = l.fsdp_version == 2
+                              ? elements_in(p.compute, unit.trained) +
+                                    elements_in(sharded_gradient_format(s.t), unit.trained)
+                              : elements_in(p.gradients, unit.trained);
+  const bytes gathered = elements_in(p.compute, unit.trained) + unit.frozen;
+  // reshard_after_forward=False keeps every unit gathered from its forward to its backward,
+  // an int N keeps a 1/N share of each (FSDP2 fully_shard); the units are then not gathered
+  // again, or gathered from that share.
+  const std::int64_t kept_ranks = l.reshard_after_forward;
+  if (kept_ranks > 0) {
+    const bytes all = elements_in(p.compute, s.acc.trained_elements) + s.acc.frozen_weights;
+    add_entry(ledger, "parameters kept gathered after forward (reshard_after_forward)",
+              component::buffers, memory_space::device, divide_up(all, kept_ranks), 0,
+              "FSDP2 fully_shard reshard_after_forward: False keeps units unsharded, an int "
+              "resharded to that many ranks",
+              lifetime::forward_backward);
   }
-  if (shard_weights) {
-    if (fsdp && l.zero == sharding::zero2) {
-      const std::int64_t params = detail::checked_add(acc.trained_elements, acc.frozen_elements);
-      add_entry(ledger, "unsharded parameters (shard grad op)", component::buffers, device,
-                storage_bytes(p.compute, params), 0,
-                "PyTorch FSDP SHARD_GRAD_OP: parameters stay gathered from forward to backward",
-                lifetime::forward_backward);
-    } else if (fsdp) {
-      const detail::fsdp_unit unit =
-          detail::largest_unit(t, model_tensors, range, experts_per_rank);
-      // FSDP2's foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies
-      // the unit's unsharded gradients (compute format) into a reduce-scatter buffer in the
-      // sharded gradients' format; FSDP1 reduces its flat gradient itself.
-      const bytes gradients =
-          l.fsdp_version == 2
-              ? detail::elements_in(p.compute, unit.trained) +
-                    detail::elements_in(detail::sharded_gradient_format(t), unit.trained)
-              : detail::elements_in(p.gradients, unit.trained);
-      const bytes gathered = detail::elements_in(p.compute, unit.trained) + unit.frozen;
-      // reshard_after_forward=False keeps every unit gathered from its forward to its backward,
-      // an int N keeps a 1/N share of each (FSDP2 fully_shard); the units are then not gathered
-      // again, or gathered from that share.
-      const std::int64_t kept_ranks = l.reshard_after_forward;
-      if (kept_ranks > 0) {
-        const bytes all = detail::elements_in(p.compute, acc.trained_elements) + acc.frozen_weights;
-        add_entry(ledger, "parameters kept gathered after forward (reshard_after_forward)",
-                  component::buffers, device, divide_up(all, kept_ranks), 0,
-                  "FSDP2 fully_shard reshard_after_forward: False keeps units unsharded, an int "
-                  "resharded to that many ranks",
-                  lifetime::forward_backward);
-      }
-      const bool regathered = kept_ranks != 1;
-      add_entry(ledger,
-                !regathered       ? "FSDP unit gradients (units stay gathered)"
-                : l.fsdp_prefetch ? "gathered FSDP units (current + prefetched)"
-                                  : "gathered FSDP unit",
-                component::buffers, device,
-                (regathered ? gathered * (l.fsdp_prefetch ? 2 : 1) : bytes{}) + gradients, 0,
-                "FSDP paper (Zhao et al. 2023) §3.2: one unsharded unit plus its gradients",
-                lifetime::forward_backward);
-    } else {
-      if (deepspeed) {
-        add_entry(ledger, "ZeRO-3 prefetch bucket", component::buffers, device,
-                  storage_bytes(p.weights, 1) * l.zero3_prefetch_bucket_elements, 0,
-                  "DeepSpeed stage3_prefetch_bucket_size (default 5e7 elements)",
-                  lifetime::forward_backward);
-      }
-      add_entry(ledger, "gathered largest layer (weights + gradients)", component::buffers, device,
-                (storage_bytes(p.weights, 1) + grad_16bit_element) * acc.largest_tensor_elements, 0,
-                "DeepSpeed stage3.py estimator: 4 x largest layer parameters",
-                lifetime::forward_backward);
-    }
+  const bool regathered = kept_ranks != 1;
+  add_entry(ledger,
+            !regathered       ? "FSDP unit gradients (units stay gathered)"
+            : l.fsdp_prefetch ? "gathered FSDP units (current + prefetched)"
+                              : "gathered FSDP unit",
+            component::buffers, memory_space::device,
+            (regathered ? gathered * (l.fsdp_prefetch ? 2 : 1) : bytes{}) + gradients, 0,
+            "FSDP paper (Zhao et al. 2023) §3.2: one unsharded unit plus its gradients",
+            lifetime::forward_backward);
+}
+
+/// The parameters sharded weights are gathered into: FSDP's units, SHARD_GRAD_OP's whole
+/// model, or ZeRO-3's largest layer and prefetch bucket.
+constexpr void add_gathered_parameters(memory_ledger& ledger, const stage_model_states& s) {
+  if (!s.shard_weights) return;
+  const layout& l = s.l();
+  const precision& p = s.p();
+  if (s.fsdp && l.zero == sharding::zero2) {
+    const std::int64_t params = checked_add(s.acc.trained_elements, s.acc.frozen_elements);
+    add_entry(ledger, "unsharded parameters (shard grad op)", component::buffers,
+              memory_space::device, storage_bytes(p.compute, params), 0,
+              "PyTorch FSDP SHARD_GRAD_OP: parameters stay gathered from forward to backward",
+              lifetime::forward_backward);
+    return;
   }
-  if (!flat_optimizer && l.optimizer_offload == offload_target::none) {
-    const bool in_backward = t.optimizer.options.in_backward;
-    add_entry(ledger,
-              in_backward ? "optimizer step temporaries (one tensor, in backward)"
-                          : "optimizer step temporaries",
-              component::buffers, device,
-              detail::step_temporaries(t, model_tensors, range, experts_per_rank,
-                                       shard_optimizer ? n : 1),
-              // A foreach list holds one tensor per updated tensor.
-              in_backward
-                  ? 1
-                  : detail::checked_mul(step_scratch_of(t.optimizer).lists, acc.trained_tensors),
-              "optimizer.hpp step_scratch_of: torch/optim _multi_tensor_* / _single_tensor_*",
-              in_backward ? lifetime::layer_backward : lifetime::optimizer_step);
+  if (s.fsdp) return add_fsdp_gathered_units(ledger, s);
+  if (s.deepspeed) {
+    add_entry(ledger, "ZeRO-3 prefetch bucket", component::buffers, memory_space::device,
+              storage_bytes(p.weights, 1) * l.zero3_prefetch_bucket_elements, 0,
+              "DeepSpeed stage3_prefetch_bucket_size (default 5e7 elements)",
+              lifetime::forward_backward);
   }
+  add_entry(
+      ledger, "gathered largest layer (weights + gradients)", component::buffers,
+      memory_space::device,
+      (storage_bytes(p.weights, 1) + storage_bytes(p.gradients, 1)) * s.acc.largest_tensor_elements,
+      0, "DeepSpeed stage3.py estimator: 4 x largest layer parameters", lifetime::forward_backward);
+}
+
+/// The optimizer step's temporaries, where PyTorch's optimizer steps on the device.
+constexpr void add_step_temporaries(memory_ledger& ledger, const stage_model_states& s) {
+  const training& t = s.t;
+  if (s.deepspeed || s.megatron || t.layout.optimizer_offload != offload_target::none) return;
+  const bool in_backward = t.optimizer.options.in_backward;
+  add_entry(
+      ledger,
+      in_backward ? "optimizer step temporaries (one tensor, in backward)"
+                  : "optimizer step temporaries",
+      component::buffers, memory_space::device,
+      step_temporaries(t, s.tensors, s.range, s.experts_per_rank, s.shard_optimizer ? s.n : 1),
+      // A foreach list holds one tensor per updated tensor.
+      in_backward ? 1 : checked_mul(step_scratch_of(t.optimizer).lists, s.acc.trained_tensors),
+      "optimizer.hpp step_scratch_of: torch/optim _multi_tensor_* / _single_tensor_*",
+      in_backward ? lifetime::layer_backward : lifetime::optimizer_step);
+}
+
+}  // namespace detail
+
+/// The model-state ledger of one GPU on pipeline stage `stage` (every tensor-, data-, context-
+/// and expert-parallel rank of a stage holds the same model states; with an uneven vocabulary
+/// split the first tensor-parallel rank holds the most, and that is the one given).
+constexpr memory_ledger model_states(const training& t, const tensor_ledger& model_tensors,
+                                     std::int64_t stage) {
+  const detail::stage_model_states s = detail::stage_model_states_of(t, model_tensors, stage);
+  memory_ledger ledger{};
+  detail::add_weights(ledger, s);
+  detail::add_gradients(ledger, s);
+  detail::add_optimizer_states(ledger, s);
+  detail::add_reduce_buckets(ledger, s);
+  detail::add_gathered_parameters(ledger, s);
+  detail::add_step_temporaries(ledger, s);
   return ledger;
 }
 
