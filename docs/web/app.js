@@ -10,7 +10,7 @@
 // The tool's subcommands the page runs. `groups`: the fieldsets and the options in each, by the
 // parser's names (any other option of the subcommand goes under "More options"); `omitted`: the
 // options whose output the page does not show or that it sets itself; `when`: options shown only
-// when the others make them count; `largest`: the two "what fits" rows.
+// when the others make them count; `largest`: the two "what fits" rows' headings.
 const lora = (state) => Number(state.get('lora-rank') || 0) > 0 || state.has('qlora');
 const modes = {
   train: {
@@ -30,20 +30,25 @@ const modes = {
              ['Requests', ['batch', 'context', 'generate', 'beams', 'logits', 'prefill-chunk']],
              ['KV cache', ['kv-dtype', 'block']],
              ['Parallelism', ['tp', 'pp']],
-             ['GPU', ['gpu', 'cuda-graphs']]],
-    // --utilization (and vLLM's framework preset, which sets it) answers the serving budget, a
-    // JSON without the breakdown; --params prints weights alone.
-    omitted: ['format', 'check', 'params', 'framework', 'utilization', 'max-num-batched-tokens',
-              'max-num-seqs', 'non-torch'],
+             ['GPU', ['gpu', 'cuda-graphs']],
+             ['vLLM serving', ['framework', 'utilization', 'max-num-batched-tokens',
+                               'max-num-seqs', 'non-torch']]],
+    // --params prints the weights alone.
+    omitted: ['format', 'check', 'params'],
     when: {},
     largest: ['Largest batch that fits (at this context)',
               'Longest context that fits (at this batch)'],
   },
 };
+// The JSON's parts: an estimate's components at the peak, and what vLLM's serving budget
+// (infer --utilization) requests of the GPU.
 const components = ['weights', 'gradients', 'master_weights', 'optimizer_states', 'activations',
                     'kv_cache', 'buffers', 'overhead'];
-const colours = ['#3b6fd4', '#e0892b', '#7a4fc2', '#d14a61', '#2f9e6e', '#8c6d3f', '#5fa8c9',
-                 '#9aa3b5'];
+const served = ['weights', 'profile_peak', 'non_torch', 'cuda_graphs', 'kv_pool'];
+const colours = {weights: '#3b6fd4', gradients: '#e0892b', master_weights: '#7a4fc2',
+                 optimizer_states: '#d14a61', activations: '#2f9e6e', kv_cache: '#8c6d3f',
+                 buffers: '#5fa8c9', overhead: '#9aa3b5', profile_peak: '#2f9e6e',
+                 non_torch: '#9aa3b5', cuda_graphs: '#5fa8c9', kv_pool: '#8c6d3f'};
 
 const $ = (id) => document.getElementById(id);
 let run = null;  // the tool: words -> {status, stdout, stderr}
@@ -201,7 +206,9 @@ function quote(word) {
 // does ("At this context, up to 63 sequences fit; at this batch, up to 259,523 tokens.").
 function inferLargest(args) {
   const table = tool(args.map((w, i) => (args[i - 1] === '-f' ? 'table' : w))).stdout;
-  const line = /At this context, (?:up to ([\d,]+) sequences fit|not one sequence fits); at this batch, (?:up to ([\d,]+) tokens|not one token fits)/.exec(table);
+  const line = new RegExp('At this context, (?:up to ([\\d,]+) sequences fit|not one sequence ' +
+                          'fits); at this batch, (?:up to ([\\d,]+) tokens|not one token fits)')
+                   .exec(table);
   const count = (text) => Number((text ?? '0').replace(/,/g, ''));
   return line ? [count(line[1]), count(line[2])] : ['?', '?'];
 }
@@ -223,35 +230,61 @@ function show(state) {
   error.hidden = true;
   result.dataset.valid = 'true';
   const r = JSON.parse(answer.stdout);
-  showFit(r);
-  const largest = mode === 'train' ? [r.max_micro_batch, r.max_sequence] : inferLargest(args);
-  ['max-batch', 'max-length'].forEach((id, i) => {
-    $(id + '-label').textContent = modes[mode].largest[i];
-    $(id).textContent = String(largest[i]);
-  });
+  showFit(r.kv_pool === undefined ? estimate(r, args) : serving(r));
   // The step's timeline: a second run, as `--timeline` leaves out the largest batch and sequence.
   const timeline = mode === 'train' ? tool([...args, '--timeline']) : {status: 1};
   if (timeline.status === 0) plot(JSON.parse(timeline.stdout), r.device.capacity);
   else $('timeline').replaceChildren();
 }
 
-// The verdict, the peak and the capacity, and the stacked bar of the components at the peak
-// against the larger of the peak and the GPU.
-function showFit(r) {
-  const peak = r.memory.total;
-  const capacity = r.device.capacity;
-  $('configuration').textContent = r.configuration;
+// What the figures show of an estimate (train, infer): its peak against the GPU, the components
+// at the peak, and the largest batch and sequence or context.
+function estimate(r, args) {
+  const [peak, capacity, name] = [r.memory.total, r.device.capacity, r.device.name];
+  return {
+    configuration: r.configuration, fits: r.fits, peak, capacity,
+    verdict: r.fits
+        ? `Fits on ${name}: ${gib(peak)} of ${gib(capacity)}, ${gib(capacity - peak)} free`
+        : `Does not fit on ${name}: ${gib(peak)} of ${gib(capacity)}, ${gib(peak - capacity)} over`,
+    headings: ['Peak per GPU', 'GPU capacity', ...modes[mode].largest, 'At the peak'],
+    largest: mode === 'train' ? [r.max_micro_batch, r.max_sequence] : inferLargest(args),
+    parts: components.map((c) => [c, r.at_peak[c] ?? 0]),
+  };
+}
+
+// What the figures show of vLLM's serving budget (infer --utilization): what it requests of the
+// GPU's total, in parts, and the sequences and tokens its KV pool holds; it fits when the pool
+// holds the batch.
+function serving(r) {
+  const pool = `vLLM's KV pool on ${r.device.name} (${gib(r.kv_pool)}) holds ${r.sequences} ` +
+      `sequences of this context, ${r.kv_tokens} tokens`;
+  return {
+    configuration: r.configuration, fits: r.fits, peak: r.requested, capacity: r.device.cuda_total,
+    verdict: r.fits ? `Fits: ${pool}` : `Does not fit: ${pool}, fewer than the batch`,
+    headings: ['Requested of the GPU (utilization)', 'GPU total (cudaMemGetInfo)',
+               'Sequences the KV pool holds', 'Tokens the KV pool holds', 'Requested'],
+    largest: [r.sequences, r.kv_tokens],
+    parts: served.map((c) => [c, r[c]]),
+  };
+}
+
+// The verdict, the figures, and the stacked bar of the parts against the larger of the total and
+// the GPU.
+function showFit(view) {
+  const {peak, capacity} = view;
+  $('configuration').textContent = view.configuration;
   const verdict = $('verdict');
-  verdict.dataset.fits = String(r.fits);
-  verdict.className = r.fits ? 'fits' : 'over';
-  verdict.textContent = r.fits
-      ? `Fits on ${r.device.name}: ${gib(peak)} of ${gib(capacity)}, ${gib(capacity - peak)} free`
-      : `Does not fit on ${r.device.name}: ${gib(peak)} of ${gib(capacity)}, ` +
-        `${gib(peak - capacity)} over`;
+  verdict.dataset.fits = String(view.fits);
+  verdict.className = view.fits ? 'fits' : 'over';
+  verdict.textContent = view.verdict;
+  ['peak-label', 'capacity-label', 'max-batch-label', 'max-length-label', 'parts-label']
+      .forEach((id, i) => { $(id).textContent = view.headings[i]; });
   $('peak-text').textContent = gib(peak);
   $('peak').textContent = String(peak);
   $('capacity-text').textContent = gib(capacity);
   $('capacity').textContent = String(capacity);
+  $('max-batch').textContent = String(view.largest[0]);
+  $('max-length').textContent = String(view.largest[1]);
 
   const scale = Math.max(peak, capacity);
   const bar = $('bar');
@@ -260,30 +293,30 @@ function showFit(r) {
   bar.replaceChildren();
   legend.replaceChildren();
   rows.replaceChildren();
-  components.forEach((name, i) => {
-    const bytes = r.at_peak[name] ?? 0;
+  for (const [name, bytes] of view.parts) {
+    const text = name.replace('_', ' ');
     const row = rows.insertRow();
     row.dataset.component = name;
-    row.insertCell().textContent = name.replace('_', ' ');
+    row.insertCell().textContent = text;
     row.insertCell().textContent = gib(bytes);
     row.insertCell().textContent = String(bytes);
-    if (bytes === 0) return;
+    if (bytes <= 0) continue;
     const segment = document.createElement('div');
     segment.className = 'segment';
     segment.dataset.component = name;
     segment.style.width = `${(100 * bytes) / scale}%`;
-    segment.style.background = colours[i];
-    segment.title = `${name.replace('_', ' ')}: ${gib(bytes)}`;
+    segment.style.background = colours[name];
+    segment.title = `${text}: ${gib(bytes)}`;
     bar.appendChild(segment);
     const key = document.createElement('span');
-    key.innerHTML = `<i style="background:${colours[i]}"></i>`;
-    key.append(`${name.replace('_', ' ')} ${gib(bytes)}`);
+    key.innerHTML = `<i style="background:${colours[name]}"></i>`;
+    key.append(`${text} ${gib(bytes)}`);
     legend.appendChild(key);
-  });
+  }
   const line = document.createElement('div');
   line.className = 'capacity';
   line.style.left = `calc(${(100 * capacity) / scale}% - 1px)`;
-  line.title = `${r.device.name}: ${gib(capacity)}`;
+  line.title = `${gib(capacity)}`;
   bar.appendChild(line);
 }
 

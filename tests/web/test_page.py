@@ -1,12 +1,13 @@
 """The browser page (docs/web) in headless Chromium against the command-line tool's binary.
 
-For each configuration of configurations.txt (21 training, 12 inference) the page is given the
-knobs in its address's hash, as a shared link would; the figures it shows (the configuration line,
-the peak, the capacity, the verdict, the largest batch and sequence or context, the bytes of each
-component at the peak and the bar's segments) must equal those of `vramfit train|infer -f json` run
-by the binary (inference's largest batch and context: the last line of its table, as its JSON has
-none), and for training its timeline plot must have the events and the peak of
-`vramfit train --timeline -f json`. The form's options and choice lists must be the parser's, as
+For each configuration of configurations.txt (21 training, 15 inference of which 3 are vLLM's
+serving budget) the page is given the knobs in its address's hash, as a shared link would; the
+figures it shows (the configuration line, the peak, the capacity, the verdict, the largest batch
+and sequence or context, the bytes of each component at the peak and the bar's segments) must
+equal those of `vramfit train|infer -f json` run by the binary (inference's largest batch and
+context: the last line of its table, as its JSON has none; the serving budget: what it requests
+of the GPU's total, its parts, and the sequences and tokens of its KV pool), and for training its
+timeline plot must have the events and the peak of `vramfit train --timeline -f json`. The form's options and choice lists must be the parser's, as
 `vramfit completion bash` writes them. The page is served from the build tree's web/ folder by a
 local HTTP server, and opened once from file:// too.
 A screenshot of the first configuration is written to VRAMFIT_SCREENSHOT (docs/web.md says how to
@@ -37,6 +38,7 @@ SCREENSHOT = os.environ["VRAMFIT_SCREENSHOT"]
 
 COMPONENTS = ["weights", "gradients", "master_weights", "optimizer_states", "activations",
               "kv_cache", "buffers", "overhead"]
+SERVED = ["weights", "profile_peak", "non_torch", "cuda_graphs", "kv_pool"]  # of `requested`
 FLAGS = {"qlora", "sp"}  # the configurations' flags: the tool takes them without a value
 # The table's last line of `vramfit infer`: the largest batch and context.
 LARGEST = re.compile(r"At this context, (?:up to ([\d,]+) sequences fit|not one sequence fits); "
@@ -153,22 +155,31 @@ class Page(unittest.TestCase):
         return dict(urllib.parse.parse_qsl(self.driver.execute_script("return location.hash")[1:]))
 
     def check_figures(self, knobs, expected):
-        """The page shows the binary's figures for `knobs` (`expected`: its JSON)."""
+        """The page shows the binary's figures for `knobs` (`expected`: its JSON, an estimate or
+        vLLM's serving budget)."""
+        if "kv_pool" in expected:
+            peak, capacity = expected["requested"], expected["device"]["cuda_total"]
+            parts = {name: expected[name] for name in SERVED}
+            most = expected["sequences"], expected["kv_tokens"]
+        else:
+            peak, capacity = expected["memory"]["total"], expected["device"]["capacity"]
+            parts = {name: expected["at_peak"].get(name, 0) for name in COMPONENTS}
+            most = largest(knobs, expected)
         self.assertEqual(self.text("#configuration"), expected["configuration"])
-        self.assertEqual(int(self.text("#peak")), expected["memory"]["total"])
-        self.assertEqual(int(self.text("#capacity")), expected["device"]["capacity"])
+        self.assertEqual(int(self.text("#peak")), peak)
+        self.assertEqual(int(self.text("#capacity")), capacity)
         self.assertEqual(self.driver.execute_script(
             "return document.getElementById('verdict').dataset.fits"),
             "true" if expected["fits"] else "false")
-        self.assertEqual((int(self.text("#max-batch")), int(self.text("#max-length"))),
-                         largest(knobs, expected))
-        for component in COMPONENTS:
-            shown = self.text(f"#breakdown tr[data-component='{component}'] td:last-child")
-            self.assertEqual(int(shown), expected["at_peak"].get(component, 0), component)
-        # The stacked bar has a segment for each component with bytes at the peak.
+        self.assertEqual((int(self.text("#max-batch")), int(self.text("#max-length"))), most)
+        shown = self.driver.execute_script(
+            "return [...document.querySelectorAll('#breakdown tbody tr')]"
+            ".map(r => [r.dataset.component, Number(r.cells[2].textContent)])")
+        self.assertEqual(dict(shown), parts)
+        # The stacked bar has a segment for each part with bytes, in order.
         segments = self.driver.execute_script(
             "return [...document.querySelectorAll('#bar .segment')].map(s => s.dataset.component)")
-        self.assertEqual(segments, [c for c in COMPONENTS if expected["at_peak"].get(c, 0) > 0])
+        self.assertEqual(segments, [name for name, size in parts.items() if size > 0])
 
     def check_timeline(self, knobs):
         """One plotted event per event of the binary's --timeline, the peak marker at its
@@ -196,7 +207,8 @@ class Page(unittest.TestCase):
 
     def test_inference_figures_equal_the_tool(self):
         listed = [k for k in configurations() if k.get("mode") == "infer"]
-        self.assertEqual(len(listed), 12)
+        self.assertEqual(len(listed), 15)
+        self.assertEqual(sum("utilization" in k or "framework" in k for k in listed), 3)
         for i, knobs in enumerate(listed):
             with self.subTest(configuration=i, knobs={k: v[:40] for k, v in knobs.items()}):
                 self.show(knobs)
