@@ -129,7 +129,7 @@ inline void print_markdown(std::ostream& out, const estimate& e) {
            size(at_peak(m, e.peak_at)), m.source});
   t.add({"**peak per GPU**", "", "", "", "**" + size(e.fit.required) + "**", ""});
   out << t << "\n";
-  if (e.allocator) out << "The " << allocator_summary(e).substr(1) << ".\n\n";
+  if (e.allocator) out << "The " << allocator_summary(e) << ".\n\n";
   out << e.device.name << " (" << size(e.fit.available) << "): " << verdict(e) << ".\n";
 }
 
