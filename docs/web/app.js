@@ -82,7 +82,7 @@ function choice(select, value, text) {
   const o = document.createElement('option');
   o.value = value;
   o.textContent = text;
-  select.appendChild(o);
+  return select.appendChild(o);
 }
 
 // One option's field: a checkbox for a flag, a list for an option with values, a number for INT
@@ -171,15 +171,23 @@ function readForm() {
   return state;
 }
 
+// The hash's knobs into the form. A value that a list lacks (a link's `gpu=96GiB`, a capacity
+// the tool takes) is added to it for this hash only, so that the tool, not the form, judges it.
 function writeForm(state) {
   const wanted = state.get('mode') ?? 'train';
   if (!(wanted in modes)) throw new Error(`the page has no mode '${wanted}'`);
   if (wanted !== mode) buildForm(wanted);
   document.querySelector(`input[name=mode][value=${mode}]`).checked = true;
+  for (const added of $('fields').querySelectorAll('option.added')) added.remove();
   for (const f of fields()) {
     const value = state.get(f.id);
-    if (f.type === 'checkbox') f.checked = value === '1';
-    else f.value = value ?? (f.id in labels ? f.dataset.default : '');
+    if (f.type === 'checkbox') {
+      f.checked = value === '1';
+      continue;
+    }
+    if (f.tagName === 'SELECT' && value !== null && ![...f.options].some((o) => o.value === value))
+      choice(f, value, value).className = 'added';
+    f.value = value ?? (f.id in labels ? f.dataset.default : '');
   }
 }
 
@@ -219,22 +227,21 @@ function show(state) {
       args.map((w, i) => (state.has('config') && args[i - 1] === '--model' ? 'config.json' : quote(w)))
           .join(' ');
   const answer = tool(args);
-  const error = $('error');
-  const result = $('result');
-  if (answer.status !== 0) {
-    error.hidden = false;
-    error.textContent = answer.stderr;
-    result.dataset.valid = 'false';
-    return;
-  }
-  error.hidden = true;
-  result.dataset.valid = 'true';
+  showError(answer.status !== 0 ? answer.stderr : '');
+  if (answer.status !== 0) return;
   const r = JSON.parse(answer.stdout);
   showFit(r.kv_pool === undefined ? estimate(r, args) : serving(r));
   // The step's timeline: a second run, as `--timeline` leaves out the largest batch and sequence.
   const timeline = mode === 'train' ? tool([...args, '--timeline']) : {status: 1};
   if (timeline.status === 0) plot(JSON.parse(timeline.stdout), r.device.capacity);
   else $('timeline').replaceChildren();
+}
+
+// The tool's message (or the page's), or none: the figures are valid.
+function showError(message) {
+  $('error').hidden = message === '';
+  $('error').textContent = message;
+  $('result').dataset.valid = String(message === '');
 }
 
 // What the figures show of an estimate (train, infer): its peak against the GPU, the components
@@ -398,10 +405,14 @@ function plot(t, capacity) {
 // Shows the knobs of the hash, written back as the form holds them (a knob the mode does not
 // have is dropped); `shown` tells a test which hash the figures are for.
 function fromHash() {
-  writeForm(new URLSearchParams(location.hash.slice(1)));
-  const state = readForm();
-  history.replaceState(null, '', '#' + state.toString());
-  show(state);
+  try {
+    writeForm(new URLSearchParams(location.hash.slice(1)));
+    const state = readForm();
+    history.replaceState(null, '', '#' + state.toString());
+    show(state);
+  } catch (e) {  // a hash the page cannot show (mode=plan), or an option the parser lacks
+    showError(`vramfit page: ${e.message}`);
+  }
   document.body.dataset.shown = location.hash;
   document.body.dataset.status = 'ready';
 }
@@ -422,13 +433,12 @@ createVramfit().then((module) => {
   optionsOf = module.cwrap('vramfit_options', 'string', ['string']);
   try {
     readParser();
-    fromHash();
   } catch (e) {  // the page and the tool disagree: say so rather than show nothing
-    $('error').hidden = false;
-    $('error').textContent = `vramfit page: ${e.message}`;
+    showError(`vramfit page: ${e.message}`);
     document.body.dataset.status = 'broken';
     return;
   }
+  fromHash();
   $('knobs').addEventListener('change', fromForm);
   window.addEventListener('hashchange', fromHash);
 });
