@@ -100,7 +100,8 @@ function field(o) {
   } else {
     if (o.values.length > 0) {
       input = document.createElement('select');
-      if (!(o.name in labels)) choice(input, '', o.default ? `(default: ${o.default})` : '(default)');
+      const fallback = o.default ? `(default: ${o.default})` : '(default)';
+      if (!(o.name in labels)) choice(input, '', fallback);
       for (const value of o.values) choice(input, value, labels[o.name]?.[value] ?? value);
     } else {
       input = document.createElement('input');
@@ -223,9 +224,9 @@ function inferLargest(args) {
 
 function show(state) {
   const args = words(state);
-  $('command').textContent = 'vramfit ' +
-      args.map((w, i) => (state.has('config') && args[i - 1] === '--model' ? 'config.json' : quote(w)))
-          .join(' ');
+  const pasted = (i) => state.has('config') && args[i - 1] === '--model';
+  $('command').textContent =
+      'vramfit ' + args.map((w, i) => (pasted(i) ? 'config.json' : quote(w))).join(' ');
   const answer = tool(args);
   showError(answer.status !== 0 ? answer.stderr : '');
   if (answer.status !== 0) return;

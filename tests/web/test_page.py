@@ -7,9 +7,10 @@ and sequence or context, the bytes of each component at the peak and the bar's s
 equal those of `vramfit train|infer -f json` run by the binary (inference's largest batch and
 context: the last line of its table, as its JSON has none; the serving budget: what it requests
 of the GPU's total, its parts, and the sequences and tokens of its KV pool), and for training its
-timeline plot must have the events and the peak of `vramfit train --timeline -f json`. The form's options and choice lists must be the parser's, as
-`vramfit completion bash` writes them. The page is served from the build tree's web/ folder by a
-local HTTP server, and opened once from file:// too.
+timeline plot must have the events and the peak of `vramfit train --timeline -f json`. The
+form's options and choice lists must be the parser's, as `vramfit completion bash` writes them.
+The page is served from the build tree's web/ folder by a local HTTP server, and opened once from
+file:// too.
 A screenshot of the first configuration is written to VRAMFIT_SCREENSHOT (docs/web.md says how to
 update docs/images/web.png with it).
 
