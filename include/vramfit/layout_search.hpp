@@ -503,6 +503,48 @@ class layout_searcher {
     return low.total();
   }
 
+  using step_times = static_vector<step_time, max_micro_batches>;
+
+  /// The fastest of the first `count` sizes; ties go to the larger micro-batch.
+  static constexpr std::size_t fastest_of(const step_times& times, std::size_t count) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < count; ++i)
+      if (times[i].total() <= times[best].total()) best = i;
+    return best;
+  }
+
+  /// The fastest of `sizes` at which candidate `e` fits, from the fastest of all (`chosen`), with
+  /// its memory in e.required; false, with the candidate rejected, when none fits. Memory grows
+  /// with the micro-batch (a 1F1B stage holds min(p, m)·b sequences, which never falls as b
+  /// grows): the sizes that fit are a prefix. The smallest size decides whether any fits (one
+  /// evaluation where none does, the search's slowest case); then the fastest size; when it does
+  /// not fit, the fastest below the prefix's end.
+  constexpr bool fastest_fitting(plan_candidate& e, std::int64_t per_replica,
+                                 const micro_batch_sizes& sizes, const step_times& times,
+                                 std::size_t& chosen) {
+    const auto required = [&](std::size_t i) {
+      ++r_.memory_evaluations;
+      return fit(plan_of(e, per_replica, sizes[i]), g_).required;
+    };
+    e.required = required(0);
+    if (e.required > g_.capacity) {
+      reject(e, rejection::does_not_fit);
+      return false;
+    }
+    if (chosen == 0) return true;
+    const bytes at_fastest = required(chosen);
+    if (at_fastest <= g_.capacity) {
+      e.required = at_fastest;
+      return true;
+    }
+    const auto fitting = static_cast<std::size_t>(largest_fitting(
+        1, static_cast<std::int64_t>(chosen) - 1,
+        [&](std::int64_t i) { return required(static_cast<std::size_t>(i)) <= g_.capacity; }));
+    chosen = fastest_of(times, fitting + 1);
+    if (chosen > 0) e.required = required(chosen);
+    return true;
+  }
+
   /// The micro-batch of candidate `e` (from `sizes`) that fits and runs fastest; false, with
   /// the candidate rejected, when none does or none can beat the top. Full recompute then covers
   /// the fewest layers per stage that fit at that micro-batch.
@@ -516,49 +558,17 @@ class layout_searcher {
       reject(e, rejection::slower);
       return false;
     }
-    const auto with = [&](std::size_t i) { return plan_of(e, per_replica, sizes[i]); };
-    const auto required = [&](std::size_t i) {
-      ++r_.memory_evaluations;
-      return fit(with(i), g_).required;
-    };
-    static_vector<step_time, max_micro_batches> times{};
+    step_times times{};
     for (std::size_t i = 0; i < sizes.size(); ++i)
-      times.push_back(estimate_step_time(with(i), net_, work_));
-    // The fastest of the first `count` sizes; ties go to the larger micro-batch.
-    const auto fastest_of = [&](std::size_t count) {
-      std::size_t best = 0;
-      for (std::size_t i = 1; i < count; ++i)
-        if (times[i].total() <= times[best].total()) best = i;
-      return best;
-    };
-    std::size_t chosen = fastest_of(sizes.size());
+      times.push_back(estimate_step_time(plan_of(e, per_replica, sizes[i]), net_, work_));
+    std::size_t chosen = fastest_of(times, sizes.size());
     if (beyond_cut(
             estimate_step_time(plan_of(least_recompute(e), per_replica, sizes[chosen]), net_, work_)
                 .total())) {
       reject(e, rejection::slower);
       return false;
     }
-    // Memory grows with the micro-batch (a 1F1B stage holds min(p, m)·b sequences, which never
-    // falls as b grows): the sizes that fit are a prefix. The smallest size decides whether any
-    // fits (one evaluation where none does, the search's slowest case); then the fastest size;
-    // when it does not fit, the fastest below the prefix's end.
-    e.required = required(0);
-    if (e.required > g_.capacity) {
-      reject(e, rejection::does_not_fit);
-      return false;
-    }
-    if (chosen > 0) {
-      const bytes at_fastest = required(chosen);
-      if (at_fastest <= g_.capacity) {
-        e.required = at_fastest;
-      } else {
-        const auto fitting = static_cast<std::size_t>(largest_fitting(
-            1, static_cast<std::int64_t>(chosen) - 1,
-            [&](std::int64_t i) { return required(static_cast<std::size_t>(i)) <= g_.capacity; }));
-        chosen = fastest_of(fitting + 1);
-        if (chosen > 0) e.required = required(chosen);
-      }
-    }
+    if (!fastest_fitting(e, per_replica, sizes, times, chosen)) return false;
     e.time = times[chosen];
     e.micro_batch = sizes[chosen];
     e.micro_batches = per_replica / sizes[chosen];

@@ -248,48 +248,60 @@ inline constexpr std::int64_t positions = std::int64_t{1} << 30;  ///< learned p
 inline constexpr std::int64_t sliding_window_period = 64;
 }  // namespace bounds
 
-/// Checks every validity rule and returns the model; the first broken rule is an error.
-constexpr const model& validated(const model& m) {
-  using namespace detail::rules;
-  auto at_most = [&m](const char* field, std::int64_t value, std::int64_t bound) {
-    if (value > bound) model_size_must_not_exceed_its_bound(m, field, value, bound);
-  };
-  auto positive = [&m, &at_most](const char* field, std::int64_t value,
-                                 std::int64_t bound = bounds::width) {
-    if (value <= 0) model_size_must_be_positive(m, field, value);
-    at_most(field, value, bound);
-  };
-  auto non_negative = [&m, &at_most](const char* field, std::int64_t value,
-                                     std::int64_t bound = bounds::width) {
-    if (value < 0) model_count_must_not_be_negative(m, field, value);
-    at_most(field, value, bound);
-  };
-  positive("hidden size", m.hidden);
-  positive("layers", m.layers, bounds::layers);
-  positive("attention heads", m.heads, bounds::heads);
-  positive("KV heads", m.kv_heads, bounds::heads);
-  positive("head_dim", m.head_dim);
-  // Dense layers need an FFN width; in an all-MoE model only the experts' width matters.
-  if (!m.is_moe() || m.moe.first_dense_layers > 0) positive("FFN size", m.ffn);
-  non_negative("FFN size", m.ffn);
-  if (m.family != family::vit) positive("vocabulary size", m.vocab);
-  non_negative("vocabulary size", m.vocab);
-  if (m.heads % m.kv_heads != 0)
-    attention_heads_must_be_a_multiple_of_kv_heads(m, m.heads, m.kv_heads);
-  if (m.norms_per_layer < 1 || m.norms_per_layer > 4)
-    norms_per_layer_must_be_1_to_4(m, m.norms_per_layer);
-  non_negative("max positions", m.max_positions, bounds::positions);
-  if (m.positions == position_kind::learned)
-    positive("max positions of learned positions", m.max_positions, bounds::positions);
-  non_negative("sliding window", m.sliding_window, bounds::positions);
-  positive("sliding-window period", m.sliding_window_period, bounds::sliding_window_period);
+namespace detail {
 
+/// The size rules of one model: a size within its bound, positive, or not negative.
+struct size_rules {
+  const model& m;
+  constexpr void at_most(const char* field, std::int64_t value, std::int64_t bound) const {
+    if (value > bound) rules::model_size_must_not_exceed_its_bound(m, field, value, bound);
+  }
+  constexpr void positive(const char* field, std::int64_t value,
+                          std::int64_t bound = bounds::width) const {
+    if (value <= 0) rules::model_size_must_be_positive(m, field, value);
+    at_most(field, value, bound);
+  }
+  constexpr void non_negative(const char* field, std::int64_t value,
+                              std::int64_t bound = bounds::width) const {
+    if (value < 0) rules::model_count_must_not_be_negative(m, field, value);
+    at_most(field, value, bound);
+  }
+};
+
+/// The sizes every model has: widths, layers, heads, vocabulary, norms, positions and windows.
+constexpr void validate_sizes(const model& m) {
+  const size_rules size{m};
+  size.positive("hidden size", m.hidden);
+  size.positive("layers", m.layers, bounds::layers);
+  size.positive("attention heads", m.heads, bounds::heads);
+  size.positive("KV heads", m.kv_heads, bounds::heads);
+  size.positive("head_dim", m.head_dim);
+  // Dense layers need an FFN width; in an all-MoE model only the experts' width matters.
+  if (!m.is_moe() || m.moe.first_dense_layers > 0) size.positive("FFN size", m.ffn);
+  size.non_negative("FFN size", m.ffn);
+  if (m.family != family::vit) size.positive("vocabulary size", m.vocab);
+  size.non_negative("vocabulary size", m.vocab);
+  if (m.heads % m.kv_heads != 0)
+    rules::attention_heads_must_be_a_multiple_of_kv_heads(m, m.heads, m.kv_heads);
+  if (m.norms_per_layer < 1 || m.norms_per_layer > 4)
+    rules::norms_per_layer_must_be_1_to_4(m, m.norms_per_layer);
+  size.non_negative("max positions", m.max_positions, bounds::positions);
+  if (m.positions == position_kind::learned)
+    size.positive("max positions of learned positions", m.max_positions, bounds::positions);
+  size.non_negative("sliding window", m.sliding_window, bounds::positions);
+  size.positive("sliding-window period", m.sliding_window_period, bounds::sliding_window_period);
+}
+
+/// What a family's implementation fixes: the classic fused families' attention, MLP, norm and
+/// positions; Falcon's parallel blocks; the Llama family's options.
+constexpr void validate_family_layout(const model& m) {
+  using rules::family_has_a_fixed_layout;
   const bool fused_classic = m.family == family::gpt2 || m.family == family::falcon ||
                              m.family == family::bert || m.family == family::vit ||
                              m.family == family::distilbert || m.family == family::gpt_bigcode;
   if (fused_classic) {
     if (m.hidden != m.heads * m.head_dim)
-      hidden_must_equal_heads_times_head_dim(m, m.hidden, m.heads, m.head_dim);
+      rules::hidden_must_equal_heads_times_head_dim(m, m.hidden, m.heads, m.head_dim);
     if (m.mlp != mlp_kind::gelu) family_has_a_fixed_layout(m, "a GELU MLP of 2 matrices");
     if (m.norm != norm_kind::layernorm) family_has_a_fixed_layout(m, "LayerNorm");
     if (m.is_moe() || m.is_mla()) family_has_a_fixed_layout(m, "dense attention and MLP");
@@ -307,39 +319,58 @@ constexpr const model& validated(const model& m) {
         m,
         "its experts (the mlp_experts and gpt_oss layouts are Llama-family MoE without shared "
         "experts)");
+}
 
-  non_negative("routed experts", m.moe.routed_experts, bounds::heads);
-  non_negative("shared experts", m.moe.shared_experts, bounds::heads);
-  non_negative("first dense layers", m.moe.first_dense_layers, bounds::layers);
-  non_negative("expert FFN size", m.moe.expert_ffn);
-  non_negative("q LoRA rank", m.mla.q_lora_rank);
-  non_negative("KV LoRA rank", m.mla.kv_lora_rank);
+/// Mixture-of-experts routing and multi-head latent attention.
+constexpr void validate_experts_and_latent_attention(const model& m) {
+  const size_rules size{m};
+  size.non_negative("routed experts", m.moe.routed_experts, bounds::heads);
+  size.non_negative("shared experts", m.moe.shared_experts, bounds::heads);
+  size.non_negative("first dense layers", m.moe.first_dense_layers, bounds::layers);
+  size.non_negative("expert FFN size", m.moe.expert_ffn);
+  size.non_negative("q LoRA rank", m.mla.q_lora_rank);
+  size.non_negative("KV LoRA rank", m.mla.kv_lora_rank);
   if (m.is_moe()) {
     if (m.moe.top_k < 1 || m.moe.top_k > m.moe.routed_experts)
-      top_k_must_be_between_1_and_routed_experts(m, m.moe.top_k, m.moe.routed_experts);
-    positive("expert FFN size", m.moe.expert_ffn);
+      rules::top_k_must_be_between_1_and_routed_experts(m, m.moe.top_k, m.moe.routed_experts);
+    size.positive("expert FFN size", m.moe.expert_ffn);
     if (m.moe.first_dense_layers > m.layers)
-      dense_layers_must_not_exceed_layers(m, m.moe.first_dense_layers, m.layers);
+      rules::dense_layers_must_not_exceed_layers(m, m.moe.first_dense_layers, m.layers);
   }
   if (m.is_mla()) {
-    positive("MLA qk_nope_head_dim", m.mla.qk_nope_head_dim);
-    positive("MLA qk_rope_head_dim", m.mla.qk_rope_head_dim);
-    positive("MLA v_head_dim", m.mla.v_head_dim);
+    size.positive("MLA qk_nope_head_dim", m.mla.qk_nope_head_dim);
+    size.positive("MLA qk_rope_head_dim", m.mla.qk_rope_head_dim);
+    size.positive("MLA v_head_dim", m.mla.v_head_dim);
   }
-  non_negative("token types", m.encoder.token_types);
-  non_negative("classes", m.encoder.classes);
-  if (m.family == family::bert) positive("token types", m.encoder.token_types);
-  if (m.family == family::vit) {
-    positive("image size", m.encoder.image_size, bounds::image);
-    positive("patch size", m.encoder.patch_size, bounds::image);
-    positive("image channels", m.encoder.channels, bounds::heads);
-    positive("classes", m.encoder.classes);
-    if (m.encoder.image_size % m.encoder.patch_size != 0)
-      image_size_must_be_a_multiple_of_patch_size(m, m.encoder.image_size, m.encoder.patch_size);
-    const std::int64_t side = m.encoder.image_size / m.encoder.patch_size;
-    if (m.max_positions != side * side + 1)
-      vit_positions_must_be_patches_plus_class_token(m, m.max_positions, side * side + 1);
-  }
+}
+
+/// Encoders: BERT's token types, a ViT's image, patches and classes.
+constexpr void validate_encoder(const model& m) {
+  const size_rules size{m};
+  size.non_negative("token types", m.encoder.token_types);
+  size.non_negative("classes", m.encoder.classes);
+  if (m.family == family::bert) size.positive("token types", m.encoder.token_types);
+  if (m.family != family::vit) return;
+  size.positive("image size", m.encoder.image_size, bounds::image);
+  size.positive("patch size", m.encoder.patch_size, bounds::image);
+  size.positive("image channels", m.encoder.channels, bounds::heads);
+  size.positive("classes", m.encoder.classes);
+  if (m.encoder.image_size % m.encoder.patch_size != 0)
+    rules::image_size_must_be_a_multiple_of_patch_size(m, m.encoder.image_size,
+                                                       m.encoder.patch_size);
+  const std::int64_t side = m.encoder.image_size / m.encoder.patch_size;
+  if (m.max_positions != side * side + 1)
+    rules::vit_positions_must_be_patches_plus_class_token(m, m.max_positions, side * side + 1);
+}
+
+}  // namespace detail
+
+/// Checks every validity rule and returns the model; the first broken rule is an error.
+constexpr const model& validated(const model& m) {
+  detail::validate_sizes(m);
+  detail::validate_family_layout(m);
+  detail::validate_experts_and_latent_attention(m);
+  detail::validate_encoder(m);
   return m;
 }
 

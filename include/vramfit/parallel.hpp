@@ -228,9 +228,10 @@ struct layout_violation {
   const char* degree = "";    ///< which degree or buffer the rule is about
 };
 
-/// The first rule `l` breaks for `m` (rule none when it is valid). The one place the rules are
-/// stated: validated() raises them, planners read them.
-constexpr layout_violation check_layout(const layout& l, const model& m) {
+namespace detail {
+
+/// The degrees, the world they make, the buffer sizes and the shard group.
+constexpr layout_violation check_degrees(const layout& l) {
   using enum layout_rule;
   const std::int64_t degrees[] = {l.data, l.tensor, l.pipeline, l.context, l.expert};
   const char* names[] = {"data", "tensor", "pipeline", "context", "expert"};
@@ -250,39 +251,61 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
     if (buffers[i] < 0) return {buffer_size_must_not_be_negative, buffers[i], 0, buffer_names[i]};
   if (l.shard_group > 0 && l.data % l.shard_group != 0)
     return {shard_group_must_divide_data_parallel, l.shard_group, l.data};
+  return {};
+}
+
+/// Tensor (and sequence) parallelism against the model's heads and FFN widths.
+constexpr layout_violation check_tensor_parallel(const layout& l, const model& m) {
+  using enum layout_rule;
   if (l.sequence && l.tensor == 1) return {sequence_parallel_needs_tensor_parallel};
-  if (l.tensor > 1) {
-    if (m.heads % l.tensor != 0)
-      return {tensor_parallel_must_divide_attention_heads, l.tensor, m.heads};
-    if (!m.is_mla() && m.kv_heads % l.tensor != 0 && l.tensor % m.kv_heads != 0)
-      return {tensor_parallel_and_kv_heads_must_divide_one_another, l.tensor, m.kv_heads};
-    const bool dense_layers = !m.is_moe() || m.moe.first_dense_layers > 0;
-    if (dense_layers && m.ffn % l.tensor != 0)
-      return {tensor_parallel_must_divide_ffn, l.tensor, m.ffn};
-    if (m.is_moe() && m.moe.expert_ffn % l.tensor != 0)
-      return {tensor_parallel_must_divide_ffn, l.tensor, m.moe.expert_ffn};
-  }
+  if (l.tensor == 1) return {};
+  if (m.heads % l.tensor != 0)
+    return {tensor_parallel_must_divide_attention_heads, l.tensor, m.heads};
+  if (!m.is_mla() && m.kv_heads % l.tensor != 0 && l.tensor % m.kv_heads != 0)
+    return {tensor_parallel_and_kv_heads_must_divide_one_another, l.tensor, m.kv_heads};
+  const bool dense_layers = !m.is_moe() || m.moe.first_dense_layers > 0;
+  if (dense_layers && m.ffn % l.tensor != 0)
+    return {tensor_parallel_must_divide_ffn, l.tensor, m.ffn};
+  if (m.is_moe() && m.moe.expert_ffn % l.tensor != 0)
+    return {tensor_parallel_must_divide_ffn, l.tensor, m.moe.expert_ffn};
+  return {};
+}
+
+/// Pipeline stages against the model's layers, and listed stage sizes.
+constexpr layout_violation check_stages(const layout& l, const model& m) {
+  using enum layout_rule;
   if (l.pipeline > m.layers) return {pipeline_stages_must_not_exceed_layers, l.pipeline, m.layers};
-  if (!l.stage_layers.empty()) {
-    const auto stages = static_cast<std::int64_t>(l.stage_layers.size());
-    if (stages != l.pipeline) return {stage_layers_must_match_pipeline_degree, stages, l.pipeline};
-    std::int64_t sum = 0;
-    for (std::int64_t s = 0; s < l.pipeline; ++s) {
-      const std::int64_t layers = l.stage_layers[static_cast<std::size_t>(s)];
-      if (layers <= 0) return {every_stage_needs_a_layer, s};
-      // -1: more than the model has (the sum itself may not fit in 64 bits).
-      if (layers > m.layers - sum) return {stage_layers_must_sum_to_layers, -1, m.layers};
-      sum += layers;
-    }
-    if (sum != m.layers) return {stage_layers_must_sum_to_layers, sum, m.layers};
+  if (l.stage_layers.empty()) return {};
+  const auto stages = static_cast<std::int64_t>(l.stage_layers.size());
+  if (stages != l.pipeline) return {stage_layers_must_match_pipeline_degree, stages, l.pipeline};
+  std::int64_t sum = 0;
+  for (std::int64_t s = 0; s < l.pipeline; ++s) {
+    const std::int64_t layers = l.stage_layers[static_cast<std::size_t>(s)];
+    if (layers <= 0) return {every_stage_needs_a_layer, s};
+    // -1: more than the model has (the sum itself may not fit in 64 bits).
+    if (layers > m.layers - sum) return {stage_layers_must_sum_to_layers, -1, m.layers};
+    sum += layers;
   }
-  if (l.expert > 1) {
-    if (!m.is_moe()) return {expert_parallel_needs_a_moe_model, l.expert};
-    if (m.moe.routed_experts % l.expert != 0)
-      return {expert_parallel_must_divide_experts, l.expert, m.moe.routed_experts};
-    if ((l.data * l.context) % l.expert != 0)  // below max_world_size
-      return {expert_parallel_must_divide_data_times_context, l.expert, l.data * l.context};
-  }
+  if (sum != m.layers) return {stage_layers_must_sum_to_layers, sum, m.layers};
+  return {};
+}
+
+/// Expert parallelism against the model's experts and the data x context ranks.
+constexpr layout_violation check_expert_parallel(const layout& l, const model& m) {
+  using enum layout_rule;
+  if (l.expert == 1) return {};
+  if (!m.is_moe()) return {expert_parallel_needs_a_moe_model, l.expert};
+  if (m.moe.routed_experts % l.expert != 0)
+    return {expert_parallel_must_divide_experts, l.expert, m.moe.routed_experts};
+  if ((l.data * l.context) % l.expert != 0)  // below max_world_size
+    return {expert_parallel_must_divide_data_times_context, l.expert, l.data * l.context};
+  return {};
+}
+
+/// What the sharding implementations allow: DeepSpeed's pipeline, FSDP's versions and
+/// reshard_after_forward, parameter offload.
+constexpr layout_violation check_sharding(const layout& l) {
+  using enum layout_rule;
   if (l.implementation == shard_implementation::deepspeed && l.pipeline > 1 &&
       (l.zero == sharding::zero2 || l.zero == sharding::zero3))
     return {deepspeed_forbids_zero2_or_3_with_pipeline_parallel, static_cast<int>(l.zero),
@@ -300,6 +323,21 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
   if (l.parameter_offload != offload_target::none && l.zero != sharding::zero3)
     return {parameter_offload_needs_zero3};
   return {};
+}
+
+}  // namespace detail
+
+/// The first rule `l` breaks for `m` (rule none when it is valid). The one place the rules are
+/// stated: validated() raises them, planners read them.
+constexpr layout_violation check_layout(const layout& l, const model& m) {
+  using namespace detail;
+  // In order: a later check divides by the degrees an earlier one found positive.
+  layout_violation v = check_degrees(l);
+  if (v.rule == layout_rule::none) v = check_tensor_parallel(l, m);
+  if (v.rule == layout_rule::none) v = check_stages(l, m);
+  if (v.rule == layout_rule::none) v = check_expert_parallel(l, m);
+  if (v.rule == layout_rule::none) v = check_sharding(l);
+  return v;
 }
 
 /// The rule in a few words, for reports.
