@@ -85,8 +85,8 @@ function choice(select, value, text) {
   return select.appendChild(o);
 }
 
-// One option's field: a checkbox for a flag, a list for an option with values, a number for INT
-// and FLOAT, else text; empty is the tool's default, which the list's first entry or the
+// One option's field: a checkbox for a flag, a list for an option with values, a number for an
+// INT or FLOAT value, else text; empty is the tool's default, which the list's first entry or the
 // placeholder names. The model and the GPU always have a value, the parser's default at first.
 function field(o) {
   const label = document.createElement('label');
@@ -105,7 +105,8 @@ function field(o) {
       for (const value of o.values) choice(input, value, labels[o.name]?.[value] ?? value);
     } else {
       input = document.createElement('input');
-      input.type = /^(INT|FLOAT)\b/.test(o.type) ? 'number' : 'text';
+      // A list's values are words (`--pp-stages 20,12`, `--trainable router expert:0-5`).
+      input.type = o.kind !== 'list' && /^(INT|FLOAT)\b/.test(o.type) ? 'number' : 'text';
       if (o.type.startsWith('INT:POSITIVE')) input.min = '1';
       if (o.type.startsWith('FLOAT')) input.step = 'any';
       input.placeholder = o.default || 'default';

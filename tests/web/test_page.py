@@ -41,7 +41,7 @@ SCREENSHOT = os.environ["VRAMFIT_SCREENSHOT"]
 COMPONENTS = ["weights", "gradients", "master_weights", "optimizer_states", "activations",
               "kv_cache", "buffers", "overhead"]
 SERVED = ["weights", "profile_peak", "non_torch", "cuda_graphs", "kv_pool"]  # of `requested`
-FLAGS = {"qlora", "sp"}  # the configurations' flags: the tool takes them without a value
+FLAGS = {"qlora", "sp", "expandable-segments"}  # the configurations' flags: no value
 # The table's last line of `vramfit infer`: the largest batch and context.
 LARGEST = re.compile(r"At this context, (?:up to ([\d,]+) sequences fit|not one sequence fits); "
                      r"at this batch, (?:up to ([\d,]+) tokens|not one token fits)")
