@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/tag.hpp"
 #include "units.hpp"
 
 namespace vramfit {
@@ -122,10 +123,7 @@ constexpr bytes storage_bytes(const element_format& f, std::int64_t elements) {
 
 /// A type that names an element format: it has `static constexpr element_format value`.
 template <class T>
-concept Dtype = requires {
-  { T::value } -> std::convertible_to<element_format>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, element_format>;
+concept Dtype = detail::tag_of<T, element_format>;
 
 /// A format that tensors can be stored in (not compute-only).
 template <class T>

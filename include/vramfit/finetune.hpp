@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "detail/name.hpp"
+#include "detail/tag.hpp"
 #include "dtype.hpp"
 #include "tensors.hpp"
 
@@ -87,10 +88,7 @@ struct finetuning {
 };
 
 template <class T>
-concept Finetuning = requires {
-  { T::value } -> std::convertible_to<finetuning>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, finetuning>;
+concept Finetuning = detail::tag_of<T, finetuning>;
 
 /// Every parameter trains.
 struct full_finetune {

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "detail/name.hpp"
+#include "detail/tag.hpp"
 #include "units.hpp"
 
 namespace vramfit {
@@ -33,10 +34,7 @@ struct gpu {
 };
 
 template <class T>
-concept Gpu = requires {
-  { T::value } -> std::convertible_to<gpu>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, gpu>;
+concept Gpu = detail::tag_of<T, gpu>;
 
 /// A custom GPU in one line: `using my_card = gpu_type<gpu{"My card", 48 * GiB}>;`.
 template <gpu G>

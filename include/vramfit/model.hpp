@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "detail/name.hpp"
+#include "detail/tag.hpp"
 #include "error.hpp"
 
 namespace vramfit {
@@ -396,10 +397,7 @@ constexpr void check_sequence(const model& m, std::int64_t tokens) {
 
 /// A type that names a model: it has `static constexpr model value`.
 template <class T>
-concept Model = requires {
-  { T::value } -> std::convertible_to<model>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, model>;
+concept Model = detail::tag_of<T, model>;
 
 /// The templated-type front: `model_type<model{...}>` checks the rules at compile time.
 template <model M>

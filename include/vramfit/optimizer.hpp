@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "detail/name.hpp"
+#include "detail/tag.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
 
@@ -75,10 +76,7 @@ struct optimizer {
 
 /// A type that names an optimizer.
 template <class T>
-concept Optimizer = requires {
-  { T::value } -> std::convertible_to<optimizer>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, optimizer>;
+concept Optimizer = detail::tag_of<T, optimizer>;
 
 /// What runs the update when the user does not choose: torch.optim defaults to foreach on CUDA
 /// (fused only when asked), except Adafactor, whose adafactor() takes the for-loop unless

@@ -11,6 +11,7 @@
 
 #include "detail/checked.hpp"
 #include "detail/static_vector.hpp"
+#include "detail/tag.hpp"
 #include "model.hpp"
 
 namespace vramfit {
@@ -572,9 +573,6 @@ struct parallel {
 using single_gpu = parallel<>;
 
 template <class T>
-concept Layout = requires {
-  { T::value } -> std::convertible_to<layout>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, layout>;
+concept Layout = detail::tag_of<T, layout>;
 
 }  // namespace vramfit

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "detail/tag.hpp"
 #include "gpu.hpp"
 #include "inference.hpp"
 #include "overheads.hpp"
@@ -72,14 +73,13 @@ struct training_plan {
   static constexpr memory_ledger breakdown_on() {
     return vramfit::breakdown(value, G::value);
   }
-  /// The peak of the most loaded rank, without runtime overheads.
-  static constexpr bytes peak() { return vramfit::peak(breakdown()); }
+  /// The peak of the most loaded rank's tensors, without runtime overheads (fit() and
+  /// check_fits add them: fit_report::required).
+  static constexpr bytes tensors_peak() { return vramfit::peak(breakdown()); }
 };
 
 template <class T>
-concept TrainingPlan = requires {
-  { T::value } -> std::convertible_to<training_plan_value>;
-};
+concept TrainingPlan = detail::tag_of<T, training_plan_value>;
 
 /// Everything that decides an inference GPU's memory.
 struct inference_plan_value {
@@ -112,8 +112,6 @@ struct inference_plan {
 };
 
 template <class T>
-concept InferencePlan = requires {
-  { T::value } -> std::convertible_to<inference_plan_value>;
-};
+concept InferencePlan = detail::tag_of<T, inference_plan_value>;
 
 }  // namespace vramfit

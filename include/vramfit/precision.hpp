@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "detail/name.hpp"
+#include "detail/tag.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
 
@@ -43,10 +44,7 @@ constexpr precision named(precision p, const char* family, const char* detail_na
 
 /// A type that names a precision policy.
 template <class T>
-concept Precision = requires {
-  { T::value } -> std::convertible_to<precision>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, precision>;
+concept Precision = detail::tag_of<T, precision>;
 
 /// Everything in fp32: 4 B weights + 4 B gradients per parameter.
 struct fp32_training {

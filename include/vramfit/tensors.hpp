@@ -22,9 +22,9 @@ enum class tensor_kind : unsigned char {
   norm,
   head,  ///< output projection, pooler, class head
   router,
-  adapter,  ///< LoRA adapters
+  adapter,  ///< LoRA adapters (the last: tensor_kind_count follows it)
 };
-inline constexpr int tensor_kind_count = 8;
+inline constexpr int tensor_kind_count = static_cast<int>(tensor_kind::adapter) + 1;
 
 constexpr const char* to_string(tensor_kind kind) {
   constexpr const char* names[tensor_kind_count] = {"embedding", "attention", "mlp",    "expert",

@@ -51,7 +51,7 @@ TEST_CASE("fits and the report behind it") {
   const memory_ledger l = breakdown(full_plan::value, gpus::h100_80gb::value);
   CHECK(r.required == peak(l));
   CHECK(r.overhead == total(l, component::overhead));
-  CHECK(r.required == full_plan::peak() + r.overhead);
+  CHECK(r.required == full_plan::tensors_peak() + r.overhead);
   CHECK_FALSE(r.fits());
 }
 
