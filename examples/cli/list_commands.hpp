@@ -9,6 +9,7 @@
 
 #include "frameworks.hpp"
 #include "render.hpp"
+#include "sizes.hpp"
 
 namespace vramfit::cli {
 
@@ -23,6 +24,7 @@ inline int print_list(std::ostream& out, const std::string& format, const nlohma
 }
 
 inline int run_models(std::ostream& out, const std::string& format) {
+  sizes_not_written("models", "lists parameter counts, not sizes");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "parameters", "active per token", "layers", "hidden"});
   for (const preset& p : presets) {
@@ -39,6 +41,7 @@ inline int run_models(std::ostream& out, const std::string& format) {
 }
 
 inline int run_gpus(std::ostream& out, const std::string& format) {
+  sizes_not_written("gpus", "gives every capacity in GiB and in GB");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "GiB", "GB", "bytes", "source"});
   for (const gpu_preset& g : gpu_presets) {
@@ -53,6 +56,7 @@ inline int run_gpus(std::ostream& out, const std::string& format) {
 }
 
 inline int run_frameworks(std::ostream& out, const std::string& format) {
+  sizes_not_written("frameworks", "lists option defaults, not sizes");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"framework", "command", "option", "value", "recipe", "source"});
   constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA", "FSDP with --pp"};

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -21,7 +22,7 @@ struct load_options {
   std::string model = "llama-3-8b";
   std::optional<std::string> weights;  ///< unset: the config's quantization_config, or bf16
   std::string init = "meta";
-  std::string checkpoint = "bf16";
+  std::optional<std::string> checkpoint;  ///< unset: bf16
   std::int64_t tp = 1;
   std::int64_t pp = 1;
   std::string gpu = "h100";
@@ -39,8 +40,8 @@ inline void add_load_options(CLI::App& c, load_options& o) {
                "fp32 on the host, then moved)")
       ->capture_default_str();
   c.add_option("--checkpoint-dtype", o.checkpoint,
-               "The checkpoint's format, which bitsandbytes quantizes from: bf16, fp16 or fp32")
-      ->capture_default_str();
+               "The checkpoint's format, which bitsandbytes quantizes from as it loads (meta "
+               "init): bf16 (the default), fp16 or fp32");
   c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")
@@ -58,7 +59,12 @@ inline int run_load(std::ostream& out, const load_options& o) {
   const weight_layout w = weights_for(o.weights, named);
   const load_kind how = cli::choose(cli::load_kinds, o.init, "initialization");
   const element_format& checkpoint =
-      cli::choose(cli::checkpoint_formats, o.checkpoint, "checkpoint format");
+      cli::choose(cli::checkpoint_formats, o.checkpoint.value_or("bf16"), "checkpoint format");
+  // Only bitsandbytes, quantizing as from_pretrained loads, reads the checkpoint's format.
+  if (o.checkpoint && !(w.quantized_at_load && how == load_kind::direct))
+    detail::raise(
+        "--checkpoint-dtype applies to weights bitsandbytes quantizes as they load (nf4, int8) "
+        "with --init meta only");
   const layout l = validated(layout{.tensor = o.tp, .pipeline = o.pp}, m);
   const loading_peak p = load_peak(m, w, how, l, checkpoint);
   // Loading runs no matmul and no collective: the CUDA context is the one overhead.

@@ -34,7 +34,7 @@ inline int run_min_gpus(std::ostream& out, const train_options& given) {
     j["min_gpus"] = data > 0 ? data * per_replica : 0;
     j["data_parallel"] = data;
     out << j.dump(2) << "\n";
-    return 0;
+    return o.check && data == 0 ? 1 : 0;
   }
   if (data == 0) {
     out << "Not one data-parallel degree up to " << report::grouped(max_data_parallel_searched)
@@ -43,7 +43,7 @@ inline int run_min_gpus(std::ostream& out, const train_options& given) {
                                        "shard anything (try --zero or --fsdp)"
                                      : "")
         << ".\n";
-    return 0;
+    return o.check ? 1 : 0;
   }
   out << "Fewest GPUs: " << report::grouped(data * per_replica) << " (data parallel " << data;
   if (per_replica > 1) out << " x TP x PP x CP " << per_replica;

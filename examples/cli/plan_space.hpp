@@ -86,7 +86,7 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
   if (c.virtual_stages > 1) {
     argv.insert(argv.end(), {"--schedule", "interleaved"});
     add("--virtual-stages", c.virtual_stages);
-  } else if (o.schedule == "gpipe") {
+  } else if (o.schedule == "gpipe" && l.pipeline > 1) {  // train refuses it otherwise
     argv.insert(argv.end(), {"--schedule", "gpipe"});
   }
   if (l.context > 1) add("--cp", l.context);
@@ -123,12 +123,15 @@ inline std::string joined(const std::vector<std::string>& argv) {
 inline search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
   const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
   for (const char* name : {"--grad-accum", "--pp-stages", "--offload", "--offload-to",
-                           "--recompute-layers", "--recompute-every"})
+                           "--recompute-layers", "--recompute-every", "--sp"})
     if (given(name))
       detail::raise(std::string(name) + " is not a plan option: " +
                     (std::string(name) == "--grad-accum"
                          ? "the plan derives micro-batches from --global-batch"
                      : std::string(name) == "--pp-stages" ? "the plan splits the layers evenly"
+                     : std::string(name) == "--sp"
+                         ? "the plan takes sequence parallelism with every tensor-parallel "
+                           "degree the sequence divides by"
                      : std::string(name).rfind("--recompute-", 0) == 0
                          ? "the plan recomputes the fewest layers that fit"
                          : "the plan offloads only when nothing else fits (--no-offload: never)"));
@@ -175,6 +178,10 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
         "plan searches FSDP with reshard_after_forward=True; give "
         "--reshard-after-forward to train");
   s.sharding = family.value_or(sharding_family::deepspeed);
+  // The FSDP API of the FSDP candidates: with none searched, it would change nothing.
+  if (given("--fsdp-version") && s.sharding != sharding_family::fsdp &&
+      s.sharding != sharding_family::any)
+    detail::raise("--fsdp-version applies with --fsdp, --sharding fsdp or --sharding any only");
   return s;
 }
 

@@ -2,6 +2,7 @@
 // --units: how tables, Markdown and SVG text write sizes. JSON always gives bytes.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vramfit/units.hpp>
 
@@ -9,6 +10,13 @@ namespace vramfit::cli {
 
 /// GiB, MiB (binary, the default) or GB, MB (decimal); --units sets it once per run.
 inline prefixes size_prefixes = prefixes::binary;
+
+/// Refuses --units GB where `command` writes no size in a chosen unit (a listing, a script), so
+/// that it is not silently ignored; GiB, the default, changes nothing anywhere.
+inline void sizes_not_written(const std::string& command, const std::string& why) {
+  if (size_prefixes == prefixes::decimal)
+    throw std::invalid_argument("--units applies to estimates: vramfit " + command + " " + why);
+}
 
 /// A size as the tool writes it for people.
 inline std::string size(bytes b) {

@@ -220,8 +220,36 @@ inline train_options for_model(const train_options& o, const named_model& m) {
   return filled;
 }
 
-/// --framework's defaults for train and plan.
+/// Refuses an option given where it changes nothing, so that none is silently ignored: a
+/// companion without the option it qualifies (--zero-impl without --zero), or one that the
+/// subcommand decides itself (min-gpus's --dp). Read from the parser's counts, so what a
+/// --framework fills in later is not mistaken for the user's.
+inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
+  const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
+  const auto refuse = [](const std::string& what) { detail::raise(what); };
+  const bool plan = cmd.get_name() == "plan";
+  if (given("--zero-impl") && !o.zero)
+    refuse(std::string("--zero-impl applies with --zero only") +
+           (plan ? " (plan: --sharding names the implementation)" : ""));
+  // plan: --sharding fsdp or any searches FSDP too (plan_space.hpp checks it there).
+  if (!plan && given("--fsdp-version") && o.fsdp.empty())
+    refuse("--fsdp-version applies with --fsdp only");
+  if (given("--offload-to") && o.offload == "none")
+    refuse("--offload-to applies with --offload optimizer or all only");
+  if (given("--sweep-max") && o.sweep.empty()) refuse("--sweep-max applies with --sweep only");
+  // plan searches the pipeline degree: its schedule and chunks fix the candidates with one.
+  if (!plan && given("--schedule") && o.pp == 1)
+    refuse("--schedule applies with --pp 2 or more only");
+  if (!plan && given("--virtual-stages") && o.schedule != "interleaved")
+    refuse("--virtual-stages applies with --schedule interleaved only");
+  if (cmd.get_name() == "min-gpus" && given("--dp"))
+    refuse("min-gpus searches the data-parallel degree: leave out --dp");
+}
+
+/// --framework's defaults for train and plan, after refusing what would be ignored (the one call
+/// every training subcommand makes with its parser).
 inline void apply_framework(const CLI::App& cmd, train_options& o) {
+  reject_inapplicable(cmd, o);
   if (o.framework.empty()) return;
   const cli::framework& f = framework_named(o.framework, cmd.get_name());
   const bool lora = o.lora_rank > 0 || o.qlora;

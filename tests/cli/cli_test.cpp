@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -455,7 +457,7 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --dp 8 --fsdp full --fsdp-version 2 --reshard-after-forward 3",
        "reshard_after_forward (3 ranks) must divide the ranks the parameters are sharded over (8)"},
       {"train --reshard-after-forward maybe", "must be true, false or a rank count of 2 or more"},
-      {"train --fsdp-version 3", "the FSDP version must be 1"},
+      {"train --fsdp full --dp 2 --fsdp-version 3", "the FSDP version must be 1"},
       {"train --optimizer-in-backward --grad-accum 4", "needs one micro-batch per step"},
       {"train --framework nemo", "unknown --framework 'nemo'; known: torchtitan, torchtune"},
       {"load --init device --weights nf4", "load quantized weights directly"},
@@ -1155,4 +1157,156 @@ TEST_CASE("seed 004: Raschka's ViT-L/16 with a 10-class head, loaded and trained
   CHECK(fp32 / 26.84e9 == doctest::Approx(0.908).epsilon(0.01));
   const double sgd = reserved("--precision bf16 --optimizer sgd --micro-batch 4 --grad-accum 4");
   CHECK(sgd / 2.02e9 == doctest::Approx(0.965).epsilon(0.01));
+}
+
+TEST_CASE("no option is silently ignored: each one changes the answer or is refused") {
+  // Every option a subcommand's --help lists, given once with a value other than its default
+  // to a command where it can matter, must change the output or the exit status, or be refused
+  // (status 2 with one line). A new option fails the coverage check below until it is probed.
+  struct probe {
+    std::string base, option;
+  };
+  const std::vector<std::string> train = {"--model gpt2",
+                                          "--framework torchtitan",
+                                          "--precision fp32",
+                                          "--grad-dtype bf16",
+                                          "--optimizer sgd",
+                                          "--optimizer-impl fused",
+                                          "--amsgrad",
+                                          "--momentum 0.9",
+                                          "--centered",
+                                          "--optimizer-in-backward",
+                                          "--micro-batch 2",
+                                          "--seq-len 1024",
+                                          "--grad-accum 2",
+                                          "--attention eager",
+                                          "--dropout 0.1",
+                                          "--recompute full",
+                                          "--recompute-layers 2",
+                                          "--recompute-every 2",
+                                          "--activation-offload cpu",
+                                          "--non-reentrant",
+                                          "--loss native",
+                                          "--dp 2",
+                                          "--zero 1",
+                                          "--zero-impl paper",
+                                          "--fsdp grad-op",
+                                          "--fsdp-group 2",
+                                          "--fsdp-version 2",
+                                          "--reshard-after-forward false",
+                                          "--tp 2",
+                                          "--sp",
+                                          "--pp 2",
+                                          "--pp-stages 16,16",
+                                          "--schedule gpipe",
+                                          "--virtual-stages 2",
+                                          "--cp 2",
+                                          "--ep 2",
+                                          "--offload optimizer",
+                                          "--offload-to nvme",
+                                          "--lora-rank 8",
+                                          "--lora-targets q_proj",
+                                          "--lora-dtype bf16",
+                                          "--qlora",
+                                          "--trainable router",
+                                          "--gpu a100-80gb",
+                                          "--reserve share",
+                                          "--alloc-conf expandable_segments:True",
+                                          "--expandable-segments",
+                                          "--fragmentation-percent 10",
+                                          "--format json",
+                                          "--sweep micro-batch",
+                                          "--sweep-max 4",
+                                          "--timeline",
+                                          "--units GB"};
+  std::vector<probe> probes;
+  for (const std::string& o : train) {
+    probes.push_back({"train", o});
+    // min-gpus shards with FSDP to find a degree; its sharding options go to it alone.
+    const bool sharding = o.rfind("--fsdp ", 0) == 0 || o.rfind("--zero ", 0) == 0;
+    probes.push_back({sharding ? "min-gpus" : "min-gpus --fsdp full", o});
+    probes.push_back({"plan", o});
+  }
+  for (const char* o : {"--explain", "--params 7e9", "--check"}) probes.push_back({"train", o});
+  probes.push_back({"min-gpus", "--check"});  // nothing fits without sharding
+  for (const char* o : {"--gpus 16", "--global-batch 64", "--top 2", "--all", "--max-tp 2",
+                        "--max-pp 2", "--max-cp 2", "--sharding fsdp", "--gpus-per-node 4",
+                        "--intra-bw 100", "--inter-bw 10", "--mfu 0.3", "--peak-tflops 500"})
+    probes.push_back({"plan", o});
+  // Offload is searched, and its bandwidth used, only when nothing else fits.
+  for (const char* o : {"--no-offload", "--host-bw 10"})
+    probes.push_back({"plan -m llama-3-70b --gpus 1", o});
+  probes.push_back({"plan -m llama-3.1-405b --gpus 1 --no-offload", "--check"});
+  for (const char* o : {"--model gpt2", "--weights nf4", "--init device", "--tp 2", "--pp 2",
+                        "--gpu a100-80gb", "--format json", "--units GB"})
+    probes.push_back({"load", o});
+  probes.push_back({"load --weights nf4", "--checkpoint-dtype fp32"});
+  probes.push_back({"load", "--checkpoint-dtype fp32"});
+  probes.push_back({"load -m llama-3-70b", "--check"});
+  for (const char* o : {"--model gpt2",
+                        "--framework vllm",
+                        "--weights int8",
+                        "--kv-dtype fp8",
+                        "--batch 2",
+                        "--beams 2",
+                        "--context 8192",
+                        "--generate 100",
+                        "--block 16",
+                        "--prefill-chunk 512",
+                        "--logits all",
+                        "--cuda-graphs 100",
+                        "--tp 2",
+                        "--pp 2",
+                        "--gpu a100-80gb",
+                        "--utilization 90",
+                        "--max-num-batched-tokens 1024",
+                        "--max-num-seqs 4",
+                        "--non-torch 100",
+                        "--format json",
+                        "--params 7e9",
+                        "--units GB"})
+    probes.push_back({"infer", o});
+  for (const char* o : {"--max-num-batched-tokens 1024", "--max-num-seqs 4", "--non-torch 100"})
+    probes.push_back({"infer --utilization 90", o});
+  probes.push_back({"infer -m llama-3-70b", "--check"});
+  for (const char* list : {"models", "gpus", "frameworks"}) {
+    probes.push_back({list, "--format json"});
+    probes.push_back({list, "--units GB"});
+  }
+  probes.push_back({"completion bash", "--units GB"});
+
+  std::map<std::string, std::set<std::string>> probed;
+  std::map<std::string, result> bases;
+  for (const probe& p : probes) {
+    if (bases.count(p.base) == 0) bases.emplace(p.base, run(p.base));
+    const result& base = bases.at(p.base);
+    const result with = run(p.base + " " + p.option);
+    const std::string what =
+        p.base + " " + p.option + " -> " + std::to_string(with.status) + ": " + with.err;
+    INFO(what);
+    const bool refused = with.status == 2 && with.err.find("vramfit: ") == 0 &&
+                         with.err.find('\n') == with.err.size() - 1;
+    CHECK((refused || with.status != base.status || with.out != base.out));
+    if (!refused) CHECK(with.status != 2);  // a refusal is one line
+    const std::string sub = p.base.substr(0, p.base.find(' '));
+    probed[sub].insert(p.option.substr(0, p.option.find(' ')));
+  }
+  // What plan prints to reproduce its first layout keeps to that rule: a GPipe schedule given
+  // for a layout without a pipeline is left out, not passed to a train that refuses it.
+  const std::string planned = run("plan --schedule gpipe --top 1").out;
+  const std::size_t from = planned.find("`vramfit ") + 9;
+  CHECK(run(planned.substr(from, planned.find('`', from) - from)).status == 0);
+  // Every option of every subcommand's --help is probed.
+  for (const char* sub :
+       {"train", "min-gpus", "plan", "load", "infer", "models", "gpus", "frameworks"}) {
+    const std::string help = run(std::string(sub) + " --help").out;
+    for (std::size_t at = help.find("  --"); at != std::string::npos;
+         at = help.find("  --", at + 1)) {
+      const std::string name = help.substr(at + 2, help.find_first_of(" ,=\n", at + 2) - at - 2);
+      if (name == "--help") continue;
+      const std::string what = std::string(sub) + " " + name;
+      INFO(what);
+      CHECK(probed[sub].count(name) == 1);
+    }
+  }
 }
