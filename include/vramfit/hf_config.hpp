@@ -320,11 +320,7 @@ inline model read_gpt_oss(const hf_fields& f) {
 
 // GPTBigCodeConfig (configuration_gpt_bigcode.py): GPT-2's fields, multi_query (default true).
 inline model read_gpt_bigcode(const hf_fields& f) {
-  model m{.family = family::gpt_bigcode,
-          .mlp = mlp_kind::gelu,
-          .norm = norm_kind::layernorm,
-          .bias = bias_kind::all,
-          .positions = position_kind::learned};
+  model m = classic_block(family::gpt_bigcode);
   m.hidden = f.integer({"n_embd", "hidden_size"});
   m.layers = f.integer({"n_layer", "num_hidden_layers"});
   m.heads = f.integer({"n_head", "num_attention_heads"});
@@ -343,12 +339,8 @@ inline model read_gpt_bigcode(const hf_fields& f) {
 
 // DistilBertConfig (configuration_distilbert.py): dim, hidden_dim, n_layers, n_heads.
 inline model read_distilbert(const hf_fields& f) {
-  model m{.family = family::distilbert,
-          .mlp = mlp_kind::gelu,
-          .norm = norm_kind::layernorm,
-          .bias = bias_kind::all,
-          .tied_embeddings = true,
-          .positions = position_kind::learned};
+  model m = classic_block(family::distilbert);
+  m.tied_embeddings = true;
   m.hidden = f.integer({"dim"});
   m.layers = f.integer({"n_layers"});
   m.heads = m.kv_heads = f.integer({"n_heads"});
@@ -364,11 +356,7 @@ inline model read_distilbert(const hf_fields& f) {
 }
 
 inline model read_gpt2(const hf_fields& f) {
-  model m{.family = family::gpt2,
-          .mlp = mlp_kind::gelu,
-          .norm = norm_kind::layernorm,
-          .bias = bias_kind::all,
-          .positions = position_kind::learned};
+  model m = classic_block(family::gpt2);
   m.hidden = f.integer({"n_embd", "hidden_size"});
   m.layers = f.integer({"n_layer", "num_hidden_layers"});
   m.heads = m.kv_heads = f.integer({"n_head", "num_attention_heads"});
@@ -408,12 +396,8 @@ inline model read_falcon(const hf_fields& f) {
 }
 
 inline model read_bert(const hf_fields& f) {
-  model m{.family = family::bert,
-          .mlp = mlp_kind::gelu,
-          .norm = norm_kind::layernorm,
-          .bias = bias_kind::all,
-          .tied_embeddings = true,
-          .positions = position_kind::learned};
+  model m = classic_block(family::bert);
+  m.tied_embeddings = true;
   read_attention(f, m);
   m.kv_heads = m.heads;
   m.ffn = f.integer({"intermediate_size"});
@@ -438,11 +422,7 @@ inline model read_big_bird(const hf_fields& f) {
 
 // ViTConfig; counted as torchvision's VisionTransformer (the same tensors, fused Q/K/V).
 inline model read_vit(const hf_fields& f) {
-  model m{.family = family::vit,
-          .mlp = mlp_kind::gelu,
-          .norm = norm_kind::layernorm,
-          .bias = bias_kind::all,
-          .positions = position_kind::learned};
+  model m = classic_block(family::vit);
   m.hidden = f.integer({"hidden_size"});
   m.layers = f.integer({"num_hidden_layers"});
   m.heads = m.kv_heads = f.integer({"num_attention_heads"});

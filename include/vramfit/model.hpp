@@ -160,6 +160,16 @@ struct model {
   }
 };
 
+/// The GPT-2 / BERT block that the classic families fix (validated: validate_family_layout): a
+/// GELU MLP of two matrices, LayerNorm, biases everywhere, learned positions.
+constexpr model classic_block(family f) {
+  return {.family = f,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .bias = bias_kind::all,
+          .positions = position_kind::learned};
+}
+
 // --- Validity rules. Each is a function named after the rule: a compile error in a constant
 // expression (the name and the numbers appear in the diagnostic), a vramfit::error at run time.
 namespace detail::rules {

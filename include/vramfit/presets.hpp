@@ -12,22 +12,17 @@ namespace vramfit {
 namespace detail {
 constexpr model gpt2_preset(const char* name, std::int64_t hidden, std::int64_t layers,
                             std::int64_t heads) {
-  model m{.family = family::gpt2,
-          .hidden = hidden,
-          .layers = layers,
-          .heads = heads,
-          .kv_heads = heads,
-          .head_dim = hidden / heads,
-          .ffn = 4 * hidden,
-          .vocab = 50257,
-          .mlp = mlp_kind::gelu,
-          .norm = norm_kind::layernorm,
-          .bias = bias_kind::all,
-          .tied_embeddings = true,
-          .positions = position_kind::learned,
-          .max_positions = 1024,
-          .dropout = true,
-          .gelu_in_python = true};
+  model m = classic_block(family::gpt2);
+  m.hidden = hidden;
+  m.layers = layers;
+  m.heads = m.kv_heads = heads;
+  m.head_dim = hidden / heads;
+  m.ffn = 4 * hidden;
+  m.vocab = 50257;
+  m.tied_embeddings = true;
+  m.max_positions = 1024;
+  m.dropout = true;
+  m.gelu_in_python = true;
   copy_name(m.name, name);
   return m;
 }

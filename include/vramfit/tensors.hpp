@@ -167,6 +167,14 @@ class ledger_builder {
       add({prefix, name, ".bias"}, {width}, tensor_kind::norm, layers);
   }
 
+  /// The decoder's final norm `prefix` + `norm`, then the LM head [vocab, hidden] unless the
+  /// token embedding is tied to it (then the head reads the embedding's weight).
+  constexpr void add_final_norm_and_head(const char* prefix, const char* norm) {
+    add_norm(prefix, norm, m_.hidden);
+    if (!m_.tied_embeddings)
+      add({"lm_head.weight"}, {m_.vocab, m_.hidden}, tensor_kind::head, {}, 1, tp_split::vocab);
+  }
+
   /// A linear layer stored as [out, in] with an optional bias of `out`. A row-parallel layer's
   /// bias is replicated; every other split applies to the bias as to the weight.
   constexpr void add_linear(const char* prefix, const char* name, std::int64_t out, std::int64_t in,
@@ -352,9 +360,7 @@ constexpr tensor_ledger llama_tensors(const model& m) {
     b.add_state({p, "self_attn.rotary_emb.inv_freq"}, {m.head_dim / 2}, tensor_kind::attention, 32,
                 all, true);
   }
-  b.add_norm("model.", "norm", m.hidden);
-  if (!m.tied_embeddings)
-    b.add({"lm_head.weight"}, {m.vocab, m.hidden}, tensor_kind::head, {}, 1, tp_split::vocab);
+  b.add_final_norm_and_head("model.", "norm");
   return b.result();
 }
 
@@ -380,9 +386,7 @@ constexpr tensor_ledger gpt2_tensors(const model& m) {
   b.add_norm(p, "ln_2", h, all);
   b.add_conv1d(p, "mlp.c_fc", h, m.ffn, tensor_kind::mlp, all, tp_split::output);
   b.add_conv1d(p, "mlp.c_proj", m.ffn, h, tensor_kind::mlp, all, tp_split::input);
-  b.add_norm("transformer.", "ln_f", h);
-  if (!m.tied_embeddings)
-    b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head, {}, 1, tp_split::vocab);
+  b.add_final_norm_and_head("transformer.", "ln_f");
   return b.result();
 }
 
@@ -406,9 +410,7 @@ constexpr tensor_ledger falcon_tensors(const model& m) {
   b.add_linear(p, "self_attention.dense", h, h, tensor_kind::attention, bias, all, tp_split::input);
   b.add_linear(p, "mlp.dense_h_to_4h", m.ffn, h, tensor_kind::mlp, bias, all, tp_split::output);
   b.add_linear(p, "mlp.dense_4h_to_h", h, m.ffn, tensor_kind::mlp, bias, all, tp_split::input);
-  b.add_norm("transformer.", "ln_f", h);
-  if (!m.tied_embeddings)
-    b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head, {}, 1, tp_split::vocab);
+  b.add_final_norm_and_head("transformer.", "ln_f");
   return b.result();
 }
 
@@ -488,9 +490,7 @@ constexpr tensor_ledger gpt_bigcode_tensors(const model& m) {
   b.add_norm(p, "ln_2", h, all);
   b.add_linear(p, "mlp.c_fc", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
   b.add_linear(p, "mlp.c_proj", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
-  b.add_norm("transformer.", "ln_f", h);
-  if (!m.tied_embeddings)
-    b.add({"lm_head.weight"}, {m.vocab, h}, tensor_kind::head, {}, 1, tp_split::vocab);
+  b.add_final_norm_and_head("transformer.", "ln_f");
   return b.result();
 }
 
