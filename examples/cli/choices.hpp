@@ -14,6 +14,7 @@ template <class Value>
 struct named {
   const char* name;
   Value value;
+  const char* help = nullptr;  ///< what the choice means, where its name does not say
 };
 
 /// Whether `a` and `b` are the same name, ignoring case.
@@ -53,12 +54,15 @@ const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* 
   detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known + hint);
 }
 
-/// The names of `table` as a help text lists them: "a, b or c".
+/// The names of `table` as a help text lists them, each with what it means where the table
+/// says: "a, b (what b is) or c". The parser reads the same table, so --help cannot drift.
 template <class Value, std::size_t N>
 std::string choice_list(const named<Value> (&table)[N]) {
   std::string list;
-  for (std::size_t i = 0; i < N; ++i)
+  for (std::size_t i = 0; i < N; ++i) {
     list += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + table[i].name;
+    if (table[i].help) list += std::string(" (") + table[i].help + ")";
+  }
   return list;
 }
 
@@ -114,17 +118,17 @@ inline constexpr named<optimizer> optimizers[] = {
 };
 
 inline constexpr named<optimizer_impl> optimizer_impls[] = {
-    {"foreach", optimizer_impl::foreach},
-    {"fused", optimizer_impl::fused},
-    {"for-loop", optimizer_impl::for_loop},
+    {"foreach", optimizer_impl::foreach, "lists as large as all the updated tensors"},
+    {"fused", optimizer_impl::fused, "one kernel, no temporaries"},
+    {"for-loop", optimizer_impl::for_loop, "foreach=False: a few copies of one tensor"},
 };
 
 inline constexpr named<weight_layout> weight_layouts[] = {
     {"fp32", plain_weights<fp32>::value},
     {"bf16", plain_weights<bf16>::value},
     {"fp16", plain_weights<fp16>::value},
-    {"int8", bnb_int8::value},
-    {"nf4", bnb_4bit<>::value},
+    {"int8", bnb_int8::value, "bitsandbytes"},
+    {"nf4", bnb_4bit<>::value, "double quantization"},
     {"nf4-no-dq", bnb_4bit<nf4>::value},
     {"fp4", bnb_4bit<fp4>::value},
     {"fp4-dq", bnb_4bit<fp4_double_quant>::value},
@@ -132,13 +136,15 @@ inline constexpr named<weight_layout> weight_layouts[] = {
     {"awq", awq<>::value},
     {"fp8", fp8_weights<>::value},
     {"fp8-per-channel", fp8_weights<true>::value},
-    {"mxfp4", mxfp4_experts::value},
+    {"mxfp4", mxfp4_experts::value, "experts"},
     {"nvfp4", nvfp4_weights::value},
 };
 
-inline constexpr named<load_kind> load_kinds[] = {{"meta", load_kind::direct},
-                                                  {"device", load_kind::fp32_on_device_then_cast},
-                                                  {"host", load_kind::fp32_on_host}};
+inline constexpr named<load_kind> load_kinds[] = {
+    {"meta", load_kind::direct,
+     "created on the meta device, each tensor materialized in its format: from_pretrained"},
+    {"device", load_kind::fp32_on_device_then_cast, "built in fp32 on the GPU, then cast"},
+    {"host", load_kind::fp32_on_host, "built in fp32 on the host, then moved"}};
 
 inline constexpr named<element_format> checkpoint_formats[] = {
     {"bf16", bf16::value}, {"fp16", fp16::value}, {"fp32", fp32::value}};
@@ -148,29 +154,36 @@ inline constexpr named<element_format> kv_formats[] = {
     {"fp16", fp16::value},
     {"fp32", fp32::value},
     {"fp8", fp8_e4m3::value},
-    {"int8", group_quantized<8, 1 << 20, fp16, 0>::value},
-    {"int4", group_quantized<4, 1 << 20, fp16, 0>::value},
+    {"int8", group_quantized<8, 1 << 20, fp16, 0>::value, "with an fp16 scale per head"},
+    {"int4", group_quantized<4, 1 << 20, fp16, 0>::value, "with an fp16 scale per head"},
 };
 
-inline constexpr named<attention_kind> attentions[] = {{"eager", attention_kind::eager},
-                                                       {"flash", attention_kind::flash},
-                                                       {"sdpa", attention_kind::sdpa}};
+inline constexpr named<attention_kind> attentions[] = {
+    {"eager", attention_kind::eager, "the scores [b, heads, s, s] materialized"},
+    {"flash", attention_kind::flash,
+     "SDPA's fused kernels; in fp32 with grouped-query heads PyTorch runs its math kernel, which "
+     "saves what eager does"},
+    {"sdpa", attention_kind::sdpa,
+     "Hugging Face's SDPA with K and V repeated per query head: torch < 2.5 or a padding mask"}};
 
-inline constexpr named<recompute_kind> recomputes[] = {{"none", recompute_kind::none},
-                                                       {"selective", recompute_kind::selective},
-                                                       {"full", recompute_kind::full},
-                                                       {"op-sac", recompute_kind::op_sac}};
+inline constexpr named<recompute_kind> recomputes[] = {
+    {"none", recompute_kind::none},
+    {"selective", recompute_kind::selective, "the attention core"},
+    {"full", recompute_kind::full},
+    {"op-sac", recompute_kind::op_sac,
+     "torchtitan's op-level selective checkpointing: every second matmul and attention outputs "
+     "kept"}};
 
 inline constexpr named<shard_implementation> zero_implementations[] = {
     {"deepspeed", shard_implementation::deepspeed},
     {"paper", shard_implementation::paper},
-    {"megatron", shard_implementation::megatron}};
+    {"megatron", shard_implementation::megatron, "Megatron's distributed optimizer with --zero 1"}};
 
 inline constexpr named<fsdp_strategy> fsdp_strategies[] = {
-    {"full", fsdp_strategy::full_shard},
-    {"grad-op", fsdp_strategy::shard_grad_op},
-    {"hybrid", fsdp_strategy::hybrid_shard},
-    {"none", fsdp_strategy::no_shard}};
+    {"full", fsdp_strategy::full_shard, "FULL_SHARD"},
+    {"grad-op", fsdp_strategy::shard_grad_op, "SHARD_GRAD_OP"},
+    {"hybrid", fsdp_strategy::hybrid_shard, "HYBRID_SHARD, with --fsdp-group"},
+    {"none", fsdp_strategy::no_shard, "NO_SHARD"}};
 
 inline constexpr named<sharding_family> sharding_families[] = {
     {"deepspeed", sharding_family::deepspeed},
@@ -181,11 +194,30 @@ inline constexpr named<sharding_family> sharding_families[] = {
 inline constexpr named<offload_target> offload_targets[] = {{"cpu", offload_target::cpu},
                                                             {"nvme", offload_target::nvme}};
 
-inline constexpr named<loss_kind> losses[] = {{"fp32-upcast", loss_kind::fp32_upcast},
-                                              {"native", loss_kind::native},
-                                              {"fused-chunked", loss_kind::fused_chunked},
-                                              {"chunked-output", loss_kind::chunked_output},
-                                              {"linear-chunked", loss_kind::linear_chunked}};
+/// What --offload moves to the host (or NVMe).
+enum class offload_mode : unsigned char { none, optimizer, all };
+inline constexpr named<offload_mode> offload_modes[] = {
+    {"none", offload_mode::none},
+    {"optimizer", offload_mode::optimizer, "master, states, gradient partitions"},
+    {"all", offload_mode::all, "also ZeRO-3 weights"}};
+
+/// --activation-offload: whether the saved activations live on the host.
+inline constexpr named<bool> activation_offloads[] = {
+    {"none", false},
+    {"cpu", true,
+     "keep saved activations on the host and bring each layer back for its backward: torchtune's "
+     "enable_activation_offloading"}};
+
+inline constexpr named<loss_kind> losses[] = {
+    {"fp32-upcast", loss_kind::fp32_upcast, "Hugging Face"},
+    {"native", loss_kind::native},
+    {"fused-chunked", loss_kind::fused_chunked,
+     "one chunk's logits at a time, as Liger's fused linear cross-entropy"},
+    {"chunked-output", loss_kind::chunked_output,
+     "torchtune's CEWithChunkedOutputLoss: 8 chunks, every chunk's fp32 log-softmax saved"},
+    {"linear-chunked", loss_kind::linear_chunked,
+     "torchtune's LinearCrossEntropyLoss: the head applied per chunk, every chunk's fp32 "
+     "log-softmax saved"}};
 
 inline constexpr named<pipeline_schedule> schedules[] = {
     {"1f1b", pipeline_schedule::one_f_one_b},

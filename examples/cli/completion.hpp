@@ -59,7 +59,9 @@ inline std::string option_values(const CLI::Option& o, const std::string& name) 
       {"loss", [] { return words_of(losses); }},
       {"schedule", [] { return words_of(schedules); }},
       {"init", [] { return words_of(load_kinds); }},
-      {"checkpoint", [] { return words_of(checkpoint_formats); }},
+      {"checkpoint-dtype", [] { return words_of(checkpoint_formats); }},
+      {"offload", [] { return words_of(offload_modes); }},
+      {"activation-offload", [] { return words_of(activation_offloads); }},
       {"sharding", [] { return words_of(sharding_families); }},
   };
   for (const table_option& t : tables)

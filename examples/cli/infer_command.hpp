@@ -47,12 +47,8 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
                "vllm: its defaults for the options not given (vramfit frameworks lists them)");
   c.add_option(
       "--weights", o.weights,
-      "fp32, bf16, fp16, int8 (bitsandbytes), nf4 (double quantization), nf4-no-dq, fp4, fp4-dq, "
-      "gptq, awq, fp8, fp8-per-channel, "
-      "mxfp4 (experts), nvfp4 (default: a config.json's quantization_config, else bf16)");
-  c.add_option("--kv-dtype", o.kv_dtype,
-               "bf16, fp16, fp32, fp8, int8, int4 (int8/int4 with an fp16 scale per head)")
-      ->capture_default_str();
+      choice_list(weight_layouts) + " (default: a config.json's quantization_config, else bf16)");
+  c.add_option("--kv-dtype", o.kv_dtype, choice_list(kv_formats))->capture_default_str();
   c.add_option("--batch,-b", o.batch, "Sequences")->check(positive)->capture_default_str();
   c.add_option("--beams", o.beams, "Beams per sequence (each keeps its own cache)")
       ->check(positive)

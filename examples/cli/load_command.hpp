@@ -34,14 +34,11 @@ inline void add_load_options(CLI::App& c, load_options& o) {
   c.add_option("--model,-m", o.model, "A preset, a config.json path, or its text")
       ->capture_default_str();
   c.add_option("--weights", o.weights, "The loaded format, as infer's --weights");
-  c.add_option("--init", o.init,
-               "meta (created on the meta device, each tensor materialized in its format: "
-               "from_pretrained), device (built in fp32 on the GPU, then cast) or host (built in "
-               "fp32 on the host, then moved)")
-      ->capture_default_str();
+  c.add_option("--init", o.init, choice_list(load_kinds))->capture_default_str();
   c.add_option("--checkpoint-dtype", o.checkpoint,
                "The checkpoint's format, which bitsandbytes quantizes from as it loads (meta "
-               "init): bf16 (the default), fp16 or fp32");
+               "init): " +
+                   choice_list(checkpoint_formats) + " (default: bf16)");
   c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")

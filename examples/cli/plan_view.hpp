@@ -49,8 +49,8 @@ inline const char* offload_name(const layout& l) {
 }
 
 inline const char* recompute_name(recompute_kind r) {
-  for (const auto& [name, value] : recomputes)
-    if (value == r) return name;
+  for (const named<recompute_kind>& n : recomputes)
+    if (n.value == r) return n.name;
   return "none";
 }
 

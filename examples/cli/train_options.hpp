@@ -87,7 +87,7 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                      "policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)");
   cmd.add_option("--optimizer", o.optimizer, choice_list(optimizers))->capture_default_str();
   cmd.add_option("--optimizer-impl", o.optimizer_impl,
-                 "for-loop, foreach or fused (default: what torch.optim picks on CUDA)");
+                 choice_list(optimizer_impls) + "; default: what torch.optim picks on CUDA");
   cmd.add_flag("--amsgrad", o.amsgrad, "Adam, AdamW: keep max_exp_avg_sq (amsgrad=True)");
   cmd.add_option("--momentum", o.momentum,
                  "SGD, RMSprop: a momentum factor; above 0 keeps a momentum buffer");
@@ -106,18 +106,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                  "Micro-batches per optimizer step (gradient accumulation, pipeline)")
       ->check(positive)
       ->capture_default_str();
-  cmd.add_option(
-         "--attention", o.attention,
-         "eager, flash (SDPA's fused kernels; in fp32 with grouped-query heads PyTorch runs "
-         "its math kernel, which saves what eager does), or sdpa (Hugging Face's SDPA with "
-         "K and V repeated per query head: torch < 2.5 or a padding mask)")
-      ->capture_default_str();
+  cmd.add_option("--attention", o.attention, choice_list(attentions))->capture_default_str();
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
-  cmd.add_option("--recompute", o.recompute,
-                 "none, selective (the attention core), full, or op-sac (torchtitan's op-level "
-                 "selective checkpointing: every second matmul and attention outputs kept)")
-      ->capture_default_str();
+  cmd.add_option("--recompute", o.recompute, choice_list(recomputes))->capture_default_str();
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
       ->capture_default_str();
@@ -125,26 +117,17 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                  "With --recompute full: only every Nth layer (torchtitan's per-layer SAC, "
                  "selective_ac_option N)")
       ->check(positive);
-  cmd.add_option("--activation-offload", o.activation_offload,
-                 "cpu: keep saved activations on the host and bring each layer back for its "
-                 "backward (torchtune enable_activation_offloading), or none")
+  cmd.add_option("--activation-offload", o.activation_offload, choice_list(activation_offloads))
       ->capture_default_str();
   cmd.add_flag("--non-reentrant", o.non_reentrant,
                "Checkpoint with use_reentrant=False (Hugging Face's default is True)");
-  cmd.add_option(
-         "--loss", o.loss,
-         "fp32-upcast (Hugging Face), native, fused-chunked (one chunk's logits at a time, "
-         "as Liger's fused linear cross-entropy), chunked-output or linear-chunked (torchtune's "
-         "CEWithChunkedOutputLoss and LinearCrossEntropyLoss: 8 chunks, every chunk's fp32 "
-         "log-softmax saved)")
-      ->capture_default_str();
+  cmd.add_option("--loss", o.loss, choice_list(losses))->capture_default_str();
   cmd.add_option("--dp", o.dp, "Data-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3");
-  cmd.add_option("--zero-impl", o.zero_impl,
-                 "deepspeed, paper or megatron (Megatron's distributed optimizer with --zero 1)")
+  cmd.add_option("--zero-impl", o.zero_impl, choice_list(zero_implementations))
       ->capture_default_str();
   cmd.add_option("--fsdp", o.fsdp,
-                 "PyTorch FSDP over the data-parallel ranks: full, grad-op, hybrid or none");
+                 "PyTorch FSDP over the data-parallel ranks: " + choice_list(fsdp_strategies));
   cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid");
   cmd.add_option("--fsdp-version", o.fsdp_version,
                  "1: FullyShardedDataParallel; 2: fully_shard (fp32 sharded parameters under "
@@ -158,18 +141,15 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--pp-stages", o.pp_stages, "Layers per pipeline stage, e.g. 11,11,10")
       ->delimiter(',');
-  cmd.add_option("--schedule", o.schedule, "Pipeline schedule: 1f1b, interleaved or gpipe")
+  cmd.add_option("--schedule", o.schedule, "Pipeline schedule: " + choice_list(schedules))
       ->capture_default_str();
   cmd.add_option("--virtual-stages", o.virtual_stages, "Model chunks per rank (interleaved)")
       ->check(positive)
       ->capture_default_str();
   cmd.add_option("--cp", o.cp, "Context-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--ep", o.ep, "Expert-parallel degree")->check(positive)->capture_default_str();
-  cmd.add_option(
-         "--offload", o.offload,
-         "none, optimizer (master, states, gradient partitions) or all (also ZeRO-3 weights)")
-      ->capture_default_str();
-  cmd.add_option("--offload-to", o.offload_to, "cpu or nvme")->capture_default_str();
+  cmd.add_option("--offload", o.offload, choice_list(offload_modes))->capture_default_str();
+  cmd.add_option("--offload-to", o.offload_to, choice_list(offload_targets))->capture_default_str();
   cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)");
   cmd.add_option("--lora-targets", o.lora_targets,
                  "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
@@ -234,7 +214,8 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
   // plan: --sharding fsdp or any searches FSDP too (plan_space.hpp checks it there).
   if (!plan && given("--fsdp-version") && o.fsdp.empty())
     refuse("--fsdp-version applies with --fsdp only");
-  if (given("--offload-to") && o.offload == "none")
+  if (given("--offload-to") &&
+      cli::choose(offload_modes, o.offload, "offload") == offload_mode::none)
     refuse("--offload-to applies with --offload optimizer or all only");
   if (given("--sweep-max") && o.sweep.empty()) refuse("--sweep-max applies with --sweep only");
   // plan searches the pipeline degree: its schedule and chunks fix the candidates with one.

@@ -183,10 +183,9 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
   const offload_target target = cli::choose(cli::offload_targets, o.offload_to, "offload target");
-  if (o.offload == "optimizer" || o.offload == "all") l.optimizer_offload = target;
-  if (o.offload == "all") l.parameter_offload = target;
-  if (o.offload != "none" && o.offload != "optimizer" && o.offload != "all")
-    detail::raise("unknown --offload '" + o.offload + "'; known: none, optimizer, all");
+  const offload_mode offloaded = cli::choose(cli::offload_modes, o.offload, "offload");
+  if (offloaded != offload_mode::none) l.optimizer_offload = target;
+  if (offloaded == offload_mode::all) l.parameter_offload = target;
   validated(l, m);
 
   const bool dropout = o.dropout ? *o.dropout > 0 : m.dropout;
@@ -197,27 +196,25 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
                   std::to_string(o.recompute_layers));
   if (o.recompute_layers != -1 && o.recompute != "full")
     detail::raise("--recompute-layers applies to --recompute full only");
-  if (o.activation_offload != "none" && o.activation_offload != "cpu")
-    detail::raise("unknown --activation-offload '" + o.activation_offload.substr(0, 40) +
-                  "'; known: none, cpu");
   if (o.non_reentrant && o.recompute != "full" && o.framework.empty())
     detail::raise(
         "--non-reentrant applies to --recompute full only (op-sac is always "
         "non-reentrant)");
-  activation_options a{.micro_batch = o.micro_batch,
-                       .sequence = o.seq_len,
-                       .micro_batches = o.grad_accum,
-                       .attention = cli::choose(cli::attentions, o.attention, "attention"),
-                       .attention_dropout = dropout,
-                       .hidden_dropout = dropout,
-                       .recompute = cli::choose(cli::recomputes, o.recompute, "recompute policy"),
-                       .recompute_layers = o.recompute_layers,
-                       .recompute_every = o.recompute_every,
-                       .reentrant_checkpoint = !o.non_reentrant,
-                       .offload = o.activation_offload == "cpu",
-                       .loss = cli::choose(cli::losses, o.loss, "loss"),
-                       .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
-                       .virtual_stages = o.virtual_stages};
+  activation_options a{
+      .micro_batch = o.micro_batch,
+      .sequence = o.seq_len,
+      .micro_batches = o.grad_accum,
+      .attention = cli::choose(cli::attentions, o.attention, "attention"),
+      .attention_dropout = dropout,
+      .hidden_dropout = dropout,
+      .recompute = cli::choose(cli::recomputes, o.recompute, "recompute policy"),
+      .recompute_layers = o.recompute_layers,
+      .recompute_every = o.recompute_every,
+      .reentrant_checkpoint = !o.non_reentrant,
+      .offload = cli::choose(cli::activation_offloads, o.activation_offload, "activation offload"),
+      .loss = cli::choose(cli::losses, o.loss, "loss"),
+      .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
+      .virtual_stages = o.virtual_stages};
   detail::check(a, l);
   if (o.reserve == "simulated" && o.fragmentation_percent >= 0)
     detail::raise("--fragmentation-percent is the share of --reserve share, not of simulated");

@@ -1310,3 +1310,39 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
     }
   }
 }
+
+TEST_CASE("help texts list each option's choices from the parser's tables") {
+  // The completion script offers each option's values from the tables the parser reads; the
+  // option's --help must name every one, in the table's order (with what it means, where the
+  // table says), so that neither can drift from the parser.
+  const std::string script = run("completion bash").out;
+  std::string help;
+  for (const char* sub : {"train", "infer", "load", "plan"})
+    help += run(std::string(sub) + " --help").out;
+  int checked = 0;
+  for (std::size_t at = script.find("    --"); at != std::string::npos;
+       at = script.find("    --", at + 1)) {
+    const std::string option = script.substr(at + 4, script.find_first_of("|)", at) - at - 4);
+    if (option == "--model" || option == "--gpu" || option == "--framework" || option == "--units")
+      continue;  // presets and listings have commands of their own; --units is vramfit's
+    const std::size_t open = script.find('"', at) + 1;
+    std::istringstream words(script.substr(open, script.find('"', open) - open));
+    // Its line in --help ("  --loss TEXT=..." or "  -f,--format TEXT...") and the next one,
+    // where CLI11 puts the text of a long option name.
+    std::size_t line = help.find("\n  " + option + " ");
+    if (line == std::string::npos) line = help.find("," + option + " ");
+    REQUIRE(line != std::string::npos);
+    const std::size_t end = help.find('\n', help.find('\n', line + 1) + 1);
+    const std::string text = help.substr(line, end - line);
+    std::size_t from = 0;
+    for (std::string word; words >> word;) {
+      const std::string what = option + ": " + word;
+      INFO(what);
+      const std::size_t found = text.find(word, from);
+      CHECK(found != std::string::npos);
+      from = found == std::string::npos ? from : found + word.size();
+      ++checked;
+    }
+  }
+  CHECK(checked > 80);
+}
