@@ -195,32 +195,47 @@ namespace detail::rules {
 }
 }  // namespace detail::rules
 
+/// The layout rules, in the order check_layout tests them, as one table for the enum, to_string()
+/// and validated(): X(rule, the rule in a few words, the arguments its error takes from the
+/// violation `v`: detail::rules::rule(args...), which names the rule in a compile error).
+#define VRAMFIT_LAYOUT_RULES(X)                                                                   \
+  X(parallel_degree_must_be_positive, "a parallel degree is not positive", v.degree, v.a)         \
+  X(world_size_must_not_exceed_the_limit, "more GPUs than the world-size limit", v.a,             \
+    max_world_size)                                                                               \
+  X(buffer_size_must_not_be_negative, "a communication buffer size is negative", v.degree, v.a)   \
+  X(shard_group_must_divide_data_parallel, "the shard group does not divide data parallel", v.a,  \
+    v.b)                                                                                          \
+  X(sequence_parallel_needs_tensor_parallel, "sequence parallelism needs tensor parallelism")     \
+  X(tensor_parallel_must_divide_attention_heads,                                                  \
+    "tensor parallel must divide the attention heads", v.a, v.b)                                  \
+  X(tensor_parallel_and_kv_heads_must_divide_one_another,                                         \
+    "tensor parallel and the KV heads must divide one another", v.a, v.b)                         \
+  X(tensor_parallel_must_divide_ffn, "tensor parallel must divide the FFN size", v.a, v.b)        \
+  X(pipeline_stages_must_not_exceed_layers, "more pipeline stages than layers", v.a, v.b)         \
+  X(stage_layers_must_match_pipeline_degree,                                                      \
+    "stage layer counts do not match the pipeline degree", v.a, v.b)                              \
+  X(every_stage_needs_a_layer, "a pipeline stage has no layer", v.a)                              \
+  X(stage_layers_must_sum_to_layers, "the stages' layers do not sum to the model's", v.a, v.b)    \
+  X(expert_parallel_needs_a_moe_model, "expert parallel needs a mixture-of-experts model", v.a)   \
+  X(expert_parallel_must_divide_experts, "expert parallel must divide the experts", v.a, v.b)     \
+  X(expert_parallel_must_divide_data_times_context, "expert parallel must divide data x context", \
+    v.a, v.b)                                                                                     \
+  X(deepspeed_forbids_zero2_or_3_with_pipeline_parallel,                                          \
+    "DeepSpeed forbids ZeRO-2/3 with pipeline parallelism", static_cast<int>(v.a), v.b)           \
+  X(fsdp_version_must_be_1_or_2, "the FSDP version is not 1 or 2", v.a)                           \
+  X(reshard_after_forward_needs_fsdp2_full_shard,                                                 \
+    "reshard_after_forward needs FSDP2 full sharding")                                            \
+  X(reshard_after_forward_must_divide_the_shard_ranks,                                            \
+    "reshard_after_forward does not divide the shard ranks", v.a, v.b)                            \
+  X(parameter_offload_needs_zero3, "parameter offload needs ZeRO-3")
+
+#define VRAMFIT_LAYOUT_RULE_NAME(rule, ...) rule,
+#define VRAMFIT_LAYOUT_RULE_ONE(...) +1
 /// A layout rule, named as its error is.
-enum class layout_rule : unsigned char {
-  none,
-  parallel_degree_must_be_positive,
-  world_size_must_not_exceed_the_limit,
-  buffer_size_must_not_be_negative,
-  shard_group_must_divide_data_parallel,
-  sequence_parallel_needs_tensor_parallel,
-  tensor_parallel_must_divide_attention_heads,
-  tensor_parallel_and_kv_heads_must_divide_one_another,
-  tensor_parallel_must_divide_ffn,
-  pipeline_stages_must_not_exceed_layers,
-  stage_layers_must_match_pipeline_degree,
-  every_stage_needs_a_layer,
-  stage_layers_must_sum_to_layers,
-  expert_parallel_needs_a_moe_model,
-  expert_parallel_must_divide_experts,
-  expert_parallel_must_divide_data_times_context,
-  deepspeed_forbids_zero2_or_3_with_pipeline_parallel,
-  fsdp_version_must_be_1_or_2,
-  reshard_after_forward_needs_fsdp2_full_shard,
-  reshard_after_forward_must_divide_the_shard_ranks,
-  parameter_offload_needs_zero3,  // the last: layout_rule_count follows it
-};
-inline constexpr std::size_t layout_rule_count =
-    static_cast<std::size_t>(layout_rule::parameter_offload_needs_zero3) + 1;
+enum class layout_rule : unsigned char { none, VRAMFIT_LAYOUT_RULES(VRAMFIT_LAYOUT_RULE_NAME) };
+inline constexpr std::size_t layout_rule_count = 1 VRAMFIT_LAYOUT_RULES(VRAMFIT_LAYOUT_RULE_ONE);
+#undef VRAMFIT_LAYOUT_RULE_ONE
+#undef VRAMFIT_LAYOUT_RULE_NAME
 
 /// The first rule a layout breaks for a model, with its numbers.
 struct layout_violation {
@@ -343,29 +358,10 @@ constexpr layout_violation check_layout(const layout& l, const model& m) {
 
 /// The rule in a few words, for reports.
 constexpr const char* to_string(layout_rule r) {
-  constexpr const char* text[layout_rule_count] = {
-      "valid",
-      "a parallel degree is not positive",
-      "more GPUs than the world-size limit",
-      "a communication buffer size is negative",
-      "the shard group does not divide data parallel",
-      "sequence parallelism needs tensor parallelism",
-      "tensor parallel must divide the attention heads",
-      "tensor parallel and the KV heads must divide one another",
-      "tensor parallel must divide the FFN size",
-      "more pipeline stages than layers",
-      "stage layer counts do not match the pipeline degree",
-      "a pipeline stage has no layer",
-      "the stages' layers do not sum to the model's",
-      "expert parallel needs a mixture-of-experts model",
-      "expert parallel must divide the experts",
-      "expert parallel must divide data x context",
-      "DeepSpeed forbids ZeRO-2/3 with pipeline parallelism",
-      "the FSDP version is not 1 or 2",
-      "reshard_after_forward needs FSDP2 full sharding",
-      "reshard_after_forward does not divide the shard ranks",
-      "parameter offload needs ZeRO-3",
-  };
+#define VRAMFIT_LAYOUT_RULE_TEXT(rule, text, ...) text,
+  constexpr const char* text[layout_rule_count] = {"valid",
+                                                   VRAMFIT_LAYOUT_RULES(VRAMFIT_LAYOUT_RULE_TEXT)};
+#undef VRAMFIT_LAYOUT_RULE_TEXT
   return text[static_cast<int>(r)];
 }
 
@@ -377,49 +373,16 @@ constexpr const layout& validated(const layout& l, const model& m) {
   switch (v.rule) {
     case layout_rule::none:
       break;
-    case layout_rule::parallel_degree_must_be_positive:
-      parallel_degree_must_be_positive(v.degree, v.a);
-    case layout_rule::world_size_must_not_exceed_the_limit:
-      world_size_must_not_exceed_the_limit(v.a, max_world_size);
-    case layout_rule::buffer_size_must_not_be_negative:
-      buffer_size_must_not_be_negative(v.degree, v.a);
-    case layout_rule::shard_group_must_divide_data_parallel:
-      shard_group_must_divide_data_parallel(v.a, v.b);
-    case layout_rule::sequence_parallel_needs_tensor_parallel:
-      sequence_parallel_needs_tensor_parallel();
-    case layout_rule::tensor_parallel_must_divide_attention_heads:
-      tensor_parallel_must_divide_attention_heads(v.a, v.b);
-    case layout_rule::tensor_parallel_and_kv_heads_must_divide_one_another:
-      tensor_parallel_and_kv_heads_must_divide_one_another(v.a, v.b);
-    case layout_rule::tensor_parallel_must_divide_ffn:
-      tensor_parallel_must_divide_ffn(v.a, v.b);
-    case layout_rule::pipeline_stages_must_not_exceed_layers:
-      pipeline_stages_must_not_exceed_layers(v.a, v.b);
-    case layout_rule::stage_layers_must_match_pipeline_degree:
-      stage_layers_must_match_pipeline_degree(v.a, v.b);
-    case layout_rule::every_stage_needs_a_layer:
-      every_stage_needs_a_layer(v.a);
-    case layout_rule::stage_layers_must_sum_to_layers:
-      stage_layers_must_sum_to_layers(v.a, v.b);
-    case layout_rule::expert_parallel_needs_a_moe_model:
-      expert_parallel_needs_a_moe_model(v.a);
-    case layout_rule::expert_parallel_must_divide_experts:
-      expert_parallel_must_divide_experts(v.a, v.b);
-    case layout_rule::expert_parallel_must_divide_data_times_context:
-      expert_parallel_must_divide_data_times_context(v.a, v.b);
-    case layout_rule::deepspeed_forbids_zero2_or_3_with_pipeline_parallel:
-      deepspeed_forbids_zero2_or_3_with_pipeline_parallel(static_cast<int>(v.a), v.b);
-    case layout_rule::fsdp_version_must_be_1_or_2:
-      fsdp_version_must_be_1_or_2(v.a);
-    case layout_rule::reshard_after_forward_needs_fsdp2_full_shard:
-      reshard_after_forward_needs_fsdp2_full_shard();
-    case layout_rule::reshard_after_forward_must_divide_the_shard_ranks:
-      reshard_after_forward_must_divide_the_shard_ranks(v.a, v.b);
-    case layout_rule::parameter_offload_needs_zero3:
-      parameter_offload_needs_zero3();
+#define VRAMFIT_LAYOUT_RULE_RAISE(rule, text, ...) \
+  case layout_rule::rule:                          \
+    rule(__VA_ARGS__);
+      VRAMFIT_LAYOUT_RULES(VRAMFIT_LAYOUT_RULE_RAISE)
+#undef VRAMFIT_LAYOUT_RULE_RAISE
   }
   return l;
 }
+
+#undef VRAMFIT_LAYOUT_RULES
 
 // --- Part types, composed with parallel<...>. Each applies itself to a layout. ---
 
