@@ -29,6 +29,7 @@ struct infer_options {
   std::int64_t block = 0;
   std::int64_t prefill_chunk = 0;
   std::string logits = "last";
+  std::string attention = "flash";
   std::int64_t cuda_graphs_mib = 0;
   std::int64_t tp = 1;
   std::int64_t pp = 1;
@@ -65,6 +66,7 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--prefill-chunk", o.prefill_chunk,
                "Chunked prefill: tokens per forward (0: whole prompt)")
       ->capture_default_str();
+  c.add_option("--attention", o.attention, choice_list(attentions))->capture_default_str();
   c.add_option("--logits", o.logits,
                "last (generate(): the last position's, with fp32 probabilities) or all (a plain "
                "model(input_ids) call, as evaluation and perplexity make: every position's)")
@@ -130,11 +132,14 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
     detail::raise(
         "--max-num-batched-tokens, --max-num-seqs and --non-torch size vLLM's KV pool: give "
         "--utilization too");
-  if (serving && (o.beams > 1 || o.prefill_chunk > 0 || o.logits == "all" ||
-                  o.format == "markdown" || o.format == "svg"))
+  const attention_kind attention = cli::choose(cli::attentions, o.attention, "attention");
+  if (serving &&
+      (o.beams > 1 || o.prefill_chunk > 0 || o.logits == "all" ||
+       attention != attention_kind::flash || o.format == "markdown" || o.format == "svg"))
     detail::raise(
         "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk, --logits "
-        "all and -f markdown|svg describe one request's memory; leave them out");
+        "all, --attention (Hugging Face's) and -f markdown|svg describe one request's memory; "
+        "leave them out");
   const std::int64_t context = detail::checked_add(o.context, o.generate);
   const request_shape r{.batch = o.batch,
                         .beams = o.beams,
@@ -142,7 +147,8 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
                         .generated = o.generate,
                         .prefill_chunk = o.prefill_chunk,
                         .cuda_graphs = checked_size(o.cuda_graphs_mib, "--cuda-graphs").count,
-                        .all_logits = o.logits == "all"};
+                        .all_logits = o.logits == "all",
+                        .attention = attention};
   if (o.utilization && (*o.utilization < 1 || *o.utilization > 100))
     detail::raise("--utilization must be a percentage from 1 to 100, got " +
                   std::to_string(*o.utilization));
@@ -152,7 +158,8 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
         << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
         << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
         << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
-        << context << (r.all_logits ? " | every position's logits" : "");
+        << context << (r.all_logits ? " | every position's logits" : "")
+        << (attention != attention_kind::flash ? " | " + o.attention + " attention" : "");
   if (o.utilization) {
     vllm_settings v = vllm_defaults(g, o.tp);
     v.utilization_percent = *o.utilization;

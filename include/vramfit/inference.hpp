@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "activations.hpp"
 #include "detail/name.hpp"
 #include "detail/search.hpp"
 #include "gpu.hpp"
@@ -140,6 +141,9 @@ struct request_shape {
   /// The logits of every position, as a plain model(input_ids) call returns them (evaluation,
   /// perplexity: logits_to_keep=0), not the last position's that generate() samples from.
   bool all_logits = false;
+  /// Hugging Face's attention in the forward: flash (SDPA's fused kernels, no scores), sdpa
+  /// (K and V repeated per query head first) or eager (the scores materialized).
+  attention_kind attention = attention_kind::flash;
 };
 
 namespace detail::rules {
@@ -159,6 +163,12 @@ namespace detail::rules {
 }
 [[noreturn]] inline void kv_block_must_not_be_negative(std::int64_t block) {
   raise("the KV block size must not be negative, got " + str(block));
+}
+[[noreturn]] inline void attention_modelled_for_llama_family(const char* model) {
+  raise(std::string("eager and sdpa attention in inference are modelled for Hugging Face's "
+                    "Llama-family eager_attention_forward and repeat_kv (no MLA, no attention "
+                    "sinks); ") +
+        model + " runs another: use flash");
 }
 }  // namespace detail::rules
 
@@ -298,6 +308,52 @@ constexpr std::int64_t forward_tokens(const request_shape& r) {
   return detail::checked_mul(detail::checked_mul(r.batch, r.beams), chunk > 0 ? chunk : 1);
 }
 
+/// The 4D causal mask Hugging Face builds once per forward for eager attention, [sequences, 1,
+/// queries, keys] in the compute format (masking_utils.py eager_mask: sdpa_mask's booleans
+/// turned into 0 and the format's minimum); it lives through the forward. SDPA and flash get
+/// none without padding.
+constexpr bytes eager_mask_bytes(const request_shape& r, const element_format& compute) {
+  if (r.attention != attention_kind::eager) return bytes{};
+  const std::int64_t queries = forward_tokens(r) / detail::checked_mul(r.batch, r.beams);
+  return storage_bytes(
+      compute, detail::checked_mul(forward_tokens(r), r.prompt > queries ? r.prompt : queries));
+}
+
+/// A layer's attention at its fullest in a forward without autograd, beside the layer input
+/// the model loop keeps and the KV cache (whose K and V the attention reads): the normed input,
+/// Q, K and V repeated per query head (repeat_kv's reshape copies them, but for one KV head and
+/// one sequence, where it stays a view) and, for eager, the scores of every head, query and key
+/// at their fullest, in bytes per element: in 16 bits the masked scores (2), their fp32 copy
+/// and softmax's fp32 output (4 + 4: ATen SoftMax.cpp softmax(input, dim, dtype) converts with
+/// toType before _softmax, but for CUDA fp16, whose half_to_float kernel takes the 16-bit input:
+/// 2 + 4 then 2 + 4 + 2 at .to(query.dtype)); in fp32 the matmul's output and its scaled copy
+/// (4 + 4). transformers modeling_llama.py eager_attention_forward; traced on the CPU:
+/// tests/validation/eager_prefill_trace.txt. Flash: nothing here (the MLP's set is larger).
+constexpr bytes attention_working_bytes(const model& m, const layout& l, const request_shape& r,
+                                        const element_format& compute) {
+  if (r.attention == attention_kind::flash) return bytes{};
+  if ((m.family != family::llama && m.family != family::phi3) || m.is_mla() || m.attention_sinks)
+    detail::rules::attention_modelled_for_llama_family(m.name);
+  using detail::checked_mul;
+  const std::int64_t tokens = forward_tokens(r);
+  const std::int64_t sequences = checked_mul(r.batch, r.beams);
+  const std::int64_t queries = tokens / sequences;
+  const std::int64_t keys = r.prompt > queries ? r.prompt : queries;  // a chunk sees the prompt
+  const std::int64_t heads = m.heads / l.tensor, kv = detail::local_kv_heads(m, l.tensor);
+  const bool repeated = kv < heads && !(kv == 1 && sequences == 1);
+  const std::int64_t kv_elements =
+      repeated ? checked_mul(checked_mul(2 * sequences, heads), checked_mul(keys, m.head_dim)) : 0;
+  bytes held = storage_bytes(compute, detail::checked_add(checked_mul(tokens, m.hidden),
+                                                          checked_mul(tokens, heads * m.head_dim)));
+  held += storage_bytes(compute, kv_elements);
+  if (r.attention == attention_kind::sdpa)  // the kernel's output, [tokens, heads x head_dim]
+    return held + storage_bytes(compute, checked_mul(tokens, heads * m.head_dim));
+  const std::int64_t scores =
+      checked_mul(checked_mul(sequences, heads), checked_mul(queries, keys));
+  const std::int64_t per_score = compute.payload_bits == 32 || compute == fp16::value ? 8 : 10;
+  return held + bytes{checked_mul(scores, per_score)};
+}
+
 /// Working memory of the forward passes: the largest layer's transient tensors for the tokens of
 /// one forward (no autograd keeps anything), and (with `logits`) the logits with the sampler's
 /// probabilities (fp32) for the last position of each sequence.
@@ -313,9 +369,11 @@ constexpr bytes inference_working_bytes(const model& m, const layout& l, const r
   const std::int64_t gated = m.mlp == mlp_kind::gelu ? 2 : m.family == family::phi3 ? 4 : 3;
   // The residual stream, the normed input and the MLP's intermediates (flash attention: no
   // scores; the MLP is the largest working set of a layer).
-  const bytes layer =
+  const bytes mlp =
       storage_bytes(compute, detail::checked_add(detail::checked_mul(tokens, 2 * m.hidden),
                                                  detail::checked_mul(tokens, gated * width)));
+  const bytes attention = attention_working_bytes(m, l, r, compute);
+  const bytes layer = (mlp > attention ? mlp : attention) + eager_mask_bytes(r, compute);
   if (!logits) return layer;
   // The logits and the sampler's probabilities in fp32 (Hugging Face generate upcasts them).
   const std::int64_t sequences = detail::checked_mul(r.batch, r.beams);

@@ -1243,28 +1243,14 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
   probes.push_back({"load --weights nf4", "--checkpoint-dtype fp32"});
   probes.push_back({"load", "--checkpoint-dtype fp32"});
   probes.push_back({"load -m llama-3-70b", "--check"});
-  for (const char* o : {"--model gpt2",
-                        "--framework vllm",
-                        "--weights int8",
-                        "--kv-dtype fp8",
-                        "--batch 2",
-                        "--beams 2",
-                        "--context 8192",
-                        "--generate 100",
-                        "--block 16",
-                        "--prefill-chunk 512",
-                        "--logits all",
-                        "--cuda-graphs 100",
-                        "--tp 2",
-                        "--pp 2",
-                        "--gpu a100-80gb",
-                        "--utilization 90",
-                        "--max-num-batched-tokens 1024",
-                        "--max-num-seqs 4",
-                        "--non-torch 100",
-                        "--format json",
-                        "--params 7e9",
-                        "--units GB"})
+  for (const char* o : {"--model gpt2",        "--framework vllm", "--weights int8",
+                        "--kv-dtype fp8",      "--batch 2",        "--beams 2",
+                        "--context 8192",      "--generate 100",   "--block 16",
+                        "--prefill-chunk 512", "--logits all",     "--attention eager",
+                        "--cuda-graphs 100",   "--tp 2",           "--pp 2",
+                        "--gpu a100-80gb",     "--utilization 90", "--max-num-batched-tokens 1024",
+                        "--max-num-seqs 4",    "--non-torch 100",  "--format json",
+                        "--params 7e9",        "--units GB"})
     probes.push_back({"infer", o});
   for (const char* o : {"--max-num-batched-tokens 1024", "--max-num-seqs 4", "--non-torch 100"})
     probes.push_back({"infer --utilization 90", o});
@@ -1345,4 +1331,28 @@ TEST_CASE("help texts list each option's choices from the parser's tables") {
     }
   }
   CHECK(checked > 80);
+}
+
+TEST_CASE("infer --attention eager: the prefill's scores, by hand (inference_test.cpp)") {
+  // Llama-3-8B, one sequence of 4,096 tokens (tau), bf16: eager attention's normed input, Q, K
+  // and V repeated to 32 heads, 10 B per score (masked bf16 scores, their fp32 copy, softmax's
+  // fp32 output) and the 4D causal mask; then the layer input and the embeddings the model loop
+  // holds (2 x 2 tau h) and the last position's fp32 logits and probabilities (8 x vocab).
+  const std::int64_t tau = 4096, h = 4096;
+  const std::int64_t attention =
+      2 * (tau * h + tau * 32 * 128 + 2 * 32 * tau * 128) + 10 * 32 * tau * tau + 2 * tau * tau;
+  const std::int64_t loop_and_logits = 4 * tau * h + 8 * 128'256;
+  const auto activations = [](const std::string& args) {
+    const result r = run("infer " + args + " -f json");
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out).at("memory").at("activations").get<std::int64_t>();
+  };
+  CHECK(activations("--attention eager") == attention + loop_and_logits);
+  // flash and sdpa: the MLP's set, the residual and normed input, gate, up and their product.
+  CHECK(activations("") == 2 * tau * (2 * h + 3 * 14336) + loop_and_logits);
+  CHECK(activations("--attention sdpa") == activations(""));
+  CHECK(run("infer --attention eager").out.find("| eager attention") != std::string::npos);
+  // Functions other than the Llama family's, and vLLM's pool, are refused.
+  CHECK(run("infer -m gpt2 --attention eager").status == 2);
+  CHECK(run("infer --attention eager --utilization 90").status == 2);
 }

@@ -320,3 +320,49 @@ TEST_CASE("seed 004: creating the model in its final format halves the loading p
   const loading_peak host = load_peak(vit, plain_weights<bf16>::value, load_kind::fp32_on_host);
   CHECK(host.host == bytes{4 * 303'311'882});
 }
+
+TEST_CASE("eager attention in a prefill: the scores at softmax, by hand and as traced") {
+  // Llama-3-8B, one sequence of 4,096 tokens (tau), bf16. At eager_attention_forward's softmax:
+  // the normed input (tau h), Q (tau x 32 x 128), K and V repeated to 32 heads (2 x 32 x tau x
+  // 128), 2 B each, and per score (32 x tau x tau) the masked scores (2 B), their fp32 copy and
+  // softmax's fp32 output (4 + 4); beside them the forward's 4D causal mask (tau x tau x 2 B).
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t tau = 4096, h = 4096, f = 14336;
+  const request_shape eager{.prompt = tau, .attention = attention_kind::eager};
+  const std::int64_t held = 2 * (tau * h + tau * 32 * 128 + 2 * 32 * tau * 128);
+  const std::int64_t scores = 32 * tau * tau;
+  CHECK(attention_working_bytes(m, {}, eager, bf16::value) == bytes{held + 10 * scores});
+  CHECK(eager_mask_bytes(eager, bf16::value) == bytes{2 * tau * tau});
+  CHECK(inference_working_bytes(m, {}, eager, bf16::value, false) ==
+        bytes{held + 10 * scores + 2 * tau * tau});
+  CHECK(held + 10 * scores + 2 * tau * tau == 5'536'481'280);
+  // fp32: the matmul's output and its scaled copy, 4 + 4 B per score, 4 B per element; fp16 on
+  // CUDA: softmax's half_to_float kernel, then .to(): 2 + 4 + 2.
+  CHECK(attention_working_bytes(m, {}, eager, fp32::value) == bytes{2 * held + 8 * scores});
+  CHECK(attention_working_bytes(m, {}, eager, fp16::value) == bytes{held + 8 * scores});
+  // sdpa: K and V repeated and the kernel's output, no scores: the MLP's set stays the larger
+  // (the residual and normed input, gate, up and their product), as with flash.
+  const request_shape sdpa{.prompt = tau, .attention = attention_kind::sdpa};
+  CHECK(attention_working_bytes(m, {}, sdpa, bf16::value) ==
+        bytes{2 * (tau * h + 2 * tau * 32 * 128 + 2 * 32 * tau * 128)});
+  CHECK(inference_working_bytes(m, {}, sdpa, bf16::value, false) ==
+        bytes{2 * tau * (2 * h + 3 * f)});
+  CHECK(inference_working_bytes(m, {}, sdpa, bf16::value, false) ==
+        inference_working_bytes(m, {}, request_shape{.prompt = tau}, bf16::value, false));
+  // The CPU trace (tests/validation/eager_prefill_trace.txt): 2 sequences of 64 tokens, 8 heads
+  // of 16 with 2 KV heads: above the query, the cache's K and V and the mask, 720,896 B in bf16
+  // and 655,360 B in fp32 (the repeated K and V and the scores); the normed input is not traced.
+  model small = m;
+  small.hidden = 128;
+  small.heads = 8;
+  small.kv_heads = 2;
+  small.head_dim = 16;
+  const request_shape traced{.batch = 2, .prompt = 64, .attention = attention_kind::eager};
+  const std::int64_t normed_and_query = 2 * (128 * 128);  // elements: 128 tokens x 128, twice
+  CHECK(attention_working_bytes(small, {}, traced, bf16::value) ==
+        bytes{720'896 + 2 * normed_and_query});
+  CHECK(attention_working_bytes(small, {}, traced, fp32::value) ==
+        bytes{655'360 + 4 * normed_and_query});
+  // Other attention functions (GPT-2's, MLA, sinks) are refused, not guessed.
+  CHECK_THROWS_AS(attention_working_bytes(models::gpt2::value, {}, eager, bf16::value), error);
+}
