@@ -106,6 +106,9 @@ constexpr bytes storage_bytes(const element_format& f, std::int64_t rows, std::i
   const std::int64_t elements = checked_mul(rows, cols);
   std::int64_t total = ceil_div(checked_mul(elements, f.payload_bits), 8);
   if (f.level1.block > 0) {
+    // Per row: one scale per group of each row, the last group partial (AutoGPTQ QuantLinear:
+    // scales [ceil(in / group_size), out]); flattened: bitsandbytes' absmax of
+    // blocks = -(n // -blocksize) (backends/cuda/ops.py quantize_4bit, quantize_blockwise).
     const std::int64_t scales = f.layout == block_layout::per_row
                                     ? checked_mul(rows, ceil_div(cols, f.level1.block))
                                     : ceil_div(elements, f.level1.block);

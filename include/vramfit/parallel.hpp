@@ -424,6 +424,15 @@ struct distributed_optimizer {
 
 enum class fsdp_strategy : unsigned char { full_shard, shard_grad_op, hybrid_shard, no_shard };
 
+/// The ZeRO stage an FSDP strategy shards like (torch/distributed/fsdp/api.py ShardingStrategy:
+/// SHARD_GRAD_OP keeps parameters gathered between forward and backward, as ZeRO-2; FULL_SHARD
+/// and HYBRID_SHARD (within a group) as ZeRO-3; NO_SHARD as DDP).
+constexpr sharding zero_stage_of(fsdp_strategy s) {
+  return s == fsdp_strategy::shard_grad_op ? sharding::zero2
+         : s == fsdp_strategy::no_shard    ? sharding::none
+                                           : sharding::zero3;
+}
+
 /// PyTorch FSDP over N ranks; hybrid shards within groups of `Group` ranks.
 template <std::int64_t N, fsdp_strategy Strategy = fsdp_strategy::full_shard,
           std::int64_t Group = 0>
@@ -432,9 +441,7 @@ struct fsdp {
   static constexpr void apply(layout& l) {
     l.data = N;
     l.implementation = shard_implementation::fsdp;
-    l.zero = Strategy == fsdp_strategy::shard_grad_op ? sharding::zero2
-             : Strategy == fsdp_strategy::no_shard    ? sharding::none
-                                                      : sharding::zero3;
+    l.zero = zero_stage_of(Strategy);
     if (Strategy == fsdp_strategy::hybrid_shard) l.shard_group = Group;
   }
 };
