@@ -114,19 +114,9 @@ inline bytes checked_size(std::int64_t mib, const char* option) {
   return bytes{detail::checked_mul(mib, MiB.size)};
 }
 
-inline int run_infer(std::ostream& out, const infer_options& given) {
-  const named_model named = load_model(given.model);
-  const model& m = named.value;
-  infer_options o = given;
-  if (o.context == 0) o.context = default_sequence(m, 4096);
-  const gpu g = gpu_named(o.gpu);
-  const weight_layout w = weights_for(o.weights, named);
-  // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
-  // Unpaged is Hugging Face's DynamicCache, whose sliding-window layers keep the prompt's storage.
-  kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block, o.block == 0};
-  if (kv.format.level1.block > 0)
-    kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
-  const layout l = validated(layout{.tensor = o.tp, .pipeline = o.pp}, m);
+/// The request `o` describes, checked: vLLM's pool options need --utilization, and a pool is
+/// sized for no single request's shape.
+inline request_shape request_of(const infer_options& o) {
   const bool serving = o.utilization.has_value();
   if (!serving && (o.max_num_batched_tokens || o.max_num_seqs || o.non_torch_mib))
     detail::raise(
@@ -140,79 +130,88 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
         "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk, --logits "
         "all, --attention (Hugging Face's) and -f markdown|svg describe one request's memory; "
         "leave them out");
-  const std::int64_t context = detail::checked_add(o.context, o.generate);
-  const request_shape r{.batch = o.batch,
-                        .beams = o.beams,
-                        .prompt = o.context,
-                        .generated = o.generate,
-                        .prefill_chunk = o.prefill_chunk,
-                        .cuda_graphs = checked_size(o.cuda_graphs_mib, "--cuda-graphs").count,
-                        .all_logits = o.logits == "all",
-                        .attention = attention};
   if (o.utilization && (*o.utilization < 1 || *o.utilization > 100))
     detail::raise("--utilization must be a percentage from 1 to 100, got " +
                   std::to_string(*o.utilization));
-  std::ostringstream title;
-  title << "Inference " << m.name << " | weights " << w.name << " | KV " << o.kv_dtype << " | "
-        << l.world() << (l.world() == 1 ? " GPU" : " GPUs")
-        << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
-        << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
-        << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
-        << context << (r.all_logits ? " | every position's logits" : "")
-        << (attention != attention_kind::flash ? " | " + o.attention + " attention" : "");
-  if (o.utilization) {
-    vllm_settings v = vllm_defaults(g, o.tp);
-    v.utilization_percent = *o.utilization;
-    if (o.max_num_batched_tokens) v.max_num_batched_tokens = *o.max_num_batched_tokens;
-    if (o.max_num_seqs) v.max_num_seqs = *o.max_num_seqs;
-    if (o.non_torch_mib) v.non_torch = checked_size(*o.non_torch_mib, "--non-torch");
-    v.cuda_graphs = bytes{r.cuda_graphs};
-    const serving_budget b = serve(m, l, w, kv, context, g, v);
-    const nlohmann::json j{
-        {"configuration", title.str()},
-        {"device",
-         {{"name", g.name}, {"capacity", g.capacity.count}, {"cuda_total", b.total.count}}},
-        {"max_num_batched_tokens", v.max_num_batched_tokens},
-        {"max_num_seqs", v.max_num_seqs},
-        {"requested", b.requested.count},
-        {"weights", b.weights.count},
-        {"profile_peak", b.profile_peak.count},
-        {"non_torch", b.non_torch.count},
-        {"cuda_graphs", b.cuda_graphs.count},
-        {"kv_pool", b.kv_pool.count},
-        {"kv_tokens", b.kv_tokens},
-        {"sequences", b.sequences},
-        {"fits", b.sequences >= o.batch}};
-    if (o.format == "json") {
-      out << j.dump(2) << "\n";
-    } else {
-      out << title.str() << "\nvLLM KV pool at " << *o.utilization << " % of " << g.name << " ("
-          << (g.cuda_total > bytes{} ? size(b.total) + " as cudaMemGetInfo reports"
+  return {.batch = o.batch,
+          .beams = o.beams,
+          .prompt = o.context,
+          .generated = o.generate,
+          .prefill_chunk = o.prefill_chunk,
+          .cuda_graphs = checked_size(o.cuda_graphs_mib, "--cuda-graphs").count,
+          .all_logits = o.logits == "all",
+          .attention = attention};
+}
+
+/// What a run of infer sizes, resolved from its options.
+struct infer_setup {
+  const model& m;
+  weight_layout w;
+  kv_cache_config kv;
+  layout l;
+  gpu g;
+  request_shape r;
+  std::int64_t context;
+  std::string title;
+};
+
+/// vLLM's KV pool at --utilization: what it leaves for the cache, as a table or JSON.
+inline int run_serving(std::ostream& out, const infer_options& o, const infer_setup& s) {
+  vllm_settings v = vllm_defaults(s.g, o.tp);
+  v.utilization_percent = *o.utilization;
+  if (o.max_num_batched_tokens) v.max_num_batched_tokens = *o.max_num_batched_tokens;
+  if (o.max_num_seqs) v.max_num_seqs = *o.max_num_seqs;
+  if (o.non_torch_mib) v.non_torch = checked_size(*o.non_torch_mib, "--non-torch");
+  v.cuda_graphs = bytes{s.r.cuda_graphs};
+  const serving_budget b = serve(s.m, s.l, s.w, s.kv, s.context, s.g, v);
+  const nlohmann::json j{
+      {"configuration", s.title},
+      {"device",
+       {{"name", s.g.name}, {"capacity", s.g.capacity.count}, {"cuda_total", b.total.count}}},
+      {"max_num_batched_tokens", v.max_num_batched_tokens},
+      {"max_num_seqs", v.max_num_seqs},
+      {"requested", b.requested.count},
+      {"weights", b.weights.count},
+      {"profile_peak", b.profile_peak.count},
+      {"non_torch", b.non_torch.count},
+      {"cuda_graphs", b.cuda_graphs.count},
+      {"kv_pool", b.kv_pool.count},
+      {"kv_tokens", b.kv_tokens},
+      {"sequences", b.sequences},
+      {"fits", b.sequences >= o.batch}};
+  if (o.format == "json") {
+    out << j.dump(2) << "\n";
+  } else {
+    out << s.title << "\nvLLM KV pool at " << *o.utilization << " % of " << s.g.name << " ("
+        << (s.g.cuda_total > bytes{} ? size(b.total) + " as cudaMemGetInfo reports"
                                      : size(b.total) + ", its capacity: no cudaMemGetInfo reading")
-          << "; profile run " << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs
-          << " sequences)\n\n"
-          << "  requested          " << size(b.requested) << "\n"
-          << "  - weights          " << size(b.weights) << "\n"
-          << "  - profile run peak " << size(b.profile_peak) << "\n"
-          << "  - non-torch        " << size(b.non_torch) << "\n"
-          << "  - CUDA graphs      " << size(b.cuda_graphs) << "\n"
-          << "  = KV pool          " << size(b.kv_pool) << "\n\n"
-          << "  " << report::grouped(b.kv_tokens) << " KV tokens, " << report::grouped(b.sequences)
-          << " concurrent sequences of " << context << " tokens\n";
-    }
-    return o.check && b.sequences < o.batch ? 1 : 0;
+        << "; profile run " << v.max_num_batched_tokens << " tokens in " << v.max_num_seqs
+        << " sequences)\n\n"
+        << "  requested          " << size(b.requested) << "\n"
+        << "  - weights          " << size(b.weights) << "\n"
+        << "  - profile run peak " << size(b.profile_peak) << "\n"
+        << "  - non-torch        " << size(b.non_torch) << "\n"
+        << "  - CUDA graphs      " << size(b.cuda_graphs) << "\n"
+        << "  = KV pool          " << size(b.kv_pool) << "\n\n"
+        << "  " << report::grouped(b.kv_tokens) << " KV tokens, " << report::grouped(b.sequences)
+        << " concurrent sequences of " << s.context << " tokens\n";
   }
+  return o.check && b.sequences < o.batch ? 1 : 0;
+}
+
+/// One request's memory on the most loaded GPU, in the format asked for.
+inline int run_request(std::ostream& out, const infer_options& o, const infer_setup& s) {
   cli::estimate e;
-  e.title = title.str();
-  e.model_name = m.name;
-  e.parameters = parameters(tensors(m));
-  e.device = g;
-  const stage_states most = most_loaded_gpu(m, l, w, kv, r, g);
+  e.title = s.title;
+  e.model_name = s.m.name;
+  e.parameters = parameters(tensors(s.m));
+  e.device = s.g;
+  const stage_states most = most_loaded_gpu(s.m, s.l, s.w, s.kv, s.r, s.g);
   e.ledger = most.ledger;
   e.stage = most.stage;
   e.peak_at = peak_moment(e.ledger);
   e.fit.required = peak(e.ledger);
-  e.fit.available = g.capacity;
+  e.fit.available = s.g.capacity;
   if (o.format == "json")
     out << cli::to_json(e).dump(2) << "\n";
   else if (o.format == "markdown")
@@ -221,14 +220,44 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
     cli::print_svg(out, e);
   else {
     cli::print_table(out, e);
-    const std::int64_t batch = max_batch(m, l, w, kv, r, g, 65536);
-    const std::int64_t longest = max_context(m, l, w, kv, r, g);
+    const std::int64_t batch = max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536);
+    const std::int64_t longest = max_context(s.m, s.l, s.w, s.kv, s.r, s.g);
     out << "  At this context, "
         << cli::up_to(batch, "up to ", " sequences fit", "not one sequence fits")
         << "; at this batch, " << cli::up_to(longest, "up to ", " tokens", "not one token fits")
         << ".\n";
   }
   return o.check && !e.fit.fits() ? 1 : 0;
+}
+
+inline int run_infer(std::ostream& out, const infer_options& given) {
+  const named_model named = load_model(given.model);
+  const model& m = named.value;
+  infer_options o = given;
+  if (o.context == 0) o.context = default_sequence(m, 4096);
+  // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
+  // Unpaged is Hugging Face's DynamicCache, whose sliding-window layers keep the prompt's storage.
+  kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block, o.block == 0};
+  if (kv.format.level1.block > 0)
+    kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
+  infer_setup s{m,
+                weights_for(o.weights, named),
+                kv,
+                validated(layout{.tensor = o.tp, .pipeline = o.pp}, m),
+                gpu_named(o.gpu),
+                request_of(o),
+                detail::checked_add(o.context, o.generate),
+                ""};
+  std::ostringstream title;
+  title << "Inference " << m.name << " | weights " << s.w.name << " | KV " << o.kv_dtype << " | "
+        << s.l.world() << (s.l.world() == 1 ? " GPU" : " GPUs")
+        << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
+        << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
+        << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
+        << s.context << (s.r.all_logits ? " | every position's logits" : "")
+        << (s.r.attention != attention_kind::flash ? " | " + o.attention + " attention" : "");
+  s.title = title.str();
+  return o.utilization ? run_serving(out, o, s) : run_request(out, o, s);
 }
 
 }  // namespace vramfit::cli

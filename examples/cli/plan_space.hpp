@@ -119,12 +119,11 @@ inline std::string joined(const std::vector<std::string>& argv) {
   return s;
 }
 
-/// The search space: what the user fixed with train options, bounded by the plan options.
-inline search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
-  const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
+/// Refuses the train options that make no sense to a search, each with its reason.
+inline void refuse_unsearchable(const CLI::App& cmd) {
   for (const char* name : {"--grad-accum", "--pp-stages", "--offload", "--offload-to",
                            "--recompute-layers", "--recompute-every", "--sp"})
-    if (given(name))
+    if (cmd.get_option(name)->count() > 0)
       detail::raise(std::string(name) + " is not a plan option: " +
                     (std::string(name) == "--grad-accum"
                          ? "the plan derives micro-batches from --global-batch"
@@ -135,6 +134,12 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
                      : std::string(name).rfind("--recompute-", 0) == 0
                          ? "the plan recomputes the fewest layers that fit"
                          : "the plan offloads only when nothing else fits (--no-offload: never)"));
+}
+
+/// The search space: what the user fixed with train options, bounded by the plan options.
+inline search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
+  const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
+  refuse_unsearchable(cmd);
   if (p.top <= 0 || static_cast<std::size_t>(p.top) > search_result::max_top)
     detail::raise("--top must be between 1 and " + std::to_string(search_result::max_top) +
                   ", got " + std::to_string(p.top));

@@ -1021,6 +1021,187 @@ constexpr in_flight micro_batches_in_flight(const layout& l, const activation_op
   return {p - stage < m ? p - stage : m, 1};
 }
 
+namespace detail {
+
+/// What the layers of a stage keep, for one micro-batch: their saved activations under their
+/// recompute policy, the largest layer whole (what a recompute or an offload brings back), the
+/// largest backward working set, and how many layers are checkpointed.
+struct stage_layers {
+  bytes kept{};
+  bytes largest_layer{};
+  bytes largest_working{};
+  std::int64_t checkpointed = 0;
+};
+
+/// The layers of this stage, by kind (dense or MoE) and recompute policy: each kind's ledger is
+/// built once. Layers [0, dense) of the stage are dense, the rest MoE; layers [0, full) are fully
+/// recomputed: four counts in closed form, whatever the number of layers.
+constexpr stage_layers layers_of_stage(const training& t, const activation_options& o,
+                                       const layout& l, const stage_range& range) {
+  const model& m = t.model;
+  const recompute_kind kept_policy =
+      o.recompute == recompute_kind::selective ? recompute_kind::selective : recompute_kind::none;
+  const std::int64_t n = range.layers;
+  auto clamp = [n](std::int64_t x) { return x < 0 ? 0 : x > n ? n : x; };
+  const std::int64_t dense = m.is_moe() ? clamp(m.moe.first_dense_layers - range.first_layer) : n;
+  const std::int64_t full = clamp(checkpointed_layers(o, n));
+  const std::int64_t dense_full = dense < full ? dense : full;
+  const std::int64_t count[2][2] = {{dense - dense_full, dense_full},  // [moe][full]
+                                    {n - dense - (full - dense_full), full - dense_full}};
+  stage_layers s{.checkpointed = full};
+  for (const int moe : {0, 1}) {
+    if (count[moe][0] + count[moe][1] == 0) continue;
+    const bytes kept =
+        layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy, t.finetune);
+    const bytes input =
+        layer_activation_bytes(m, t.precision, o, l, moe == 1, checkpoint_policy(o), t.finetune);
+    s.kept += kept * count[moe][0] + input * count[moe][1];
+    const bytes whole = kept_policy == recompute_kind::none
+                            ? kept
+                            : layer_activation_bytes(m, t.precision, o, l, moe == 1,
+                                                     recompute_kind::none, t.finetune);
+    if (whole > s.largest_layer) s.largest_layer = whole;
+    const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe == 1);
+    const bytes most = w.mlp > w.attention ? w.mlp : w.attention;
+    if (most > s.largest_working) s.largest_working = most;
+  }
+  return s;
+}
+
+/// The embedding's saved inputs on the first stage (input ids, BERT's token types, ViT's image,
+/// the dropout mask) and Hugging Face's rotary tables, which every layer's rotary multiply saves.
+constexpr bytes embedding_inputs(const model& m, const activation_options& o,
+                                 const block_builder& b, const stage_range& range) {
+  const std::int64_t tokens = b.tokens();
+  bytes embedding{};
+  if (range.first) {
+    embedding += bytes{checked_mul(8, tokens)};  // input ids (int64), embedding backward
+    if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
+    if (m.family == family::vit) {
+      const encoder_config& e = m.encoder;
+      embedding += bytes_for_bits(checked_mul(
+          checked_mul(o.micro_batch, e.channels * e.image_size * e.image_size), b.beta()));
+    }
+    if (o.hidden_dropout)
+      embedding += bytes_for_bits(checked_mul(b.replicated(m.hidden), o.dropout_mask_bits));
+  }
+  if (m.positions == position_kind::rotary && range.layers > 0) {
+    // Hugging Face computes cos and sin once per forward ([b, s, rotary dim]) and every layer's
+    // rotary multiply saves them.
+    const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
+    embedding += bytes_for_bits(checked_mul(checked_mul(2 * rotary, tokens), b.beta()));
+  }
+  return embedding;
+}
+
+/// What the final norm, the head and the loss keep and make on the last stage.
+struct loss_tensors {
+  bytes head{};           ///< kept until the head's backward
+  bytes loss_gradient{};  ///< the loss's backward transients
+  bytes logits_alive{};   ///< the logits while the loss is computed
+  /// Of two logits tensors (16-bit logits, then their fp32 copy), the first.
+  bytes logits_first{};
+  /// The one log_softmax output cross_entropy saves, made after the logits.
+  bytes log_probs{};
+};
+
+/// The logits and the loss's tensors of `logits` = tokens x vocab values, by loss. The logits
+/// live while the loss is computed: the model's output is dropped before backward (transformers
+/// Trainer.compute_loss returns the loss alone; likewise `loss = model(...).loss`), so only what
+/// cross_entropy saves is kept for backward.
+constexpr void logits_and_loss(loss_tensors& s, const activation_options& o, std::int64_t beta,
+                               std::int64_t tokens, std::int64_t vocab) {
+  const std::int64_t logits = checked_mul(tokens, vocab);
+  switch (o.loss) {
+    case loss_kind::fp32_upcast:
+      // transformers loss_utils ForCausalLMLoss: logits.float() (a copy unless already fp32),
+      // cross_entropy keeps log_softmax's fp32 output (aten _log_softmax_backward_data needs the
+      // output only); its backward holds the nll_loss and log_softmax gradients.
+      s.log_probs = bytes{checked_mul(logits, 4)};
+      s.head += s.log_probs;
+      s.logits_alive = bytes_for_bits(checked_mul(logits, beta == 32 ? 32 : beta + 32));
+      if (beta < 32) s.logits_first = bytes_for_bits(checked_mul(logits, beta));
+      s.loss_gradient = bytes{checked_mul(logits, 8)};  // two fp32 gradients
+      break;
+    case loss_kind::native:  // log_softmax in the logits' format
+      s.log_probs = bytes_for_bits(checked_mul(logits, beta));
+      s.head += s.log_probs;
+      s.logits_alive = bytes_for_bits(checked_mul(logits, beta));
+      s.loss_gradient = bytes_for_bits(checked_mul(logits, 2 * beta));
+      break;
+    case loss_kind::fused_chunked:  // one chunk's logits and their gradient at a time
+      s.loss_gradient = bytes{checked_mul(
+          checked_mul(o.loss_chunk_tokens < tokens ? o.loss_chunk_tokens : tokens, vocab), 8)};
+      break;
+    case loss_kind::chunked_output:
+    case loss_kind::linear_chunked: {
+      // torchtune modules/loss: each chunk (tensor_split of the sequence) is upcast with
+      // .float() and cross_entropy saves its fp32 log_softmax output; the upcast copy goes with
+      // its chunk. CEWithChunkedOutputLoss receives all the model's logits at once,
+      // LinearCrossEntropyLoss computes one chunk's; backward runs a chunk at a time.
+      const std::int64_t chunk =
+          checked_mul(checked_mul(ceil_div(o.sequence, o.loss_chunks), o.micro_batch), vocab);
+      s.head += bytes{checked_mul(logits, 4)};
+      const bool all_logits = o.loss == loss_kind::chunked_output;
+      s.logits_alive = bytes_for_bits(checked_mul(all_logits ? logits : chunk, beta)) +
+                       bytes{beta == 32 ? 0 : checked_mul(chunk, 4)};
+      if (beta < 32)
+        s.logits_first = bytes_for_bits(checked_mul(all_logits ? logits : chunk, beta));
+      s.loss_gradient = bytes{checked_mul(chunk, 8)};  // one chunk's two fp32 gradients
+      break;
+    }
+  }
+}
+
+/// The final norm's and the head's saved inputs with the labels, and the loss's tensors, on the
+/// last stage (an encoder's head: its pooler and classifier inputs).
+constexpr loss_tensors head_and_loss(const training& t, const activation_options& o,
+                                     const layout& l, const block_builder& b,
+                                     const stage_range& range) {
+  loss_tensors s{};
+  if (!range.last) return s;
+  const model& m = t.model;
+  block_builder final_norm(m, t.precision, o, l);
+  final_norm.norm("final norm input", m.hidden);
+  for (const saved_tensor& x : final_norm.result()) s.head += x.size;
+  if (m.is_encoder()) {
+    s.head += bytes_for_bits(checked_mul(checked_mul(2 * m.hidden, o.micro_batch), b.beta()));
+    return s;
+  }
+  s.head += bytes_for_bits(checked_mul(b.replicated(m.hidden), b.beta()));  // head input
+  s.head += bytes{checked_mul(8, b.tokens())};                              // labels
+  logits_and_loss(s, o, b.beta(), b.tokens(), ceil_div(m.vocab, l.tensor));
+  return s;
+}
+
+/// The backward transients: the loss's gradients, one layer's backward working set, and the
+/// layer a full recompute or an activation offload brings back for its backward.
+constexpr void add_backward_transients(memory_ledger& ledger, const activation_options& o,
+                                       const loss_tensors& loss, const stage_layers& s) {
+  // Two tensors of one size: the nll_loss and log_softmax gradients.
+  add_entry(ledger, "logits gradient", component::activations, memory_space::device,
+            loss.loss_gradient, 2, "cross-entropy backward: fp32 gradients of log_softmax",
+            lifetime::backward);
+  add_entry(ledger, entry_names::activation_gradients, component::activations, memory_space::device,
+            s.largest_working, 0, "the larger of a layer's MLP and attention backward working sets",
+            lifetime::layer_backward);
+  if (s.checkpointed > 0) {
+    add_entry(ledger, entry_names::recomputed_layer, component::activations, memory_space::device,
+              s.largest_layer, 0, "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
+              lifetime::layer_backward);
+  }
+  if (o.offload) {
+    add_entry(
+        ledger, entry_names::reloaded_layer, component::activations, memory_space::device,
+        s.largest_layer, 0,
+        "torch.autograd.graph.save_on_cpu / torchtune OffloadActivations: unpacked to the GPU "
+        "for the layer's backward",
+        lifetime::layer_backward);
+  }
+}
+
+}  // namespace detail
+
 /// The activation ledger of one GPU of pipeline stage `stage`: saved activations of every layer
 /// and in-flight micro-batch, the embedding's and the loss's saved tensors, and the backward
 /// transients.
@@ -1035,178 +1216,45 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   auto held = [&](bytes per_micro_batch) {
     return divide_up(per_micro_batch * flight.num, flight.den);
   };
-  detail::block_builder b(m, t.precision, o, l);
-  const std::int64_t beta = b.beta();
-  const std::int64_t tau = b.tokens();
-
-  // The layers of this stage, by kind (dense or MoE) and recompute policy: each kind's ledger
-  // is built once.
-  const recompute_kind kept_policy =
-      o.recompute == recompute_kind::selective ? recompute_kind::selective : recompute_kind::none;
-  // Layers [0, dense) of the stage are dense, the rest MoE; layers [0, full) are fully
-  // recomputed: four counts in closed form, whatever the number of layers.
-  const std::int64_t n = range.layers;
-  auto clamp = [n](std::int64_t x) { return x < 0 ? 0 : x > n ? n : x; };
-  const std::int64_t dense = m.is_moe() ? clamp(m.moe.first_dense_layers - range.first_layer) : n;
-  const std::int64_t full = clamp(checkpointed_layers(o, n));
-  const std::int64_t dense_full = dense < full ? dense : full;
-  const std::int64_t count[2][2] = {{dense - dense_full, dense_full},  // [moe][full]
-                                    {n - dense - (full - dense_full), full - dense_full}};
-  bytes layers{};
-  bytes largest_layer{}, largest_working{};
-  for (const int moe : {0, 1}) {
-    if (count[moe][0] + count[moe][1] == 0) continue;
-    const bytes kept =
-        layer_activation_bytes(m, t.precision, o, l, moe == 1, kept_policy, t.finetune);
-    const bytes input =
-        layer_activation_bytes(m, t.precision, o, l, moe == 1, checkpoint_policy(o), t.finetune);
-    layers += kept * count[moe][0] + input * count[moe][1];
-    const bytes whole = kept_policy == recompute_kind::none
-                            ? kept
-                            : layer_activation_bytes(m, t.precision, o, l, moe == 1,
-                                                     recompute_kind::none, t.finetune);
-    if (whole > largest_layer) largest_layer = whole;
-    const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe == 1);
-    const bytes most = w.mlp > w.attention ? w.mlp : w.attention;
-    if (most > largest_working) largest_working = most;
-  }
-  const std::int64_t recomputed = full;
+  const detail::block_builder b(m, t.precision, o, l);
+  const detail::stage_layers layers = detail::layers_of_stage(t, o, l, range);
+  const detail::loss_tensors loss = detail::head_and_loss(t, o, l, b, range);
 
   memory_ledger ledger{};
   const auto space = o.offload ? memory_space::host : memory_space::device;
-  const char* source = "autograd saved tensors, operator by operator (activations.hpp)";
-  add_entry(ledger, entry_names::saved_activations, component::activations, space, held(layers), 0,
-            source, lifetime::forward_backward);
-
+  add_entry(ledger, entry_names::saved_activations, component::activations, space,
+            held(layers.kept), 0, "autograd saved tensors, operator by operator (activations.hpp)",
+            lifetime::forward_backward);
   // Model-level tensors, per micro-batch in flight.
-  const std::int64_t tokens = tau;
-  bytes embedding{}, head{};
-  if (range.first) {
-    embedding += bytes{detail::checked_mul(8, tokens)};  // input ids (int64), embedding backward
-    if (m.family == family::bert) embedding += bytes{detail::checked_mul(8, tokens)};
-    if (m.family == family::vit) {
-      const encoder_config& e = m.encoder;
-      embedding += bytes_for_bits(detail::checked_mul(
-          detail::checked_mul(o.micro_batch, e.channels * e.image_size * e.image_size), beta));
-    }
-    if (o.hidden_dropout)
-      embedding += bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), o.dropout_mask_bits));
-  }
-  if (m.positions == position_kind::rotary && range.layers > 0) {
-    // Hugging Face computes cos and sin once per forward ([b, s, rotary dim]) and every layer's
-    // rotary multiply saves them.
-    const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
-    embedding += bytes_for_bits(detail::checked_mul(detail::checked_mul(2 * rotary, tokens), beta));
-  }
-  bytes loss_gradient{}, logits_alive{};
-  bytes logits_first{};  // of two logits tensors (16-bit logits, then their fp32 copy), the first
-  bytes log_probs{};     // the one log_softmax output cross_entropy saves, made after the logits
-  if (range.last) {
-    detail::block_builder final_norm(m, t.precision, o, l);
-    final_norm.norm("final norm input", m.hidden);
-    for (const saved_tensor& s : final_norm.result()) head += s.size;
-    if (m.is_encoder()) {
-      head += bytes_for_bits(
-          detail::checked_mul(detail::checked_mul(2 * m.hidden, o.micro_batch), beta));
-    } else {
-      const std::int64_t vocab = detail::ceil_div(m.vocab, l.tensor);
-      const std::int64_t logits = detail::checked_mul(tokens, vocab);
-      head += bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), beta));  // head input
-      head += bytes{detail::checked_mul(8, tokens)};                              // labels
-      // The logits live while the loss is computed: the model's output is dropped before
-      // backward (transformers Trainer.compute_loss returns the loss alone; likewise
-      // `loss = model(...).loss`), so only what cross_entropy saves is kept for backward.
-      switch (o.loss) {
-        case loss_kind::fp32_upcast:
-          // transformers loss_utils ForCausalLMLoss: logits.float() (a copy unless already
-          // fp32), cross_entropy keeps log_softmax's fp32 output (aten _log_softmax_backward_data
-          // needs the output only); its backward holds the nll_loss and log_softmax gradients.
-          log_probs = bytes{detail::checked_mul(logits, 4)};
-          head += log_probs;
-          logits_alive = bytes_for_bits(detail::checked_mul(logits, beta == 32 ? 32 : beta + 32));
-          if (beta < 32) logits_first = bytes_for_bits(detail::checked_mul(logits, beta));
-          loss_gradient = bytes{detail::checked_mul(logits, 8)};  // two fp32 gradients
-          break;
-        case loss_kind::native:  // log_softmax in the logits' format
-          log_probs = bytes_for_bits(detail::checked_mul(logits, beta));
-          head += log_probs;
-          logits_alive = bytes_for_bits(detail::checked_mul(logits, beta));
-          loss_gradient = bytes_for_bits(detail::checked_mul(logits, 2 * beta));
-          break;
-        case loss_kind::fused_chunked:  // one chunk's logits and their gradient at a time
-          loss_gradient = bytes{detail::checked_mul(
-              detail::checked_mul(o.loss_chunk_tokens < tokens ? o.loss_chunk_tokens : tokens,
-                                  vocab),
-              8)};
-          break;
-        case loss_kind::chunked_output:
-        case loss_kind::linear_chunked: {
-          // torchtune modules/loss: each chunk (tensor_split of the sequence) is upcast with
-          // .float() and cross_entropy saves its fp32 log_softmax output; the upcast copy goes
-          // with its chunk. CEWithChunkedOutputLoss receives all the model's logits at once,
-          // LinearCrossEntropyLoss computes one chunk's; backward runs a chunk at a time.
-          const std::int64_t chunk = detail::checked_mul(
-              detail::checked_mul(detail::ceil_div(o.sequence, o.loss_chunks), o.micro_batch),
-              vocab);
-          head += bytes{detail::checked_mul(logits, 4)};
-          const bool all_logits = o.loss == loss_kind::chunked_output;
-          logits_alive = bytes_for_bits(detail::checked_mul(all_logits ? logits : chunk, beta)) +
-                         bytes{beta == 32 ? 0 : detail::checked_mul(chunk, 4)};
-          if (beta < 32)
-            logits_first = bytes_for_bits(detail::checked_mul(all_logits ? logits : chunk, beta));
-          loss_gradient = bytes{detail::checked_mul(chunk, 8)};  // one chunk's two fp32 gradients
-          break;
-        }
-      }
-    }
-  }
-  add_entry(ledger, entry_names::embedding_inputs, component::activations, space, held(embedding),
-            0, "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward);
+  add_entry(ledger, entry_names::embedding_inputs, component::activations, space,
+            held(detail::embedding_inputs(m, o, b, range)), 0,
+            "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward);
   // The loss's tensors stay on the GPU under activation offload: backward reads them first, and
   // torchtune computes the loss outside its OffloadActivations context.
   // Two tensors where one micro-batch's are held: the norm's and head's inputs with the labels,
   // then the log-probabilities, which cross_entropy makes after the logits (the timeline and the
   // allocator replay place them so).
-  const bool two_parts = log_probs > bytes{} && held(head) == head;
+  const bool two_parts = loss.log_probs > bytes{} && held(loss.head) == loss.head;
   add_entry(ledger, "final norm, head input and loss", component::activations, memory_space::device,
-            held(head), two_parts ? 2 : 0,
+            held(loss.head), two_parts ? 2 : 0,
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
-  if (two_parts) ledger[ledger.size() - 1].first_tensor = head - log_probs;
-  add_entry(ledger, entry_names::logits, component::activations, memory_space::device, logits_alive,
-            logits_first > bytes{} ? 2 : 1,
+  if (two_parts) ledger[ledger.size() - 1].first_tensor = loss.head - loss.log_probs;
+  add_entry(ledger, entry_names::logits, component::activations, memory_space::device,
+            loss.logits_alive, loss.logits_first > bytes{} ? 2 : 1,
             "the model's logits and their fp32 copy, freed after the loss", lifetime::forward);
-  if (logits_first > bytes{}) ledger[ledger.size() - 1].first_tensor = logits_first;
+  if (loss.logits_first > bytes{}) ledger[ledger.size() - 1].first_tensor = loss.logits_first;
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
   // for eager attention (asked for: SDPA's math kernel is given is_causal); adding it saves
   // nothing, so it is gone before backward.
   if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
-    add_entry(ledger, "causal attention mask (eager)", component::activations, memory_space::device,
-              bytes_for_bits(detail::checked_mul(detail::checked_mul(tau, o.sequence), beta)), 1,
-              "transformers masking_utils: 4D float mask, forward only", lifetime::forward);
-  }
-
-  // Backward transients.
-  // Two tensors of one size: the nll_loss and log_softmax gradients.
-  add_entry(ledger, "logits gradient", component::activations, memory_space::device, loss_gradient,
-            2, "cross-entropy backward: fp32 gradients of log_softmax", lifetime::backward);
-  add_entry(ledger, entry_names::activation_gradients, component::activations, memory_space::device,
-            largest_working, 0, "the larger of a layer's MLP and attention backward working sets",
-            lifetime::layer_backward);
-  if (recomputed > 0) {
-    add_entry(ledger, entry_names::recomputed_layer, component::activations, memory_space::device,
-              largest_layer, 0, "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
-              lifetime::layer_backward);
-  }
-  if (o.offload) {
     add_entry(
-        ledger, entry_names::reloaded_layer, component::activations, memory_space::device,
-        largest_layer, 0,
-        "torch.autograd.graph.save_on_cpu / torchtune OffloadActivations: unpacked to the GPU "
-        "for the layer's backward",
-        lifetime::layer_backward);
+        ledger, "causal attention mask (eager)", component::activations, memory_space::device,
+        bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.beta())),
+        1, "transformers masking_utils: 4D float mask, forward only", lifetime::forward);
   }
+  detail::add_backward_transients(ledger, o, loss, layers);
   return ledger;
 }
 
