@@ -66,6 +66,14 @@ std::string choice_list(const named<Value> (&table)[N]) {
   return list;
 }
 
+/// The name `table` gives `value` (its first), or "" when none does.
+template <class Value, std::size_t N>
+const char* name_of(const named<Value> (&table)[N], const Value& value) {
+  for (const named<Value>& n : table)
+    if (n.value == value) return n.name;
+  return "";
+}
+
 /// The value called `name` among `table` (see lookup), or an error listing the names.
 template <class Value, std::size_t N>
 Value choose(const named<Value> (&table)[N], std::string_view name, const char* what) {

@@ -255,7 +255,9 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
         << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
         << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
         << s.context << (s.r.all_logits ? " | every position's logits" : "")
-        << (s.r.attention != attention_kind::flash ? " | " + o.attention + " attention" : "");
+        << (s.r.attention != attention_kind::flash
+                ? " | " + std::string(name_of(attentions, s.r.attention)) + " attention"
+                : "");
   s.title = title.str();
   return o.utilization ? run_serving(out, o, s) : run_request(out, o, s);
 }

@@ -317,11 +317,16 @@ class block_builder {
             "modeling_llama.py LlamaRMSNorm.forward: torch.rsqrt(variance + "
             "self.variance_epsilon)",
             rows, 32);
-      // Saved by the weight multiply for the weight's gradient: none for a frozen weight.
+      // Saved by the weight multiply for the weight's gradient: none for a frozen weight. gpt-oss
+      // multiplies before it casts back, so what it saves is fp32.
+      const bool fp32_product = m_.is_moe() && m_.moe.layout == moe_layout::gpt_oss;
       if (!frozen_base_)
         add("norm normalized input",
-            "modeling_llama.py LlamaRMSNorm.forward: self.weight * hidden_states.to(input_dtype)",
-            replicated(width), rho_);
+            fp32_product ? "modeling_gpt_oss.py GptOssRMSNorm.forward: (self.weight * "
+                           "hidden_states).to(input_dtype)"
+                         : "modeling_llama.py LlamaRMSNorm.forward: self.weight * "
+                           "hidden_states.to(input_dtype)",
+            replicated(width), fp32_product ? 32 : rho_);
     }
   }
 

@@ -668,12 +668,13 @@ TEST_CASE(
   CHECK(bytes_of("attention logits max indices (int64)") == bytes{8 * 64 * s});
   CHECK(bytes_of("attention probabilities (16-bit copy)") == bytes{});
   // The MLP half, 1,024 tokens routed to 4 experts each (n = 4,096 rows), h = f = 2,880, bf16:
-  // the post-attention RMSNorm (fp32 input 4h, rstd 4, normalized 2h per token), the router's
+  // the post-attention RMSNorm (fp32 input 4h, rstd 4, and the normalized input 4h: gpt-oss's
+  // RMSNorm multiplies the weight in fp32 before it casts back), the router's
   // input 2h; top-k softmax 2 x 4 and indices 8 x 4 per token; per routed row two int64 indices,
   // the gathered input 2h, gate_up 2 x 2f, five [n, f] tensors in bf16, the output 2h and its
   // routing weight 2; and every one of the 32 experts' weights indexed into a bf16 copy.
   const std::int64_t h = 2880, f = 2880, n = 4 * s;
-  const std::int64_t norm = s * (4 * h + 4 + 2 * h);
+  const std::int64_t norm = s * (4 * h + 4 + 4 * h);
   const std::int64_t router = s * 2 * h + s * (2 * 4 + 8 * 4);
   const std::int64_t experts = n * (16 + 2 * h + 2 * 2 * f + 5 * 2 * f + 2 * h + 2);
   const std::int64_t weights = 32LL * 3 * h * f * 2;
