@@ -399,7 +399,7 @@ constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b
 /// eager_attention_forward (its copies in every family built on it) or GPT-2's _attn.
 constexpr const char* eager_softmax_source(const model& m) {
   if (m.family == family::gpt2)
-    return "modeling_gpt2.py GPT2Attention._attn: nn.functional.softmax(attn_weights, dim=-1)";
+    return "modeling_gpt2.py eager_attention_forward: nn.functional.softmax(attn_weights, dim=-1)";
   if (m.family == family::llama || m.family == family::phi3)
     return "modeling_llama.py eager_attention_forward: nn.functional.softmax(attn_weights, dim=-1, "
            "dtype=torch.float32)";
@@ -443,8 +443,8 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
   } else if (softmax_bits != b.beta()) {
     b.add("attention probabilities (16-bit copy)",
           m.family == family::gpt2
-              ? "modeling_gpt2.py GPT2Attention._attn: attn_weights.type(value.dtype), read by "
-                "torch.matmul(attn_weights, value)"
+              ? "modeling_gpt2.py eager_attention_forward: attn_weights.type(value.dtype), read "
+                "by torch.matmul(attn_weights, value)"
               : "modeling_llama.py eager_attention_forward: softmax(...).to(query.dtype), read by "
                 "torch.matmul(attn_weights, value_states)",
           scores, b.beta(), true);
@@ -474,7 +474,7 @@ constexpr const char* out_projection_source(const model& m) {
            "attn_output.reshape(*input_shape, -1).contiguous()";
   if (m.family == family::gpt2)
     return "modeling_gpt2.py GPT2Attention.forward: self.c_proj(attn_output) after "
-           "self._merge_heads(...)";
+           "attn_output.reshape(*attn_output.shape[:-2], -1).contiguous()";
   return "the output projection (a linear keeps its input), derivatives.yaml mm: "
          "mm_mat2_backward(grad, self, ...)";
 }
@@ -537,7 +537,7 @@ constexpr void mla_attention(block_builder& b, const model& m, const activation_
 constexpr const char* fused_qkv_source(const model& m) {
   switch (m.family) {
     case family::gpt2:
-      return "modeling_gpt2.py GPT2Attention.forward: query, key, value = "
+      return "modeling_gpt2.py GPT2Attention.forward: query_states, key_states, value_states = "
              "self.c_attn(hidden_states).split(self.split_size, dim=2)";
     case family::gpt_bigcode:
       return "modeling_gpt_bigcode.py GPTBigCodeAttention.forward: self.c_attn(hidden_states)";
