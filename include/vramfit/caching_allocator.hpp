@@ -247,6 +247,25 @@ class caching_allocator {
     return sizes;
   }
   [[nodiscard]] constexpr std::size_t segment_count() const { return segments_.size(); }
+  /// What decides every later request, written out: each segment's attributes and block map, and
+  /// the statistics. Two allocators with equal states (handles aside, which only name blocks)
+  /// answer the same requests alike. Without garbage collection, the blocks' ages never matter;
+  /// with it they would, so such an allocator's state is empty: comparable to none.
+  [[nodiscard]] constexpr std::vector<std::int64_t> state() const {
+    std::vector<std::int64_t> out;
+    if (collects_garbage() || next_address_ >= 0) return out;
+    out.reserve(blocks_.size() + 7 * segments_.size() + 5);
+    for (const caching::segment& x : segments_) {
+      out.insert(out.end(), {x.size, x.stream, x.small, x.expandable, x.released, x.address});
+      // The blocks by address, free ones negative, ended by 0 (no block is empty).
+      for (int b = x.released ? -1 : x.first; b >= 0; b = at(b).next)
+        out.push_back(at(b).allocated ? at(b).size : -at(b).size);
+      out.push_back(0);
+    }
+    out.insert(out.end(), {stats_.allocated.count, stats_.reserved.count, stats_.requested.count,
+                           stats_.segments, stats_.oom});
+    return out;
+  }
   /// Where a handle's block lies: its segment and offset.
   [[nodiscard]] constexpr const caching::block& block_at(int handle) const { return at(handle); }
   [[nodiscard]] constexpr const caching::segment& segment_at(std::size_t s) const {

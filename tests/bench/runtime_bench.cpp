@@ -149,18 +149,28 @@ BENCHMARK(timeline_by_layers)
 
 /// The caching allocator replayed over a stage's steps (reserved_memory): its cost grows with the
 /// stage's layers (docs/allocator.md says why), up to max_replayed_layers. Llama-3.1-405B's 126
-/// layers on one GPU is the yardstick (under 10 ms).
+/// layers on one GPU is the yardstick (under 10 ms). The second argument: 1 replays in
+/// full (replay_mode::full), 0 leaves out the steps it proves would repeat.
+template <bool Sgd>
 void reserved_memory_by_layers(benchmark::State& state) {
   model m = models::llama_3_1_405b::value;
   m.layers = state.range(0);
-  const training t{m, mixed<bf16>::value, adamw<>::value};
+  const training t{m, mixed<bf16>::value, Sgd ? sgd<>::value : adamw<>::value};
   const activation_options o{.micro_batch = 1, .sequence = 4096};
+  const replay_mode mode = state.range(1) != 0 ? replay_mode::full : replay_mode::skip_repeats;
   for (auto _ : state) {
     benchmark::DoNotOptimize(m);
-    benchmark::DoNotOptimize(reserved_memory(t, o).reserved);
+    benchmark::DoNotOptimize(reserved_memory(t, o, {}, 0, {}, mode).reserved);
   }
 }
-BENCHMARK(reserved_memory_by_layers)->Arg(2)->Arg(32)->Arg(126)->Unit(benchmark::kMillisecond);
+// AdamW reserves more in its second step (its states), so every step up to the third is replayed;
+// stateless SGD's third step starts where its second did, and is left out.
+BENCHMARK(reserved_memory_by_layers<false>)
+    ->ArgsProduct({{2, 32, 126}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(reserved_memory_by_layers<true>)
+    ->ArgsProduct({{2, 32, 126}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 /// What `vramfit infer` evaluates: each stage's ledger, then the largest batch and context.
 void infer_by_layers(benchmark::State& state) {
