@@ -210,6 +210,34 @@ TEST_CASE(
   CHECK(a.stats().reserved == bytes{40 * M});
 }
 
+TEST_CASE("state: what decides later requests, whatever the handles and dead blocks") {
+  // Two 4 MiB tensors split a 20 MiB segment (remainders over 1 MiB split off) and merge back
+  // when freed; one 8 MiB tensor leaves the same single free block. Equal states, though the
+  // first allocator has made three blocks and the second two.
+  caching_allocator a, b;
+  const int x = a.allocate(bytes{4 * M});
+  a.release(a.allocate(bytes{4 * M}));
+  a.release(x);
+  b.release(b.allocate(bytes{8 * M}));
+  CHECK(a.segment_map(0) == map{-20 * M});
+  CHECK(a.state() == b.state());
+  CHECK_FALSE(a.state().empty());
+  // A 4 MiB tensor against a 6 MiB one: another block map.
+  a.allocate(bytes{4 * M});
+  b.allocate(bytes{6 * M});
+  CHECK(a.state() != b.state());
+  // A third that reaches a's state by another path: equal, with a live block at the same place.
+  // (A 9 MiB request is under 10 MiB, so it too gets a 20 MiB segment.)
+  caching_allocator c;
+  c.release(c.allocate(bytes{9 * M}));
+  c.allocate(bytes{4 * M});
+  CHECK(a.state() == c.state());
+  // Garbage collection counts each cached block's age, which the state leaves out: such an
+  // allocator's state is empty, equal to no other.
+  caching_allocator gc(parse_alloc_conf("garbage_collection_threshold:0.5"), {{}, bytes{200 * M}});
+  CHECK(gc.state().empty());
+}
+
 TEST_CASE("property: reserved covers allocated, and both equal their blocks and segments") {
   for (const char* conf :
        {"", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"}) {
