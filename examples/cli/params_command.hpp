@@ -118,6 +118,7 @@ inline int run_train_params(std::ostream& out, const CLI::App& cmd, const train_
       {"precision", "grad-dtype", "optimizer", "optimizer-impl", "amsgrad", "momentum", "centered",
        "dp", "zero", "zero-impl", "fsdp", "fsdp-version", "gpu", "format", "check"},
       "the model states", n, o.format);
+  reject_inapplicable(cmd, o);  // --zero-impl without --zero, --fsdp-version without --fsdp
   // The layout and policies as for any model; the states are those of the flat tensor.
   const model& stand_in = models::llama_3_8b::value;
   const training_plan_value plan = build_plan(for_model(o, stand_in), stand_in);

@@ -1228,6 +1228,9 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
     probes.push_back({"plan", o});
   }
   for (const char* o : {"--explain", "--params 7e9", "--check"}) probes.push_back({"train", o});
+  // --params takes the sharding options; their companions alone change nothing there either.
+  for (const char* o : {"--zero-impl paper", "--fsdp-version 2", "--grad-dtype bf16", "--dp 2"})
+    probes.push_back({"train --params 7e9", o});
   probes.push_back({"min-gpus", "--check"});  // nothing fits without sharding
   for (const char* o : {"--gpus 16", "--global-batch 64", "--top 2", "--all", "--max-tp 2",
                         "--max-pp 2", "--max-cp 2", "--sharding fsdp", "--gpus-per-node 4",
