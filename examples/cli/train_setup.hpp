@@ -80,9 +80,7 @@ inline sharding_given sharding_of(const train_options& o) {
     if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
     const fsdp_strategy s = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
     g.implementation = shard_implementation::fsdp;
-    g.stage = s == fsdp_strategy::shard_grad_op ? sharding::zero2
-              : s == fsdp_strategy::no_shard    ? sharding::none
-                                                : sharding::zero3;
+    g.stage = zero_stage_of(s);
     if (s == fsdp_strategy::hybrid_shard) {
       if (o.fsdp_group <= 0)
         detail::raise("--fsdp hybrid needs --fsdp-group (ranks per shard group)");

@@ -9,6 +9,7 @@
 #include "activations.hpp"
 #include "detail/name.hpp"
 #include "detail/search.hpp"
+#include "detail/tag.hpp"
 #include "gpu.hpp"
 #include "ledger.hpp"
 #include "overheads.hpp"
@@ -32,10 +33,7 @@ struct weight_layout {
 };
 
 template <class T>
-concept WeightLayout = requires {
-  { T::value } -> std::convertible_to<weight_layout>;
-}
-&&std::same_as<std::remove_cvref_t<decltype(T::value)>, weight_layout>;
+concept WeightLayout = detail::tag_of<T, weight_layout>;
 
 namespace detail {
 constexpr weight_layout named_layout(const char* name, const element_format& linear,
@@ -257,12 +255,7 @@ constexpr void for_each_held_group(const model& m, const layout& l, std::int64_t
                                    Visit&& visit) {
   const tensor_ledger ledger = tensors(m);
   validated(l, m);
-  std::size_t first_layer_group = ledger.size();
-  for (std::size_t i = 0; i < ledger.size(); ++i)
-    if (ledger[i].layer_count > 0) {
-      first_layer_group = i;
-      break;
-    }
+  const std::size_t first_layers = detail::first_layer_group(ledger);
   const std::int64_t first = l.first_layer_of_stage(m.layers, stage);
   const std::int64_t count = l.layers_of_stage(m.layers, stage);
   const bool first_stage = stage == 0, last_stage = stage == l.pipeline - 1;
@@ -270,7 +263,7 @@ constexpr void for_each_held_group(const model& m, const layout& l, std::int64_t
     const tensor_group& g = ledger[i];
     std::int64_t copies = g.layer_count > 0
                               ? detail::overlap(g.first_layer, g.layer_count, first, count)
-                              : ((i < first_layer_group ? first_stage : last_stage) ? 1 : 0);
+                              : ((i < first_layers ? first_stage : last_stage) ? 1 : 0);
     if (g.kind == tensor_kind::expert)
       copies = detail::checked_mul(copies, m.moe.routed_experts / l.expert);
     if (copies > 0) visit(g, detail::tp_local_shape(g, m, l.tensor), copies);

@@ -21,9 +21,9 @@ enum class component : unsigned char {
   activations,
   kv_cache,
   buffers,
-  overhead,
+  overhead,  ///< the last: component_count follows it
 };
-inline constexpr int component_count = 8;
+inline constexpr int component_count = static_cast<int>(component::overhead) + 1;
 
 constexpr const char* to_string(component c) {
   constexpr const char* names[component_count] = {
@@ -105,6 +105,9 @@ struct memory_entry {
   moment peak_at = moment::end_of_forward;
 };
 
+/// A GPU's entries. Each add_entry call site adds at most one: 25 for the model states
+/// (training.hpp), 9 for a step's activations (activations.hpp), 5 for the runtime overheads
+/// (overheads.hpp), 39 in all; inference's ledger holds fewer.
 using memory_ledger = detail::static_vector<memory_entry, 40>;
 
 /// Appends an entry unless it is empty.

@@ -117,6 +117,16 @@ struct tensor_group {
 using tensor_ledger = detail::static_vector<tensor_group, 48>;
 
 namespace detail {
+/// The first group of per-layer tensors: the groups before it (embeddings) sit on the first
+/// pipeline stage, those after the layers on the last.
+constexpr std::size_t first_layer_group(const tensor_ledger& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].layer_count > 0) return i;
+  return tensors.size();
+}
+}  // namespace detail
+
+namespace detail {
 
 /// Layers [first, first + count); count 0 means "not a per-layer tensor".
 struct layer_range {

@@ -510,14 +510,6 @@ struct stage_model_states {
   }
 };
 
-/// The first group of per-layer tensors: those before it sit on the first stage, the others on
-/// the last.
-constexpr std::size_t first_layer_group(const tensor_ledger& tensors) {
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].layer_count > 0) return i;
-  return tensors.size();
-}
-
 /// Accumulates the tensors of pipeline stage `stage` and reads how the layout shards them.
 constexpr stage_model_states stage_model_states_of(const training& t, const tensor_ledger& tensors,
                                                    std::int64_t stage) {
