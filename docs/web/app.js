@@ -212,17 +212,6 @@ function quote(word) {
   return /^[\w.,:=+-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
 }
 
-// The largest batch and context of inference: the JSON does not carry them, the table's last line
-// does ("At this context, up to 63 sequences fit; at this batch, up to 259,523 tokens.").
-function inferLargest(args) {
-  const table = tool(args.map((w, i) => (args[i - 1] === '-f' ? 'table' : w))).stdout;
-  const line = new RegExp('At this context, (?:up to ([\\d,]+) sequences fit|not one sequence ' +
-                          'fits); at this batch, (?:up to ([\\d,]+) tokens|not one token fits)')
-                   .exec(table);
-  const count = (text) => Number((text ?? '0').replace(/,/g, ''));
-  return line ? [count(line[1]), count(line[2])] : ['?', '?'];
-}
-
 function show(state) {
   const args = words(state);
   const pasted = (i) => state.has('config') && args[i - 1] === '--model';
@@ -256,7 +245,7 @@ function estimate(r, args) {
         ? `Fits on ${name}: ${gib(peak)} of ${gib(capacity)}, ${gib(capacity - peak)} free`
         : `Does not fit on ${name}: ${gib(peak)} of ${gib(capacity)}, ${gib(peak - capacity)} over`,
     headings: ['Peak per GPU', 'GPU capacity', ...modes[mode].largest, 'At the peak'],
-    largest: mode === 'train' ? [r.max_micro_batch, r.max_sequence] : inferLargest(args),
+    largest: mode === 'train' ? [r.max_micro_batch, r.max_sequence] : [r.max_batch, r.max_context],
     parts: components.map((c) => [c, r.at_peak[c] ?? 0]),
   };
 }

@@ -212,22 +212,31 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
   e.peak_at = peak_moment(e.ledger);
   e.fit.required = peak(e.ledger);
   e.fit.available = s.g.capacity;
-  if (o.format == "json")
-    out << cli::to_json(e).dump(2) << "\n";
-  else if (o.format == "markdown")
+  const int status = o.check && !e.fit.fits() ? 1 : 0;
+  if (o.format == "markdown") {
     cli::print_markdown(out, e);
-  else if (o.format == "svg")
+    return status;
+  }
+  if (o.format == "svg") {
     cli::print_svg(out, e);
-  else {
+    return status;
+  }
+  // The most sequences at this context, and the longest context at this batch (0: none fits).
+  const std::int64_t batch = max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536);
+  const std::int64_t longest = max_context(s.m, s.l, s.w, s.kv, s.r, s.g);
+  if (o.format == "json") {
+    nlohmann::json j = cli::to_json(e);
+    j["max_batch"] = batch;
+    j["max_context"] = longest;
+    out << j.dump(2) << "\n";
+  } else {
     cli::print_table(out, e);
-    const std::int64_t batch = max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536);
-    const std::int64_t longest = max_context(s.m, s.l, s.w, s.kv, s.r, s.g);
     out << "  At this context, "
         << cli::up_to(batch, "up to ", " sequences fit", "not one sequence fits")
         << "; at this batch, " << cli::up_to(longest, "up to ", " tokens", "not one token fits")
         << ".\n";
   }
-  return o.check && !e.fit.fits() ? 1 : 0;
+  return status;
 }
 
 inline int run_infer(std::ostream& out, const infer_options& given) {

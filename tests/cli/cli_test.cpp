@@ -143,6 +143,28 @@ TEST_CASE("train's JSON: the largest micro-batch and the longest sequence that f
   CHECK(none.at("max_sequence") == 0);
 }
 
+TEST_CASE("infer's JSON: the most sequences and the longest context that fit") {
+  const std::string base = "infer --model llama-3-8b --gpu h100 ";
+  auto with = [&](std::int64_t batch, std::int64_t context) {
+    return base + "--batch " + std::to_string(batch) + " --context " + std::to_string(context);
+  };
+  const nlohmann::json j = nlohmann::json::parse(run(with(4, 8192) + " -f json").out);
+  const std::int64_t batch = j.at("max_batch"), context = j.at("max_context");
+  REQUIRE(batch > 4);
+  REQUIRE(context > 8192);
+  // Each fits, and one more does not (--check: 1 when it does not fit); the table says the same.
+  CHECK(run(with(batch, 8192) + " --check").status == 0);
+  CHECK(run(with(batch + 1, 8192) + " --check").status == 1);
+  CHECK(run(with(4, context) + " --check").status == 0);
+  CHECK(run(with(4, context + 1) + " --check").status == 1);
+  CHECK(run(with(4, 8192)).out.find("up to " + std::to_string(batch) + " sequences fit") !=
+        std::string::npos);  // below 1,000: no separators
+  const nlohmann::json none =
+      nlohmann::json::parse(run("infer --model llama-3.1-405b --gpu l4 -f json").out);
+  CHECK(none.at("max_batch") == 0);  // 810 GB of bf16 weights on a 24 GB card
+  CHECK(none.at("max_context") == 0);
+}
+
 TEST_CASE("--check: 1 when the plan does not fit, 0 when it does") {
   CHECK(run("train --model llama-3-8b --check").status == 1);
   CHECK(run("train --model llama-3-8b --qlora --check").status == 0);
