@@ -172,13 +172,6 @@ constexpr tensor_block block_of(const tensor_group& g) {
           g.experts};
 }
 
-constexpr std::int64_t overlap(std::int64_t a0, std::int64_t an, std::int64_t b0, std::int64_t bn) {
-  const std::int64_t lo = a0 > b0 ? a0 : b0;
-  const std::int64_t a1 = detail::checked_add(a0, an), b1 = detail::checked_add(b0, bn);
-  const std::int64_t hi = a1 < b1 ? a1 : b1;
-  return hi > lo ? hi - lo : 0;
-}
-
 /// The part of `b` that `s` selects, as a block (count 0 when nothing).
 constexpr tensor_block selected_block(const tensor_group& g, tensor_block b,
                                       const tensor_selector& s) {

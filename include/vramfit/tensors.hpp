@@ -117,6 +117,14 @@ struct tensor_group {
 using tensor_ledger = detail::static_vector<tensor_group, 48>;
 
 namespace detail {
+/// How many of the layers [a0, a0 + an) are also in [b0, b0 + bn).
+constexpr std::int64_t overlap(std::int64_t a0, std::int64_t an, std::int64_t b0, std::int64_t bn) {
+  const std::int64_t lo = a0 > b0 ? a0 : b0;
+  const std::int64_t a1 = checked_add(a0, an), b1 = checked_add(b0, bn);
+  const std::int64_t hi = a1 < b1 ? a1 : b1;
+  return hi > lo ? hi - lo : 0;
+}
+
 /// The first group of per-layer tensors: the groups before it (embeddings) sit on the first
 /// pipeline stage, those after the layers on the last.
 constexpr std::size_t first_layer_group(const tensor_ledger& tensors) {
