@@ -54,6 +54,13 @@ const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* 
   detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known + hint);
 }
 
+/// `words` separated by single spaces: a command line, a completion script's list.
+inline std::string joined(const std::vector<std::string>& words) {
+  std::string text;
+  for (const std::string& w : words) text += (text.empty() ? "" : " ") + w;
+  return text;
+}
+
 /// The names of `table` as a help text lists them, each with what it means where the table
 /// says: "a, b (what b is) or c". The parser reads the same table, so --help cannot drift.
 template <class Value, std::size_t N>

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -18,22 +19,22 @@
 namespace vramfit::cli {
 
 template <class Entry, std::size_t N, class Key>
-std::string words_of(const Entry (&table)[N], Key&& key) {
-  std::string words;
-  for (const Entry& e : table) words += std::string(words.empty() ? "" : " ") + key(e);
+std::vector<std::string> words_of(const Entry (&table)[N], Key&& key) {
+  std::vector<std::string> words;
+  for (const Entry& e : table) words.emplace_back(key(e));
   return words;
 }
 template <class Value, std::size_t N>
-std::string words_of(const named<Value> (&table)[N]) {
+std::vector<std::string> words_of(const named<Value> (&table)[N]) {
   return words_of(table, [](const named<Value>& n) { return std::string(n.name); });
 }
 
-/// The values of option `name` (its first long name, without dashes), space-separated: from the
-/// parser's tables, else from a CLI11 choice set ("TEXT:{a,b}"); empty when free-form.
-inline std::string option_values(const CLI::Option& o, const std::string& name) {
+/// The values of option `name` (its first long name, without dashes): from the parser's tables,
+/// else from a CLI11 choice set ("TEXT:{a,b}"); empty when free-form.
+inline std::vector<std::string> option_values(const CLI::Option& o, const std::string& name) {
   struct table_option {
     std::string_view option;
-    std::string (*values)();
+    std::vector<std::string> (*values)();
   };
   static const table_option tables[] = {
       {"model",
@@ -68,10 +69,13 @@ inline std::string option_values(const CLI::Option& o, const std::string& name) 
     if (t.option == name) return t.values();
   const std::string type = o.get_type_name();  // "TEXT:{table,markdown,json,svg}"
   const std::size_t open = type.find('{'), close = type.rfind('}');
-  if (open == std::string::npos || close == std::string::npos || close < open) return "";
-  std::string words = type.substr(open + 1, close - open - 1);
-  for (char& c : words)
-    if (c == ',') c = ' ';
+  std::vector<std::string> words;
+  if (open == std::string::npos || close == std::string::npos || close < open) return words;
+  for (std::size_t start = open + 1; start <= close;) {
+    const std::size_t end = std::min(type.find(',', start), close);
+    words.push_back(type.substr(start, end - start));
+    start = end + 1;
+  }
   return words;
 }
 
@@ -92,7 +96,7 @@ inline void print_completion(std::ostream& out, const CLI::App& app, std::string
       words += (words.empty() ? "--" : " --") + option;
       std::string label = "--" + option;
       for (const std::string& short_name : o->get_snames()) label += "|-" + short_name;
-      const std::string v = option_values(*o, option);
+      const std::string v = joined(option_values(*o, option));
       if (!v.empty() && values.find("    " + label + ")") == std::string::npos)
         values += "    " + label + ") words=\"" + v + "\";;\n";
     }

@@ -5,8 +5,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -38,19 +36,6 @@ inline const CLI::App& subcommand_named(const tool& t, std::string_view name) {
   throw std::invalid_argument("vramfit has no subcommand '" + std::string(name) + "'");
 }
 
-/// The words of `text` separated by single spaces, as option_values writes them. Split by hand:
-/// the browser build's stream extraction (libc++ 15's headers over emscripten's libc++ 13) does
-/// not stop at spaces.
-inline std::vector<std::string> split_words(const std::string& text) {
-  std::vector<std::string> words;
-  for (std::size_t start = 0; start < text.size();) {
-    const std::size_t end = std::min(text.find(' ', start), text.size());
-    if (end > start) words.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return words;
-}
-
 /// The options of subcommand `name` in the parser's order, without --help.
 inline std::vector<option_entry> option_table(std::string_view name) {
   const tool t;
@@ -63,7 +48,7 @@ inline std::vector<option_entry> option_table(std::string_view name) {
     e.kind = o->get_expected_max() == 0        ? "flag"
              : o->get_items_expected_max() > 1 ? "list"
                                                : "value";
-    e.values = split_words(option_values(*o, e.name));
+    e.values = option_values(*o, e.name);
     e.type = o->get_type_name();
     e.default_str = o->get_default_str();
     e.description = o->get_description();

@@ -103,7 +103,7 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
                 {"--zero-impl",
                  l.implementation == shard_implementation::megatron ? "megatron" : "deepspeed"});
   }
-  argv.insert(argv.end(), {"--recompute", cli::recompute_name(c.recompute)});
+  argv.insert(argv.end(), {"--recompute", cli::name_of(cli::recomputes, c.recompute)});
   if (c.recompute == recompute_kind::full && c.recompute_layers > 0)
     add("--recompute-layers", c.recompute_layers);
   add("--micro-batch", c.micro_batch);
@@ -111,12 +111,6 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
   if (l.optimizer_offload != offload_target::none)
     argv.insert(argv.end(), {"--offload", cli::offload_name(l)});
   return argv;
-}
-
-inline std::string joined(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const std::string& a : argv) s += (s.empty() ? "" : " ") + a;
-  return s;
 }
 
 /// Refuses the train options that make no sense to a search, each with its reason.

@@ -48,15 +48,9 @@ inline const char* offload_name(const layout& l) {
                                                        : "none";
 }
 
-inline const char* recompute_name(recompute_kind r) {
-  for (const named<recompute_kind>& n : recomputes)
-    if (n.value == r) return n.name;
-  return "none";
-}
-
 /// "full", or "full (first 3 layers)" when full recompute covers part of each stage.
 inline std::string recompute_label(const plan_candidate& c) {
-  std::string label = recompute_name(c.recompute);
+  std::string label = name_of(recomputes, c.recompute);
   if (c.recompute == recompute_kind::full && c.recompute_layers > 0)
     label += " (first " + std::to_string(c.recompute_layers) +
              (c.recompute_layers == 1 ? " layer)" : " layers)");
@@ -99,7 +93,7 @@ inline nlohmann::json to_json(const ranked_layout& r, const gpu& g) {
             {"ep", l.expert},
             {"sharding", sharding_name(l)},
             {"shard_group", l.shard_group},
-            {"recompute", recompute_name(c.recompute)},
+            {"recompute", name_of(recomputes, c.recompute)},
             {"recompute_layers", c.recompute_layers},
             {"micro_batch", c.micro_batch},
             {"micro_batches", c.micro_batches},
