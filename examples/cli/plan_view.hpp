@@ -33,6 +33,7 @@ inline const char* sharding_name(const layout& l) {
     case shard_implementation::megatron:
       if (l.zero == sharding::zero1) return "megatron-distributed-optimizer";
       break;
+    case shard_implementation::unnamed:
     case shard_implementation::deepspeed:
     case shard_implementation::paper: {
       constexpr const char* stages[] = {"none", "zero-1", "zero-2", "zero-3"};

@@ -250,16 +250,14 @@ class block_builder {
   constexpr void add(const char* name, const char* source, std::int64_t elements, std::int64_t bits,
                      bool selective = false, bool output_linear_input = false) {
     if (elements == 0 || bits == 0) return;
-    saved_tensor t{};
-    t.name = name;
-    t.source = source;
-    t.size = bytes_for_bits(checked_mul(elements, bits));
-    t.elements = elements;
-    t.bits = bits;
-    t.recomputed_by_selective = selective;
-    t.part = part_;
-    t.output_linear_input = output_linear_input;
-    ledger_.push_back(t);
+    ledger_.push_back({.name = name,
+                       .source = source,
+                       .size = bytes_for_bits(checked_mul(elements, bits)),
+                       .elements = elements,
+                       .bits = bits,
+                       .recomputed_by_selective = selective,
+                       .part = part_,
+                       .output_linear_input = output_linear_input});
   }
   /// What follows belongs to the MLP half of the layer.
   constexpr void begin_mlp() { part_ = layer_part::mlp; }

@@ -193,18 +193,17 @@ class layout_searcher {
     }
     [[nodiscard]] constexpr plan_candidate candidate() const {
       plan_candidate c{};
-      layout& l = c.layout;
-      l.data = data;
-      l.tensor = tensor;
-      l.pipeline = pipeline;
-      l.context = context;
-      l.expert = expert;
-      l.sequence = sequence;
-      l.zero = zero;
-      l.implementation = implementation;
-      l.shard_group = shard_group;
-      l.optimizer_offload = optimizer_offload;
-      l.parameter_offload = parameter_offload;
+      c.layout = {.data = data,
+                  .tensor = tensor,
+                  .sequence = sequence,
+                  .pipeline = pipeline,
+                  .context = context,
+                  .expert = expert,
+                  .zero = zero,
+                  .implementation = implementation,
+                  .shard_group = shard_group,
+                  .optimizer_offload = optimizer_offload,
+                  .parameter_offload = parameter_offload};
       c.virtual_stages = virtual_stages;
       return c;
     }
@@ -311,14 +310,13 @@ class layout_searcher {
             return;
           for_each_divisor(dp * cp, m_.is_moe() ? m_.moe.routed_experts : 1, [&](auto ep) {
             if (!allowed(s.expert, ep)) return;
-            layout l{};
-            l.data = dp;
-            l.tensor = tp;
-            l.pipeline = pp;
-            l.context = cp;
-            l.expert = ep;
-            l.sequence = s.sequence_parallel && tp > 1 && (plan_.batch.sequence / cp) % tp == 0;
-            visit(l);
+            visit(layout{
+                .data = dp,
+                .tensor = tp,
+                .sequence = s.sequence_parallel && tp > 1 && (plan_.batch.sequence / cp) % tp == 0,
+                .pipeline = pp,
+                .context = cp,
+                .expert = ep});
           });
         });
       });

@@ -115,15 +115,13 @@ constexpr void add_entry(memory_ledger& ledger, const char* name, component what
                          memory_space space, bytes size, std::int64_t tensors, const char* source,
                          lifetime when = lifetime::persistent) {
   if (size == bytes{}) return;
-  memory_entry e{};
-  e.name = name;
-  e.component = what;
-  e.space = space;
-  e.lifetime = when;
-  e.size = size;
-  e.tensors = tensors;
-  e.source = source;
-  ledger.push_back(e);
+  ledger.push_back({.name = name,
+                    .component = what,
+                    .space = space,
+                    .lifetime = when,
+                    .size = size,
+                    .tensors = tensors,
+                    .source = source});
 }
 
 /// Bytes of the entries in `space`, optionally of one component.

@@ -26,6 +26,7 @@ enum class sharding : unsigned char {
 
 /// Whose implementation of sharding: the bytes differ in the details.
 enum class shard_implementation : unsigned char {
+  unnamed,    ///< none named: plain PyTorch, valid only unsharded (a ZeRO stage names its own)
   paper,      ///< ZeRO paper Table 1: exactly the states of the precision policy, divided by N
   deepspeed,  ///< DeepSpeed: + an fp32 gradient partition; ZeRO-3 keeps no 16-bit grad partition
   megatron,   ///< Megatron distributed optimizer: master + states sharded, full fp32 main grads
@@ -52,7 +53,10 @@ struct layout {
   std::int64_t context = 1;
   std::int64_t expert = 1;
   sharding zero = sharding::none;
-  shard_implementation implementation = shard_implementation::paper;
+  /// Sharded, the implementation must be named: zero<S, N> names DeepSpeed's (as the CLI's
+  /// --zero does), and a layout that would default to another would be the same words for other
+  /// bytes (rule sharding_must_name_its_implementation).
+  shard_implementation implementation = shard_implementation::unnamed;
   std::int64_t shard_group = 0;  ///< hybrid sharding: shard within groups of this size (0: all)
   /// Layers per pipeline stage, first to last; empty: as even as possible, earlier stages first.
   detail::static_vector<std::int64_t, max_listed_stages, listed_stages> stage_layers{};
@@ -161,6 +165,11 @@ namespace detail::rules {
 [[noreturn]] inline void parameter_offload_needs_zero3() {
   raise("offloading parameters needs ZeRO-3 (or FSDP full sharding)");
 }
+[[noreturn]] inline void sharding_must_name_its_implementation(int stage) {
+  raise("ZeRO stage " + str(stage) +
+        " shards as its implementation does: name layout::implementation (paper, deepspeed, "
+        "megatron or fsdp); zero<S, N> is DeepSpeed's");
+}
 [[noreturn]] inline void fsdp_version_must_be_1_or_2(std::int64_t version) {
   raise("the FSDP version must be 1 (FullyShardedDataParallel) or 2 (fully_shard), got " +
         str(version));
@@ -220,6 +229,8 @@ namespace detail::rules {
   X(expert_parallel_must_divide_experts, "expert parallel must divide the experts", v.a, v.b)     \
   X(expert_parallel_must_divide_data_times_context, "expert parallel must divide data x context", \
     v.a, v.b)                                                                                     \
+  X(sharding_must_name_its_implementation, "a ZeRO stage without its implementation",             \
+    static_cast<int>(v.a))                                                                        \
   X(deepspeed_forbids_zero2_or_3_with_pipeline_parallel,                                          \
     "DeepSpeed forbids ZeRO-2/3 with pipeline parallelism", static_cast<int>(v.a), v.b)           \
   X(fsdp_version_must_be_1_or_2, "the FSDP version is not 1 or 2", v.a)                           \
@@ -318,10 +329,12 @@ constexpr layout_violation check_expert_parallel(const layout& l, const model& m
   return {};
 }
 
-/// What the sharding implementations allow: DeepSpeed's pipeline, FSDP's versions and
+/// What the sharding implementations allow: a named one, DeepSpeed's pipeline, FSDP's versions and
 /// reshard_after_forward, parameter offload.
 constexpr layout_violation check_sharding(const layout& l) {
   using enum layout_rule;
+  if (l.zero != sharding::none && l.implementation == shard_implementation::unnamed)
+    return {sharding_must_name_its_implementation, static_cast<int>(l.zero)};
   if (l.implementation == shard_implementation::deepspeed && l.pipeline > 1 &&
       (l.zero == sharding::zero2 || l.zero == sharding::zero3))
     return {deepspeed_forbids_zero2_or_3_with_pipeline_parallel, static_cast<int>(l.zero),

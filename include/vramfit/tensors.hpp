@@ -193,6 +193,28 @@ class ledger_builder {
       add({"lm_head.weight"}, {m_.vocab, m_.hidden}, tensor_kind::head, {}, 1, tp_split::vocab);
   }
 
+  /// GPT-2's token and learned position tables (modeling_gpt2.py GPT2Model.wte, .wpe), which
+  /// GPTBigCode keeps.
+  constexpr void add_gpt2_embeddings() {
+    add({"transformer.wte.weight"}, {m_.vocab, m_.hidden}, tensor_kind::embedding, {}, 1,
+        tp_split::vocab);
+    add({"transformer.wpe.weight"}, {m_.max_positions, m_.hidden}, tensor_kind::embedding);
+  }
+
+  /// BERT's embeddings (modeling_bert.py BertEmbeddings): word, position and, when the model has
+  /// them, token-type tables, then a LayerNorm; DistilBERT's Embeddings are these without token
+  /// types (modeling_distilbert.py).
+  constexpr void add_bert_embeddings() {
+    add({"embeddings.word_embeddings.weight"}, {m_.vocab, m_.hidden}, tensor_kind::embedding, {}, 1,
+        tp_split::vocab);
+    add({"embeddings.position_embeddings.weight"}, {m_.max_positions, m_.hidden},
+        tensor_kind::embedding);
+    if (m_.encoder.token_types > 0)
+      add({"embeddings.token_type_embeddings.weight"}, {m_.encoder.token_types, m_.hidden},
+          tensor_kind::embedding);
+    add_norm("embeddings.", "LayerNorm", m_.hidden);
+  }
+
   /// A linear layer stored as [out, in] with an optional bias of `out`. A row-parallel layer's
   /// bias is replicated; every other split applies to the bias as to the weight.
   constexpr void add_linear(const char* prefix, const char* name, std::int64_t out, std::int64_t in,
@@ -388,8 +410,7 @@ constexpr tensor_ledger gpt2_tensors(const model& m) {
   const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
   const char* p = "transformer.h.{layer}.";
-  b.add({"transformer.wte.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1, tp_split::vocab);
-  b.add({"transformer.wpe.weight"}, {m.max_positions, h}, tensor_kind::embedding);
+  b.add_gpt2_embeddings();
   b.add_norm(p, "ln_1", h, all);
   b.add_conv1d(p, "attn.c_attn", h, 3 * h, tensor_kind::attention, all, tp_split::qkv);
   b.add_conv1d(p, "attn.c_proj", h, h, tensor_kind::attention, all, tp_split::input);
@@ -438,12 +459,7 @@ constexpr tensor_ledger bert_tensors(const model& m) {
   const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
   const char* p = "encoder.layer.{layer}.";
-  b.add({"embeddings.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1,
-        tp_split::vocab);
-  b.add({"embeddings.position_embeddings.weight"}, {m.max_positions, h}, tensor_kind::embedding);
-  b.add({"embeddings.token_type_embeddings.weight"}, {m.encoder.token_types, h},
-        tensor_kind::embedding);
-  b.add_norm("embeddings.", "LayerNorm", h);
+  b.add_bert_embeddings();
   b.add_linear(p, "attention.self.query", h, h, tensor_kind::attention, true, all,
                tp_split::output);
   b.add_linear(p, "attention.self.key", h, h, tensor_kind::attention, true, all, tp_split::kv);
@@ -473,10 +489,7 @@ constexpr tensor_ledger distilbert_tensors(const model& m) {
   const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
   const char* p = "transformer.layer.{layer}.";
-  b.add({"embeddings.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1,
-        tp_split::vocab);
-  b.add({"embeddings.position_embeddings.weight"}, {m.max_positions, h}, tensor_kind::embedding);
-  b.add_norm("embeddings.", "LayerNorm", h);
+  b.add_bert_embeddings();
   b.add_linear(p, "attention.q_lin", h, h, tensor_kind::attention, true, all, tp_split::output);
   b.add_linear(p, "attention.k_lin", h, h, tensor_kind::attention, true, all, tp_split::kv);
   b.add_linear(p, "attention.v_lin", h, h, tensor_kind::attention, true, all, tp_split::kv);
@@ -499,8 +512,7 @@ constexpr tensor_ledger gpt_bigcode_tensors(const model& m) {
   const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
   const char* p = "transformer.h.{layer}.";
-  b.add({"transformer.wte.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1, tp_split::vocab);
-  b.add({"transformer.wpe.weight"}, {m.max_positions, h}, tensor_kind::embedding);
+  b.add_gpt2_embeddings();
   b.add_norm(p, "ln_1", h, all);
   b.add_linear(p, "attn.c_attn", h + 2 * m.kv_heads * m.head_dim, h, tensor_kind::attention, true,
                all, tp_split::qkv);

@@ -613,7 +613,8 @@ constexpr void add_optimizer_states(memory_ledger& ledger, const stage_model_sta
   // PyTorch allocates each tensor on its own: the caching allocator rounds each up to 512 bytes.
   // DeepSpeed and Megatron keep flat buffers, and sharded tensors are counted as shards.
   const layout& l = s.l();
-  if (l.implementation == shard_implementation::paper && l.zero == sharding::none) {
+  if (l.zero == sharding::none && (l.implementation == shard_implementation::unnamed ||
+                                   l.implementation == shard_implementation::paper)) {
     add_entry(ledger, "allocator rounding (512 B blocks)", component::overhead,
               memory_space::device, acc.rounding, 0,
               "c10 CUDACachingAllocator: every block a multiple of 512 bytes");

@@ -358,7 +358,7 @@ layout random_layout(FuzzedDataProvider& in, const model& m) {
   l.context = in.ConsumeBool() ? 1 : degree(in);
   l.expert = in.ConsumeBool() ? 1 : degree(in);
   l.zero = pick_enum<sharding>(in, 3);
-  l.implementation = pick_enum<shard_implementation>(in, 3);
+  l.implementation = pick_enum<shard_implementation>(in, 4);
   l.shard_group = in.ConsumeBool() ? 0 : degree(in);
   if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {  // explicit stages
     const int stages = in.ConsumeBool()

@@ -294,6 +294,7 @@ TEST_CASE("data parallel: ZeRO-3 moves 3Ψ where DDP and ZeRO-1 move 2Ψ") {
   CHECK(estimate_step_time(p, h100, instant).data ==
         doctest::Approx(2 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
   p.setup.layout.zero = sharding::zero1;
+  p.setup.layout.implementation = shard_implementation::deepspeed;
   CHECK(estimate_step_time(p, h100, instant).data ==
         doctest::Approx(2 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
   p.setup.layout.zero = sharding::zero3;

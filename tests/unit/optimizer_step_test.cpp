@@ -116,7 +116,10 @@ TEST_CASE(
       .data = 2, .zero = sharding::zero1, .implementation = shard_implementation::deepspeed};
   CHECK(temporaries(deepspeed) == 2'295'552 / 2 * 4);
   training offloaded{hand_model, mixed<bf16>::value, adamw<>::value};
-  offloaded.layout = {.data = 2, .zero = sharding::zero2, .optimizer_offload = offload_target::cpu};
+  offloaded.layout = {.data = 2,
+                      .zero = sharding::zero2,
+                      .implementation = shard_implementation::paper,
+                      .optimizer_offload = offload_target::cpu};
   CHECK(temporaries(offloaded) == 0);
 }
 

@@ -606,6 +606,34 @@ TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int 
                        error);
 }
 
+TEST_CASE(
+    "a sharded layout names its implementation, which zero<> and unsharded layouts need not") {
+  const model m = models::llama_3_8b::value;
+  // The words "ZeRO-3 over 8 ranks" are three different byte counts (training-guide.md): the
+  // layout must say whose. zero<S, N> says DeepSpeed's, as the CLI's --zero does.
+  const layout unnamed{.data = 8, .zero = sharding::zero3};
+  CHECK(check_layout(unnamed, m).rule == layout_rule::sharding_must_name_its_implementation);
+  CHECK_THROWS_WITH_AS(validated(unnamed, m),
+                       doctest::Contains("ZeRO stage 3 shards as its implementation does: name "
+                                         "layout::implementation"),
+                       error);
+  CHECK(parallel<zero<3, 8>>::value.implementation == shard_implementation::deepspeed);
+  CHECK(check_layout(parallel<zero<3, 8>>::value, m).rule == layout_rule::none);
+  CHECK(check_layout(layout{.data = 8}, m).rule == layout_rule::none);
+  // Unsharded, the unnamed layout is plain PyTorch: per-tensor blocks the allocator rounds.
+  // 3,000 elements under autocast: fp32 weight and gradient, 12,000 B each and 12,288 as 512 B
+  // blocks, and the bf16 copy autocast casts, 6,000 B and 6,144 as blocks.
+  const tensor_ledger w = one_matrix(1000, 3);
+  const auto rounding = [&](shard_implementation impl) {
+    training t{stand_in, mixed<bf16>::value, sgd<>::value};
+    t.layout = {.data = 2, .implementation = impl};
+    return entry(model_states(t, w, 0), "allocator rounding (512 B blocks)");
+  };
+  CHECK(rounding(shard_implementation::unnamed) == rounding(shard_implementation::paper));
+  CHECK(rounding(shard_implementation::unnamed) == bytes{2 * (12288 - 12000) + (6144 - 6000)});
+  CHECK(rounding(shard_implementation::deepspeed) == bytes{});
+}
+
 TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for trained ones") {
   // LoRA r = 16 on q_proj and v_proj of Llama-3-8B, bf16 base, FSDP over 8 ranks: the root unit
   // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) is the largest and has no
