@@ -55,6 +55,126 @@ class progress_bar {
   bool drawn_ = false;
 };
 
+/// The verdicts as the JSON and the table name them, in rejection's order.
+inline constexpr const char* rejection_names[rejection_count] = {
+    "ranked", "does_not_fit", "breaks_a_rule", "batch_indivisible", "slower", "outranked"};
+
+/// The training options on one GPU: the model, precision, optimizer, fine-tuning and batch stay;
+/// the search decides the layout, micro-batch and recompute.
+inline train_options on_one_gpu(train_options o) {
+  o.dp = o.tp = o.pp = o.cp = o.ep = o.virtual_stages = 1;
+  o.micro_batch = o.grad_accum = 1;
+  o.sp = false;
+  o.zero.reset();
+  o.fsdp.clear();
+  o.fsdp_group = 0;
+  if (o.schedule == "interleaved") o.schedule = "1f1b";
+  return o;
+}
+
+/// What `plan` found and says about it.
+struct plan_found {
+  search_result r;
+  std::vector<ranked_layout> ranked;   ///< the best, each with the `train` command that shows it
+  std::vector<plan_candidate> listed;  ///< every candidate, with --all
+  std::string title;
+  std::string assumptions;  ///< the step-time estimate's figures, said beside every answer
+};
+
+/// The sentence that says on what the ranking rests.
+inline std::string plan_assumptions(const search_space& space, const gpu& g) {
+  const cluster_figures f = figures_of(space.net, g);
+  char text[400];
+  std::snprintf(text, sizeof text,
+                "Ranked by an estimated step time, not a measurement: %.0f%% of %.0f TFLOP/s%s "
+                "per GPU, %.0f GB/s within nodes of %lld GPUs%s, %.0f GB/s between nodes "
+                "(docs/planner.md). Memory per GPU is exact.",
+                100 * space.net.mfu, f.flops / space.net.mfu / 1e12,
+                f.assumed_peak ? " (an H100's: the GPU's peak is unknown)" : "", f.intra / 1e9,
+                static_cast<long long>(f.gpus_per_node),
+                f.assumed_link ? " (an H100's NVLink: the GPU's link is unknown)" : "",
+                f.inter / 1e9);
+  return text;
+}
+
+inline nlohmann::json plan_json(const plan_found& found, const search_space& space, const gpu& g,
+                                const train_options& o, const plan_options& p) {
+  const search_result& r = found.r;
+  const cluster_figures f = figures_of(space.net, g);
+  nlohmann::json counts = nlohmann::json::object(), rules = nlohmann::json::object();
+  for (std::size_t i = 0; i < rejection_count; ++i) counts[rejection_names[i]] = r.counts[i];
+  for (std::size_t i = 0; i < layout_rule_count; ++i)
+    if (r.rules[i] > 0) rules[to_string(static_cast<layout_rule>(i))] = r.rules[i];
+  nlohmann::json best = nlohmann::json::array();
+  for (const ranked_layout& c : found.ranked) best.push_back(to_json(c, g));
+  nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                        {"gpus", p.gpus},
+                        {"global_batch", r.global_batch},
+                        {"sequence", o.seq_len},
+                        {"estimate",
+                         {{"note", found.assumptions},
+                          {"flops_per_second", f.flops},
+                          {"intra_node_bytes_per_second", f.intra},
+                          {"inter_node_bytes_per_second", f.inter},
+                          {"gpus_per_node", f.gpus_per_node}}},
+                        {"chosen", best.empty() ? nlohmann::json(nullptr) : best[0]},
+                        {"candidates", best},
+                        {"offload_searched", r.offloaded},
+                        {"rejected", counts},
+                        {"broken_rules", rules},
+                        {"memory_evaluations", r.memory_evaluations}};
+  if (p.all) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const plan_candidate& c : found.listed) {
+      nlohmann::json j = to_json({c, {}}, g);
+      j.erase("argv");
+      j["verdict"] = rejection_names[static_cast<int>(c.verdict)];
+      if (c.verdict == rejection::breaks_a_rule) j["rule"] = to_string(c.rule);
+      all.push_back(j);
+    }
+    answer["all"] = all;
+  }
+  return answer;
+}
+
+/// The counts of the candidates not ranked, by reason and broken rule.
+inline void print_plan_counts(std::ostream& out, const search_result& r, std::size_t top) {
+  out << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << r.counts[0]
+      << ", outranked " << report::grouped(r.counts[5]) << ", does not fit "
+      << report::grouped(r.counts[1]) << ", breaks a rule " << report::grouped(r.counts[2])
+      << ", batch does not divide " << report::grouped(r.counts[3]) << ", cannot beat #" << top
+      << " (not evaluated) " << report::grouped(r.counts[4]) << ".\n";
+  for (std::size_t i = 0; i < layout_rule_count; ++i)
+    if (r.rules[i] > 0)
+      out << "  " << to_string(static_cast<layout_rule>(i)) << ": " << report::grouped(r.rules[i])
+          << "\n";
+}
+
+inline void print_plan_text(std::ostream& out, const plan_found& found, const search_space& space,
+                            const gpu& g, const train_options& o, const plan_options& p) {
+  const search_result& r = found.r;
+  out << (o.format == "markdown" ? "**" + found.title + "**" : found.title) << "\n\n"
+      << found.assumptions << "\n\n";
+  if (found.ranked.empty()) {
+    out << "No layout of " << report::grouped(p.gpus) << " GPUs fits"
+        << (r.offloaded ? ", even with offload" : "") << ".\n\n";
+  } else {
+    if (r.offloaded) out << "Nothing fits without offload; offloaded layouts:\n\n";
+    out << plan_table(found.ranked, g) << "\nReproduce #1: `" << joined(found.ranked.front().argv)
+        << "`\n\n";
+  }
+  print_plan_counts(out, r, space.top);
+  if (!p.all) return;
+  report::table t({"layout", "micro-batch", "recompute", "per GPU", "step (s)", "verdict"});
+  for (const plan_candidate& c : found.listed)
+    t.add({describe(c), std::to_string(c.micro_batch), recompute_label(c),
+           c.required == bytes{} ? "-" : size(c.required),
+           c.time.total() > 0 ? seconds(c.time.total()) : "-",
+           c.verdict == rejection::breaks_a_rule ? to_string(c.rule)
+                                                 : rejection_names[static_cast<int>(c.verdict)]});
+  out << "\nEvery candidate:\n\n" << t;
+}
+
 inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<std::string>& train,
                     const train_options& given, const plan_options& p) {
   const named_model named = load_model(given.model);
@@ -67,117 +187,31 @@ inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<st
     detail::raise("--gpus must be at most " + std::to_string(max_world_size) + ", got " +
                   std::to_string(p.gpus));
   const search_space space = space_of(cmd, o, p);
-  // The model, precision, optimizer, fine-tuning and batch options, on one GPU: the search
-  // decides the layout, micro-batch and recompute.
-  train_options single = o;
-  single.dp = single.tp = single.pp = single.cp = single.ep = single.virtual_stages = 1;
-  single.micro_batch = single.grad_accum = 1;
-  single.sp = false;
-  single.zero.reset();
-  single.fsdp.clear();
-  single.fsdp_group = 0;
-  if (single.schedule == "interleaved") single.schedule = "1f1b";
-  const training_plan_value base = build_plan(single, m);
-  std::vector<plan_candidate> listed;
-  search_result r;
+  const training_plan_value base = build_plan(on_one_gpu(o), m);
+  plan_found found;
   {
     progress_bar bar;
     const auto list = [&](const plan_candidate& c) {
-      if (p.all) listed.push_back(c);
+      if (p.all) found.listed.push_back(c);
     };
-    r = search_layouts(base, g, space, list, std::ref(bar));
+    found.r = search_layouts(base, g, space, list, std::ref(bar));
   }
-  std::vector<cli::ranked_layout> ranked;
-  for (const plan_candidate& c : r.best) ranked.push_back({c, train_argv(cmd, train, o, c)});
-  const cluster_figures f = figures_of(space.net, g);
-
-  // Counts of the rest, by reason; broken rules by rule.
-  const char* reasons[] = {"ranked", "does_not_fit", "breaks_a_rule", "batch_indivisible",
-                           "slower", "outranked"};
-  nlohmann::json counts = nlohmann::json::object(), rules = nlohmann::json::object();
-  for (std::size_t i = 0; i < rejection_count; ++i) counts[reasons[i]] = r.counts[i];
-  for (std::size_t i = 0; i < layout_rule_count; ++i)
-    if (r.rules[i] > 0) rules[to_string(static_cast<layout_rule>(i))] = r.rules[i];
+  for (const plan_candidate& c : found.r.best)
+    found.ranked.push_back({c, train_argv(cmd, train, o, c)});
   std::ostringstream title;
   title << "Planning " << m.name << " on " << report::grouped(p.gpus) << " x " << g.name << " | "
         << base.setup.precision.name << " | " << base.setup.optimizer.name << " | "
-        << base.setup.finetune.name << " | global batch " << report::grouped(r.global_batch)
+        << base.setup.finetune.name << " | global batch " << report::grouped(found.r.global_batch)
         << " x " << report::grouped(o.seq_len) << " tokens";
-  char assumptions[400];
-  std::snprintf(assumptions, sizeof assumptions,
-                "Ranked by an estimated step time, not a measurement: %.0f%% of %.0f TFLOP/s%s "
-                "per GPU, %.0f GB/s within nodes of %lld GPUs%s, %.0f GB/s between nodes "
-                "(docs/planner.md). Memory per GPU is exact.",
-                100 * space.net.mfu, f.flops / space.net.mfu / 1e12,
-                f.assumed_peak ? " (an H100's: the GPU's peak is unknown)" : "", f.intra / 1e9,
-                static_cast<long long>(f.gpus_per_node),
-                f.assumed_link ? " (an H100's NVLink: the GPU's link is unknown)" : "",
-                f.inter / 1e9);
-  if (o.format == "json") {
-    nlohmann::json best = nlohmann::json::array();
-    for (const cli::ranked_layout& c : ranked) best.push_back(cli::to_json(c, g));
-    nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
-                          {"gpus", p.gpus},
-                          {"global_batch", r.global_batch},
-                          {"sequence", o.seq_len},
-                          {"estimate",
-                           {{"note", assumptions},
-                            {"flops_per_second", f.flops},
-                            {"intra_node_bytes_per_second", f.intra},
-                            {"inter_node_bytes_per_second", f.inter},
-                            {"gpus_per_node", f.gpus_per_node}}},
-                          {"chosen", best.empty() ? nlohmann::json(nullptr) : best[0]},
-                          {"candidates", best},
-                          {"offload_searched", r.offloaded},
-                          {"rejected", counts},
-                          {"broken_rules", rules},
-                          {"memory_evaluations", r.memory_evaluations}};
-    if (p.all) {
-      nlohmann::json all = nlohmann::json::array();
-      for (const plan_candidate& c : listed) {
-        nlohmann::json j = cli::to_json({c, {}}, g);
-        j.erase("argv");
-        j["verdict"] = reasons[static_cast<int>(c.verdict)];
-        if (c.verdict == rejection::breaks_a_rule) j["rule"] = to_string(c.rule);
-        all.push_back(j);
-      }
-      answer["all"] = all;
-    }
-    out << answer.dump(2) << "\n";
-  } else if (o.format == "svg") {
-    cli::print_plan_svg(out, title.str(), ranked, g);
-  } else {
-    out << (o.format == "markdown" ? "**" + title.str() + "**" : title.str()) << "\n\n"
-        << assumptions << "\n\n";
-    if (ranked.empty()) {
-      out << "No layout of " << report::grouped(p.gpus) << " GPUs fits"
-          << (r.offloaded ? ", even with offload" : "") << ".\n\n";
-    } else {
-      if (r.offloaded) out << "Nothing fits without offload; offloaded layouts:\n\n";
-      out << cli::plan_table(ranked, g) << "\nReproduce #1: `" << joined(ranked.front().argv)
-          << "`\n\n";
-    }
-    out << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << r.counts[0]
-        << ", outranked " << report::grouped(r.counts[5]) << ", does not fit "
-        << report::grouped(r.counts[1]) << ", breaks a rule " << report::grouped(r.counts[2])
-        << ", batch does not divide " << report::grouped(r.counts[3]) << ", cannot beat #"
-        << space.top << " (not evaluated) " << report::grouped(r.counts[4]) << ".\n";
-    for (std::size_t i = 0; i < layout_rule_count; ++i)
-      if (r.rules[i] > 0)
-        out << "  " << to_string(static_cast<layout_rule>(i)) << ": " << report::grouped(r.rules[i])
-            << "\n";
-    if (p.all) {
-      report::table t({"layout", "micro-batch", "recompute", "per GPU", "step (s)", "verdict"});
-      for (const plan_candidate& c : listed)
-        t.add({cli::describe(c), std::to_string(c.micro_batch), cli::recompute_label(c),
-               c.required == bytes{} ? "-" : size(c.required),
-               c.time.total() > 0 ? cli::seconds(c.time.total()) : "-",
-               c.verdict == rejection::breaks_a_rule ? to_string(c.rule)
-                                                     : reasons[static_cast<int>(c.verdict)]});
-      out << "\nEvery candidate:\n\n" << t;
-    }
-  }
-  return o.check && ranked.empty() ? 1 : 0;
+  found.title = title.str();
+  found.assumptions = plan_assumptions(space, g);
+  if (o.format == "json")
+    out << plan_json(found, space, g, o, p).dump(2) << "\n";
+  else if (o.format == "svg")
+    print_plan_svg(out, found.title, found.ranked, g);
+  else
+    print_plan_text(out, found, space, g, o, p);
+  return o.check && found.ranked.empty() ? 1 : 0;
 }
 
 }  // namespace vramfit::cli

@@ -130,6 +130,40 @@ inline void refuse_unsearchable(const CLI::App& cmd) {
                          : "the plan offloads only when nothing else fits (--no-offload: never)"));
 }
 
+/// The options of `plan` beside the training ones: the GPUs, the search's bounds, the network.
+inline void add_plan_options(CLI::App& cmd, plan_options& p) {
+  cmd.add_option("--gpus", p.gpus, "GPUs every candidate uses")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--global-batch", p.global_batch,
+                 "Sequences per optimizer step (default: one per GPU)");
+  cmd.add_option("--top", p.top, "How many layouts to show")->capture_default_str();
+  cmd.add_flag("--all", p.all, "List every candidate with its verdict (evaluates all: slower)");
+  cmd.add_option("--max-tp", p.max_tp,
+                 "Largest tensor-parallel degree (default: the GPUs of a node)")
+      ->check(positive);
+  cmd.add_option("--max-pp", p.max_pp, "Largest pipeline degree (default: the layers)")
+      ->check(positive);
+  cmd.add_option("--max-cp", p.max_cp, "Largest context-parallel degree")->check(positive);
+  cmd.add_flag("--no-offload", p.no_offload, "Never offload to the host");
+  cmd.add_option("--sharding", p.sharding,
+                 "Sharding to search: deepspeed (default), megatron, fsdp or any");
+  cmd.add_option("--gpus-per-node", p.net.gpus_per_node, "GPUs per node")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--intra-bw", p.net.intra_node_gb_per_s,
+                 "GB/s per GPU and direction within a node (default: the GPU's link)");
+  cmd.add_option("--inter-bw", p.net.inter_node_gb_per_s,
+                 "GB/s per GPU and direction between nodes")
+      ->capture_default_str();
+  cmd.add_option("--host-bw", p.net.host_gb_per_s, "GB/s per GPU to the host, for offload")
+      ->capture_default_str();
+  cmd.add_option("--mfu", p.net.mfu, "Fraction of the peak FLOP/s the matmuls reach")
+      ->capture_default_str();
+  cmd.add_option("--peak-tflops", p.net.peak_tflops,
+                 "Dense 16-bit TFLOP/s per GPU (default: the GPU's datasheet figure)");
+}
+
 /// The search space: what the user fixed with train options, bounded by the plan options.
 inline search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
   const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };

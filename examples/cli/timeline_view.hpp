@@ -160,48 +160,44 @@ inline nlohmann::json timeline_json(const timeline_view& v) {
   return answer;
 }
 
-/// Allocated bytes over the step: every event a step along x, each phase shaded, the peak marked.
-/// Runs of many layers are drawn with their first and last layer and a dashed gap between.
-inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
-  const step_timeline& tl = v.tl;
-  // Draw every layer unless that makes more than 4,000 steps.
+/// One drawn step of the timeline: the bytes alive after an event of a layer, and whether a
+/// stretch of identical layers was skipped before it.
+struct timeline_point {
+  double alive;
+  std::size_t event;
+  std::int64_t layer;
+  bool after_gap;
+};
+
+/// The steps drawn: every layer unless that makes more than 4,000 steps, else a run's first and
+/// last layer.
+inline std::vector<timeline_point> timeline_points(const step_timeline& tl) {
   std::int64_t steps = 0;
   for_each_event(tl, std::numeric_limits<std::int64_t>::max(),
                  [&](const timeline_event&, std::size_t, std::int64_t, bytes) { ++steps; });
   const std::int64_t expand = steps <= 4000 ? std::numeric_limits<std::int64_t>::max() : 1;
-  struct point {
-    double alive;
-    std::size_t event;
-    std::int64_t layer;
-    bool after_gap;
-  };
-  std::vector<point> points;
+  std::vector<timeline_point> points;
   for_each_event(
       tl, expand, [&](const timeline_event& ev, std::size_t i, std::int64_t layer, bytes alive) {
         const bool gap = !points.empty() && points.back().event >= i && ev.first_layer >= 0 &&
                          std::abs(layer - points.back().layer) > 1;
         points.push_back({static_cast<double>(alive.count), i, layer, gap});
       });
-  const double left = 80, right = 30, plot_w = 820, plot_h = 300;
-  const double usable = static_cast<double>((v.e.fit.available - v.overheads()).count);
-  double most = static_cast<double>(tl.peak.alive.count);
-  const bool show_capacity = usable > 0 && usable < 1.5 * most;
-  if (show_capacity) most = std::max(most, usable);
-  const double tick = svg::tick_step(most);
-  const double ticks = std::ceil(most / tick);
-  most = ticks * tick;
-  const double top = 60 + 20 * static_cast<double>(svg::wrap(v.e.title).size());
-  const double n = static_cast<double>(points.size() + 1);
-  auto x_of = [&](std::size_t k) { return left + plot_w * static_cast<double>(k) / n; };
-  auto y_of = [&](double b) { return top + plot_h - plot_h * b / most; };
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plot_w + right
-      << "\" height=\"" << top + plot_h + 70 << "\" font-family=\"sans-serif\" font-size=\"13\">\n"
-      << "<title>" << svg::escape(v.e.title) << "</title>\n";
-  const double below = svg::title(out, v.e.title, left);
-  out << "<text x=\"" << left << "\" y=\"" << below + 2
-      << "\">Allocated bytes over one training step; peak " << svg::escape(peak_text(tl))
-      << "</text>\n";
-  // Phases: shaded spans, labelled at the top.
+  return points;
+}
+
+/// Where the plot is: x by drawn step, y by bytes up to `most`.
+struct timeline_plot {
+  double left = 80, right = 30, width = 820, height = 300, top = 0, most = 0, steps = 1;
+  [[nodiscard]] double x(std::size_t k) const {
+    return left + width * static_cast<double>(k) / steps;
+  }
+  [[nodiscard]] double y(double b) const { return top + height - height * b / most; }
+};
+
+/// Each phase (and micro-batch) as a shaded span, labelled at the top where it is wide enough.
+inline void draw_phases(std::ostream& out, const step_timeline& tl,
+                        const std::vector<timeline_point>& points, const timeline_plot& p) {
   const char* shades[] = {"#e8eef6", "#fbeede", "#eef6ec", "#f6e8f0", "#f0f0f0"};
   for (std::size_t k = 0; k < points.size();) {
     const timeline_event& ev = tl.events[points[k].event];
@@ -209,62 +205,92 @@ inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
     while (j < points.size() && tl.events[points[j].event].phase == ev.phase &&
            tl.events[points[j].event].micro_batch == ev.micro_batch)
       ++j;
-    const double x0 = x_of(k), x1 = x_of(j);
-    out << "<rect x=\"" << x0 << "\" y=\"" << top << "\" width=\"" << x1 - x0 << "\" height=\""
-        << plot_h << "\" fill=\"" << shades[static_cast<int>(ev.phase)] << "\"><title>"
+    const double x0 = p.x(k), x1 = p.x(j);
+    out << "<rect x=\"" << x0 << "\" y=\"" << p.top << "\" width=\"" << x1 - x0 << "\" height=\""
+        << p.height << "\" fill=\"" << shades[static_cast<int>(ev.phase)] << "\"><title>"
         << to_string(ev.phase) << " (" << micro_batch_name(ev) << " micro-batch)</title></rect>\n";
     if (x1 - x0 > 40)
-      out << "<text x=\"" << (x0 + x1) / 2 << "\" y=\"" << top + 14
+      out << "<text x=\"" << (x0 + x1) / 2 << "\" y=\"" << p.top + 14
           << "\" text-anchor=\"middle\" font-size=\"11\">" << to_string(ev.phase) << "</text>\n";
     k = j;
   }
-  // Axes and a byte scale.
-  out << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
-      << top + plot_h << "\" stroke=\"#000\"/>\n<line x1=\"" << left << "\" y1=\"" << top + plot_h
-      << "\" x2=\"" << left + plot_w << "\" y2=\"" << top + plot_h << "\" stroke=\"#000\"/>\n";
-  for (double t = 0; t <= ticks; ++t) {
-    const double b = tick * t;
-    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(b) + 4 << "\" text-anchor=\"end\">"
-        << svg::escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
-  }
-  // The allocated bytes as steps; a skipped stretch of identical layers as a dashed line.
-  out << "<path fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\" d=\"M" << x_of(0) << ","
-      << y_of(static_cast<double>(tl.at_start.count));
+}
+
+/// The allocated bytes as steps; a skipped stretch of identical layers as a dashed line.
+inline void draw_alive(std::ostream& out, const step_timeline& tl,
+                       const std::vector<timeline_point>& points, const timeline_plot& p) {
+  out << "<path fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\" d=\"M" << p.x(0) << ","
+      << p.y(static_cast<double>(tl.at_start.count));
   double previous = static_cast<double>(tl.at_start.count);
   std::string gaps;
   for (std::size_t k = 0; k < points.size(); ++k) {
-    const double x = x_of(k + 1);
+    const double x = p.x(k + 1);
     if (points[k].after_gap) {
-      gaps += "<line x1=\"" + std::to_string(x_of(k)) + "\" y1=\"" +
-              std::to_string(y_of(previous)) + "\" x2=\"" + std::to_string(x) + "\" y2=\"" +
-              std::to_string(y_of(points[k].alive)) +
+      gaps += "<line x1=\"" + std::to_string(p.x(k)) + "\" y1=\"" + std::to_string(p.y(previous)) +
+              "\" x2=\"" + std::to_string(x) + "\" y2=\"" + std::to_string(p.y(points[k].alive)) +
               "\" stroke=\"#4e79a7\" stroke-dasharray=\"4,3\"/>\n";
-      out << " M" << x << "," << y_of(points[k].alive);
+      out << " M" << x << "," << p.y(points[k].alive);
     } else {
-      out << " H" << x << " V" << y_of(points[k].alive);
+      out << " H" << x << " V" << p.y(points[k].alive);
     }
     previous = points[k].alive;
   }
   out << "\"/>\n" << gaps;
-  // The peak.
-  for (std::size_t k = 0; k < points.size(); ++k) {
+  for (std::size_t k = 0; k < points.size(); ++k) {  // the peak
     if (points[k].event != tl.peak.event || points[k].layer != tl.peak.layer) continue;
-    const double x = x_of(k + 1), y = y_of(points[k].alive);
+    const double x = p.x(k + 1), y = p.y(points[k].alive);
     out << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"4\" fill=\"#e15759\"><title>peak "
         << svg::escape(peak_text(tl)) << "</title></circle>\n<text x=\"" << x << "\" y=\"" << y - 8
-        << "\" text-anchor=\"" << (x > left + plot_w / 2 ? "end" : "start")
+        << "\" text-anchor=\"" << (x > p.left + p.width / 2 ? "end" : "start")
         << "\" fill=\"#e15759\">peak " << svg::escape(size(tl.peak.alive)) << "</text>\n";
     break;
   }
+}
+
+/// Allocated bytes over the step: every event a step along x, each phase shaded, the peak marked.
+/// Runs of many layers are drawn with their first and last layer and a dashed gap between.
+inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
+  const step_timeline& tl = v.tl;
+  const std::vector<timeline_point> points = timeline_points(tl);
+  timeline_plot p;
+  const double usable = static_cast<double>((v.e.fit.available - v.overheads()).count);
+  p.most = static_cast<double>(tl.peak.alive.count);
+  const bool show_capacity = usable > 0 && usable < 1.5 * p.most;
+  if (show_capacity) p.most = std::max(p.most, usable);
+  const double tick = svg::tick_step(p.most);
+  const double ticks = std::ceil(p.most / tick);
+  p.most = ticks * tick;
+  p.top = 60 + 20 * static_cast<double>(svg::wrap(v.e.title).size());
+  p.steps = static_cast<double>(points.size() + 1);
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << p.left + p.width + p.right
+      << "\" height=\"" << p.top + p.height + 70
+      << "\" font-family=\"sans-serif\" font-size=\"13\">\n"
+      << "<title>" << svg::escape(v.e.title) << "</title>\n";
+  const double below = svg::title(out, v.e.title, p.left);
+  out << "<text x=\"" << p.left << "\" y=\"" << below + 2
+      << "\">Allocated bytes over one training step; peak " << svg::escape(peak_text(tl))
+      << "</text>\n";
+  draw_phases(out, tl, points, p);
+  // Axes and a byte scale.
+  out << "<line x1=\"" << p.left << "\" y1=\"" << p.top << "\" x2=\"" << p.left << "\" y2=\""
+      << p.top + p.height << "\" stroke=\"#000\"/>\n<line x1=\"" << p.left << "\" y1=\""
+      << p.top + p.height << "\" x2=\"" << p.left + p.width << "\" y2=\"" << p.top + p.height
+      << "\" stroke=\"#000\"/>\n";
+  for (double t = 0; t <= ticks; ++t) {
+    const double b = tick * t;
+    out << "<text x=\"" << p.left - 6 << "\" y=\"" << p.y(b) + 4 << "\" text-anchor=\"end\">"
+        << svg::escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
+  }
+  draw_alive(out, tl, points, p);
   if (show_capacity) {
-    const double y = y_of(usable);
-    out << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + plot_w << "\" y2=\""
-        << y << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << left + plot_w
-        << "\" y=\"" << y - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
+    const double y = p.y(usable);
+    out << "<line x1=\"" << p.left << "\" y1=\"" << y << "\" x2=\"" << p.left + p.width
+        << "\" y2=\"" << y << "\" stroke=\"#e15759\" stroke-dasharray=\"6,4\"/>\n<text x=\""
+        << p.left + p.width << "\" y=\"" << y - 6 << "\" text-anchor=\"end\" fill=\"#e15759\">"
         << svg::escape(v.e.device.name) << " capacity less runtime overheads "
         << svg::escape(size(bytes{static_cast<std::int64_t>(usable)})) << "</text>\n";
   }
-  out << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << top + plot_h + 24
+  out << "<text x=\"" << p.left + p.width / 2 << "\" y=\"" << p.top + p.height + 24
       << "\" text-anchor=\"middle\">events of the step in order (forward, loss, backward, "
          "optimizer, zero_grad)</text>\n</svg>\n";
 }

@@ -77,41 +77,7 @@ inline tool::tool() {
       "time. Train options given fix their knob (--tp 8: only TP 8)");
   add_train_options(*plan_cmd_, plan_);
   for (const CLI::Option* o : plan_cmd_->get_options()) train_names_.push_back(long_name(*o));
-  plan_cmd_->add_option("--gpus", space_.gpus, "GPUs every candidate uses")
-      ->check(positive)
-      ->capture_default_str();
-  plan_cmd_->add_option("--global-batch", space_.global_batch,
-                        "Sequences per optimizer step (default: one per GPU)");
-  plan_cmd_->add_option("--top", space_.top, "How many layouts to show")->capture_default_str();
-  plan_cmd_->add_flag("--all", space_.all,
-                      "List every candidate with its verdict (evaluates all: slower)");
-  plan_cmd_
-      ->add_option("--max-tp", space_.max_tp,
-                   "Largest tensor-parallel degree (default: the GPUs of a node)")
-      ->check(positive);
-  plan_cmd_->add_option("--max-pp", space_.max_pp, "Largest pipeline degree (default: the layers)")
-      ->check(positive);
-  plan_cmd_->add_option("--max-cp", space_.max_cp, "Largest context-parallel degree")
-      ->check(positive);
-  plan_cmd_->add_flag("--no-offload", space_.no_offload, "Never offload to the host");
-  plan_cmd_->add_option("--sharding", space_.sharding,
-                        "Sharding to search: deepspeed (default), megatron, fsdp or any");
-  plan_cmd_->add_option("--gpus-per-node", space_.net.gpus_per_node, "GPUs per node")
-      ->check(positive)
-      ->capture_default_str();
-  plan_cmd_->add_option("--intra-bw", space_.net.intra_node_gb_per_s,
-                        "GB/s per GPU and direction within a node (default: the GPU's link)");
-  plan_cmd_
-      ->add_option("--inter-bw", space_.net.inter_node_gb_per_s,
-                   "GB/s per GPU and direction between nodes")
-      ->capture_default_str();
-  plan_cmd_
-      ->add_option("--host-bw", space_.net.host_gb_per_s, "GB/s per GPU to the host, for offload")
-      ->capture_default_str();
-  plan_cmd_->add_option("--mfu", space_.net.mfu, "Fraction of the peak FLOP/s the matmuls reach")
-      ->capture_default_str();
-  plan_cmd_->add_option("--peak-tflops", space_.net.peak_tflops,
-                        "Dense 16-bit TFLOP/s per GPU (default: the GPU's datasheet figure)");
+  add_plan_options(*plan_cmd_, space_);
   load_cmd_ = app_.add_subcommand(
       "load", "Memory per GPU while a model is loaded or initialized, before its first step");
   add_load_options(*load_cmd_, load_);

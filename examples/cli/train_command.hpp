@@ -78,98 +78,109 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   return e;
 }
 
+/// --sweep: the total at each doubling of the micro-batch or sequence, from the one given.
+inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
+                      const training_plan_value& plan, const gpu& g) {
+  if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
+  if (o.sweep != "micro-batch" && o.sweep != "seq-len")
+    detail::raise("unknown --sweep '" + o.sweep + "'; known: micro-batch, seq-len");
+  const std::int64_t start = o.sweep == "micro-batch" ? o.micro_batch : o.seq_len;
+  if (o.sweep_max != 0 && o.sweep_max < start)
+    detail::raise("--sweep-max must be at least the first value (" + std::to_string(start) +
+                  "), got " + std::to_string(o.sweep_max));
+  if (o.sweep == "seq-len" && m.family == family::vit)
+    detail::raise("a ViT's sequence is its image's " + std::to_string(m.max_positions) +
+                  " tokens: sweep micro-batch instead");
+  std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : detail::checked_mul(start, 64);
+  // By default a seq-len sweep stops at a learned position table's rows.
+  if (o.sweep == "seq-len" && o.sweep_max == 0 && m.positions == position_kind::learned &&
+      m.max_positions < stop)
+    stop = m.max_positions;
+  std::vector<sweep_point> points;  // doubling: at most 63 points
+  for (std::int64_t x = start;; x *= 2) {
+    train_options swept = o;
+    (o.sweep == "micro-batch" ? swept.micro_batch : swept.seq_len) = x;
+    try {
+      points.push_back({x, fit(build_plan(swept, m), g).required});
+    } catch (const overflow_error&) {
+      detail::raise("--sweep-max: at " + o.sweep + " " + std::to_string(x) +
+                    " the memory no longer fits in 64 bits; choose a smaller --sweep-max");
+    }
+    if (x > stop / 2) break;  // the next value passes the last (and may not fit in 64 bits)
+  }
+  const std::string title = describe(o, plan) + " | sweep " + o.sweep;
+  if (o.format == "svg") {
+    print_sweep_svg(out, title, o.sweep.c_str(), points, g);
+  } else if (o.format == "json") {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& p : points)
+      rows.push_back(
+          {{o.sweep, p.x}, {"total", p.required.count}, {"fits", p.required <= g.capacity}});
+    out << nlohmann::json{{"configuration", title},
+                          {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                          {"sweep", rows}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << title << "\n\n";
+    for (const auto& p : points)
+      out << "  " << o.sweep << " " << p.x << ": " << size(p.required)
+          << (p.required <= g.capacity ? "  fits\n" : "  does not fit\n");
+  }
+}
+
+/// One estimate in the format asked for: the table, Markdown, SVG or JSON, or its timeline.
+inline void print_estimate(std::ostream& out, const train_options& o,
+                           const training_plan_value& plan, const estimate& e, const gpu& g) {
+  if (o.timeline) {
+    const step_timeline tl = step_timeline_of(plan.setup, plan.batch, e.stage);
+    const timeline_view v{e, tl};
+    if (o.format == "json")
+      out << timeline_json(v).dump(2) << "\n";
+    else if (o.format == "svg")
+      print_timeline_svg(out, v);
+    else
+      print_timeline_table(out, v, o.format == "markdown");
+  } else if (o.format == "json") {
+    nlohmann::json j = to_json(e);
+    j["max_micro_batch"] = max_micro_batch(plan, g);
+    j["max_sequence"] = max_sequence(plan, g);
+    out << j.dump(2) << "\n";
+  } else if (o.format == "markdown") {
+    print_markdown(out, e);
+  } else if (o.format == "svg") {
+    print_svg(out, e);
+  } else {
+    print_table(out, e);
+    const std::int64_t batch = max_micro_batch(plan, g), longest = max_sequence(plan, g);
+    out << "  At this sequence, "
+        << up_to(batch, "up to ", " sequences per micro-batch fit", "not one sequence fits")
+        << "; at this micro-batch, "
+        << up_to(longest, "sequences up to ", " tokens", "not even a one-token sequence fits")
+        << ".\n";
+  }
+}
+
 inline int run_train(std::ostream& out, const train_options& given) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
   const train_options o = for_model(given, named);
-  const gpu device = gpu_named(o.gpu);
-  const gpu* g = &device;
+  const gpu g = gpu_named(o.gpu);
   const training_plan_value plan = build_plan(o, m);
   if (o.explain) {
     if (!o.sweep.empty() || o.timeline || o.format == "svg")
       detail::raise(
           "--explain lists one layer's saved tensors: leave out --sweep, --timeline "
           "and -f svg");
-    cli::print_explain(out, describe(o, plan), plan, o.format);
+    print_explain(out, describe(o, plan), plan, o.format);
     return 0;
   }
   if (!o.sweep.empty()) {
-    if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
-    if (o.sweep != "micro-batch" && o.sweep != "seq-len")
-      detail::raise("unknown --sweep '" + o.sweep + "'; known: micro-batch, seq-len");
-    const std::int64_t start = o.sweep == "micro-batch" ? o.micro_batch : o.seq_len;
-    if (o.sweep_max != 0 && o.sweep_max < start)
-      detail::raise("--sweep-max must be at least the first value (" + std::to_string(start) +
-                    "), got " + std::to_string(o.sweep_max));
-    if (o.sweep == "seq-len" && m.family == family::vit)
-      detail::raise("a ViT's sequence is its image's " + std::to_string(m.max_positions) +
-                    " tokens: sweep micro-batch instead");
-    std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : detail::checked_mul(start, 64);
-    // By default a seq-len sweep stops at a learned position table's rows.
-    if (o.sweep == "seq-len" && o.sweep_max == 0 && m.positions == position_kind::learned &&
-        m.max_positions < stop)
-      stop = m.max_positions;
-    std::vector<cli::sweep_point> points;  // doubling: at most 63 points
-    for (std::int64_t x = start;; x *= 2) {
-      train_options swept = o;
-      (o.sweep == "micro-batch" ? swept.micro_batch : swept.seq_len) = x;
-      try {
-        points.push_back({x, fit(build_plan(swept, m), *g).required});
-      } catch (const overflow_error&) {
-        detail::raise("--sweep-max: at " + o.sweep + " " + std::to_string(x) +
-                      " the memory no longer fits in 64 bits; choose a smaller --sweep-max");
-      }
-      if (x > stop / 2) break;  // the next value passes the last (and may not fit in 64 bits)
-    }
-    const std::string title = describe(o, plan) + " | sweep " + o.sweep;
-    if (o.format == "svg") {
-      cli::print_sweep_svg(out, title, o.sweep.c_str(), points, *g);
-    } else if (o.format == "json") {
-      nlohmann::json rows = nlohmann::json::array();
-      for (const auto& p : points)
-        rows.push_back(
-            {{o.sweep, p.x}, {"total", p.required.count}, {"fits", p.required <= g->capacity}});
-      out << nlohmann::json{{"configuration", title},
-                            {"device", {{"name", g->name}, {"capacity", g->capacity.count}}},
-                            {"sweep", rows}}
-                 .dump(2)
-          << "\n";
-    } else {
-      out << title << "\n\n";
-      for (const auto& p : points)
-        out << "  " << o.sweep << " " << p.x << ": " << size(p.required)
-            << (p.required <= g->capacity ? "  fits\n" : "  does not fit\n");
-    }
+    run_sweep(out, o, m, plan, g);
     return 0;
   }
-  const cli::estimate e = estimate_of(o, plan, *g);
-  if (o.timeline) {
-    const step_timeline tl = step_timeline_of(plan.setup, plan.batch, e.stage);
-    const cli::timeline_view v{e, tl};
-    if (o.format == "json")
-      out << cli::timeline_json(v).dump(2) << "\n";
-    else if (o.format == "svg")
-      cli::print_timeline_svg(out, v);
-    else
-      cli::print_timeline_table(out, v, o.format == "markdown");
-  } else if (o.format == "json") {
-    nlohmann::json j = cli::to_json(e);
-    j["max_micro_batch"] = max_micro_batch(plan, *g);
-    j["max_sequence"] = max_sequence(plan, *g);
-    out << j.dump(2) << "\n";
-  } else if (o.format == "markdown") {
-    cli::print_markdown(out, e);
-  } else if (o.format == "svg") {
-    cli::print_svg(out, e);
-  } else {
-    cli::print_table(out, e);
-    const std::int64_t batch = max_micro_batch(plan, *g), longest = max_sequence(plan, *g);
-    out << "  At this sequence, "
-        << cli::up_to(batch, "up to ", " sequences per micro-batch fit", "not one sequence fits")
-        << "; at this micro-batch, "
-        << cli::up_to(longest, "sequences up to ", " tokens", "not even a one-token sequence fits")
-        << ".\n";
-  }
+  const estimate e = estimate_of(o, plan, g);
+  print_estimate(out, o, plan, e, g);
   return o.check && !e.fit.fits() ? 1 : 0;
 }
 

@@ -73,7 +73,8 @@ struct train_options {
   bool timeline = false;
 };
 
-inline void add_train_options(CLI::App& cmd, train_options& o) {
+/// The model, its precision and its optimizer.
+inline void add_model_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--model,-m", o.model,
                  "A preset (see `vramfit models`), a config.json path, or its text")
       ->capture_default_str();
@@ -95,6 +96,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_flag("--optimizer-in-backward", o.optimizer_in_backward,
                "Step each parameter as its gradient is ready and free the gradient (torchtune "
                "optimizer_in_bwd): no full set of gradients");
+}
+
+/// The batch, the attention and what the activations keep.
+inline void add_batch_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--micro-batch,-b", o.micro_batch, "Sequences per micro-batch")
       ->check(positive)
       ->capture_default_str();
@@ -122,6 +127,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_flag("--non-reentrant", o.non_reentrant,
                "Checkpoint with use_reentrant=False (Hugging Face's default is True)");
   cmd.add_option("--loss", o.loss, choice_list(losses))->capture_default_str();
+}
+
+/// The parallel layout, the sharding and the offload.
+inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--dp", o.dp, "Data-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3");
   cmd.add_option("--zero-impl", o.zero_impl, choice_list(zero_implementations))
@@ -150,6 +159,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--ep", o.ep, "Expert-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--offload", o.offload, choice_list(offload_modes))->capture_default_str();
   cmd.add_option("--offload-to", o.offload_to, choice_list(offload_targets))->capture_default_str();
+}
+
+/// What is trained: LoRA, QLoRA or a selection.
+inline void add_finetune_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)");
   cmd.add_option("--lora-targets", o.lora_targets,
                  "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
@@ -163,6 +176,10 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
                "all-linear unless set");
   cmd.add_option("--trainable", o.trainable,
                  "Train only kinds[:layers[:experts]], e.g. router or expert:0-5:0-1 (repeatable)");
+}
+
+/// The GPU, the allocator's reserve and what is printed.
+inline void add_output_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--gpu,-g", o.gpu, "A GPU preset (see `vramfit gpus`) or a capacity such as 96GiB")
       ->capture_default_str();
   cmd.add_option("--reserve", o.reserve,
@@ -186,6 +203,15 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   cmd.add_flag("--check", o.check, "Exit with status 1 when the plan does not fit");
   cmd.add_flag("--timeline", o.timeline,
                "Show the step as allocations and frees (with -f svg: a plot of the step)");
+}
+
+/// Every option of `train` (and of `plan`, `min-gpus`), in --help's order.
+inline void add_train_options(CLI::App& cmd, train_options& o) {
+  add_model_options(cmd, o);
+  add_batch_options(cmd, o);
+  add_parallel_options(cmd, o);
+  add_finetune_options(cmd, o);
+  add_output_options(cmd, o);
 }
 
 /// `o` with what depends on the model filled in: the sequence length.

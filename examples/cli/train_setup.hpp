@@ -114,25 +114,27 @@ inline void trains_checkpoint(const train_options& o, const model& m) {
     detail::raise(what + ": its weights are not trained; train adapters over it with --lora-rank");
 }
 
-inline training_plan_value build_plan(const train_options& o, const model& m) {
-  training t{m, cli::choose(cli::precisions, o.precision, "precision"),
-             cli::choose(cli::optimizers, o.optimizer, "optimizer")};
-  if (!o.grad_dtype.empty())
-    t.precision = with_gradients(t.precision,
-                                 cli::choose(cli::float_formats, o.grad_dtype, "gradient format"));
+/// The optimizer --optimizer names, with --optimizer-impl, --amsgrad, --centered, --momentum
+/// and --optimizer-in-backward.
+inline optimizer optimizer_of(const train_options& o) {
+  optimizer opt = cli::choose(cli::optimizers, o.optimizer, "optimizer");
   if (o.optimizer_impl)
-    t.optimizer = with_implementation(
-        t.optimizer,
-        cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
+    opt = with_implementation(
+        opt, cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
   if (o.momentum && !(*o.momentum >= 0 && *o.momentum < 1e9))  // NaN and infinity fail too
     detail::raise("--momentum must be a non-negative factor such as 0.9");
   if (o.amsgrad || o.centered || o.momentum) {
-    const optimizer_options& had = t.optimizer.options;
-    t.optimizer =
-        with_state_options(t.optimizer, o.amsgrad || had.amsgrad,
+    const optimizer_options& had = opt.options;
+    opt =
+        with_state_options(opt, o.amsgrad || had.amsgrad,
                            o.momentum ? *o.momentum > 0 : had.momentum, o.centered || had.centered);
   }
-  t.optimizer.options.in_backward = o.optimizer_in_backward;
+  opt.options.in_backward = o.optimizer_in_backward;
+  return opt;
+}
+
+/// What is trained: LoRA or QLoRA adapters, a partial selection, or everything.
+inline finetuning finetuning_of(const train_options& o, const model& m, const precision& p) {
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.checkpoint) trains_checkpoint(o, m);
@@ -144,29 +146,33 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
     // (tuners_utils.py BaseTuner._cast_adapter_dtype); measured on an H100 with peft 0.21.
     const element_format adapters =
         !o.lora_dtype.empty() ? cli::choose(cli::float_formats, o.lora_dtype, "LoRA format")
-        : t.precision.weights.payload_bits <= 16 ? fp32::value
-                                                 : element_format{};
+        : p.weights.payload_bits <= 16 ? fp32::value
+                                       : element_format{};
     // The frozen base: QLoRA quantizes a 16-bit checkpoint to NF4 as it loads; a quantized
     // checkpoint stays as stored (gpt-oss's MXFP4 experts are dequantized: trains_checkpoint).
     weight_layout base{};
     if (o.qlora) base = bnb_4bit<>::value;
     if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
-    t.finetune = lora_finetuning(rank, targets.c_str(), adapters, base.linear, base.other);
-  } else if (o.lora_targets || !o.lora_dtype.empty()) {
+    return lora_finetuning(rank, targets.c_str(), adapters, base.linear, base.other);
+  }
+  if (o.lora_targets || !o.lora_dtype.empty())
     detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +
                   " applies with --lora-rank or --qlora only");
-  } else if (!o.trainable.empty()) {
-    if (o.trainable.size() > 4) detail::raise("at most 4 --trainable selections");
-    t.finetune = finetuning{"partial", finetune_kind::partial};
-    for (const std::string& s : o.trainable) t.finetune.trainable.push_back(parse_selector(s));
-  }
-  layout& l = t.layout;
-  l.data = o.dp;
-  l.tensor = o.tp;
-  l.sequence = o.sp;
-  l.pipeline = o.pp;
-  l.context = o.cp;
-  l.expert = o.ep;
+  if (o.trainable.empty()) return full_finetune::value;
+  if (o.trainable.size() > 4) detail::raise("at most 4 --trainable selections");
+  finetuning f{"partial", finetune_kind::partial};
+  for (const std::string& s : o.trainable) f.trainable.push_back(parse_selector(s));
+  return f;
+}
+
+/// The parallel layout the degrees, --pp-stages, the sharding and --offload give, checked.
+inline layout layout_of(const train_options& o, const model& m) {
+  layout l{.data = o.dp,
+           .tensor = o.tp,
+           .sequence = o.sp,
+           .pipeline = o.pp,
+           .context = o.cp,
+           .expert = o.ep};
   if (o.pp_stages.size() > max_listed_stages)
     detail::raise("--pp-stages lists at most " + std::to_string(max_listed_stages) +
                   " stages, got " + std::to_string(o.pp_stages.size()) +
@@ -185,7 +191,12 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
   if (offloaded != offload_mode::none) l.optimizer_offload = target;
   if (offloaded == offload_mode::all) l.parameter_offload = target;
   validated(l, m);
+  return l;
+}
 
+/// The batch shape, attention, dropout, recompute, loss and schedule, checked against `l`.
+inline activation_options activation_options_of(const train_options& o, const model& m,
+                                                const layout& l) {
   const bool dropout = o.dropout ? *o.dropout > 0 : m.dropout;
   if (o.dropout && !(*o.dropout >= 0 && *o.dropout < 1))  // NaN fails both comparisons
     detail::raise("--dropout must be a probability in [0, 1), got " + std::to_string(*o.dropout));
@@ -214,6 +225,11 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
       .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
       .virtual_stages = o.virtual_stages};
   detail::check(a, l);
+  return a;
+}
+
+/// The reserve: the simulated caching allocator with --alloc-conf, or a fixed share.
+inline runtime_overheads overheads_of(const train_options& o) {
   if (o.reserve == "simulated" && o.fragmentation_percent >= 0)
     detail::raise("--fragmentation-percent is the share of --reserve share, not of simulated");
   runtime_overheads overheads{
@@ -221,7 +237,17 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
       .reserve = simulates(o) ? reserve_model::simulated : reserve_model::share,
       .allocator = parse_alloc_conf(o.alloc_conf)};
   if (o.expandable_segments) overheads.allocator.expandable_segments = true;
-  return {t, a, overheads};
+  return overheads;
+}
+
+inline training_plan_value build_plan(const train_options& o, const model& m) {
+  training t{m, cli::choose(cli::precisions, o.precision, "precision"), optimizer_of(o)};
+  if (!o.grad_dtype.empty())
+    t.precision = with_gradients(t.precision,
+                                 cli::choose(cli::float_formats, o.grad_dtype, "gradient format"));
+  t.finetune = finetuning_of(o, m, t.precision);
+  t.layout = layout_of(o, m);
+  return {t, activation_options_of(o, m, t.layout), overheads_of(o)};
 }
 
 }  // namespace vramfit::cli
