@@ -530,8 +530,9 @@ constexpr int fsdp_gathered_entry(const memory_ledger& l) {
 /// under `device_handle.stream(reduce_scatter_stream)`, on one rank too (it copies instead of
 /// reducing), and the sharded .grad are views of it. FSDP1's _post_backward_hook
 /// (_runtime_utils.py) runs under state._post_backward_stream, where _get_reduce_scatter_tensors
-/// allocates new_sharded_grad; on one rank FSDP1 runs NO_SHARD (_init_utils.py
-/// _init_process_group_state), whose gradients autograd makes on the default stream.
+/// allocates new_sharded_grad; on one rank FSDP1 runs NO_SHARD (_init_utils.py: "FSDP is
+/// switching to use `NO_SHARD` ... since the world size is 1"), whose gradients autograd makes on
+/// the default stream.
 constexpr bool side_stream_gradients(const layout& l, const layer_context& c) {
   return l.implementation == shard_implementation::fsdp && c.sharded_grads &&
          (l.fsdp_version == 2 || l.shard_degree() > 1);
