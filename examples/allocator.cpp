@@ -203,7 +203,7 @@ int main() {
        "reference: back to the copy-in pool",
        "`_fsdp_collectives.py` `foreach_all_gather`, `_get_param_all_gather_inputs`; "
        "`_fsdp_param_group.py` `get_all_gather_streams`, `wait_for_unshard`",
-       "one unit of the gathered-units buffer on a side stream"});
+       "past one rank, one unit of the gathered-units buffer on the all-gather stream"});
   streams.add({"FSDP2 unsharded parameters", "default", "at reshard (`free_storage`)",
                "`foreach_all_gather_copy_out`, `FSDPParam.alloc_all_gather_outputs`; one "
                "rank: `FSDPParamGroup.unshard` gathers nothing, `wait_for_unshard` copies",
@@ -215,17 +215,18 @@ int main() {
   streams.add({"FSDP2 reduce-scatter output: the sharded gradients (`.grad` views of it)",
                "`reduce_scatter_stream`, on one rank too (it copies)", "`zero_grad`",
                "`foreach_reduce`: `with device_handle.stream(reduce_scatter_stream)`",
-               "backward's gradients on a side stream"});
+               "backward's gradients (the first micro-batch's; later ones' are added on the "
+               "default stream)"});
   streams.add({"HSDP all-reduce", "in place on the reduce-scatter output", "with it",
                "`foreach_reduce` (`all_reduce_stream`)", "as the gradients"});
   streams.add({"FSDP1 unsharded flat parameter (current and prefetched)", "`_unshard_stream`",
                "`_free_unsharded_flat_param`: `record_stream`, then freed to that pool",
                "`_runtime_utils.py` `_unshard`; `_flat_param.py` "
                "`_alloc_padded_unsharded_flat_param`",
-               "its part of the buffer on a side stream"});
+               "past one rank, its part of the buffer on the all-gather stream"});
   streams.add({"FSDP1 sharded gradient", "`_post_backward_stream`", "`zero_grad`",
                "`_runtime_utils.py` `_post_backward_hook`, `_reduce_grad`",
-               "backward's gradients on a side stream"});
+               "past one rank, backward's gradients on the reduce-scatter stream"});
   streams.add({"FSDP1 on one rank", "default (it runs `NO_SHARD`)", "",
                "`_init_utils.py`: \"switching to use NO_SHARD ... since the world size is 1\"",
                "one stream"});
@@ -234,7 +235,9 @@ int main() {
       << "\nMeasured on one rank (FSDP2 over a one-rank mesh, Llama-3-8B with 2 and 4 layers, "
          "H200, [GPU measurements](gpu-measurements.md)): the reduce-scatter stream's pool "
          "holds the sharded gradients, which the default stream's activations and optimizer "
-         "temporaries then cannot reuse; vramfit's reserve beyond the allocated peak for bf16 "
+         "temporaries then cannot reuse. The bytes each traced steady step allocates on side "
+         "streams equal those vramfit's timeline puts there, in all four configurations "
+         "(`validation.allocator_traces`). vramfit's reserve beyond the allocated peak for bf16 "
          "weights grew from 3,725 to 4,567 MiB with it (measured 5,040). Its allocated peak is "
          "still 6 to 36 % above the measured one there: it holds the gathered units as one "
          "buffer from forward to the optimizer step, sized for prefetching, where one rank "
