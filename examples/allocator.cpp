@@ -90,7 +90,7 @@ int main() {
          "where PyTorch made them, and the segments end as PyTorch's did "
          "([the allocator against PyTorch's](allocator-traces.md)). What differs between "
          "simulated and measured reserved memory therefore comes from the requests: their "
-         "order and sizes, the first steps' history, and the side streams.\n\n"
+         "order and sizes and the first steps' history.\n\n"
          "## The rules\n\n"
          "Read from `c10/cuda/CUDACachingAllocator.cpp` (pytorch/pytorch 001074d, the 2.4 "
          "series; unchanged in these respects from 2.1 to 2.9):\n\n";
@@ -185,13 +185,73 @@ int main() {
          "lazy state initialisation), from the blocks the freed activations left; the second "
          "step's activations then need segments of their own. Stateless SGD repeats its first "
          "step on a cache that already holds it (a unit test shows both).\n\n"
+         "## Side streams\n\n"
+         "The allocator keeps a pool per stream: a cached block serves only requests made on "
+         "the stream that allocated it (`get_free_block`), and a freed block goes back to that "
+         "stream's pool whichever stream frees it (`free_block`; `record_stream` only delays "
+         "the free). So what FSDP allocates on its side streams never reuses the default "
+         "stream's cache, nor the other way round. Which stream each FSDP allocation is made "
+         "on, read from PyTorch (`torch/distributed/fsdp`; FSDP2 as of torch 2.11, the traced "
+         "version) and checked against the FSDP2 traces ([the allocator against PyTorch's]"
+         "(allocator-traces.md)):\n\n";
+  report::table streams({"allocation", "stream", "freed", "PyTorch", "vramfit"});
+  streams.add(
+      {"FSDP2 all-gather output (the copy-in input is a view of it; a mixed-precision "
+       "cast of the shards too)",
+       "`all_gather_copy_in_stream` in forward and pre-backward, else the current one",
+       "after the copy-out (in forward after the next unit's), by dropping its "
+       "reference: back to the copy-in pool",
+       "`_fsdp_collectives.py` `foreach_all_gather`, `_get_param_all_gather_inputs`; "
+       "`_fsdp_param_group.py` `get_all_gather_streams`, `wait_for_unshard`",
+       "past one rank, one unit of the gathered-units buffer on the all-gather stream"});
+  streams.add({"FSDP2 unsharded parameters", "default", "at reshard (`free_storage`)",
+               "`foreach_all_gather_copy_out`, `FSDPParam.alloc_all_gather_outputs`; one "
+               "rank: `FSDPParamGroup.unshard` gathers nothing, `wait_for_unshard` copies",
+               "the rest of the buffer, default"});
+  streams.add({"FSDP2 reduce-scatter input (the unit's gradients copied in)", "default",
+               "at the next unit's post-backward, after its event",
+               "`foreach_reduce`; `FSDPParamGroup.post_backward` (`reduce_scatter_state`)",
+               "in the buffer, default"});
+  streams.add({"FSDP2 reduce-scatter output: the sharded gradients (`.grad` views of it)",
+               "`reduce_scatter_stream`, on one rank too (it copies)", "`zero_grad`",
+               "`foreach_reduce`: `with device_handle.stream(reduce_scatter_stream)`",
+               "backward's gradients (the first micro-batch's; later ones' are added on the "
+               "default stream)"});
+  streams.add({"HSDP all-reduce", "in place on the reduce-scatter output", "with it",
+               "`foreach_reduce` (`all_reduce_stream`)", "as the gradients"});
+  streams.add({"FSDP1 unsharded flat parameter (current and prefetched)", "`_unshard_stream`",
+               "`_free_unsharded_flat_param`: `record_stream`, then freed to that pool",
+               "`_runtime_utils.py` `_unshard`; `_flat_param.py` "
+               "`_alloc_padded_unsharded_flat_param`",
+               "past one rank, its part of the buffer on the all-gather stream"});
+  streams.add({"FSDP1 sharded gradient", "`_post_backward_stream`", "`zero_grad`",
+               "`_runtime_utils.py` `_post_backward_hook`, `_reduce_grad`",
+               "past one rank, backward's gradients on the reduce-scatter stream"});
+  streams.add({"FSDP1 on one rank", "default (it runs `NO_SHARD`)", "",
+               "`_init_utils.py`: \"switching to use NO_SHARD ... since the world size is 1\"",
+               "one stream"});
+  std::cout
+      << streams
+      << "\nMeasured on one rank (FSDP2 over a one-rank mesh, Llama-3-8B with 2 and 4 layers, "
+         "H200, [GPU measurements](gpu-measurements.md)): the reduce-scatter stream's pool "
+         "holds the sharded gradients, which the default stream's activations and optimizer "
+         "temporaries then cannot reuse. The bytes each traced steady step allocates on side "
+         "streams equal those vramfit's timeline puts there, in all four configurations "
+         "(`validation.allocator_traces`). vramfit's reserve beyond the allocated peak for bf16 "
+         "weights grew from 3,725 to 4,567 MiB with it (measured 5,040). Its allocated peak is "
+         "still 6 to 36 % above the measured one there: it holds the gathered units as one "
+         "buffer from forward to the optimizer step, sized for prefetching, where one rank "
+         "gathers nothing and frees each unit's parameters after its forward and backward.\n\n"
          "## What is and is not simulated\n\n"
          "- Simulated: every rule above; the optimizer states' first step; steps until one "
          "after the second reserves nothing new (at most 4); each tensor at its own size from "
-         "the same tensor list as the allocated peak.\n"
-         "- Not simulated, so reserved memory may be under-estimated: the separate pools of "
-         "side streams (NCCL collectives, FSDP's all-gather and reduce-scatter streams: all "
-         "requests are taken on one stream), `record_stream`'s delayed frees, the order in "
+         "the same tensor list as the allocated peak; FSDP's side streams as above (the "
+         "timeline's events carry their stream, `timeline_event::stream`).\n"
+         "- Not simulated, so reserved memory may be under-estimated: other streams' pools "
+         "(NCCL's own buffers are outside the allocator; DDP, DeepSpeed and Megatron "
+         "requests, FSDP's later accumulation micro-batches and its transient casts on the "
+         "post-backward stream are taken on the default stream), `record_stream`'s delayed "
+         "frees (a block is reusable when freed), the order in "
          "which `cudaMalloc` places segments (a new one ranks below the earlier ones, as the "
          "driver mostly places them; a trace's replay passes the real addresses, "
          "`next_segment_address`), expandable "

@@ -197,9 +197,11 @@ class step_replay {
     }
   }
 
-  /// Every request on the default stream: side streams' pools are not simulated.
-  constexpr void hold(int entry, std::int64_t layer, bytes size) {
-    live_[static_cast<std::size_t>(entry)].push_back({layer, size, alloc_.allocate(size)});
+  /// Allocates a tensor of `entry` on `stream`: side streams take blocks from pools of their own.
+  constexpr void hold(int entry, std::int64_t layer, bytes size,
+                      alloc_stream stream = alloc_stream::main) {
+    live_[static_cast<std::size_t>(entry)].push_back(
+        {layer, size, alloc_.allocate(size, static_cast<int>(stream))});
   }
 
   /// Frees a tensor of `entry` in `layer` of `size` bytes, or if there is none (a later
@@ -233,9 +235,10 @@ class step_replay {
   /// Allocates the `total` bytes of `entry` made of `tensors` tensors: per parameter tensor
   /// (`tensors` a multiple of the stage's parameter tensors, such as Adam's two states or a
   /// foreach list), each its share by elements, in the model's order; else as equal tensors.
-  constexpr void hold_all(int entry, bytes total, std::int64_t tensors) {
+  constexpr void hold_all(int entry, bytes total, std::int64_t tensors,
+                          alloc_stream stream = alloc_stream::main) {
     if (parameter_tensors_ == 0 || tensors < parameter_tensors_ || tensors % parameter_tensors_) {
-      for (bytes size : split_even(total, tensors)) hold(entry, -1, size);
+      for (bytes size : split_even(total, tensors)) hold(entry, -1, size, stream);
       return;
     }
     std::int64_t before = 0;  // elements of the tensors before: the shares add up to `total`
@@ -243,7 +246,8 @@ class step_replay {
       const bytes share{mul_div(total.count, before + p.elements, parameter_elements_) -
                         mul_div(total.count, before, parameter_elements_)};
       before += p.elements;
-      for (bytes size : split_even(share, tensors / parameter_tensors_)) hold(entry, p.layer, size);
+      for (bytes size : split_even(share, tensors / parameter_tensors_))
+        hold(entry, p.layer, size, stream);
     }
   }
 
@@ -308,16 +312,16 @@ class step_replay {
     const memory_entry& x = tl_.ledger[static_cast<std::size_t>(e.entry)];
     const bool whole = x.size == total && x.tensors > 1;  // the entry's tensors, all of them
     if (sizes.empty() && allocates && whole && x.first_tensor > bytes{}) {
-      hold(e.entry, -1, x.first_tensor);
-      hold_all(e.entry, total - x.first_tensor, x.tensors - 1);
+      hold(e.entry, -1, x.first_tensor, e.stream);
+      hold_all(e.entry, total - x.first_tensor, x.tensors - 1, e.stream);
     } else if (sizes.empty() && allocates) {
-      hold_all(e.entry, total, whole ? x.tensors : 1);
+      hold_all(e.entry, total, whole ? x.tensors : 1, e.stream);
     } else if (sizes.empty()) {
       drop(e.entry, -1, total, true);
     }
     for (bytes size : sizes) {
       if (allocates)
-        hold(e.entry, layer, size);
+        hold(e.entry, layer, size, e.stream);
       else
         drop(e.entry, layer, size);
     }

@@ -53,6 +53,17 @@ constexpr piece_filter pieces_of(layer_tensor kind, int part = -1, int output_li
   return {kind, static_cast<std::int8_t>(part), static_cast<std::int8_t>(output_linear)};
 }
 
+/// The CUDA stream an allocation is made on. PyTorch's caching allocator keeps a pool per stream
+/// (CUDACachingAllocator.cpp get_free_block: a block serves only requests of its own stream), and a
+/// freed block goes back to the pool of the stream that allocated it, whichever stream frees it
+/// (free_block; record_stream only delays that). So what a side stream allocates never reuses the
+/// default stream's cache, nor the other way round.
+enum class alloc_stream : unsigned char {
+  main,            ///< the default (compute) stream
+  reduce_scatter,  ///< FSDP2's reduce_scatter_stream, FSDP1's _post_backward_stream
+  all_gather,      ///< FSDP2's all_gather_copy_in_stream, FSDP1's _unshard_stream
+};
+
 /// One allocation (delta > 0) or free (delta < 0) of the step, repeated over `layers` consecutive
 /// layers from `first_layer` (forward: ascending; backward: descending) when first_layer >= 0.
 /// Consecutive events of one phase with the same layer run form that run's per-layer pattern.
@@ -67,6 +78,8 @@ struct timeline_event {
   moment region = moment::end_of_forward;
   /// Of a layer run: which of the layer's tensors (for_each_layer_tensor) these bytes are.
   std::optional<piece_filter> pieces{};
+  /// The stream an allocation is made on (a free goes to the pool its block came from).
+  alloc_stream stream = alloc_stream::main;
 };
 
 /// Events of a step: at most about 50 outside the layers, and per layer run and micro-batch pass
@@ -244,12 +257,19 @@ struct event_writer {
   step_phase phase = step_phase::forward;
   std::int64_t micro_batch = 0;
   moment region = moment::end_of_forward;
+  /// Sharded gradients made on a side stream: their entry (-1: none) and stream.
+  int side_gradients = -1;
+  alloc_stream gradient_stream = alloc_stream::main;
 
   constexpr void add(const char* what, int entry, bytes delta, std::int64_t first_layer = -1,
-                     std::int64_t layers = 0, std::optional<piece_filter> pieces = {}) {
+                     std::int64_t layers = 0, std::optional<piece_filter> pieces = {},
+                     alloc_stream stream = alloc_stream::main) {
     if (entry < 0 || delta == bytes{} || layers < 0) return;
     if (ledger[static_cast<std::size_t>(entry)].space != memory_space::device) return;
-    events.push_back({what, phase, micro_batch, first_layer, layers, delta, entry, region, pieces});
+    if (entry == side_gradients && delta > bytes{} && phase == step_phase::backward)
+      stream = gradient_stream;
+    events.push_back(
+        {what, phase, micro_batch, first_layer, layers, delta, entry, region, pieces, stream});
   }
 
   /// Allocates (sign 1) or frees (sign -1) every entry of lifetime `when` that `select` takes.
@@ -497,6 +517,54 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
   return out;
 }
 
+/// FSDP's gathered parameters in the ledger (training.hpp add_gathered_parameters), or -1.
+constexpr int fsdp_gathered_entry(const memory_ledger& l) {
+  for (const char* name : {"gathered FSDP units (current + prefetched)", "gathered FSDP unit",
+                           "unsharded parameters (shard grad op)"})
+    if (const int i = entry_named(l, name); i >= 0) return i;
+  return -1;
+}
+
+/// Whether backward makes the sharded gradients on FSDP's reduce-scatter stream: they are the
+/// reduce-scatter's output. FSDP2's foreach_reduce (_fsdp_collectives.py) allocates reduce_output
+/// under `device_handle.stream(reduce_scatter_stream)`, on one rank too (it copies instead of
+/// reducing), and the sharded .grad are views of it. FSDP1's _post_backward_hook
+/// (_runtime_utils.py) runs under state._post_backward_stream, where _get_reduce_scatter_tensors
+/// allocates new_sharded_grad; on one rank FSDP1 runs NO_SHARD (_init_utils.py: "FSDP is
+/// switching to use `NO_SHARD` ... since the world size is 1"), whose gradients autograd makes on
+/// the default stream.
+constexpr bool side_stream_gradients(const layout& l, const layer_context& c) {
+  return l.implementation == shard_implementation::fsdp && c.sharded_grads &&
+         (l.fsdp_version == 2 || l.shard_degree() > 1);
+}
+
+/// Of FSDP's gathered parameters (a buffer the timeline holds from forward to the optimizer step),
+/// the bytes a side stream allocates, with shards across more than one rank:
+/// - FSDP1's unsharded flat parameters, current and prefetched: _runtime_utils.py _unshard runs
+///   handle.unshard() under `state._device_handle.stream(unshard_stream)`, and _flat_param.py
+///   _alloc_padded_unsharded_flat_param resizes their storage there; _free_unsharded_flat_param
+///   record_stream()s them before freeing, so their blocks stay in that stream's pool.
+/// - FSDP2's all-gather output, one unit's: _fsdp_collectives.py foreach_all_gather allocates it
+///   under `device_handle.stream(all_gather_copy_in_stream)` (FSDPCommContext
+///   get_all_gather_streams: forward and pre-backward); the unsharded parameters are copied out
+///   of it on the default stream (foreach_all_gather_copy_out, FSDPParam.alloc_all_gather_outputs),
+///   and the unit's gradients and reduce-scatter input are the default stream's too.
+/// On one rank none: FSDP2's FSDPParamGroup.unshard all-gathers nothing (world_size == 1) and
+/// wait_for_unshard copies the parameters on the default stream; FSDP1 runs NO_SHARD.
+constexpr bytes side_stream_gathered(const training& t, const tensor_ledger& tensors,
+                                     const stage_range& range, const layer_context& c,
+                                     bytes buffer) {
+  const layout& l = t.layout;
+  if (l.implementation != shard_implementation::fsdp || l.shard_degree() < 2) return {};
+  // SHARD_GRAD_OP: FSDP1 keeps every unit's flat parameter unsharded, all from the unshard stream.
+  if (l.zero == sharding::zero2) return l.fsdp_version == 1 ? buffer : bytes{};
+  if (l.zero != sharding::zero3 || l.reshard_after_forward == 1) return {};
+  const fsdp_unit unit = largest_unit(t, tensors, range, c.experts_per_rank);
+  const bytes gathered = elements_in(t.precision.compute, unit.trained) + unit.frozen;
+  const bytes side = l.fsdp_version == 1 && l.fsdp_prefetch ? gathered * 2 : gathered;
+  return side <= buffer ? side : bytes{};
+}
+
 /// Writes the events of one training step into a timeline, phase by phase.
 struct step_writer {
   const training& t;
@@ -506,6 +574,8 @@ struct step_writer {
   const layer_runs& runs;
   const outside_layers& outside;
   event_writer w{tl.ledger, tl.events};
+  int gathered = -1;      ///< FSDP's gathered parameters (fsdp_gathered_entry)
+  bytes gathered_side{};  ///< of them, what a side stream allocates (side_stream_gathered)
 
   [[nodiscard]] constexpr bytes size_of(int entry) const {
     return entry < 0 ? bytes{} : tl.ledger[static_cast<std::size_t>(entry)].size;
@@ -523,6 +593,21 @@ struct step_writer {
   /// backward adds into them (later micro-batches).
   [[nodiscard]] constexpr int gradient_entry(bool first_pass) const {
     return first_pass ? e.gradients : e.working;
+  }
+
+  /// Allocates (sign 1) or frees (sign -1) the buffers that live from forward to the end of
+  /// backward; FSDP's gathered parameters in two: what a side stream allocates, and the rest.
+  constexpr void forward_backward_buffers(std::int64_t sign) {
+    for (std::size_t i = 0; i < tl.ledger.size(); ++i) {
+      const int x = static_cast<int>(i);
+      if (tl.ledger[i].lifetime != lifetime::forward_backward || !is_buffer(x)) continue;
+      if (x != gathered || gathered_side == bytes{}) {
+        w.add(tl.ledger[i].name, x, tl.ledger[i].size * sign);
+        continue;
+      }
+      w.add(tl.ledger[i].name, x, gathered_side * sign, -1, 0, {}, alloc_stream::all_gather);
+      w.add(tl.ledger[i].name, x, (size_of(x) - gathered_side) * sign);
+    }
   }
 
   /// After gradients of `grads` bytes are accumulated: under an optimizer in backward
@@ -546,7 +631,7 @@ struct step_writer {
       const bytes all = size_of(e.saved);
       w.add("activations of earlier in-flight micro-batches", e.saved,
             all > own_saved ? all - own_saved : bytes{});
-      w.add_each(lifetime::forward_backward, 1, [&](int i) { return is_buffer(i); });
+      forward_backward_buffers(1);
     }
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
           size_of(e.embedding_inputs));
@@ -736,7 +821,7 @@ struct step_writer {
   /// The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
   constexpr void optimizer_step() {
     const layout& l = t.layout;
-    w.add_each(lifetime::forward_backward, -1, [&](int i) { return is_buffer(i); });
+    forward_backward_buffers(-1);
     w.add_each(lifetime::backward_pass, -1, [&](int i) { return is_buffer(i); });
     w.phase = step_phase::optimizer;
     w.region = moment::optimizer_step;
@@ -783,6 +868,14 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       tl.at_start += e.size;
 
   step_writer writer{t, o, tl, roles, runs, outside};
+  writer.gathered = fsdp_gathered_entry(tl.ledger);
+  if (writer.gathered >= 0)
+    writer.gathered_side =
+        side_stream_gathered(t, tensors, range, tl.layers, size_of(writer.gathered));
+  if (side_stream_gradients(l, tl.layers)) {
+    writer.w.side_gradients = roles.gradients;
+    writer.w.gradient_stream = alloc_stream::reduce_scatter;
+  }
   writer.micro_batch(true);
   if (o.micro_batches > 1) writer.micro_batch(false);
   writer.optimizer_step();

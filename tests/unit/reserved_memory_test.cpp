@@ -125,6 +125,67 @@ TEST_CASE("tiny Llama: every tensor rounds to one 512-byte block of one 2 MiB sm
                     .reserved == bytes{2 << 20});
 }
 
+TEST_CASE("FSDP's side streams: each stream's requests take segments of their own") {
+  // Tiny Llama's tensors are all under 512 B: on one stream they share one 2 MiB small segment.
+  // A stream's pool holds only blocks its own requests made (get_free_block), so the first
+  // request of each side stream takes a 2 MiB small segment more (get_allocation_size:
+  // kSmallBuffer), and none later: the streams' blocks go back to their own pools.
+  auto fsdp = [](std::int64_t ranks, std::int64_t version) {
+    training t{testing::tiny_llama, mixed<bf16>::value, adamw<>::value};
+    t.layout = {.data = ranks,
+                .zero = sharding::zero3,
+                .implementation = shard_implementation::fsdp,
+                .fsdp_version = version};
+    return t;
+  };
+  const activation_options o{.micro_batch = 1, .sequence = 4};
+  auto streams_of = [&](const training& t) {
+    bool used[3]{};
+    for (const timeline_event& e : step_timeline_of(t, o).events)
+      if (e.delta > bytes{}) used[static_cast<int>(e.stream)] = true;
+    return std::vector<bool>{used[0], used[1], used[2]};
+  };
+  // One rank, FSDP2: the sharded gradients are foreach_reduce's output, made on the
+  // reduce-scatter stream; nothing is all-gathered (FSDPParamGroup.unshard, world_size == 1).
+  CHECK(streams_of(fsdp(1, 2)) == std::vector<bool>{true, true, false});
+  CHECK(reserved_memory(fsdp(1, 2), o).reserved == bytes{4 << 20});
+  // One rank, FSDP1: NO_SHARD, all on the default stream.
+  CHECK(streams_of(fsdp(1, 1)) == std::vector<bool>{true, false, false});
+  CHECK(reserved_memory(fsdp(1, 1), o).reserved == bytes{2 << 20});
+  // Two ranks: the gathered parameters come from the all-gather (FSDP1: unshard) stream too.
+  for (std::int64_t version : {1, 2}) {
+    CAPTURE(version);
+    CHECK(streams_of(fsdp(2, version)) == std::vector<bool>{true, true, true});
+    CHECK(reserved_memory(fsdp(2, version), o).reserved == bytes{6 << 20});
+  }
+}
+
+TEST_CASE(
+    "FSDP's gathered parameters: the all-gathered unit on its stream, the rest on the default") {
+  // Llama-3-8B, FSDP2 over 8 ranks: the largest unit is the root (embedding and head, 2 x
+  // 128,256 x 4,096, and the final norm, 4,096, in bf16: 2,101,354,496 B). Its all-gather
+  // output is one allocation of the all-gather stream, the rest of the buffer (the unsharded
+  // parameters copied out of it, the unit's gradients) the default stream's; both go at the
+  // optimizer step.
+  training t{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+             parallel<fsdp<8>>::value};
+  t.layout.fsdp_version = 2;
+  const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 1024});
+  const int gathered = detail::fsdp_gathered_entry(tl.ledger);
+  REQUIRE(gathered >= 0);
+  bytes side{}, main{}, freed{};
+  for (const timeline_event& e : tl.events) {
+    if (e.entry != gathered) continue;
+    if (e.delta < bytes{})
+      freed -= e.delta;
+    else
+      (e.stream == alloc_stream::all_gather ? side : main) += e.delta;
+  }
+  CHECK(side == bytes{(2 * 128'256 * 4'096 + 4'096) * 2});
+  CHECK(side + main == tl.ledger[static_cast<std::size_t>(gathered)].size);
+  CHECK(freed == side + main);
+}
+
 TEST_CASE("Adam's states, created in the first step, move later steps' activations") {
   // torch.optim creates exp_avg and exp_avg_sq in the first step(), from the cache the freed
   // activations left: the second step's forward finds their blocks taken and reserves more.

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 #include <vramfit/caching_allocator.hpp>
+#include <vramfit/hf_config.hpp>
+#include <vramfit/vramfit.hpp>
 
 using namespace vramfit;
 using json = nlohmann::json;
@@ -107,6 +109,35 @@ replay_result replay(const json& trace) {
   return r;
 }
 
+/// The bytes one step allocates on side streams: traced (requests on a stream other than the
+/// default's, stream 0) and as vramfit's step timeline places them (timeline_event::stream).
+struct side_bytes {
+  std::int64_t traced = 0, predicted = 0;
+};
+
+/// An FSDP2 trace's configuration (fsdp_measure.py's id: model/fsdp2/weights/policy/reshard/...)
+/// as vramfit's training: FSDP2 over one rank, bf16 weights without a policy or fp32 weights
+/// under MixedPrecisionPolicy(bf16, fp32) (mixed<bf16>), reshard_after_forward False as 1.
+side_bytes fsdp2_side_streams(const json& trace, const std::filesystem::path& configs) {
+  side_bytes out{};
+  for (const json& e : trace["events"])
+    if (e[0] == "alloc" && e[3].get<std::int64_t>() != 0) out.traced += e[2].get<std::int64_t>();
+  const std::string id = trace["id"];
+  const std::string name = id.substr(0, id.find('/'));  // llama3-8b-2l
+  training t{load_hf_config(configs / ("llama-3-8b-" + name.substr(name.rfind('-') + 1) + ".json")),
+             id.find("/no-mp/") != std::string::npos ? pure<bf16>::value : mixed<bf16>::value,
+             adamw<>::value};
+  t.layout = {.zero = sharding::zero3,
+              .implementation = shard_implementation::fsdp,
+              .fsdp_version = 2,
+              .reshard_after_forward = id.find("/keep/") != std::string::npos ? 1 : 0};
+  const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 1024});
+  for (const timeline_event& e : tl.events)
+    if (e.delta > bytes{} && e.stream != alloc_stream::main)
+      out.predicted += (e.delta * (e.first_layer >= 0 ? e.layers : 1)).count;
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,9 +183,19 @@ pages into one reserved range per stream, which this replay does not place.
 |---|---|---|---:|---:|---:|---:|---:|---:|---|
 )");
   std::int64_t requests = 0, misplaced = 0, unequal = 0;
+  std::string streams;  // the FSDP2 steady steps' side-stream bytes, traced and predicted
+  std::int64_t streams_differ = 0;
   for (const auto& path : files) {
     std::ifstream in(path);
     const json trace = json::parse(in);
+    if (trace.value("step", json(4)) == json(4) &&
+        trace["id"].get<std::string>().find("/fsdp2/") != std::string::npos) {
+      const side_bytes b =
+          fsdp2_side_streams(trace, std::filesystem::path(VRAMFIT_ALLOCATOR_TRACES) / "configs");
+      streams_differ += b.traced != b.predicted ? 1 : 0;
+      streams += "| " + trace["id"].get<std::string>() + " | " + std::to_string(b.traced) + " | " +
+                 std::to_string(b.predicted) + " |\n";
+    }
     const replay_result r = replay(trace);
     requests += r.requests;
     misplaced += r.misplaced;
@@ -178,8 +219,20 @@ pages into one reserved range per stream, which this replay does not place.
       static_cast<long long>(unequal));
   for (const auto& path : expandable) std::printf(" `%s`", path.filename().string().c_str());
   std::printf(".\n");
+  std::printf(
+      "\n## FSDP2's side streams, traced and predicted\n\nThe bytes each steady FSDP2 step "
+      "(step 4) allocates on streams other than the default one, in the trace and in vramfit's "
+      "step timeline for the same configuration (`timeline_event::stream`; FSDP2 over one rank: "
+      "the sharded gradients, foreach_reduce's output on the reduce-scatter stream; nothing is "
+      "all-gathered on one rank). The test fails when they differ.\n\n"
+      "| traced step | traced (B) | vramfit (B) |\n|---|---:|---:|\n%s",
+      streams.c_str());
   if (check && (misplaced > 0 || unequal > 0 || files.empty())) {
     std::fprintf(stderr, "the simulated allocator placed requests elsewhere than PyTorch\n");
+    return 1;
+  }
+  if (check && (streams_differ > 0 || streams.empty())) {
+    std::fprintf(stderr, "vramfit's side streams allocate other bytes than the FSDP2 traces\n");
     return 1;
   }
   return 0;

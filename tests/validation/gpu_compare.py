@@ -33,6 +33,13 @@ Usage:
     # the H200 campaign's whole models:
     python3 tests/validation/gpu_compare.py --data tests/validation/gpu/h200 \
         --steps full_size_steps.jsonl --inference full_size_inference.jsonl
+    # FSDP2 on one rank (fsdp_measure.py): peak allocated and reserved only
+    python3 tests/validation/gpu_compare.py --data tests/validation/gpu/h200 --fsdp2 fsdp2_steps.jsonl
+
+FSDP2 rows (kind train-fsdp2) become `--fsdp full --fsdp-version 2 --dp 1`: bf16 weights without a
+MixedPrecisionPolicy are --precision bf16; fp32 weights under MixedPrecisionPolicy(bf16, fp32) are
+--precision bf16-fp32-master (fp32 sharded parameters and gradients, bf16 compute);
+reshard_after_forward=False is --reshard-after-forward false.
 """
 
 import argparse
@@ -71,6 +78,14 @@ def train_args(r):
         args += ["--lora-rank", str(r["lora"]["r"]), "--lora-targets", t if isinstance(t, str) else ",".join(t)]
     if r["alloc_conf"].startswith("expandable_segments"):
         args.append("--expandable-segments")
+    if r.get("fsdp") is not None:
+        mp = r["fsdp"]["mp"]
+        if mp not in (None, ["bf16", "fp32"]) or (mp is None) != (r["precision"] == "bf16"):
+            return None, "an FSDP2 MixedPrecisionPolicy the CLI does not name"
+        args[args.index("--precision") + 1] = "bf16" if mp is None else "bf16-fp32-master"
+        args += ["--fsdp", "full", "--fsdp-version", "2", "--dp", "1"]
+        if not r["fsdp"]["reshard_after_forward"]:
+            args += ["--reshard-after-forward", "false"]
     return args, None
 
 
@@ -148,15 +163,41 @@ def reserved_table(vramfit, steps):
                                                   pct(x[3], x[1])))
 
 
+def fsdp2_table(vramfit, steps):
+    """FSDP2 rows: measured peak allocated and reserved against vramfit's memory.allocated and
+    memory.reserved (simulated), each plus its cuBLAS workspace."""
+    print("### FSDP2 on one rank: peak allocated and reserved (MiB)\n")
+    print("| configuration | allocated | vramfit | err | reserved | vramfit | err | reserved - allocated | vramfit |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in steps:
+        args, reason = train_args(r) if not r.get("error") else (None, r.get("error"))
+        pred = None
+        if args:
+            pred, reason = run_vramfit(vramfit, args)
+        if pred is None:
+            print("| %s | %s | n/a | | %s | n/a | | | %s |" % (r["id"], mib(r["peak_allocated"]),
+                                                             mib(r["peak_reserved"]), reason))
+            continue
+        cublas = entry_sum(pred, ("cuBLAS workspace",))
+        alloc, res = pred["memory"]["allocated"] + cublas, pred["memory"]["reserved"] + cublas
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["id"], mib(r["peak_allocated"]), mib(alloc), pct(alloc, r["peak_allocated"]), mib(r["peak_reserved"]),
+            mib(res), pct(res, r["peak_reserved"]), mib(r["peak_reserved"] - r["peak_allocated"]), mib(res - alloc)))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("vramfit", nargs="?", default=os.path.join(ROOT, "build/examples/cli/vramfit"))
     ap.add_argument("--data", default=os.path.join(ROOT, "tests/validation/gpu"))
     ap.add_argument("--steps", default="steps.jsonl", help="training rows, in --data")
     ap.add_argument("--inference", default="inference.jsonl", help="prefill rows, in --data")
+    ap.add_argument("--fsdp2", help="FSDP2 rows (fsdp_measure.py's steps.jsonl), in --data: only their table")
     a = ap.parse_args()
     if not os.access(a.vramfit, os.X_OK):
         sys.exit("vramfit not found at %s (build it: cmake --build build --target vramfit)" % a.vramfit)
+    if a.fsdp2:
+        return fsdp2_table(a.vramfit, load(os.path.join(a.data, a.fsdp2)))
     steps = load(os.path.join(a.data, a.steps))
     infer = load(os.path.join(a.data, a.inference))
     repeats = load(os.path.join(a.data, "steps_repeat.jsonl"))
