@@ -1181,6 +1181,139 @@ TEST_CASE("seed 004: Raschka's ViT-L/16 with a 10-class head, loaded and trained
   CHECK(sgd / 2.02e9 == doctest::Approx(0.965).epsilon(0.01));
 }
 
+namespace {
+/// The segment PyTorch's caching allocator creates for a fresh request of `n` bytes
+/// (CUDACachingAllocator.cpp round_size and get_allocation_size): up to 1 MiB a 2 MiB small
+/// segment, up to 10 MiB a 20 MiB one, larger requests rounded up to 2 MiB.
+std::int64_t fresh_segment(std::int64_t n) {
+  const std::int64_t mib = 1 << 20;
+  n = (n + 511) / 512 * 512;
+  if (n <= mib) return 2 * mib;
+  if (n <= 10 * mib) return 20 * mib;
+  return (n + 2 * mib - 1) / (2 * mib) * (2 * mib);
+}
+}  // namespace
+
+TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account (docs/cli.md)") {
+  const std::string vit =
+      "'{\"_name_or_path\": \"vit-l-16-cifar10\", \"model_type\": \"vit\", \"hidden_size\": "
+      "1024, \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"intermediate_size\": "
+      "4096, \"image_size\": 224, \"patch_size\": 16, \"num_channels\": 3, \"num_labels\": 10}'";
+  const auto json = [](const std::string& args) {
+    const result r = run(args + " -f json");
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto reserved = [](const nlohmann::json& j) {
+    return j.at("memory").at("reserved").get<std::int64_t>();
+  };
+  // The article's FSDP rows (FSDPStrategy over EncoderBlock, fp32, non-reentrant checkpointing,
+  // 64 images per GPU; with cpu_offload=True, parameters and gradients on the host).
+  const std::string fsdp = "train --model " + vit +
+                           " --precision fp32 --optimizer adam --micro-batch 64 --dp 4 --fsdp "
+                           "full --recompute full --non-reentrant --gpu a100-80gb";
+  const nlohmann::json on = json(fsdp);
+  const nlohmann::json off = json(fsdp + " --offload all");
+  // One EncoderBlock is one flat parameter: two LayerNorms, in_proj, out_proj and the MLP.
+  const std::int64_t block = 2 * 2 * 1024 + (3 * 1024 * 1024 + 3072) + (1024 * 1024 + 1024) +
+                             (1024 * 4096 + 4096) + (4096 * 1024 + 1024);
+  CHECK(block == 12'596'224);
+  const std::int64_t unit = 4 * block;  // fp32, gathered
+  // vramfit places the largest unit twice (current, prefetched) and its gradient on one stream.
+  CHECK(entry_bytes(on, "gathered FSDP units (current + prefetched)") == 3 * unit);
+  CHECK(entry_bytes(off, "gathered FSDP units (current + prefetched)") == 3 * unit);
+  // vramfit's one-stream figures: 39.4 % and 57.5 % under the article's 6.59 and 6.03 GB.
+  CHECK(static_cast<double>(reserved(on)) / 6.59e9 == doctest::Approx(0.606).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(off)) / 6.03e9 == doctest::Approx(0.425).epsilon(0.01));
+  // The side streams' pools (docs/cli.md's table): the two parameter units move off the
+  // compute stream; the post-backward pool holds 24 sharded gradients and the root's padded
+  // gradient and shard; the unshard pool the root's unit (1,002,506 parameters, padded to 4).
+  const std::int64_t root = 1'002'508;
+  CHECK(block * 24 + 1'002'506 == 303'311'882);
+  const std::int64_t side = -2 * unit + 24 * fresh_segment(block) + fresh_segment(4 * root) +
+                            fresh_segment(root) + fresh_segment(4 * root);
+  const std::int64_t base = reserved(on) + side;
+  const std::int64_t base_off = reserved(off) + side + fresh_segment(root);
+  const std::int64_t gather = fresh_segment(unit);
+  CHECK(gather == 52'428'800);
+  const std::int64_t gather_off = gather + fresh_segment(block);
+  // Between the forward's 24 all-gathers outstanding and the whole step's 48, each article
+  // figure: no free constant, the bounds come from the 24 units.
+  CHECK(base + 24 * gather < 6'590'000'000);
+  CHECK(6'590'000'000 < base + 48 * gather);
+  CHECK(base_off + 24 * gather_off < 6'030'000'000);
+  CHECK(6'025'000'000 < base_off + 48 * gather_off);  // 6.03 printed to two decimals
+  // The counts docs/cli.md gives: 43.9 and 47.2 outstanding all-gathers.
+  CHECK(static_cast<double>(6'590'000'000 - base) / static_cast<double>(gather) ==
+        doctest::Approx(43.9).epsilon(0.005));
+  CHECK(static_cast<double>(6'030'000'000 - base_off) / static_cast<double>(gather_off) ==
+        doctest::Approx(47.2).epsilon(0.005));
+
+  // The bonus models (IMDb, sequences padded to the model's limit, Adam, 4 GPUs).
+  const std::string distilbert =
+      "'{\"_name_or_path\": \"distilbert-base-uncased\", \"architectures\": "
+      "[\"DistilBertForSequenceClassification\"], \"model_type\": \"distilbert\", \"dim\": 768, "
+      "\"hidden_dim\": 3072, \"n_layers\": 6, \"n_heads\": 12, \"vocab_size\": 30522, "
+      "\"max_position_embeddings\": 512, \"dropout\": 0.1, \"attention_dropout\": 0.1}'";
+  // Before: DeepSpeed ZeRO-2 in DeepSpeed's fp16, 12 sequences: 3.99 GB, vramfit 23 % under.
+  const nlohmann::json before =
+      json("train --model " + distilbert +
+           " --framework deepspeed --precision fp16-fp32-master --optimizer adam --micro-batch 12 "
+           "--seq-len 512 --dp 4 --zero 2 --attention eager --gpu a100-80gb");
+  CHECK(before.at("model").at("parameters") == 66'955'010);
+  CHECK(static_cast<double>(reserved(before)) / 3.99e9 == doctest::Approx(0.768).epsilon(0.01));
+  // DeepSpeed allocates two buckets of Lightning's reduce_bucket_size = 2e8 fp16 elements
+  // (stage_1_and_2.py backward, overlap_comm); vramfit caps them at the model: 10 % under then.
+  const std::int64_t buckets = entry_bytes(before, "ZeRO reduce bucket");
+  CHECK(buckets == 2 * 2 * 66'955'010);
+  CHECK(static_cast<double>(reserved(before) + 2 * 2 * 200'000'000 - buckets) / 3.99e9 ==
+        doctest::Approx(0.901).epsilon(0.01));
+  // After: FSDP over the blocks with CPU offload, bf16, 3 x 4 accumulated: 1.15 GB, 35 % under.
+  const nlohmann::json after =
+      json("train --model " + distilbert +
+           " --precision bf16 --optimizer adam --micro-batch 3 --seq-len 512 --grad-accum 4 --dp 4 "
+           "--fsdp full --offload all --attention eager --gpu a100-80gb");
+  CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.651).epsilon(0.01));
+  // The root unit (embeddings, pre_classifier, classifier) is the largest, 48.86 MB in bf16.
+  const std::int64_t db_root =
+      30522 * 768 + 512 * 768 + 2 * 768 + (768 * 768 + 768) + (768 * 2 + 2);
+  CHECK(db_root == 24'427'778);
+  CHECK(entry_bytes(after, "gathered FSDP units (current + prefetched)") == 3 * 2 * db_root);
+  // docs/cli.md's account: the root gathered (48 MiB) with its padded gradient (48 MiB) and its
+  // shard (12 MiB) and shard copy (12 MiB), the six blocks' sharded gradients (3.5 MB, five to
+  // a 20 MiB segment) and every block's all-gather of the step outstanding (6 + 6, 14 MiB) with
+  // its shard copy (three 20 MiB segments): at most about 1.06 GB, 8 % under the article.
+  const std::int64_t db_block =
+      4 * (768 * 768 + 768) + 2 * 768 + (768 * 3072 + 3072) + (3072 * 768 + 768) + 2 * 768;
+  CHECK(db_block == 7'087'872);
+  const std::int64_t db_pad = 2 * (db_root + 2);  // padded to a multiple of 4 elements
+  const std::int64_t db_account = reserved(after) - 2 * 2 * db_root + 2 * fresh_segment(db_pad) +
+                                  2 * fresh_segment(db_pad / 4) + 2 * fresh_segment(db_block / 2) +
+                                  12 * fresh_segment(2 * db_block) +
+                                  3 * fresh_segment(db_block / 2);
+  CHECK(static_cast<double>(db_account) / 1.15e9 == doctest::Approx(0.92).epsilon(0.01));
+  // BigBird after: block-sparse attention is not modelled; flash attention (no s x s tensor)
+  // and eager (the full 4,096 x 4,096 scores) bracket the article's 4.03 GB.
+  const std::string bigbird =
+      "'{\"_name_or_path\": \"google/bigbird-roberta-base\", \"architectures\": "
+      "[\"BigBirdForSequenceClassification\"], \"model_type\": \"big_bird\", \"hidden_size\": 768, "
+      "\"intermediate_size\": 3072, \"num_hidden_layers\": 12, \"num_attention_heads\": 12, "
+      "\"vocab_size\": 50358, \"max_position_embeddings\": 4096, \"type_vocab_size\": 2, "
+      "\"hidden_act\": \"gelu_new\", \"hidden_dropout_prob\": 0.1, "
+      "\"attention_probs_dropout_prob\": 0.1, \"attention_type\": \"block_sparse\", "
+      "\"block_size\": 64, \"num_random_blocks\": 3}'";
+  const std::string bb = "train --model " + bigbird +
+                         " --precision bf16 --optimizer adam --micro-batch 1 --seq-len 4096 "
+                         "--grad-accum 12 --dp 4 --fsdp full --offload all --gpu a100-80gb";
+  const nlohmann::json flash = json(bb);
+  const nlohmann::json eager = json(bb + " --attention eager");
+  CHECK(flash.at("model").at("parameters") == 128'060'930);
+  CHECK(reserved(flash) < 4'030'000'000);
+  CHECK(4'030'000'000 < reserved(eager));
+  CHECK(static_cast<double>(reserved(flash)) / 1e9 == doctest::Approx(2.58).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(eager)) / 1e9 == doctest::Approx(15.86).epsilon(0.01));
+}
+
 TEST_CASE("no option is silently ignored: each one changes the answer or is refused") {
   // Every option a subcommand's --help lists, given once with a value other than its default
   // to a command where it can matter, must change the output or the exit status, or be refused

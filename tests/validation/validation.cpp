@@ -226,7 +226,9 @@ std::vector<measured_case> cases() {
             .micro_batch = r.batch,
             .sequence = 197,
             .micro_batches = r.accumulate,
-            .recompute = r.checkpointing ? recompute_kind::full : recompute_kind::none},
+            .recompute = r.checkpointing ? recompute_kind::full : recompute_kind::none,
+            // Lightning's FSDPStrategy checkpoints with CheckpointImpl.NO_REENTRANT (torch < 2.2).
+            .reentrant_checkpoint = !r.checkpointing},
         reserved};
     measured_case c = make_case("B.5 Raschka ViT-L/16 ladder", std::string("ViT-L/16, ") + r.name,
                                 "max_memory_reserved (decimal GB)", r.gb * 1e9,
@@ -239,11 +241,14 @@ std::vector<measured_case> cases() {
     c.accelerate = anchors::accelerate(vit_params, r.p.weights.payload_bits / 8);
     c.llm_analysis = anchors::llm_analysis(vit_params / gpus, vit, 197, r.batch, low ? 2 : 4,
                                            r.checkpointing, false);
-    // Recorded bounds: 20 % for one GPU (today's worst 18 %), 50 % for FSDP, which vramfit
-    // under-predicts by 35-57 %: FSDP1's flat parameters and its allocator behaviour are not
-    // modelled (issue 15). The step timeline replaced the checkpointed layer's backward transient
-    // (a whole layer twice, Calculon's rule of thumb) by the recompute and its working set, which
-    // took the offload row from -46 % to -57 %: the rule of thumb had hidden part of that gap.
+    // Recorded bounds: 20 % for one GPU (today's worst 18 %), 60 % for FSDP, which vramfit
+    // under-predicts by 39-58 %: FSDP1's side streams keep pools of their own, and with the rate
+    // limiter off in that torch (limit_all_gathers=False) the unshard stream's pool holds the
+    // all-gathers the CPU issues ahead of the GPU, close to two unsharded models here; vramfit
+    // replays one stream (docs/cli.md, "Seed 004's FSDP rows", has the account). The step timeline
+    // replaced the checkpointed layer's backward transient (a whole layer twice, Calculon's rule of
+    // thumb) by the recompute and its working set, which took the offload row from -46 % to -57 %:
+    // the rule of thumb had hidden part of that gap.
     c.bound = gpus > 1 ? 0.60 : 0.20;
     c.assumptions =
         "SDPA saved tensors; no dropout; caching allocator simulated; the GPU is not stated (A100 "
