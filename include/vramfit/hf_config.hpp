@@ -139,6 +139,16 @@ class hf_fields {
     return false;
   }
 
+  /// Whether any of `names` is missing (or null), so that its configuration class's default
+  /// holds.
+  [[nodiscard]] bool any_missing(std::initializer_list<const char*> names) const {
+    for (const char* name : names) {
+      const auto it = config_.find(name);
+      if (it == config_.end() || it->is_null()) return true;
+    }
+    return false;
+  }
+
   [[nodiscard]] const nlohmann::json& json() const { return config_; }
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -451,6 +461,24 @@ inline constexpr const char* hf_model_types[] = {
     "bert",   "big_bird", "distilbert", "vit",         "mistral3",    "llava"};
 
 namespace detail {
+/// Whether training drops out: a dropout field above 0, or one that config.json leaves out where
+/// its configuration class defaults to 0.1 (configuration_gpt2.py and configuration_gpt_bigcode.py
+/// resid_pdrop, embd_pdrop, attn_pdrop; configuration_bert.py and configuration_big_bird.py
+/// hidden_dropout_prob, attention_probs_dropout_prob; configuration_distilbert.py dropout,
+/// attention_dropout). The other classes read here default to 0.
+inline bool trains_with_dropout(const hf_fields& fields, const std::string& type) {
+  if (fields.any_positive({"resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob",
+                           "attention_probs_dropout_prob", "attention_dropout", "hidden_dropout",
+                           "dropout"}))
+    return true;
+  if (type == "gpt2" || type == "gpt_bigcode")
+    return fields.any_missing({"resid_pdrop", "embd_pdrop", "attn_pdrop"});
+  if (type == "bert" || type == "big_bird")
+    return fields.any_missing({"hidden_dropout_prob", "attention_probs_dropout_prob"});
+  if (type == "distilbert") return fields.any_missing({"dropout", "attention_dropout"});
+  return false;
+}
+
 /// The model of one configuration object: config.json itself, or (`where` "config.json
 /// text_config") the text decoder of a multimodal one, whose model_type defaults to
 /// `default_type` as its configuration class does.
@@ -498,9 +526,7 @@ inline model read_hf_model(const nlohmann::json& config, const std::string& wher
       supported += std::string(supported.empty() ? "" : ", ") + t;
     raise(where + ": model_type '" + type + "' is not supported; supported: " + supported);
   }
-  m.dropout = fields.any_positive({"resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob",
-                                   "attention_probs_dropout_prob", "attention_dropout",
-                                   "hidden_dropout", "dropout"});
+  m.dropout = trains_with_dropout(fields, type);
   return m;
 }
 }  // namespace detail

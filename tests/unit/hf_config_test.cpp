@@ -274,6 +274,29 @@ TEST_CASE("DistilBERT: DistilBertModel, and its sequence classifier") {
   CHECK_THROWS_WITH(model_from_hf_config(c), doctest::Contains("sinusoidal_pos_embds = true"));
 }
 
+TEST_CASE("dropout a config leaves out takes its configuration class's default") {
+  // DistilBertConfig: dropout = attention_dropout = 0.1; GPT2Config: resid_pdrop, embd_pdrop,
+  // attn_pdrop = 0.1; LlamaConfig: attention_dropout = 0.0.
+  json d = config_of("distilbert-base-uncased");
+  d.erase("dropout");
+  d.erase("attention_dropout");
+  CHECK(model_from_hf_config(d).dropout);
+  d["dropout"] = 0.0;
+  CHECK(model_from_hf_config(d).dropout);  // attention_dropout still 0.1
+  d["attention_dropout"] = nullptr;        // null: the default too
+  CHECK(model_from_hf_config(d).dropout);
+  d["attention_dropout"] = 0.0;
+  CHECK_FALSE(model_from_hf_config(d).dropout);
+  json g = config_of("gpt2");
+  for (const char* f : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) g[f] = 0.0;
+  CHECK_FALSE(model_from_hf_config(g).dropout);
+  g.erase("attn_pdrop");
+  CHECK(model_from_hf_config(g).dropout);
+  json l = llama_config();
+  l.erase("attention_dropout");
+  CHECK_FALSE(model_from_hf_config(l).dropout);
+}
+
 TEST_CASE("BigBird: BERT's tensors with 4,096 positions and a classifier with a dense layer") {
   const model m = load_hf_config(data_dir / "hf" / "bigbird-roberta-base.json");
   CHECK(m.family == family::bert);
