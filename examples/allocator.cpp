@@ -219,7 +219,7 @@ int main() {
                "default stream)"});
   streams.add({"HSDP all-reduce", "in place on the reduce-scatter output", "with it",
                "`foreach_reduce` (`all_reduce_stream`)", "as the gradients"});
-  streams.add({"FSDP1 unsharded flat parameter (current and prefetched)", "`_unshard_stream`",
+  streams.add({"FSDP1 unsharded flat parameters (the root's and the layers')", "`_unshard_stream`",
                "`_free_unsharded_flat_param`: `record_stream`, then freed to that pool",
                "`_runtime_utils.py` `_unshard`; `_flat_param.py` "
                "`_alloc_padded_unsharded_flat_param`",

@@ -519,8 +519,9 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
 
 /// FSDP's gathered parameters in the ledger (training.hpp add_gathered_parameters), or -1.
 constexpr int fsdp_gathered_entry(const memory_ledger& l) {
-  for (const char* name : {"gathered FSDP units (current + prefetched)", "gathered FSDP unit",
-                           "unsharded parameters (shard grad op)"})
+  for (const char* name :
+       {"gathered FSDP units (root + current and prefetched layers)",
+        "gathered FSDP units (root + current layer)", "unsharded parameters (shard grad op)"})
     if (const int i = entry_named(l, name); i >= 0) return i;
   return -1;
 }
@@ -540,12 +541,12 @@ constexpr bool side_stream_gradients(const layout& l, const layer_context& c) {
 
 /// Of FSDP's gathered parameters (a buffer the timeline holds from forward to the optimizer step),
 /// the bytes a side stream allocates, with shards across more than one rank:
-/// - FSDP1's unsharded flat parameters, current and prefetched: _runtime_utils.py _unshard runs
+/// - FSDP1's unsharded flat parameters, the root's and the layers': _runtime_utils.py _unshard runs
 ///   handle.unshard() under `state._device_handle.stream(unshard_stream)`, and _flat_param.py
 ///   _alloc_padded_unsharded_flat_param resizes their storage there; _free_unsharded_flat_param
 ///   record_stream()s them before freeing, so their blocks stay in that stream's pool.
-/// - FSDP2's all-gather output, one unit's: _fsdp_collectives.py foreach_all_gather allocates it
-///   under `device_handle.stream(all_gather_copy_in_stream)` (FSDPCommContext
+/// - FSDP2's all-gather output, one unit's (the larger): _fsdp_collectives.py foreach_all_gather
+///   allocates it under `device_handle.stream(all_gather_copy_in_stream)` (FSDPCommContext
 ///   get_all_gather_streams: forward and pre-backward); the unsharded parameters are copied out
 ///   of it on the default stream (foreach_all_gather_copy_out, FSDPParam.alloc_all_gather_outputs),
 ///   and the unit's gradients and reduce-scatter input are the default stream's too.
@@ -559,9 +560,10 @@ constexpr bytes side_stream_gathered(const training& t, const tensor_ledger& ten
   // SHARD_GRAD_OP: FSDP1 keeps every unit's flat parameter unsharded, all from the unshard stream.
   if (l.zero == sharding::zero2) return l.fsdp_version == 1 ? buffer : bytes{};
   if (l.zero != sharding::zero3 || l.reshard_after_forward == 1) return {};
-  const fsdp_unit unit = largest_unit(t, tensors, range, c.experts_per_rank);
-  const bytes gathered = elements_in(t.precision.compute, unit.trained) + unit.frozen;
-  const bytes side = l.fsdp_version == 1 && l.fsdp_prefetch ? gathered * 2 : gathered;
+  const fsdp_gathered g = fsdp_gathered_of(t, tensors, range, c.experts_per_rank);
+  const bytes side = l.fsdp_version == 1 ? g.root + g.layer * g.layers
+                     : g.root > g.layer  ? g.root
+                                         : g.layer;
   return side <= buffer ? side : bytes{};
 }
 

@@ -378,31 +378,39 @@ struct fsdp_unit {
   bytes frozen{};
 };
 
-/// The largest FSDP unit on a stage: each transformer layer is a unit
-/// (transformer_auto_wrap_policy), and the tensors outside the layers form the root unit. A
-/// layer's unit changes only at the edges of the ledger's layer groups, so only the stage's first
-/// layer and the edges inside it are compared.
-constexpr fsdp_unit largest_unit(const training& t, const tensor_ledger& tensors,
-                                 const stage_range& stage, std::int64_t experts_per_rank) {
+/// FSDP's units on a stage: each transformer layer is a unit (transformer_auto_wrap_policy,
+/// torchtitan's per-block fully_shard), and the tensors outside the layers that the stage holds
+/// form the root unit.
+struct fsdp_units {
+  fsdp_unit root;
+  fsdp_unit layer;  ///< the largest layer unit
+};
+
+/// The root and the largest layer unit of a stage. A layer's unit changes only at the edges of
+/// the ledger's layer groups, so only the stage's first layer and the edges inside it are
+/// compared, by what a unit holds in backward: gathered weights and their gradients.
+constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tensors,
+                                   const stage_range& stage, std::int64_t experts_per_rank) {
   const element_format& compute = t.precision.compute;
-  // The root unit: a stage that is both first and last holds every tensor outside the layers.
+  const std::size_t first_layers = first_layer_group(tensors);
   auto unit = [&](std::int64_t layer, bool root) {
     unsharded_states acc{};
     const stage_range only =
-        root ? stage_range{0, 0, true, true} : stage_range{layer, 1, false, false};
-    for (const tensor_group& g : tensors)
+        root ? stage_range{0, 0, stage.first, stage.last} : stage_range{layer, 1, false, false};
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const tensor_group& g = tensors[i];
       if (root ? g.layer_count == 0 : g.in_layer(layer))
-        add_group(t, g, only, root, experts_per_rank, 1, acc);
+        add_group(t, g, only, i < first_layers, experts_per_rank, 1, acc);
+    }
     return fsdp_unit{acc.trained_elements, acc.frozen_weights};
   };
-  // Ranked by what a unit holds in backward: gathered weights and their gradients.
   auto size = [&](const fsdp_unit& u) { return elements_in(compute, u.trained) * 2 + u.frozen; };
   const std::int64_t end = stage.first_layer + stage.layers;
-  fsdp_unit largest = unit(0, true);
+  fsdp_units units{unit(0, true), {}};
   auto consider = [&](std::int64_t layer) {
     if (layer < stage.first_layer || layer >= end) return;
     const fsdp_unit u = unit(layer, false);
-    if (size(u) > size(largest)) largest = u;
+    if (size(u) > size(units.layer)) units.layer = u;
   };
   consider(stage.first_layer);
   for (const tensor_group& g : tensors) {
@@ -410,7 +418,7 @@ constexpr fsdp_unit largest_unit(const training& t, const tensor_ledger& tensors
     consider(g.first_layer);
     consider(g.first_layer + g.layer_count);
   }
-  return largest;
+  return units;
 }
 
 }  // namespace detail
@@ -650,20 +658,46 @@ constexpr void add_reduce_buckets(memory_ledger& ledger, const stage_model_state
               lifetime::backward_pass);
 }
 
-/// FSDP's gathered units: the largest unit (current and prefetched) with its gradients, or all
-/// units kept gathered after forward (reshard_after_forward).
-constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_states& s) {
-  const layout& l = s.l();
-  const precision& p = s.p();
-  const fsdp_unit unit = largest_unit(s.t, s.tensors, s.range, s.experts_per_rank);
+/// What FSDP holds unsharded beside the shards, as the bytes of each unit's parameters.
+struct fsdp_gathered {
+  bytes root, layer;        ///< a unit's gathered parameters (compute format; frozen as stored)
+  std::int64_t layers = 1;  ///< layer units gathered at once: the current and the prefetched
+  bytes gradients;          ///< the unsharded gradients of the unit with the most
+};
+
+/// The root stays gathered around the layers: FSDP1 does not reshard the root after forward
+/// (_runtime_utils.py _post_forward_reshard) and FSDP2 gathers it in its pre-forward and again
+/// in its pre-backward (_fsdp_param_group.py pre_forward, pre_backward), so its parameters are
+/// there through every layer's forward and backward. A layer is gathered with the next one
+/// prefetched (FSDP1 BACKWARD_PRE, FSDP2's implicit prefetch); on one rank nothing is gathered
+/// ahead (FSDP1 runs NO_SHARD; FSDP2's unshard all-gathers nothing and each unit's parameters
+/// are copied in its own wait_for_unshard, traced: tests/validation/gpu/h200/traces/*fsdp2*).
+constexpr fsdp_gathered fsdp_gathered_of(const training& t, const tensor_ledger& tensors,
+                                         const stage_range& stage, std::int64_t experts_per_rank) {
+  const layout& l = t.layout;
+  const precision& p = t.precision;
+  const fsdp_units units = fsdp_units_of(t, tensors, stage, experts_per_rank);
   // FSDP2's foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies
   // the unit's unsharded gradients (compute format) into a reduce-scatter buffer in the
   // sharded gradients' format; FSDP1 reduces its flat gradient itself.
-  const bytes gradients = l.fsdp_version == 2
-                              ? elements_in(p.compute, unit.trained) +
-                                    elements_in(sharded_gradient_format(s.t), unit.trained)
-                              : elements_in(p.gradients, unit.trained);
-  const bytes gathered = elements_in(p.compute, unit.trained) + unit.frozen;
+  auto gradients = [&](const fsdp_unit& u) {
+    return l.fsdp_version == 2 ? elements_in(p.compute, u.trained) +
+                                     elements_in(sharded_gradient_format(t), u.trained)
+                               : elements_in(p.gradients, u.trained);
+  };
+  auto gathered = [&](const fsdp_unit& u) { return elements_in(p.compute, u.trained) + u.frozen; };
+  const bool prefetched = l.fsdp_prefetch && l.shard_degree() > 1;
+  const bytes root = gradients(units.root), layer = gradients(units.layer);
+  return {gathered(units.root), gathered(units.layer), prefetched ? 2 : 1,
+          root > layer ? root : layer};
+}
+
+/// FSDP's gathered units: the root and the current and prefetched layers, with the gradients of
+/// the unit with the most, or all units kept gathered after forward (reshard_after_forward).
+constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_states& s) {
+  const layout& l = s.l();
+  const precision& p = s.p();
+  const fsdp_gathered g = fsdp_gathered_of(s.t, s.tensors, s.range, s.experts_per_rank);
   // reshard_after_forward=False keeps every unit gathered from its forward to its backward,
   // an int N keeps a 1/N share of each (FSDP2 fully_shard); the units are then not gathered
   // again, or gathered from that share.
@@ -678,12 +712,12 @@ constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_
   }
   const bool regathered = kept_ranks != 1;
   add_entry(ledger,
-            !regathered       ? "FSDP unit gradients (units stay gathered)"
-            : l.fsdp_prefetch ? "gathered FSDP units (current + prefetched)"
-                              : "gathered FSDP unit",
+            !regathered     ? "FSDP unit gradients (units stay gathered)"
+            : g.layers == 2 ? "gathered FSDP units (root + current and prefetched layers)"
+                            : "gathered FSDP units (root + current layer)",
             component::buffers, memory_space::device,
-            (regathered ? gathered * (l.fsdp_prefetch ? 2 : 1) : bytes{}) + gradients, 0,
-            "FSDP paper (Zhao et al. 2023) §3.2: one unsharded unit plus its gradients",
+            (regathered ? g.root + g.layer * g.layers : bytes{}) + g.gradients, 0,
+            "FSDP paper (Zhao et al. 2023) §3.2: unsharded units plus one unit's gradients",
             lifetime::forward_backward);
 }
 

@@ -537,10 +537,15 @@ TEST_CASE("FSDP shards each tensor along dim 0 and gathers a whole unit") {
   // Every dim 0 here divides by 8: exactly 4 B x P / 8.
   CHECK(entry(l, "weights (ZeRO-3 partition)") == bytes{4 * 8'030'261'248 / 8});
   CHECK(total(l, component::optimizer_states) == bytes{8 * 8'030'261'248 / 8});
-  // The largest unit is the root: embedding + final norm + head = 1,050,677,248 elements, in
-  // bf16 twice (current + prefetched) plus its fp32 gradients.
+  // Gathered in bf16: the root (embedding + final norm + head = 1,050,677,248 elements) around
+  // the layers, the current and the prefetched layer (218,112,000 elements each: q, o 4096^2,
+  // k, v 1024 x 4096, gate, up, down 4096 x 14336, two norms); the root has the most gradients,
+  // fp32 under amp.
   const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
-  CHECK(entry(l, "gathered FSDP units (current + prefetched)") == bytes{2 * 2 * root + 4 * root});
+  const std::int64_t layer = 2 * 4096LL * 4096 + 2 * 1024LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
+  CHECK(layer == 218'112'000);
+  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * layer + 4 * root});
 }
 
 TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a copy-in buffer") {
@@ -556,17 +561,20 @@ TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a c
   CHECK(entry(l, "master weights (partition)") == bytes{0});
   CHECK(entry(l, "gradients (partition)") == bytes{4 * p / 8});
   CHECK(total(l, component::optimizer_states) == bytes{8 * p / 8});
-  // The root unit (1,050,677,248 elements) gathered in bf16 twice (current + prefetched); in
-  // backward its bf16 gradients and the fp32 reduce-scatter buffer they are copied into.
+  // The root unit (1,050,677,248 elements) and two layers (218,112,000 each) gathered in bf16;
+  // in backward the root's bf16 gradients and the fp32 reduce-scatter buffer they are copied
+  // into.
   const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
-  CHECK(entry(l, "gathered FSDP units (current + prefetched)") ==
-        bytes{2 * 2 * root + (2 + 4) * root});
+  const std::int64_t layer = 218'112'000;
+  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * layer + (2 + 4) * root});
   // FSDP1 keeps the bf16 shard beside the fp32 master and reduces its flat bf16 gradient.
   const memory_ledger v1 = model_states(training{m, mixed<bf16, bf16>::value, adamw<>::value,
                                                  full_finetune::value, parallel<fsdp<8>>::value});
   CHECK(entry(v1, "weights (ZeRO-3 partition)") == bytes{2 * p / 8});
   CHECK(entry(v1, "master weights (partition)") == bytes{4 * p / 8});
-  CHECK(entry(v1, "gathered FSDP units (current + prefetched)") == bytes{2 * 2 * root + 2 * root});
+  CHECK(entry(v1, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * layer + 2 * root});
 }
 
 TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int a share of it") {
@@ -587,8 +595,8 @@ TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int 
   const memory_ledger quarter = states(parallel<fully_shard<8, 4>>::value);
   CHECK(entry(quarter, "parameters kept gathered after forward (reshard_after_forward)") ==
         bytes{2 * p / 4});
-  CHECK(entry(quarter, "gathered FSDP units (current + prefetched)") ==
-        bytes{2 * 2 * root + (2 + 4) * root});
+  CHECK(entry(quarter, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * 218'112'000 + (2 + 4) * root});
   // The rules: FSDP2 full sharding only, and a rank count dividing the shard ranks.
   CHECK(check_layout(parallel<fsdp<8>>::value, m).rule == layout_rule::none);
   layout v1 = parallel<fsdp<8>>::value;
@@ -636,14 +644,17 @@ TEST_CASE(
 
 TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for trained ones") {
   // LoRA r = 16 on q_proj and v_proj of Llama-3-8B, bf16 base, FSDP over 8 ranks: the root unit
-  // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) is the largest and has no
-  // gradient; it is gathered twice (current + prefetched).
+  // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) has no gradient; a layer
+  // gathers its 218,112,000 frozen bf16 elements and its adapters (16 x (4096 + 4096) for q_proj,
+  // 16 x (4096 + 1024) for v_proj) in the bf16 compute format, twice (current and prefetched);
+  // the layer's adapters have the only (bf16) gradients.
   const model& m = models::llama_3_8b::value;
   const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
   training t{m, pure<bf16>::value, adamw<>::value, full_finetune::value, parallel<fsdp<8>>::value};
   t.finetune = lora_finetuning(16, "q_proj,v_proj");
-  CHECK(entry(model_states(t), "gathered FSDP units (current + prefetched)") ==
-        bytes{2 * 2 * root});
+  const std::int64_t adapters = 16 * (4096 + 4096) + 16 * (4096 + 1024);
+  CHECK(entry(model_states(t), "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * (2 * 218'112'000 + 2 * adapters) + 2 * adapters});
 }
 
 TEST_CASE("ZeRO-1/2 with the optimizer offloaded: 16-bit weights and a staging buffer on the GPU") {

@@ -242,10 +242,10 @@ std::vector<measured_case> cases() {
     c.llm_analysis = anchors::llm_analysis(vit_params / gpus, vit, 197, r.batch, low ? 2 : 4,
                                            r.checkpointing, false);
     // Recorded bounds: 20 % for one GPU (today's worst 18 %), 60 % for FSDP, which vramfit
-    // under-predicts by 39-58 %: FSDP1's side streams keep pools of their own, and with the rate
-    // limiter off in that torch (limit_all_gathers=False) the unshard stream's pool holds the
-    // all-gathers the CPU issues ahead of the GPU, close to two unsharded models here; vramfit
-    // replays one stream (docs/cli.md, "Seed 004's FSDP rows", has the account). The step timeline
+    // under-predicts by 36-58 %: with the rate limiter off in that torch (limit_all_gathers=False)
+    // the unshard stream's pool holds the all-gathers the CPU issues ahead of the GPU, close to
+    // two unsharded models here, where vramfit replays that pool with the two in flight that the
+    // limiter allows (docs/cli.md, "Seed 004's FSDP rows", has the account). The step timeline
     // replaced the checkpointed layer's backward transient (a whole layer twice, Calculon's rule of
     // thumb) by the recompute and its working set, which took the offload row from -46 % to -57 %:
     // the rule of thumb had hidden part of that gap.
