@@ -1118,6 +1118,18 @@ std::int64_t entry_bytes(const nlohmann::json& j, const std::string& name) {
   FAIL("no entry " << name);
   return 0;
 }
+/// A command's JSON answer, which must succeed.
+nlohmann::json json_of(const std::string& args) {
+  const result r = run(args + " -f json");
+  REQUIRE(r.status == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+/// Seed 004's model: torchvision's ViT-L/16 with a 10-class head, as a config.json argument.
+const std::string vit_l16_cifar10 =
+    "'{\"_name_or_path\": \"vit-l-16-cifar10\", \"model_type\": \"vit\", \"hidden_size\": "
+    "1024, \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"intermediate_size\": "
+    "4096, \"image_size\": 224, \"patch_size\": 16, \"num_channels\": 3, \"num_labels\": 10}'";
 }  // namespace
 
 TEST_CASE(
@@ -1151,20 +1163,13 @@ TEST_CASE(
 }
 
 TEST_CASE("seed 004: Raschka's ViT-L/16 with a 10-class head, loaded and trained (docs/cli.md)") {
-  const std::string vit =
-      "'{\"_name_or_path\": \"vit-l-16-cifar10\", \"model_type\": \"vit\", \"hidden_size\": "
-      "1024, \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"intermediate_size\": "
-      "4096, \"image_size\": 224, \"patch_size\": 16, \"num_channels\": 3, \"num_labels\": 10}'";
-  const auto json = [](const std::string& args) {
-    const result r = run(args + " -f json");
-    REQUIRE(r.status == 0);
-    return nlohmann::json::parse(r.out);
-  };
   // The model created in fp32 on the GPU, then cast: the article's 1.24 GB; directly in bf16,
   // 0.65 GB (max_memory_reserved, which is at least the allocated peak given here).
   const std::int64_t cast =
-      json("load --model " + vit + " --weights bf16 --init device").at("peak_allocated");
-  const std::int64_t direct = json("load --model " + vit + " --weights bf16").at("peak_allocated");
+      json_of("load --model " + vit_l16_cifar10 + " --weights bf16 --init device")
+          .at("peak_allocated");
+  const std::int64_t direct =
+      json_of("load --model " + vit_l16_cifar10 + " --weights bf16").at("peak_allocated");
   CHECK(direct == 2 * 303'311'882);  // the bf16 weights alone
   CHECK(cast <= 1'240'000'000);
   CHECK(cast >= 1'200'000'000);
@@ -1173,7 +1178,9 @@ TEST_CASE("seed 004: Raschka's ViT-L/16 with a 10-class head, loaded and trained
   // (2.02 GB): the simulated reserve is 9.2 % and 3.5 % under, as docs/cli.md says.
   const auto reserved = [&](const std::string& args) {
     return static_cast<double>(
-        json("train --model " + vit + " --gpu a100-80gb " + args).at("memory").at("reserved"));
+        json_of("train --model " + vit_l16_cifar10 + " --gpu a100-80gb " + args)
+            .at("memory")
+            .at("reserved"));
   };
   const double fp32 = reserved("--precision fp32 --optimizer adam --micro-batch 64");
   CHECK(fp32 / 26.84e9 == doctest::Approx(0.908).epsilon(0.01));
@@ -1195,25 +1202,16 @@ std::int64_t fresh_segment(std::int64_t n) {
 }  // namespace
 
 TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account (docs/cli.md)") {
-  const std::string vit =
-      "'{\"_name_or_path\": \"vit-l-16-cifar10\", \"model_type\": \"vit\", \"hidden_size\": "
-      "1024, \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"intermediate_size\": "
-      "4096, \"image_size\": 224, \"patch_size\": 16, \"num_channels\": 3, \"num_labels\": 10}'";
-  const auto json = [](const std::string& args) {
-    const result r = run(args + " -f json");
-    REQUIRE(r.status == 0);
-    return nlohmann::json::parse(r.out);
-  };
   const auto reserved = [](const nlohmann::json& j) {
     return j.at("memory").at("reserved").get<std::int64_t>();
   };
   // The article's FSDP rows (FSDPStrategy over EncoderBlock, fp32, non-reentrant checkpointing,
   // 64 images per GPU; with cpu_offload=True, parameters and gradients on the host).
-  const std::string fsdp = "train --model " + vit +
+  const std::string fsdp = "train --model " + vit_l16_cifar10 +
                            " --precision fp32 --optimizer adam --micro-batch 64 --dp 4 --fsdp "
                            "full --recompute full --non-reentrant --gpu a100-80gb";
-  const nlohmann::json on = json(fsdp);
-  const nlohmann::json off = json(fsdp + " --offload all");
+  const nlohmann::json on = json_of(fsdp);
+  const nlohmann::json off = json_of(fsdp + " --offload all");
   // One EncoderBlock is one flat parameter: two LayerNorms, in_proj, out_proj and the MLP.
   const std::int64_t block = 2 * 2 * 1024 + (3 * 1024 * 1024 + 3072) + (1024 * 1024 + 1024) +
                              (1024 * 4096 + 4096) + (4096 * 1024 + 1024);
@@ -1261,10 +1259,10 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
       "\"hidden_dim\": 3072, \"n_layers\": 6, \"n_heads\": 12, \"vocab_size\": 30522, "
       "\"max_position_embeddings\": 512, \"dropout\": 0.1, \"attention_dropout\": 0.1}'";
   // Before: DeepSpeed ZeRO-2 in DeepSpeed's fp16, 12 sequences: 3.99 GB, vramfit 23 % under.
-  const nlohmann::json before =
-      json("train --model " + distilbert +
-           " --framework deepspeed --precision fp16-fp32-master --optimizer adam --micro-batch 12 "
-           "--seq-len 512 --dp 4 --zero 2 --attention eager --gpu a100-80gb");
+  const nlohmann::json before = json_of(
+      "train --model " + distilbert +
+      " --framework deepspeed --precision fp16-fp32-master --optimizer adam --micro-batch 12 "
+      "--seq-len 512 --dp 4 --zero 2 --attention eager --gpu a100-80gb");
   CHECK(before.at("model").at("parameters") == 66'955'010);
   CHECK(static_cast<double>(reserved(before)) / 3.99e9 == doctest::Approx(0.768).epsilon(0.01));
   // DeepSpeed allocates two buckets of Lightning's reduce_bucket_size = 2e8 fp16 elements
@@ -1274,10 +1272,10 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(static_cast<double>(reserved(before) + 2 * 2 * 200'000'000 - buckets) / 3.99e9 ==
         doctest::Approx(0.901).epsilon(0.01));
   // After: FSDP over the blocks with CPU offload, bf16, 3 x 4 accumulated: 1.15 GB, 35 % under.
-  const nlohmann::json after =
-      json("train --model " + distilbert +
-           " --precision bf16 --optimizer adam --micro-batch 3 --seq-len 512 --grad-accum 4 --dp 4 "
-           "--fsdp full --offload all --attention eager --gpu a100-80gb");
+  const nlohmann::json after = json_of(
+      "train --model " + distilbert +
+      " --precision bf16 --optimizer adam --micro-batch 3 --seq-len 512 --grad-accum 4 --dp 4 "
+      "--fsdp full --offload all --attention eager --gpu a100-80gb");
   CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.618).epsilon(0.01));
   // The root unit (embeddings, pre_classifier, classifier), 48.86 MB in bf16, with the current
   // and the prefetched block gathered, and the root's gradients (the most).
@@ -1314,8 +1312,8 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   const std::string bb = "train --model " + bigbird +
                          " --precision bf16 --optimizer adam --micro-batch 1 --seq-len 4096 "
                          "--grad-accum 12 --dp 4 --fsdp full --offload all --gpu a100-80gb";
-  const nlohmann::json flash = json(bb);
-  const nlohmann::json eager = json(bb + " --attention eager");
+  const nlohmann::json flash = json_of(bb);
+  const nlohmann::json eager = json_of(bb + " --attention eager");
   CHECK(flash.at("model").at("parameters") == 128'060'930);
   CHECK(reserved(flash) < 4'030'000'000);
   CHECK(4'030'000'000 < reserved(eager));
