@@ -138,7 +138,7 @@ int main() {
          "command in [the CLI guide](cli.md#seed-004s-fsdp-rows-what-fsdp1s-side-streams-keep)\n"
          "with vramfit's figure, the gap and what makes it (the CLI tests check them):\n"
          "ViT-L/16 under FSDP in fp32 with checkpointing, 6.59 GB, and with CPU offload,\n"
-         "6.03 GB, where vramfit is 35.7 % and 57.4 % under: the rate limiter off in that\n"
+         "6.03 GB, where vramfit is 35.7 % and 56.6 % under: the rate limiter off in that\n"
          "torch, FSDP1's unshard stream holds most of two unsharded models beyond the two\n"
          "all-gathers in flight that vramfit replays; DistilBERT on IMDb, 3.99 GB with DeepSpeed "
          "ZeRO-2 and 1.15 GB with FSDP\n"

@@ -105,10 +105,10 @@ struct memory_entry {
   moment peak_at = moment::end_of_forward;
 };
 
-/// A GPU's entries. Each add_entry call site adds at most one: 25 for the model states
+/// A GPU's entries. Each add_entry call site adds at most one: 27 for the model states
 /// (training.hpp), 9 for a step's activations (activations.hpp), 5 for the runtime overheads
-/// (overheads.hpp), 39 in all; inference's ledger holds fewer.
-using memory_ledger = detail::static_vector<memory_entry, 40>;
+/// (overheads.hpp), 41 in all; inference's ledger holds fewer.
+using memory_ledger = detail::static_vector<memory_entry, 41>;
 
 /// Appends an entry unless it is empty.
 constexpr void add_entry(memory_ledger& ledger, const char* name, component what,

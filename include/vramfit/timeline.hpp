@@ -82,7 +82,7 @@ struct timeline_event {
   alloc_stream stream = alloc_stream::main;
 };
 
-/// Events of a step: at most about 50 outside the layers, and per layer run and micro-batch pass
+/// Events of a step: at most about 56 outside the layers, and per layer run and micro-batch pass
 /// 2 in forward and at most 38 in backward (step_writer). 1024 hold 11 distinct runs per stage
 /// over accumulation's two passes; the presets have at most 4 (DeepSeek-V3: 71 events). A
 /// stranger stage is refused with the capacity named (static_vector), not cut short.
@@ -576,8 +576,13 @@ struct step_writer {
   const layer_runs& runs;
   const outside_layers& outside;
   event_writer w{tl.ledger, tl.events};
-  int gathered = -1;      ///< FSDP's gathered parameters (fsdp_gathered_entry)
-  bytes gathered_side{};  ///< of them, what a side stream allocates (side_stream_gathered)
+  int gathered = -1;             ///< FSDP's gathered parameters (fsdp_gathered_entry)
+  bytes gathered_side{};         ///< of them, what a side stream allocates (side_stream_gathered)
+  int root_grads = -1;           ///< FSDP's root gradients (training.hpp fsdp_root_gradients)
+  bytes root_head_grads{};       ///< of them, what the head's backward makes
+  bytes root_unsharded_grads{};  ///< of them, the unsharded (the rest: FSDP2's reduce copy)
+  bool fsdp_units = false;       ///< FSDP full sharding: units gathered and reduced one by one
+  bool units_released = false;   ///< the gathered units and layer gradients freed at the root
 
   [[nodiscard]] constexpr bytes size_of(int entry) const {
     return entry < 0 ? bytes{} : tl.ledger[static_cast<std::size_t>(entry)].size;
@@ -590,6 +595,11 @@ struct step_writer {
   /// backward.
   [[nodiscard]] constexpr bool is_buffer(int i) const {
     return tl.ledger[static_cast<std::size_t>(i)].component == component::buffers;
+  }
+  /// The buffers of the layers' backward, but FSDP's root gradients, which come with the head's
+  /// and the embeddings' backward.
+  [[nodiscard]] constexpr bool is_backward_buffer(int i) const {
+    return is_buffer(i) && i != root_grads;
   }
   /// Where a micro-batch's new gradients go: the gradients (first), or a working buffer that
   /// backward adds into them (later micro-batches).
@@ -680,6 +690,10 @@ struct step_writer {
     w.phase = step_phase::backward;
     w.region = moment::start_of_backward;
     auto add_head_gradients = [&] {
+      if (defers_root_gradients()) {  // reduced at the root's post-backward
+        w.add("FSDP root gradients (the head's, unsharded)", root_grads, root_head_grads);
+        return;
+      }
       for (bytes piece : outside.head_pieces)
         w.add("head and final norm gradients", gradient_entry(first_pass), piece);
     };
@@ -708,7 +722,8 @@ struct step_writer {
             -size_of(e.head_and_loss));
       add_head_gradients();
     }
-    if (!first_pass) w.add("head and final norm gradients", e.working, -outside.head_grads);
+    if (!first_pass && !defers_root_gradients())
+      w.add("head and final norm gradients", e.working, -outside.head_grads);
     // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
     stepped(outside.head_grads - outside.tied_grads);
   }
@@ -794,18 +809,53 @@ struct step_writer {
   constexpr void embedding_backward(bool first_pass) {
     w.region = moment::end_of_backward;
     const bytes tied = outside.tied_grads, untied = outside.untied_embedding_grads;
-    w.add("embedding gradient (added into the tied head's)", e.working, tied);
-    if (first_pass) {
-      w.add("tied gradient: the head's plus the embedding's", e.gradients, tied);
-      w.add("tied gradient: the head's plus the embedding's", e.gradients, -tied);
+    if (!defers_root_gradients()) {
+      w.add("embedding gradient (added into the tied head's)", e.working, tied);
+      if (first_pass) {
+        w.add("tied gradient: the head's plus the embedding's", e.gradients, tied);
+        w.add("tied gradient: the head's plus the embedding's", e.gradients, -tied);
+      }
+      w.add("embedding gradient (added into the tied head's)", e.working, -tied);
+      w.add("embedding gradients", gradient_entry(first_pass), untied);
+      if (!first_pass) w.add("embedding gradients", e.working, -untied);
     }
-    w.add("embedding gradient (added into the tied head's)", e.working, -tied);
-    w.add("embedding gradients", gradient_entry(first_pass), untied);
-    if (!first_pass) w.add("embedding gradients", e.working, -untied);
     stepped(tied + untied);
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
           -size_of(e.embedding_inputs));
     w.add("head weight copies", e.casts, -outside.casts);
+    if (fsdp_units && (!first_pass || o.micro_batches == 1)) release_backward_buffers();
+    if (defers_root_gradients()) root_post_backward(first_pass);
+  }
+
+  /// FSDP's root post-backward, after the root is resharded: the embeddings' unsharded gradients
+  /// join the head's, FSDP2 copies them into the reduce-scatter input and frees them, the
+  /// reduce-scatter output becomes (or is added into) the sharded gradients, and the input goes
+  /// (_fsdp_collectives.py foreach_reduce, as the one-rank traces order it; FSDP1 reduces its
+  /// flat gradient itself, _runtime_utils.py _reduce_grad).
+  constexpr void root_post_backward(bool first_pass) {
+    const bytes copy = size_of(root_grads) - root_unsharded_grads;
+    w.add("FSDP root gradients (the embeddings', unsharded)", root_grads,
+          root_unsharded_grads - root_head_grads);
+    w.add("FSDP root reduce-scatter input", root_grads, copy);
+    w.add("FSDP root gradients (unsharded) freed", root_grads, -root_unsharded_grads);
+    const bytes sharded = outside.head_grads + outside.untied_embedding_grads;
+    w.add("root gradients (reduce-scatter output)", gradient_entry(first_pass), sharded);
+    if (!first_pass) w.add("root gradients added in", e.working, -sharded);
+    w.add("FSDP root reduce-scatter input freed", root_grads, -copy);
+  }
+  [[nodiscard]] constexpr bool defers_root_gradients() const {
+    return fsdp_units && root_grads >= 0;
+  }
+
+  /// The buffers of the forward and the layers' backward freed: at the optimizer step, or under
+  /// FSDP at the root's post-backward of the last micro-batch, which reshards the root before it
+  /// reduces (_fsdp_param_group.py post_backward; FSDP1 _post_backward_hook), every layer having
+  /// been resharded and reduced before.
+  constexpr void release_backward_buffers() {
+    if (units_released) return;
+    forward_backward_buffers(-1);
+    w.add_each(lifetime::backward_pass, -1, [&](int i) { return is_backward_buffer(i); });
+    units_released = true;
   }
 
   /// One micro-batch's forward and backward (the first, or each later one: all alike).
@@ -815,7 +865,8 @@ struct step_writer {
     loss();
     head_backward(first_pass);
     w.region = moment::layer_backward;
-    if (first_pass) w.add_each(lifetime::backward_pass, 1, [&](int i) { return is_buffer(i); });
+    if (first_pass)
+      w.add_each(lifetime::backward_pass, 1, [&](int i) { return is_backward_buffer(i); });
     for (std::size_t i = runs.size(); i-- > 0;) layer_backward(runs[i], first_pass);
     embedding_backward(first_pass);
   }
@@ -823,8 +874,7 @@ struct step_writer {
   /// The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
   constexpr void optimizer_step() {
     const layout& l = t.layout;
-    forward_backward_buffers(-1);
-    w.add_each(lifetime::backward_pass, -1, [&](int i) { return is_buffer(i); });
+    release_backward_buffers();
     w.phase = step_phase::optimizer;
     w.region = moment::optimizer_step;
     // DeepSpeed ZeRO-1 reduces the accumulated gradients into this rank's partition at the
@@ -870,6 +920,13 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       tl.at_start += e.size;
 
   step_writer writer{t, o, tl, roles, runs, outside};
+  writer.fsdp_units = l.implementation == shard_implementation::fsdp && l.zero == sharding::zero3;
+  writer.root_grads = entry_named(tl.ledger, fsdp_root_gradients);
+  if (writer.root_grads >= 0) {
+    const fsdp_gathered g = fsdp_gathered_of(t, tensors, range, tl.layers.experts_per_rank);
+    writer.root_head_grads = g.root_head_gradients;
+    writer.root_unsharded_grads = g.root_unsharded_gradients;
+  }
   writer.gathered = fsdp_gathered_entry(tl.ledger);
   if (writer.gathered >= 0)
     writer.gathered_side =

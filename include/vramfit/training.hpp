@@ -383,7 +383,8 @@ struct fsdp_unit {
 /// form the root unit.
 struct fsdp_units {
   fsdp_unit root;
-  fsdp_unit layer;  ///< the largest layer unit
+  std::int64_t root_head_trained = 0;  ///< of the root's, after the layers (final norm, head)
+  fsdp_unit layer;                     ///< the largest layer unit
 };
 
 /// The root and the largest layer unit of a stage. A layer's unit changes only at the edges of
@@ -393,20 +394,22 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
                                    const stage_range& stage, std::int64_t experts_per_rank) {
   const element_format& compute = t.precision.compute;
   const std::size_t first_layers = first_layer_group(tensors);
-  auto unit = [&](std::int64_t layer, bool root) {
+  // The root's tensors (all, or those after the layers), or layer `layer`'s.
+  auto unit = [&](std::int64_t layer, bool root, bool after_layers_only = false) {
     unsharded_states acc{};
     const stage_range only =
         root ? stage_range{0, 0, stage.first, stage.last} : stage_range{layer, 1, false, false};
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const tensor_group& g = tensors[i];
-      if (root ? g.layer_count == 0 : g.in_layer(layer))
-        add_group(t, g, only, i < first_layers, experts_per_rank, 1, acc);
+      const bool before = i < first_layers;
+      if (root ? g.layer_count == 0 && !(after_layers_only && before) : g.in_layer(layer))
+        add_group(t, g, only, before, experts_per_rank, 1, acc);
     }
     return fsdp_unit{acc.trained_elements, acc.frozen_weights};
   };
   auto size = [&](const fsdp_unit& u) { return elements_in(compute, u.trained) * 2 + u.frozen; };
   const std::int64_t end = stage.first_layer + stage.layers;
-  fsdp_units units{unit(0, true), {}};
+  fsdp_units units{unit(0, true), unit(0, true, true).trained, {}};
   auto consider = [&](std::int64_t layer) {
     if (layer < stage.first_layer || layer >= end) return;
     const fsdp_unit u = unit(layer, false);
@@ -658,11 +661,19 @@ constexpr void add_reduce_buckets(memory_ledger& ledger, const stage_model_state
               lifetime::backward_pass);
 }
 
-/// What FSDP holds unsharded beside the shards, as the bytes of each unit's parameters.
+/// The ledger entry of the root unit's unsharded gradients, which the step timeline makes in the
+/// head's and the embeddings' backward.
+inline constexpr char fsdp_root_gradients[] =
+    "FSDP root gradients (unsharded, to its post-backward)";
+
+/// What FSDP holds unsharded beside the shards.
 struct fsdp_gathered {
   bytes root, layer;        ///< a unit's gathered parameters (compute format; frozen as stored)
   std::int64_t layers = 1;  ///< layer units gathered at once: the current and the prefetched
-  bytes gradients;          ///< the unsharded gradients of the unit with the most
+  bytes layer_gradients;    ///< a layer's unsharded gradients and what reducing them copies
+  bytes root_gradients;     ///< the root's, at its post-backward
+  bytes root_unsharded_gradients;  ///< of them, the unsharded (the rest: the reduce copy)
+  bytes root_head_gradients;       ///< of the unsharded, what the head's backward makes
 };
 
 /// The root stays gathered around the layers: FSDP1 does not reshard the root after forward
@@ -672,6 +683,11 @@ struct fsdp_gathered {
 /// prefetched (FSDP1 BACKWARD_PRE, FSDP2's implicit prefetch); on one rank nothing is gathered
 /// ahead (FSDP1 runs NO_SHARD; FSDP2's unshard all-gathers nothing and each unit's parameters
 /// are copied in its own wait_for_unshard, traced: tests/validation/gpu/h200/traces/*fsdp2*).
+/// A unit's gradients are reduced at its post-backward, the root's last (FSDP2's root
+/// post-backward runs in the final callback, _fsdp_state.py _root_post_backward_final_callback):
+/// until then FSDP2 holds the head's unsharded gradients from the head's backward, while FSDP1's
+/// root flat parameter gets its whole flat gradient there (autograd accumulates into the flat
+/// parameter the views belong to).
 constexpr fsdp_gathered fsdp_gathered_of(const training& t, const tensor_ledger& tensors,
                                          const stage_range& stage, std::int64_t experts_per_rank) {
   const layout& l = t.layout;
@@ -680,20 +696,28 @@ constexpr fsdp_gathered fsdp_gathered_of(const training& t, const tensor_ledger&
   // FSDP2's foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies
   // the unit's unsharded gradients (compute format) into a reduce-scatter buffer in the
   // sharded gradients' format; FSDP1 reduces its flat gradient itself.
+  auto unsharded = [&](std::int64_t trained) {
+    return elements_in(l.fsdp_version == 2 ? p.compute : p.gradients, trained);
+  };
   auto gradients = [&](const fsdp_unit& u) {
-    return l.fsdp_version == 2 ? elements_in(p.compute, u.trained) +
-                                     elements_in(sharded_gradient_format(t), u.trained)
-                               : elements_in(p.gradients, u.trained);
+    return unsharded(u.trained) +
+           (l.fsdp_version == 2 ? elements_in(sharded_gradient_format(t), u.trained) : bytes{});
   };
   auto gathered = [&](const fsdp_unit& u) { return elements_in(p.compute, u.trained) + u.frozen; };
   const bool prefetched = l.fsdp_prefetch && l.shard_degree() > 1;
-  const bytes root = gradients(units.root), layer = gradients(units.layer);
-  return {gathered(units.root), gathered(units.layer), prefetched ? 2 : 1,
-          root > layer ? root : layer};
+  const bytes root = unsharded(units.root.trained);
+  return {gathered(units.root),
+          gathered(units.layer),
+          prefetched ? 2 : 1,
+          gradients(units.layer),
+          gradients(units.root),
+          root,
+          l.fsdp_version == 2 ? unsharded(units.root_head_trained) : root};
 }
 
-/// FSDP's gathered units: the root and the current and prefetched layers, with the gradients of
-/// the unit with the most, or all units kept gathered after forward (reshard_after_forward).
+/// FSDP's gathered units: the root and the current and prefetched layers, or all units kept
+/// gathered after forward (reshard_after_forward); a layer's unsharded gradients in backward, and
+/// the root's until its post-backward.
 constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_states& s) {
   const layout& l = s.l();
   const precision& p = s.p();
@@ -710,15 +734,22 @@ constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_
               "resharded to that many ranks",
               lifetime::forward_backward);
   }
-  const bool regathered = kept_ranks != 1;
-  add_entry(ledger,
-            !regathered     ? "FSDP unit gradients (units stay gathered)"
-            : g.layers == 2 ? "gathered FSDP units (root + current and prefetched layers)"
+  if (kept_ranks != 1) {
+    add_entry(ledger,
+              g.layers == 2 ? "gathered FSDP units (root + current and prefetched layers)"
                             : "gathered FSDP units (root + current layer)",
-            component::buffers, memory_space::device,
-            (regathered ? g.root + g.layer * g.layers : bytes{}) + g.gradients, 0,
-            "FSDP paper (Zhao et al. 2023) §3.2: unsharded units plus one unit's gradients",
-            lifetime::forward_backward);
+              component::buffers, memory_space::device, g.root + g.layer * g.layers, 0,
+              "FSDP paper (Zhao et al. 2023) §3.2: the units gathered at once",
+              lifetime::forward_backward);
+  }
+  add_entry(ledger, "FSDP layer gradients (unsharded, and their reduce-scatter copy)",
+            component::buffers, memory_space::device, g.layer_gradients, 0,
+            "FSDP2 _fsdp_collectives.py foreach_reduce; FSDP1 _runtime_utils.py "
+            "_post_backward_hook",
+            lifetime::backward_pass);
+  add_entry(ledger, fsdp_root_gradients, component::buffers, memory_space::device, g.root_gradients,
+            0, "FSDP2 _fsdp_state.py _root_post_backward_final_callback: the root reduced last",
+            lifetime::backward_pass);
 }
 
 /// The parameters sharded weights are gathered into: FSDP's units, SHARD_GRAD_OP's whole

@@ -1218,17 +1218,21 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(block == 12'596'224);
   const std::int64_t unit = 4 * block;  // fp32, gathered
   // vramfit holds the root (1,002,506 parameters) gathered around the current and the
-  // prefetched block, and the unit with the most gradients' (a block's).
+  // prefetched block; in backward a block's flat gradient, and the root's.
   const std::int64_t root = 1'002'508;  // padded to a multiple of 4 ranks
   CHECK(block * 24 + 1'002'506 == 303'311'882);
-  CHECK(entry_bytes(on, "gathered FSDP units (root + current and prefetched layers)") ==
-        4 * 1'002'506 + 3 * unit);
-  CHECK(entry_bytes(off, "gathered FSDP units (root + current and prefetched layers)") ==
-        4 * 1'002'506 + 3 * unit);
-  // vramfit's figures, the unshard and post-backward pools replayed: 35.7 % and 57.4 % under
+  for (const nlohmann::json* j : {&on, &off}) {
+    CHECK(entry_bytes(*j, "gathered FSDP units (root + current and prefetched layers)") ==
+          4 * 1'002'506 + 2 * unit);
+    CHECK(entry_bytes(*j, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+          unit);
+    CHECK(entry_bytes(*j, "FSDP root gradients (unsharded, to its post-backward)") ==
+          4 * 1'002'506);
+  }
+  // vramfit's figures, the unshard and post-backward pools replayed: 35.7 % and 56.6 % under
   // the article's 6.59 and 6.03 GB.
   CHECK(static_cast<double>(reserved(on)) / 6.59e9 == doctest::Approx(0.643).epsilon(0.01));
-  CHECK(static_cast<double>(reserved(off)) / 6.03e9 == doctest::Approx(0.426).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(off)) / 6.03e9 == doctest::Approx(0.434).epsilon(0.01));
   // docs/cli.md's account: with offload, the post-backward pool kept to the end of backward
   // (24 sharded gradients, the root's padded gradient and its shard) and the pre-unshard pool's
   // root shard copy, which vramfit does not replay; then each all-gather beyond the two in
@@ -1246,11 +1250,11 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(6'590'000'000 < base + 46 * gather);
   CHECK(base_off + 22 * gather_off < 6'030'000'000);
   CHECK(6'025'000'000 < base_off + 46 * gather_off);  // 6.03 printed to two decimals
-  // The counts docs/cli.md gives: 46.9 and 48.0 outstanding all-gathers in all.
+  // The counts docs/cli.md gives: 46.9 and 47.2 outstanding all-gathers in all.
   CHECK(2 + static_cast<double>(6'590'000'000 - base) / static_cast<double>(gather) ==
         doctest::Approx(46.9).epsilon(0.005));
   CHECK(2 + static_cast<double>(6'030'000'000 - base_off) / static_cast<double>(gather_off) ==
-        doctest::Approx(48.0).epsilon(0.005));
+        doctest::Approx(47.2).epsilon(0.005));
 
   // The bonus models (IMDb, sequences padded to the model's limit, Adam, 4 GPUs).
   const std::string distilbert =
@@ -1276,9 +1280,9 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
       "train --model " + distilbert +
       " --precision bf16 --optimizer adam --micro-batch 3 --seq-len 512 --grad-accum 4 --dp 4 "
       "--fsdp full --offload all --attention eager --gpu a100-80gb");
-  CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.618).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.647).epsilon(0.01));
   // The root unit (embeddings, pre_classifier, classifier), 48.86 MB in bf16, with the current
-  // and the prefetched block gathered, and the root's gradients (the most).
+  // and the prefetched block gathered.
   const std::int64_t db_root =
       30522 * 768 + 512 * 768 + 2 * 768 + (768 * 768 + 768) + (768 * 2 + 2);
   CHECK(db_root == 24'427'778);
@@ -1287,18 +1291,18 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(db_block == 7'087'872);
   const std::int64_t db_side = 2 * db_root + 2 * 2 * db_block;  // the unshard pool's one block
   CHECK(entry_bytes(after, "gathered FSDP units (root + current and prefetched layers)") ==
-        db_side + 2 * db_root);
+        db_side);
   // docs/cli.md's account, in place of that block: the root gathered (48 MiB) with its padded
   // gradient (48 MiB) and its shard (12 MiB) and shard copy (12 MiB), the six blocks' sharded
   // gradients (3.5 MB, five to a 20 MiB segment) and every block's all-gather of the step
   // outstanding (6 + 6, 14 MiB) with its shard copy (three 20 MiB segments): at most about
-  // 1.04 GB, 10 % under the article.
+  // 1.07 GB, 7 % under the article.
   const std::int64_t db_pad = 2 * (db_root + 2);  // padded to a multiple of 4 elements
   const std::int64_t db_account =
       reserved(after) - fresh_segment(db_side) + 2 * fresh_segment(db_pad) +
       2 * fresh_segment(db_pad / 4) + 2 * fresh_segment(db_block / 2) +
       12 * fresh_segment(2 * db_block) + 3 * fresh_segment(db_block / 2);
-  CHECK(static_cast<double>(db_account) / 1.15e9 == doctest::Approx(0.905).epsilon(0.01));
+  CHECK(static_cast<double>(db_account) / 1.15e9 == doctest::Approx(0.934).epsilon(0.01));
   // BigBird after: block-sparse attention is not modelled; flash attention (no s x s tensor)
   // and eager (the full 4,096 x 4,096 scores) bracket the article's 4.03 GB.
   const std::string bigbird =

@@ -130,12 +130,12 @@ TEST_CASE("FSDP's side streams: each stream's requests take segments of their ow
   // A stream's pool holds only blocks its own requests made (get_free_block), so the first
   // request of each side stream takes a 2 MiB small segment more (get_allocation_size:
   // kSmallBuffer), and none later: the streams' blocks go back to their own pools.
-  auto fsdp = [](std::int64_t ranks, std::int64_t version) {
+  auto fsdp = [](std::int64_t ranks, std::int64_t api) {
     training t{testing::tiny_llama, mixed<bf16>::value, adamw<>::value};
     t.layout = {.data = ranks,
                 .zero = sharding::zero3,
                 .implementation = shard_implementation::fsdp,
-                .fsdp_version = version};
+                .fsdp_version = api};
     return t;
   };
   const activation_options o{.micro_batch = 1, .sequence = 4};
@@ -153,10 +153,10 @@ TEST_CASE("FSDP's side streams: each stream's requests take segments of their ow
   CHECK(streams_of(fsdp(1, 1)) == std::vector<bool>{true, false, false});
   CHECK(reserved_memory(fsdp(1, 1), o).reserved == bytes{2 << 20});
   // Two ranks: the gathered parameters come from the all-gather (FSDP1: unshard) stream too.
-  for (std::int64_t version : {1, 2}) {
-    CAPTURE(version);
-    CHECK(streams_of(fsdp(2, version)) == std::vector<bool>{true, true, true});
-    CHECK(reserved_memory(fsdp(2, version), o).reserved == bytes{6 << 20});
+  for (std::int64_t api : {1, 2}) {
+    CAPTURE(api);
+    CHECK(streams_of(fsdp(2, api)) == std::vector<bool>{true, true, true});
+    CHECK(reserved_memory(fsdp(2, api), o).reserved == bytes{6 << 20});
   }
 }
 

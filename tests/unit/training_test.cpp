@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include <vramfit/deepspeed_estimate.hpp>
 #include <vramfit/presets.hpp>
 #include <vramfit/timeline.hpp>
@@ -539,13 +542,16 @@ TEST_CASE("FSDP shards each tensor along dim 0 and gathers a whole unit") {
   CHECK(total(l, component::optimizer_states) == bytes{8 * 8'030'261'248 / 8});
   // Gathered in bf16: the root (embedding + final norm + head = 1,050,677,248 elements) around
   // the layers, the current and the prefetched layer (218,112,000 elements each: q, o 4096^2,
-  // k, v 1024 x 4096, gate, up, down 4096 x 14336, two norms); the root has the most gradients,
-  // fp32 under amp.
+  // k, v 1024 x 4096, gate, up, down 4096 x 14336, two norms). In backward, FSDP1's flat
+  // gradients (fp32 under amp): a layer's, and the root's until its post-backward.
   const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
   const std::int64_t layer = 2 * 4096LL * 4096 + 2 * 1024LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
   CHECK(layer == 218'112'000);
   CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * layer + 4 * root});
+        bytes{2 * root + 2 * 2 * layer});
+  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+        bytes{4 * layer});
+  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{4 * root});
 }
 
 TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a copy-in buffer") {
@@ -562,19 +568,46 @@ TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a c
   CHECK(entry(l, "gradients (partition)") == bytes{4 * p / 8});
   CHECK(total(l, component::optimizer_states) == bytes{8 * p / 8});
   // The root unit (1,050,677,248 elements) and two layers (218,112,000 each) gathered in bf16;
-  // in backward the root's bf16 gradients and the fp32 reduce-scatter buffer they are copied
-  // into.
+  // in backward a unit's bf16 gradients and the fp32 reduce-scatter buffer they are copied into.
   const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
   const std::int64_t layer = 218'112'000;
   CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * layer + (2 + 4) * root});
+        bytes{2 * root + 2 * 2 * layer});
+  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+        bytes{(2 + 4) * layer});
+  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{(2 + 4) * root});
   // FSDP1 keeps the bf16 shard beside the fp32 master and reduces its flat bf16 gradient.
   const memory_ledger v1 = model_states(training{m, mixed<bf16, bf16>::value, adamw<>::value,
                                                  full_finetune::value, parallel<fsdp<8>>::value});
   CHECK(entry(v1, "weights (ZeRO-3 partition)") == bytes{2 * p / 8});
   CHECK(entry(v1, "master weights (partition)") == bytes{4 * p / 8});
   CHECK(entry(v1, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * layer + 2 * root});
+        bytes{2 * root + 2 * 2 * layer});
+  CHECK(entry(v1, "FSDP root gradients (unsharded, to its post-backward)") == bytes{2 * root});
+}
+
+TEST_CASE("FSDP2's root gradients: the head's from its backward, the rest at the post-backward") {
+  // Llama-3-8B, fully_shard over 8 ranks, bf16 compute with fp32 reduce: the head's backward
+  // makes lm_head's and the final norm's bf16 gradients; the root's post-backward, last, adds
+  // the embedding's, copies all three into the fp32 reduce-scatter input and frees them, then
+  // the input once its output is the sharded gradient.
+  const model& m = models::llama_3_8b::value;
+  const training t{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value,
+                   parallel<fully_shard<8>>::value};
+  const step_timeline tl = step_timeline_of(t, activation_options{.sequence = 4096});
+  const std::int64_t head = 128'256LL * 4096 + 4096, root = 2 * 128'256LL * 4096 + 4096;
+  std::vector<std::pair<step_phase, std::int64_t>> root_events;
+  for (const timeline_event& e : tl.events)
+    if (std::string_view(tl.ledger[static_cast<std::size_t>(e.entry)].name) ==
+        "FSDP root gradients (unsharded, to its post-backward)")
+      root_events.emplace_back(e.phase, e.delta.count);
+  REQUIRE(root_events.size() == 5);
+  CHECK(root_events[0].second == 2 * head);           // the head's backward
+  CHECK(root_events[1].second == 2 * (root - head));  // the embedding's, at the post-backward
+  CHECK(root_events[2].second == 4 * root);           // the fp32 reduce-scatter input
+  CHECK(root_events[3].second == -2 * root);          // the unsharded ones, copied in
+  CHECK(root_events[4].second == -4 * root);          // the input, once reduced
+  for (const auto& [phase, delta] : root_events) CHECK(phase == step_phase::backward);
 }
 
 TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int a share of it") {
@@ -590,13 +623,15 @@ TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int 
   const memory_ledger kept = states(parallel<fully_shard<8, 1>>::value);
   CHECK(entry(kept, "parameters kept gathered after forward (reshard_after_forward)") ==
         bytes{2 * p});
-  CHECK(entry(kept, "FSDP unit gradients (units stay gathered)") == bytes{(2 + 4) * root});
+  CHECK(entry(kept, "gathered FSDP units (root + current and prefetched layers)") == bytes{0});
+  CHECK(entry(kept, "FSDP root gradients (unsharded, to its post-backward)") ==
+        bytes{(2 + 4) * root});
   // 4 of the 8 ranks: each keeps a quarter, and gathers units from it again.
   const memory_ledger quarter = states(parallel<fully_shard<8, 4>>::value);
   CHECK(entry(quarter, "parameters kept gathered after forward (reshard_after_forward)") ==
         bytes{2 * p / 4});
   CHECK(entry(quarter, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * 218'112'000 + (2 + 4) * root});
+        bytes{2 * root + 2 * 2 * 218'112'000});
   // The rules: FSDP2 full sharding only, and a rank count dividing the shard ranks.
   CHECK(check_layout(parallel<fsdp<8>>::value, m).rule == layout_rule::none);
   layout v1 = parallel<fsdp<8>>::value;
@@ -653,8 +688,12 @@ TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for t
   training t{m, pure<bf16>::value, adamw<>::value, full_finetune::value, parallel<fsdp<8>>::value};
   t.finetune = lora_finetuning(16, "q_proj,v_proj");
   const std::int64_t adapters = 16 * (4096 + 4096) + 16 * (4096 + 1024);
-  CHECK(entry(model_states(t), "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * (2 * 218'112'000 + 2 * adapters) + 2 * adapters});
+  const memory_ledger l = model_states(t);
+  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * (2 * 218'112'000 + 2 * adapters)});
+  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+        bytes{2 * adapters});
+  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{0});
 }
 
 TEST_CASE("ZeRO-1/2 with the optimizer offloaded: 16-bit weights and a staging buffer on the GPU") {

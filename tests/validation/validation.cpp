@@ -242,7 +242,7 @@ std::vector<measured_case> cases() {
     c.llm_analysis = anchors::llm_analysis(vit_params / gpus, vit, 197, r.batch, low ? 2 : 4,
                                            r.checkpointing, false);
     // Recorded bounds: 20 % for one GPU (today's worst 18 %), 60 % for FSDP, which vramfit
-    // under-predicts by 36-58 %: with the rate limiter off in that torch (limit_all_gathers=False)
+    // under-predicts by 36-57 %: with the rate limiter off in that torch (limit_all_gathers=False)
     // the unshard stream's pool holds the all-gathers the CPU issues ahead of the GPU, close to
     // two unsharded models here, where vramfit replays that pool with the two in flight that the
     // limiter allows (docs/cli.md, "Seed 004's FSDP rows", has the account). The step timeline
