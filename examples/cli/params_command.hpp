@@ -6,7 +6,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cmath>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -24,18 +23,9 @@
 
 namespace vramfit::cli {
 
-/// "7e9", "6.738415616e9" or "494032768": a whole, positive count of at most 10^15.
+/// --params: "7e9", "6.738415616e9" or "494032768".
 inline std::int64_t parameter_count(const std::string& text) {
-  std::size_t used = 0;
-  long double n = 0;
-  try {
-    n = std::stold(text, &used);
-  } catch (const std::logic_error&) {
-  }
-  if (used != text.size() || !(n >= 1 && n <= 1e15L) || n != std::floor(n))
-    detail::raise("--params takes a whole number of parameters from 1 to 1e15, such as 7e9; got " +
-                  text.substr(0, 40));
-  return static_cast<std::int64_t>(n);
+  return whole_count(text, "--params", "parameters", "7e9");
 }
 
 /// The count `n` that --params gives, after refusing every other option of `cmd` but those in

@@ -30,7 +30,8 @@ struct plan_options {
   cluster net{};
 };
 
-/// The train options `plan` decides itself: given, they fix that knob (or make no sense).
+/// The train options `plan` decides itself (given, they fix that knob or make no sense), or
+/// writes beside the layout it chose (DeepSpeed's buffers, where it chose DeepSpeed).
 inline const std::set<std::string> decided_by_plan = {"--dp",
                                                       "--tp",
                                                       "--sp",
@@ -40,6 +41,8 @@ inline const std::set<std::string> decided_by_plan = {"--dp",
                                                       "--ep",
                                                       "--zero",
                                                       "--zero-impl",
+                                                      "--reduce-bucket",
+                                                      "--overlap-comm",
                                                       "--fsdp",
                                                       "--fsdp-group",
                                                       "--fsdp-version",
@@ -102,6 +105,11 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
     argv.insert(argv.end(),
                 {"--zero-impl",
                  l.implementation == shard_implementation::megatron ? "megatron" : "deepspeed"});
+    // DeepSpeed's buffers, as given, where train takes them.
+    if (l.implementation == shard_implementation::deepspeed) {
+      if (!o.reduce_bucket.empty()) argv.insert(argv.end(), {"--reduce-bucket", o.reduce_bucket});
+      if (o.overlap_comm && l.zero != sharding::zero3) argv.push_back("--overlap-comm");
+    }
   }
   argv.insert(argv.end(), {"--recompute", cli::name_of(cli::recomputes, c.recompute)});
   if (c.recompute == recompute_kind::full && c.recompute_layers > 0)

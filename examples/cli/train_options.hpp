@@ -39,6 +39,8 @@ struct train_options {
   std::int64_t dp = 1;
   std::optional<int> zero;
   std::string zero_impl = "deepspeed";
+  std::string reduce_bucket;  ///< DeepSpeed reduce_bucket_size; empty: its default, 5e8
+  bool overlap_comm = false;
   std::string fsdp;
   std::int64_t fsdp_group = 0;
   std::int64_t fsdp_version = 1;
@@ -135,6 +137,11 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3");
   cmd.add_option("--zero-impl", o.zero_impl, choice_list(zero_implementations))
       ->capture_default_str();
+  cmd.add_option("--reduce-bucket", o.reduce_bucket,
+                 "DeepSpeed ZeRO's reduce_bucket_size: gradient elements per reduce buffer, such "
+                 "as 2e8 (default 5e8)");
+  cmd.add_flag("--overlap-comm", o.overlap_comm,
+               "DeepSpeed ZeRO-1/2 overlap_comm: a second reduce buffer");
   cmd.add_option("--fsdp", o.fsdp,
                  "PyTorch FSDP over the data-parallel ranks: " + choice_list(fsdp_strategies));
   cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid");
@@ -214,18 +221,6 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   add_output_options(cmd, o);
 }
 
-/// `o` with what depends on the model filled in: the sequence length.
-inline train_options for_model(train_options o, const model& m) {
-  if (o.seq_len == 0) o.seq_len = default_sequence(m);
-  return o;
-}
-/// ... and the checkpoint's quantization, from its config.json.
-inline train_options for_model(const train_options& o, const named_model& m) {
-  train_options filled = for_model(o, m.value);
-  if (m.config) filled.checkpoint = hf_weight_layout(*m.config);
-  return filled;
-}
-
 /// Refuses an option given where it changes nothing, so that none is silently ignored: a
 /// companion without the option it qualifies (--zero-impl without --zero), or one that the
 /// subcommand decides itself (min-gpus's --dp). Read from the parser's counts, so what a
@@ -237,6 +232,12 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
   if (given("--zero-impl") && !o.zero)
     refuse(std::string("--zero-impl applies with --zero only") +
            (plan ? " (plan: --sharding names the implementation)" : ""));
+  // DeepSpeed's buffers: with a DeepSpeed ZeRO stage (plan: whenever it searches DeepSpeed).
+  const bool deepspeed = o.zero ? *o.zero > 0 && o.zero_impl == "deepspeed" : plan;
+  if ((given("--reduce-bucket") || given("--overlap-comm")) && !deepspeed)
+    refuse("--reduce-bucket and --overlap-comm apply with --zero 1, 2 or 3 of DeepSpeed only");
+  if (given("--overlap-comm") && o.zero == 3)
+    refuse("--overlap-comm: ZeRO-3 reduces through its one buffer either way");
   // plan: --sharding fsdp or any searches FSDP too (plan_space.hpp checks it there).
   if (!plan && given("--fsdp-version") && o.fsdp.empty())
     refuse("--fsdp-version applies with --fsdp only");

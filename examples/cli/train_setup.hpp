@@ -4,9 +4,11 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 #include <vramfit/vramfit.hpp>
@@ -90,6 +92,33 @@ inline sharding_given sharding_of(const train_options& o) {
   if (o.fsdp_group != 0 && g.shard_group == 0)
     detail::raise("--fsdp-group applies to --fsdp hybrid only");
   return g;
+}
+
+/// `o` with what depends on the model filled in: the sequence length.
+inline train_options for_model(train_options o, const model& m) {
+  if (o.seq_len == 0) o.seq_len = default_sequence(m);
+  return o;
+}
+/// ... and the checkpoint's quantization, from its config.json.
+inline train_options for_model(const train_options& o, const named_model& m) {
+  train_options filled = for_model(o, m.value);
+  if (m.config) filled.checkpoint = hf_weight_layout(*m.config);
+  return filled;
+}
+
+/// A count such as "2e8" or "494032768" given to `option`: whole and positive, at most 10^15.
+inline std::int64_t whole_count(const std::string& text, const char* option, const char* what,
+                                const char* example) {
+  std::size_t used = 0;
+  long double n = 0;
+  try {
+    n = std::stold(text, &used);
+  } catch (const std::logic_error&) {
+  }
+  if (used != text.size() || !(n >= 1 && n <= 1e15L) || n != std::floor(n))
+    detail::raise(std::string(option) + " takes a whole number of " + what +
+                  " from 1 to 1e15, such as " + example + "; got " + text.substr(0, 40));
+  return static_cast<std::int64_t>(n);
 }
 
 /// Whether the caching allocator is simulated: by default, unless a fixed share is given.
@@ -184,6 +213,10 @@ inline layout layout_of(const train_options& o, const model& m) {
     l.implementation = sharded.implementation;
     l.shard_group = sharded.shard_group;
   }
+  if (!o.reduce_bucket.empty())
+    l.zero_reduce_bucket_elements =
+        whole_count(o.reduce_bucket, "--reduce-bucket", "gradient elements", "2e8");
+  l.zero_overlap_comm = o.overlap_comm;
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
   const offload_target target = cli::choose(cli::offload_targets, o.offload_to, "offload target");

@@ -465,8 +465,12 @@ class layout_searcher {
                                                       std::int64_t per_replica,
                                                       std::int64_t size) const {
     training_plan_value p = plan_;
+    // What the search does not choose stays the user's: the FSDP API, DeepSpeed's buffers.
+    const layout& given = plan_.setup.layout;
     p.setup.layout = e.layout;
-    p.setup.layout.fsdp_version = plan_.setup.layout.fsdp_version;  // the user's FSDP API
+    p.setup.layout.fsdp_version = given.fsdp_version;
+    p.setup.layout.zero_reduce_bucket_elements = given.zero_reduce_bucket_elements;
+    p.setup.layout.zero_overlap_comm = given.zero_overlap_comm;
     p.batch.recompute = e.recompute;
     p.batch.recompute_layers = e.recompute == recompute_kind::full ? e.recompute_layers : -1;
     p.batch.virtual_stages = e.virtual_stages;

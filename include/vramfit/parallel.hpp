@@ -64,8 +64,11 @@ struct layout {
   offload_target parameter_offload = offload_target::none;  ///< ZeRO-3 weight partitions
   // Communication buffers (defaults are the frameworks' defaults).
   bool ddp_bucket_view = false;  ///< DDP gradient_as_bucket_view (default False: a second copy)
-  std::int64_t ddp_bucket_bytes = 25 * 1024 * 1024;          ///< DDP bucket_cap_mb = 25
-  std::int64_t zero_reduce_bucket_elements = 500'000'000;    ///< DeepSpeed reduce_bucket_size
+  std::int64_t ddp_bucket_bytes = 25 * 1024 * 1024;        ///< DDP bucket_cap_mb = 25
+  std::int64_t zero_reduce_bucket_elements = 500'000'000;  ///< DeepSpeed reduce_bucket_size
+  /// DeepSpeed overlap_comm: ZeRO-1/2 reduce through a second buffer while the first fills
+  /// (runtime/zero/config.py: off for ZeRO-1/2 unless set; ZeRO-3 keeps one buffer either way).
+  bool zero_overlap_comm = false;
   std::int64_t zero3_prefetch_bucket_elements = 50'000'000;  ///< stage3_prefetch_bucket_size
   /// DeepSpeed ZeRO-3 sub_group_size (runtime/zero/config.py: 1e9): the optimizer steps one
   /// sub-group of the partition at a time, with fp32 gradients for that sub-group only.

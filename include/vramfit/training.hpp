@@ -641,22 +641,25 @@ constexpr void add_reduce_buckets(memory_ledger& ledger, const stage_model_state
         0, "PyTorch DDP Reducer: bucket copies of all gradients (gradient_as_bucket_view=False)");
   }
   if (!s.deepspeed || !s.shard_optimizer) return;
-  // One bucket of reduce_bucket_size elements in the gradients' dtype, and the flattened
-  // (ZeRO-3: concatenated) copy each reduction makes of it. ZeRO-3 keeps its bucket for the
-  // whole run; ZeRO-1/2 allocate theirs at the first gradient hook and release them after
-  // backward (stage3.py IPGBucketZ3, stage_1_and_2.py setup_buckets / allreduce_bucket).
+  // The reduce buffer of reduce_bucket_size elements in the gradients' dtype, whatever the
+  // model's size (stage_1_and_2.py backward: buf_0 = torch.empty(int(self.reduce_bucket_size)),
+  // and buf_1 with overlap_comm, each backward; stage3.py __ipg_bucket_flat_buffer, for the whole
+  // run), and the flattened (ZeRO-3: concatenated) copy each reduction makes of the gradients in
+  // it, at most a bucket of them (allreduce_bucket; coalesced_collectives.py
+  // reduce_scatter_coalesced: torch.cat).
   const std::int64_t trained = s.acc.trained_elements;
-  const std::int64_t bucket =
+  const std::int64_t filled =
       trained < l.zero_reduce_bucket_elements ? trained : l.zero_reduce_bucket_elements;
-  const bytes one = elements_in(s.p().gradients, bucket);
+  const bytes buffer = elements_in(s.p().gradients, l.zero_reduce_bucket_elements);
+  const bytes copy = elements_in(s.p().gradients, filled);
   const bool kept = l.zero == sharding::zero3;
   add_entry(ledger, "ZeRO reduce bucket", component::buffers, memory_space::device,
-            kept ? one : one * 2, 1,
+            kept ? buffer : buffer * (l.zero_overlap_comm ? 2 : 1) + copy, 1,
             "DeepSpeed contiguous_gradients: reduce_bucket_size elements (default 5e8)",
             kept ? lifetime::persistent : lifetime::backward_pass);
   if (kept)
     add_entry(ledger, "ZeRO-3 reduce-scatter copy of the bucket", component::buffers,
-              memory_space::device, one, 0,
+              memory_space::device, copy, 0,
               "DeepSpeed coalesced_collectives.py reduce_scatter_coalesced: torch.cat",
               lifetime::backward_pass);
 }

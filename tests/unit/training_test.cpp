@@ -356,9 +356,14 @@ TEST_CASE("DeepSpeed ZeRO-1 and ZeRO-2: gradients as stage_1_and_2.py keeps them
           bytes{stage == sharding::zero1 ? 2 * params : 2 * params / n});
     // The step: the group's partition flattened (bf16) and cast (fp32), 6 B per element.
     CHECK(entry(l, "gradients flattened and cast to fp32 (one group)") == bytes{6 * params / n});
-    // The bucket (all 1,432 trained elements: fewer than reduce_bucket_size) and its flattened
-    // copy, in backward only.
-    CHECK(entry(l, "ZeRO reduce bucket") == bytes{2 * 2 * params});
+    // The reduce buffer of reduce_bucket_size (5e8) bf16 elements whatever the model's size
+    // (stage_1_and_2.py backward: torch.empty(int(self.reduce_bucket_size))), and the flattened
+    // copy of the 1,432 gradients in it, in backward only; overlap_comm adds a second buffer.
+    CHECK(entry(l, "ZeRO reduce bucket") == bytes{2 * 500'000'000 + 2 * params});
+    training overlapped = t;
+    overlapped.layout.zero_overlap_comm = true;
+    CHECK(entry(model_states(overlapped), "ZeRO reduce bucket") ==
+          bytes{2 * 2 * 500'000'000 + 2 * params});
     // ZeRO-1 reduces into the partition before the step: 3/4 of the gradients go.
     const step_timeline tl =
         step_timeline_of(t, activation_options{.micro_batch = 1, .sequence = 4});
