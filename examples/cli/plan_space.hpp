@@ -107,7 +107,7 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
                  l.implementation == shard_implementation::megatron ? "megatron" : "deepspeed"});
     // DeepSpeed's buffers, as given, where train takes them.
     if (l.implementation == shard_implementation::deepspeed) {
-      if (!o.reduce_bucket.empty()) argv.insert(argv.end(), {"--reduce-bucket", o.reduce_bucket});
+      if (o.reduce_bucket) argv.insert(argv.end(), {"--reduce-bucket", *o.reduce_bucket});
       if (o.overlap_comm && l.zero != sharding::zero3) argv.push_back("--overlap-comm");
     }
   }

@@ -39,7 +39,7 @@ struct train_options {
   std::int64_t dp = 1;
   std::optional<int> zero;
   std::string zero_impl = "deepspeed";
-  std::string reduce_bucket;  ///< DeepSpeed reduce_bucket_size; empty: its default, 5e8
+  std::optional<std::string> reduce_bucket;  ///< DeepSpeed reduce_bucket_size; unset: 5e8
   bool overlap_comm = false;
   std::string fsdp;
   std::int64_t fsdp_group = 0;

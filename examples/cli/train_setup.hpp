@@ -213,9 +213,9 @@ inline layout layout_of(const train_options& o, const model& m) {
     l.implementation = sharded.implementation;
     l.shard_group = sharded.shard_group;
   }
-  if (!o.reduce_bucket.empty())
+  if (o.reduce_bucket)
     l.zero_reduce_bucket_elements =
-        whole_count(o.reduce_bucket, "--reduce-bucket", "gradient elements", "2e8");
+        whole_count(*o.reduce_bucket, "--reduce-bucket", "gradient elements", "2e8");
   l.zero_overlap_comm = o.overlap_comm;
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
