@@ -843,8 +843,10 @@ struct step_writer {
     if (!first_pass) w.add("root gradients added in", e.working, -sharded);
     w.add("FSDP root reduce-scatter input freed", root_grads, -copy);
   }
+  /// Whether the root's sharded gradients come at its post-backward (with an optimizer in
+  /// backward, each gradient is stepped as it comes, as without FSDP).
   [[nodiscard]] constexpr bool defers_root_gradients() const {
-    return fsdp_units && root_grads >= 0;
+    return fsdp_units && root_grads >= 0 && !in_backward();
   }
 
   /// The buffers of the forward and the layers' backward freed: at the optimizer step, or under

@@ -709,13 +709,11 @@ constexpr fsdp_gathered fsdp_gathered_of(const training& t, const tensor_ledger&
   auto gathered = [&](const fsdp_unit& u) { return elements_in(p.compute, u.trained) + u.frozen; };
   const bool prefetched = l.fsdp_prefetch && l.shard_degree() > 1;
   const bytes root = unsharded(units.root.trained);
-  return {gathered(units.root),
-          gathered(units.layer),
-          prefetched ? 2 : 1,
-          gradients(units.layer),
-          gradients(units.root),
-          root,
-          l.fsdp_version == 2 ? unsharded(units.root_head_trained) : root};
+  return {
+      gathered(units.root), gathered(units.layer), prefetched ? 2 : 1, gradients(units.layer),
+      gradients(units.root), root,
+      // A tied head's weight is the embedding: its gradient comes with the head's backward.
+      l.fsdp_version == 2 && !t.model.tied_embeddings ? unsharded(units.root_head_trained) : root};
 }
 
 /// FSDP's gathered units: the root and the current and prefetched layers, or all units kept

@@ -613,6 +613,17 @@ TEST_CASE("FSDP2's root gradients: the head's from its backward, the rest at the
   CHECK(root_events[3].second == -2 * root);          // the unsharded ones, copied in
   CHECK(root_events[4].second == -4 * root);          // the input, once reduced
   for (const auto& [phase, delta] : root_events) CHECK(phase == step_phase::backward);
+  // A tied head's weight is the embedding (Qwen2.5-0.5B: 151,936 x 896, and the final norm):
+  // all of the root's unsharded gradients come with the head's backward.
+  const training tied{models::qwen2_5_0_5b::value, mixed<bf16, bf16>::value, adamw<>::value,
+                      full_finetune::value, parallel<fully_shard<8>>::value};
+  int head_events = 0;
+  for (const timeline_event& e : step_timeline_of(tied, activation_options{}).events) {
+    if (std::string_view(e.what) != "FSDP root gradients (the head's, unsharded)") continue;
+    ++head_events;
+    CHECK(e.delta == bytes{2 * (151'936LL * 896 + 896)});
+  }
+  CHECK(head_events == 1);
 }
 
 TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int a share of it") {
