@@ -164,21 +164,20 @@ inline int run_serving(std::ostream& out, const infer_options& o, const infer_se
   if (o.non_torch_mib) v.non_torch = checked_size(*o.non_torch_mib, "--non-torch");
   v.cuda_graphs = bytes{s.r.cuda_graphs};
   const serving_budget b = serve(s.m, s.l, s.w, s.kv, s.context, s.g, v);
-  const nlohmann::json j{
-      {"configuration", s.title},
-      {"device",
-       {{"name", s.g.name}, {"capacity", s.g.capacity.count}, {"cuda_total", b.total.count}}},
-      {"max_num_batched_tokens", v.max_num_batched_tokens},
-      {"max_num_seqs", v.max_num_seqs},
-      {"requested", b.requested.count},
-      {"weights", b.weights.count},
-      {"profile_peak", b.profile_peak.count},
-      {"non_torch", b.non_torch.count},
-      {"cuda_graphs", b.cuda_graphs.count},
-      {"kv_pool", b.kv_pool.count},
-      {"kv_tokens", b.kv_tokens},
-      {"sequences", b.sequences},
-      {"fits", b.sequences >= o.batch}};
+  nlohmann::json j{{"configuration", s.title},
+                   {"device", device_json(s.g)},
+                   {"max_num_batched_tokens", v.max_num_batched_tokens},
+                   {"max_num_seqs", v.max_num_seqs},
+                   {"requested", b.requested.count},
+                   {"weights", b.weights.count},
+                   {"profile_peak", b.profile_peak.count},
+                   {"non_torch", b.non_torch.count},
+                   {"cuda_graphs", b.cuda_graphs.count},
+                   {"kv_pool", b.kv_pool.count},
+                   {"kv_tokens", b.kv_tokens},
+                   {"sequences", b.sequences},
+                   {"fits", b.sequences >= o.batch}};
+  j["device"]["cuda_total"] = b.total.count;
   if (o.format == "json") {
     out << j.dump(2) << "\n";
   } else {

@@ -82,7 +82,7 @@ inline int run_load(std::ostream& out, const load_options& o) {
                            {"host", p.host.count},
                            {"overhead", total(context).count},
                            {"total", required.count},
-                           {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+                           {"device", device_json(g)},
                            {"fits", fits}};
     out << j.dump(2) << "\n";
   } else {

@@ -74,12 +74,9 @@ inline int print_params(std::ostream& out, const std::string& format, const std:
     nlohmann::json memory;
     for (const auto& [name, b] : rows) memory[name] = b.count;
     memory["total"] = total.count;
-    out << nlohmann::json{{"configuration", title},
-                          {"params", n},
-                          {"memory", memory},
-                          {"bytes_per_parameter", per_parameter},
-                          {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
-                          {"fits", fits}}
+    out << nlohmann::json{{"configuration", title},   {"params", n},
+                          {"memory", memory},         {"bytes_per_parameter", per_parameter},
+                          {"device", device_json(g)}, {"fits", fits}}
                .dump(2)
         << "\n";
   } else {

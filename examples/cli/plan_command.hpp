@@ -107,7 +107,7 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
     if (r.rules[i] > 0) rules[to_string(static_cast<layout_rule>(i))] = r.rules[i];
   nlohmann::json best = nlohmann::json::array();
   for (const ranked_layout& c : found.ranked) best.push_back(to_json(c, g));
-  nlohmann::json answer{{"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
+  nlohmann::json answer{{"device", device_json(g)},
                         {"gpus", p.gpus},
                         {"global_batch", r.global_batch},
                         {"sequence", o.seq_len},

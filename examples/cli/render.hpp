@@ -133,6 +133,11 @@ inline void print_markdown(std::ostream& out, const estimate& e) {
   out << e.device.name << " (" << size(e.fit.available) << "): " << verdict(e) << ".\n";
 }
 
+/// The GPU as every JSON answer names it.
+inline nlohmann::json device_json(const gpu& g) {
+  return {{"name", g.name}, {"capacity", g.capacity.count}};
+}
+
 /// The stable JSON interface (../shared/design.md); more keys may follow, none change.
 inline nlohmann::json to_json(const estimate& e) {
   nlohmann::json memory;
@@ -159,7 +164,7 @@ inline nlohmann::json to_json(const estimate& e) {
             {"parameters", e.parameters},
             {"trainable_parameters", e.trainable_parameters}}},
           {"memory", memory},
-          {"device", {{"name", e.device.name}, {"capacity", e.device.capacity.count}}},
+          {"device", device_json(e.device)},
           {"fits", e.fit.fits()},
           {"configuration", e.title},
           {"pipeline_stage", e.stage},

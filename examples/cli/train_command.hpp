@@ -116,9 +116,7 @@ inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
     for (const auto& p : points)
       rows.push_back(
           {{o.sweep, p.x}, {"total", p.required.count}, {"fits", p.required <= g.capacity}});
-    out << nlohmann::json{{"configuration", title},
-                          {"device", {{"name", g.name}, {"capacity", g.capacity.count}}},
-                          {"sweep", rows}}
+    out << nlohmann::json{{"configuration", title}, {"device", device_json(g)}, {"sweep", rows}}
                .dump(2)
         << "\n";
   } else {
