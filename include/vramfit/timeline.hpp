@@ -539,8 +539,8 @@ constexpr bool side_stream_gradients(const layout& l, const layer_context& c) {
          (l.fsdp_version == 2 || l.shard_degree() > 1);
 }
 
-/// Of FSDP's gathered parameters (a buffer the timeline holds from forward to the optimizer step),
-/// the bytes a side stream allocates, with shards across more than one rank:
+/// Of FSDP's gathered parameters (a buffer the timeline holds from the forward to the root's
+/// post-backward), the bytes a side stream allocates, with shards across more than one rank:
 /// - FSDP1's unsharded flat parameters, the root's and the layers': _runtime_utils.py _unshard runs
 ///   handle.unshard() under `state._device_handle.stream(unshard_stream)`, and _flat_param.py
 ///   _alloc_padded_unsharded_flat_param resizes their storage there; _free_unsharded_flat_param
