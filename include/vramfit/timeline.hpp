@@ -519,9 +519,7 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
 
 /// FSDP's gathered parameters in the ledger (training.hpp add_gathered_parameters), or -1.
 constexpr int fsdp_gathered_entry(const memory_ledger& l) {
-  for (const char* name :
-       {"gathered FSDP units (root + current and prefetched layers)",
-        "gathered FSDP units (root + current layer)", "unsharded parameters (shard grad op)"})
+  for (const char* name : fsdp_gathered_names)
     if (const int i = entry_named(l, name); i >= 0) return i;
   return -1;
 }
@@ -552,15 +550,11 @@ constexpr bool side_stream_gradients(const layout& l, const layer_context& c) {
 ///   and the unit's gradients and reduce-scatter input are the default stream's too.
 /// On one rank none: FSDP2's FSDPParamGroup.unshard all-gathers nothing (world_size == 1) and
 /// wait_for_unshard copies the parameters on the default stream; FSDP1 runs NO_SHARD.
-constexpr bytes side_stream_gathered(const training& t, const tensor_ledger& tensors,
-                                     const stage_range& range, const layer_context& c,
-                                     bytes buffer) {
-  const layout& l = t.layout;
+constexpr bytes side_stream_gathered(const layout& l, const fsdp_gathered& g, bytes buffer) {
   if (l.implementation != shard_implementation::fsdp || l.shard_degree() < 2) return {};
   // SHARD_GRAD_OP: FSDP1 keeps every unit's flat parameter unsharded, all from the unshard stream.
   if (l.zero == sharding::zero2) return l.fsdp_version == 1 ? buffer : bytes{};
   if (l.zero != sharding::zero3 || l.reshard_after_forward == 1) return {};
-  const fsdp_gathered g = fsdp_gathered_of(t, tensors, range, c.experts_per_rank);
   const bytes side = l.fsdp_version == 1 ? g.root + g.layer * g.layers
                      : g.root > g.layer  ? g.root
                                          : g.layer;
@@ -576,13 +570,12 @@ struct step_writer {
   const layer_runs& runs;
   const outside_layers& outside;
   event_writer w{tl.ledger, tl.events};
-  int gathered = -1;             ///< FSDP's gathered parameters (fsdp_gathered_entry)
-  bytes gathered_side{};         ///< of them, what a side stream allocates (side_stream_gathered)
-  int root_grads = -1;           ///< FSDP's root gradients (training.hpp fsdp_root_gradients)
-  bytes root_head_grads{};       ///< of them, what the head's backward makes
-  bytes root_unsharded_grads{};  ///< of them, the unsharded (the rest: FSDP2's reduce copy)
-  bool fsdp_units = false;       ///< FSDP full sharding: units gathered and reduced one by one
-  bool units_released = false;   ///< the gathered units and layer gradients freed at the root
+  int gathered = -1;            ///< FSDP's gathered parameters (fsdp_gathered_entry)
+  bytes gathered_side{};        ///< of them, what a side stream allocates (side_stream_gathered)
+  int root_grads = -1;          ///< FSDP's root gradients (training.hpp fsdp_root_gradients)
+  bool fsdp_units = false;      ///< FSDP full sharding: units gathered and reduced one by one
+  fsdp_gathered fsdp{};         ///< then what its units hold unsharded (fsdp_gathered_of)
+  bool units_released = false;  ///< the gathered units and layer gradients freed at the root
 
   [[nodiscard]] constexpr bytes size_of(int entry) const {
     return entry < 0 ? bytes{} : tl.ledger[static_cast<std::size_t>(entry)].size;
@@ -691,7 +684,7 @@ struct step_writer {
     w.region = moment::start_of_backward;
     auto add_head_gradients = [&] {
       if (defers_root_gradients()) {  // reduced at the root's post-backward
-        w.add("FSDP root gradients (the head's, unsharded)", root_grads, root_head_grads);
+        w.add("FSDP root gradients (the head's, unsharded)", root_grads, fsdp.root_head_gradients);
         return;
       }
       for (bytes piece : outside.head_pieces)
@@ -833,11 +826,12 @@ struct step_writer {
   /// (_fsdp_collectives.py foreach_reduce, as the one-rank traces order it; FSDP1 reduces its
   /// flat gradient itself, _runtime_utils.py _reduce_grad).
   constexpr void root_post_backward(bool first_pass) {
-    const bytes copy = size_of(root_grads) - root_unsharded_grads;
+    const bytes unsharded = fsdp.root_unsharded_gradients;
+    const bytes copy = fsdp.root_gradients - unsharded;
     w.add("FSDP root gradients (the embeddings', unsharded)", root_grads,
-          root_unsharded_grads - root_head_grads);
+          unsharded - fsdp.root_head_gradients);
     w.add("FSDP root reduce-scatter input", root_grads, copy);
-    w.add("FSDP root gradients (unsharded) freed", root_grads, -root_unsharded_grads);
+    w.add("FSDP root gradients (unsharded) freed", root_grads, -unsharded);
     const bytes sharded = outside.head_grads + outside.untied_embedding_grads;
     w.add("root gradients (reduce-scatter output)", gradient_entry(first_pass), sharded);
     if (!first_pass) w.add("root gradients added in", e.working, -sharded);
@@ -923,16 +917,12 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
 
   step_writer writer{t, o, tl, roles, runs, outside};
   writer.fsdp_units = l.implementation == shard_implementation::fsdp && l.zero == sharding::zero3;
+  if (writer.fsdp_units)
+    writer.fsdp = fsdp_gathered_of(t, tensors, range, tl.layers.experts_per_rank);
   writer.root_grads = entry_named(tl.ledger, fsdp_root_gradients);
-  if (writer.root_grads >= 0) {
-    const fsdp_gathered g = fsdp_gathered_of(t, tensors, range, tl.layers.experts_per_rank);
-    writer.root_head_grads = g.root_head_gradients;
-    writer.root_unsharded_grads = g.root_unsharded_gradients;
-  }
   writer.gathered = fsdp_gathered_entry(tl.ledger);
   if (writer.gathered >= 0)
-    writer.gathered_side =
-        side_stream_gathered(t, tensors, range, tl.layers, size_of(writer.gathered));
+    writer.gathered_side = side_stream_gathered(l, writer.fsdp, size_of(writer.gathered));
   if (side_stream_gradients(l, tl.layers)) {
     writer.w.side_gradients = roles.gradients;
     writer.w.gradient_stream = alloc_stream::reduce_scatter;

@@ -669,6 +669,13 @@ constexpr void add_reduce_buckets(memory_ledger& ledger, const stage_model_state
 inline constexpr char fsdp_root_gradients[] =
     "FSDP root gradients (unsharded, to its post-backward)";
 
+/// The ledger names of FSDP's gathered parameters, which the step timeline splits by stream: the
+/// root with the current and the prefetched layer, with the current layer alone, and
+/// SHARD_GRAD_OP's whole model.
+inline constexpr const char* fsdp_gathered_names[] = {
+    "gathered FSDP units (root + current and prefetched layers)",
+    "gathered FSDP units (root + current layer)", "unsharded parameters (shard grad op)"};
+
 /// What FSDP holds unsharded beside the shards.
 struct fsdp_gathered {
   bytes root, layer;        ///< a unit's gathered parameters (compute format; frozen as stored)
@@ -736,10 +743,8 @@ constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_
               lifetime::forward_backward);
   }
   if (kept_ranks != 1) {
-    add_entry(ledger,
-              g.layers == 2 ? "gathered FSDP units (root + current and prefetched layers)"
-                            : "gathered FSDP units (root + current layer)",
-              component::buffers, memory_space::device, g.root + g.layer * g.layers, 0,
+    add_entry(ledger, fsdp_gathered_names[g.layers == 2 ? 0 : 1], component::buffers,
+              memory_space::device, g.root + g.layer * g.layers, 0,
               "FSDP paper (Zhao et al. 2023) §3.2: the units gathered at once",
               lifetime::forward_backward);
   }
@@ -761,8 +766,8 @@ constexpr void add_gathered_parameters(memory_ledger& ledger, const stage_model_
   const precision& p = s.p();
   if (s.fsdp && l.zero == sharding::zero2) {
     const std::int64_t params = checked_add(s.acc.trained_elements, s.acc.frozen_elements);
-    add_entry(ledger, "unsharded parameters (shard grad op)", component::buffers,
-              memory_space::device, storage_bytes(p.compute, params), 0,
+    add_entry(ledger, fsdp_gathered_names[2], component::buffers, memory_space::device,
+              storage_bytes(p.compute, params), 0,
               "PyTorch FSDP SHARD_GRAD_OP: parameters stay gathered from forward to backward",
               lifetime::forward_backward);
     return;
