@@ -233,7 +233,10 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
     refuse(std::string("--zero-impl applies with --zero only") +
            (plan ? " (plan: --sharding names the implementation)" : ""));
   // DeepSpeed's buffers: with a DeepSpeed ZeRO stage (plan: whenever it searches DeepSpeed).
-  const bool deepspeed = o.zero ? *o.zero > 0 && o.zero_impl == "deepspeed" : plan;
+  const bool deepspeed =
+      o.zero ? *o.zero > 0 && cli::choose(zero_implementations, o.zero_impl,
+                                          "ZeRO implementation") == shard_implementation::deepspeed
+             : plan;
   if ((given("--reduce-bucket") || given("--overlap-comm")) && !deepspeed)
     refuse("--reduce-bucket and --overlap-comm apply with --zero 1, 2 or 3 of DeepSpeed only");
   if (given("--overlap-comm") && o.zero == 3)

@@ -1324,6 +1324,27 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(static_cast<double>(reserved(eager)) / 1e9 == doctest::Approx(15.80).epsilon(0.01));
 }
 
+TEST_CASE("--reduce-bucket and --overlap-comm: DeepSpeed's reduce buffers, refused elsewhere") {
+  // GPT-2 (124,439,808 parameters) under DeepSpeed ZeRO-2 with fp32 gradients: two buffers of
+  // 2e8 elements (stage_1_and_2.py backward: buf_0, buf_1) and the flattened copy of the
+  // 124,439,808 gradients a bucket reduces.
+  const nlohmann::json j = json_of(
+      "train --model gpt2 --dp 4 --zero 2 --zero-impl DeepSpeed --reduce-bucket 2e8 "
+      "--overlap-comm");
+  CHECK(entry_bytes(j, "ZeRO reduce bucket") == 4 * 2 * 200'000'000LL + 4 * 124'439'808LL);
+  const auto refused = [](const std::string& args, const char* message) {
+    const result r = run(args);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  };
+  refused("train --model gpt2 --reduce-bucket 2e8", "apply with --zero 1, 2 or 3 of DeepSpeed");
+  refused("train --model gpt2 --dp 4 --fsdp full --overlap-comm", "of DeepSpeed only");
+  refused("train --model gpt2 --dp 4 --zero 3 --overlap-comm", "its one buffer either way");
+  refused("train --model gpt2 --dp 4 --zero 2 --reduce-bucket 2.5",
+          "--reduce-bucket takes a whole number of gradient elements");
+  refused("train --model gpt2 --dp 4 --zero 2 --reduce-bucket ''", "got ");
+}
+
 TEST_CASE("no option is silently ignored: each one changes the answer or is refused") {
   // Every option a subcommand's --help lists, given once with a value other than its default
   // to a command where it can matter, must change the output or the exit status, or be refused
