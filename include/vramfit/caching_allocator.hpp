@@ -10,10 +10,10 @@
 
 #include <cstdint>
 #include <limits>
-#include <tuple>
 #include <vector>
 
 #include "alloc_conf.hpp"
+#include "detail/chunked_list.hpp"
 
 namespace vramfit {
 
@@ -108,6 +108,22 @@ struct segment {
   std::int64_t address = 0;
 };
 
+/// A cached block's place in the free list, as BlockComparatorSize orders blocks: by stream
+/// and pool, size, address.
+struct free_entry {
+  std::int64_t pool = 0, size = 0, address = 0, offset = 0;
+  int block = -1;
+  [[nodiscard]] constexpr bool operator<(const free_entry& k) const {
+    if (pool != k.pool) return pool < k.pool;
+    if (size != k.size) return size < k.size;
+    if (address != k.address) return address < k.address;
+    return offset < k.offset;
+  }
+};
+constexpr std::int64_t pool_key(int stream, bool small) {
+  return std::int64_t{stream} * 2 + (small ? 1 : 0);
+}
+
 }  // namespace caching
 
 /// The statistics torch.cuda.memory_stats() reports, in bytes: allocated counts blocks at their
@@ -168,6 +184,7 @@ class caching_allocator {
   /// neighbours and stays reserved.
   constexpr void release(int handle) {
     if (handle < 0) return;
+    settle_peak();
     caching::block& x = at(handle);
     x.allocated = false;
     stats_.allocated -= bytes{x.size};
@@ -194,6 +211,7 @@ class caching_allocator {
       total = detail::checked_add(total, size < 0 ? -size : size);
     }
     if (map.empty()) caching::adopted_segment_must_be_reachable(0, 0, 0);
+    settle_peak();
     const int first = static_cast<int>(blocks_.size());
     const auto s = static_cast<std::int64_t>(segments_.size());
     push_segment({total, stream, small, false, false, first});
@@ -234,7 +252,11 @@ class caching_allocator {
     mark_peak();
   }
 
-  [[nodiscard]] constexpr const allocator_stats& stats() const { return stats_; }
+  [[nodiscard]] constexpr allocator_stats stats() const {
+    allocator_stats s = stats_;
+    if (peak_pending_) s.largest_free_at_peak = largest_free();
+    return s;
+  }
   [[nodiscard]] constexpr const alloc_conf& conf() const { return conf_; }
 
   /// The sizes of a segment's blocks by address, free ones negative (tests draw segment maps);
@@ -276,12 +298,15 @@ class caching_allocator {
     // The free list is ordered by pool, then size: each pool's largest block is at its end, or
     // just before an expandable segment's tail (which ranks last whatever its size).
     std::int64_t most = 0;
-    for (std::size_t end = free_.size(); end > 0;) {
-      const caching::segment& pool = segment_of(at(free_[end - 1]));
-      for (std::size_t i = end; i-- > 0 && i + 2 >= end;)
-        if (in_pool(at(free_[i]), pool.stream, pool.small) && at(free_[i]).size > most)
-          most = at(free_[i]).size;
-      end = lower_bound({pool.stream, pool.small, 0, lowest_address, 0});
+    for (position end = free_.end(); end != free_.begin();) {
+      position i = free_.before(end);
+      const caching::segment& pool = segment_of(at(free_[i].block));
+      for (int n = 0; n < 2; ++n, i = free_.before(i)) {
+        const caching::block& x = at(free_[i].block);
+        if (in_pool(x, pool.stream, pool.small) && x.size > most) most = x.size;
+        if (i == free_.begin()) break;
+      }
+      end = lower_bound({caching::pool_key(pool.stream, pool.small), 0, lowest_address});
     }
     return bytes{most};
   }
@@ -294,9 +319,13 @@ class caching_allocator {
   std::vector<caching::segment> segments_;
   /// The pools' cached blocks, ordered as BlockComparatorSize orders them: by stream (and pool),
   /// size, address.
-  std::vector<int> free_;
+  detail::chunked_list<caching::free_entry> free_;
+  using position = detail::chunked_list<caching::free_entry>::position;
   std::int64_t large_searches_ = 0;  ///< get_free_block calls on the large pool, under GC
   std::int64_t next_address_ = -1;   ///< of the next segment, when a replay gave it
+  /// The allocated peak's largest free block is found when the peak is final: an allocation
+  /// after it is a new peak, so only a free or a segment's release settles it (first).
+  bool peak_pending_ = false;
   /// Below every segment's address rank (real addresses or minus the creation index): a search
   /// key that orders before all blocks of its size.
   static constexpr std::int64_t lowest_address = std::numeric_limits<std::int64_t>::min();
@@ -323,44 +352,31 @@ class caching_allocator {
     const bool tail = segment_of(x).expandable && x.next < 0;
     return tail ? std::numeric_limits<std::int64_t>::max() : x.size;
   }
-  using order = std::tuple<int, bool, std::int64_t, std::int64_t, std::int64_t>;
-  [[nodiscard]] constexpr order key(int b) const {
+  /// A block's entry: its key is taken when it is cached, and stays while it is (its size and
+  /// neighbours change only outside the list).
+  [[nodiscard]] constexpr caching::free_entry key(int b) const {
     const caching::block& x = at(b);
     const caching::segment& s = segment_of(x);
-    return {s.stream, s.small, fit_size(x), s.address, x.offset};
-  }
-  [[nodiscard]] constexpr bool before(const caching::block& a, const caching::block& b) const {
-    if (fit_size(a) != fit_size(b)) return fit_size(a) < fit_size(b);
-    if (a.segment != b.segment) return segment_of(a).address < segment_of(b).address;
-    return a.offset < b.offset;
+    return {caching::pool_key(s.stream, s.small), fit_size(x), s.address, x.offset, b};
   }
   /// The first cached block not ordered before `k`.
-  [[nodiscard]] constexpr std::size_t lower_bound(const order& k) const {
-    std::size_t low = 0, high = free_.size();
-    while (low < high) {
-      const std::size_t mid = (low + high) / 2;
-      if (key(free_[mid]) < k)
-        low = mid + 1;
-      else
-        high = mid;
-    }
-    return low;
+  [[nodiscard]] constexpr position lower_bound(const caching::free_entry& k) const {
+    return free_.lower_bound([&](const caching::free_entry& e) { return e < k; });
   }
   constexpr void cache(int b) {
     at(b).gc_base = large_searches_;
-    free_.insert(free_.begin() + static_cast<std::ptrdiff_t>(lower_bound(key(b))), b);
+    const caching::free_entry e = key(b);
+    free_.insert(lower_bound(e), e);
   }
-  constexpr void uncache(int b) {
-    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(lower_bound(key(b))));
-  }
+  constexpr void uncache(int b) { free_.erase(lower_bound(key(b))); }
 
   /// get_free_block: the smallest cached block of the pool and stream that holds `size` (ordered
   /// by size, then address), unless max_split_size rules it out.
   constexpr int free_block(std::int64_t size, int stream, bool small) {
     if (!small && collects_garbage()) ++large_searches_;  // get_free_blocks_call_count
-    const std::size_t slot = lower_bound({stream, small, size, lowest_address, 0});
-    if (slot == free_.size() || !in_pool(at(free_[slot]), stream, small)) return -1;
-    const int best = free_[slot];
+    const position slot = lower_bound({caching::pool_key(stream, small), size, lowest_address});
+    if (slot == free_.end() || !in_pool(at(free_[slot].block), stream, small)) return -1;
+    const int best = free_[slot].block;
     const std::int64_t found = at(best).size;
     if (!segment_of(at(best)).expandable) {
       // An oversize block serves no request under max_split_size...
@@ -370,7 +386,7 @@ class caching_allocator {
     } else if (found < size && !grow(best, size - found)) {
       return -1;
     }
-    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(slot));
+    free_.erase(slot);
     return best;
   }
 
@@ -422,9 +438,13 @@ class caching_allocator {
   constexpr void mark_peak() {
     stats_.peak_allocated = stats_.allocated;
     stats_.reserved_at_peak = stats_.reserved;
-    stats_.largest_free_at_peak = largest_free();
     stats_.large_at_peak = stats_.large;
     stats_.small_at_peak = stats_.small;
+    peak_pending_ = true;
+  }
+  constexpr void settle_peak() {
+    if (peak_pending_) stats_.largest_free_at_peak = largest_free();
+    peak_pending_ = false;
   }
 
   [[nodiscard]] constexpr bool may_reserve(std::int64_t more) const {
@@ -508,6 +528,7 @@ class caching_allocator {
 
   /// Returns a whole cached segment to the driver (release_block).
   constexpr void release_segment(int b) {
+    settle_peak();
     caching::segment& s = segment_of(at(b));
     stats_.reserved -= bytes{s.size};
     pool_of(s.small).reserved -= bytes{s.size};
@@ -526,23 +547,23 @@ class caching_allocator {
   /// is freed.
   constexpr bool release_available(std::int64_t size, int stream, bool small) {
     if (conf_.max_split_size == std::numeric_limits<std::int64_t>::max()) return false;
-    const std::int64_t key = size < conf_.max_split_size ? conf_.max_split_size : size;
+    const std::int64_t least = size < conf_.max_split_size ? conf_.max_split_size : size;
     auto candidate = [&](int b) {
       return whole_segment(b) && in_pool(at(b), stream, small) &&
              at(b).size >= conf_.max_split_size;
     };
-    int best = -1;
-    for (int b : free_)
-      if (candidate(b) && at(b).size >= key && (best < 0 || before(at(b), at(best)))) best = b;
-    if (best >= 0) {
-      release_segment(best);
-      return true;
-    }
+    // The free list is in best fit's order: the first candidate that is large enough is the
+    // smallest, and the last candidate the largest.
+    for (const caching::free_entry& e : free_.items())
+      if (candidate(e.block) && at(e.block).size >= least) {
+        release_segment(e.block);
+        return true;
+      }
     std::int64_t freed = 0;
     while (freed < size) {
       int largest = -1;
-      for (int b : free_)
-        if (candidate(b) && (largest < 0 || before(at(largest), at(b)))) largest = b;
+      for (const caching::free_entry& e : free_.items())
+        if (candidate(e.block)) largest = e.block;
       if (largest < 0) return false;
       freed += at(largest).size;
       release_segment(largest);
@@ -553,9 +574,10 @@ class caching_allocator {
   /// release_cached_blocks (emptyCache): every unsplit cached segment goes back.
   constexpr bool release_all() {
     bool any = false;
-    for (std::size_t i = free_.size(); i-- > 0;)
-      if (whole_segment(free_[i])) {
-        release_segment(free_[i]);
+    const std::vector<caching::free_entry> cached = free_.items();
+    for (std::size_t i = cached.size(); i-- > 0;)
+      if (whole_segment(cached[i].block)) {
+        release_segment(cached[i].block);
         any = true;
       }
     return any;
@@ -580,20 +602,17 @@ class caching_allocator {
     auto freeable = [&](int b) { return whole_segment(b) && !segment_of(at(b)).small; };
     for (bool freed = true; freed && reclaimed < target;) {
       std::int64_t ages = 0, count = 0;
-      for (int b : free_)
-        if (freeable(b)) ages += large_searches_ - at(b).gc_base, ++count;
+      const std::vector<caching::free_entry> cached = free_.items();
+      for (const caching::free_entry& c : cached)
+        if (freeable(c.block)) ages += large_searches_ - at(c.block).gc_base, ++count;
       freed = false;
-      for (std::size_t i = 0; i < free_.size();) {
-        const int b = free_[i];
-        // age >= ages / count, in integers
-        if (freeable(b) && (large_searches_ - at(b).gc_base) * count >= ages) {
+      for (const caching::free_entry& c : cached)  // age >= ages / count, in integers
+        if (const int b = c.block;
+            freeable(b) && (large_searches_ - at(b).gc_base) * count >= ages) {
           reclaimed += bytes{at(b).size};
           release_segment(b);
           freed = true;
-        } else {
-          ++i;
         }
-      }
     }
   }
 };

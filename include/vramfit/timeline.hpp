@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "activations.hpp"
 
@@ -83,10 +84,9 @@ struct timeline_event {
 };
 
 /// Events of a step: at most about 56 outside the layers, and per layer run and micro-batch pass
-/// 2 in forward and at most 38 in backward (step_writer). 1024 hold 11 distinct runs per stage
-/// over accumulation's two passes; the presets have at most 4 (DeepSeek-V3: 71 events). A
-/// stranger stage is refused with the capacity named (static_vector), not cut short.
-using timeline_events = detail::static_vector<timeline_event, 1024>;
+/// 2 in forward and at most 38 in backward (step_writer); DeepSeek-V3's stage has 71. A vector,
+/// as a timeline lives within one evaluation: a fixed capacity would be zeroed on every build.
+using timeline_events = std::vector<timeline_event>;
 
 /// Where a step peaks: after event `event`, in layer `layer` of its run (-1 outside layers).
 struct step_peak {

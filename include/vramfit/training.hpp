@@ -410,8 +410,13 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
   auto size = [&](const fsdp_unit& u) { return elements_in(compute, u.trained) * 2 + u.frozen; };
   const std::int64_t end = stage.first_layer + stage.layers;
   fsdp_units units{unit(0, true), unit(0, true, true).trained, {}};
+  std::int64_t considered[2 * tensor_ledger::capacity + 1] = {};  // each edge once
+  std::size_t edges = 0;
   auto consider = [&](std::int64_t layer) {
     if (layer < stage.first_layer || layer >= end) return;
+    for (std::size_t i = 0; i < edges; ++i)
+      if (considered[i] == layer) return;
+    considered[edges++] = layer;
     const fsdp_unit u = unit(layer, false);
     if (size(u) > size(units.layer)) units.layer = u;
   };

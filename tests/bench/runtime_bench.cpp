@@ -30,18 +30,22 @@ void training_fit(benchmark::State& state) {
 }
 BENCHMARK(training_fit);
 
-/// A sweep: every preset x micro-batch 1..8 x 3 recompute policies, one fit each.
+/// A sweep: every preset x micro-batch 1..8 x 3 recompute policies, one fit each, at 2,048
+/// tokens or a learned position table's length where that is shorter (GPT-2's 1,024).
 void sweep(benchmark::State& state) {
   std::int64_t evaluations = 0;
   for (auto _ : state) {
     for (const preset& p : presets) {
       if (p.value.is_encoder()) continue;
+      const bool short_table =
+          p.value.positions == position_kind::learned && p.value.max_positions < 2048;
+      const std::int64_t sequence = short_table ? p.value.max_positions : 2048;
       for (std::int64_t b = 1; b <= 8; b *= 2) {
         for (recompute_kind r :
              {recompute_kind::none, recompute_kind::selective, recompute_kind::full}) {
           training_plan_value plan{
               training{p.value, mixed<bf16>::value, adamw<>::value},
-              activation_options{.micro_batch = b, .sequence = 2048, .recompute = r}};
+              activation_options{.micro_batch = b, .sequence = sequence, .recompute = r}};
           benchmark::DoNotOptimize(plan);
           benchmark::DoNotOptimize(fit(plan, gpus::h100_80gb::value));
           ++evaluations;
