@@ -10,12 +10,45 @@
 
 namespace vramfit {
 
+namespace detail {
+
+/// Whether fit() replays the caching allocator for `p`: costly, so the searches bound it first.
+constexpr bool replays_allocator(const training_plan_value& p) {
+  return p.overheads.reserve == reserve_model::simulated && p.overheads.fragmentation_percent < 0;
+}
+
+/// `p` with nothing reserved beyond its tensors' peak. It needs at most what `p` needs: the
+/// allocator's reserve beyond that peak is never negative (overheads.hpp), and all else is alike.
+constexpr training_plan_value without_reserve(training_plan_value p) {
+  p.overheads.reserve = reserve_model::share;
+  p.overheads.fragmentation_percent = 0;
+  return p;
+}
+
+/// The largest n in [1, limit] with which `with(p, n)` fits `g` and n + 1 does not, 0 when none
+/// does. A plan that replays the allocator is searched from the largest n whose tensors alone fit
+/// (no larger n fits: the tensors grow with the batch) down: a few replays, not a dozen. Its
+/// reserve is not monotone below that bound (a larger batch may round into segments better), so
+/// the answer is the largest there only where the reserve is.
+template <class With>
+constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const gpu& g,
+                                            std::int64_t limit, With with) {
+  auto fits_of = [&](const training_plan_value& q) {
+    return [&, q](std::int64_t n) { return fit(with(q, n), g).fits(); };
+  };
+  if (!replays_allocator(p)) return largest_fitting(1, limit, fits_of(p));
+  const std::int64_t bound = largest_fitting(1, limit, fits_of(without_reserve(p)));
+  return largest_fitting_below(1, bound, fits_of(p));
+}
+
+}  // namespace detail
+
 /// The largest micro-batch (up to `limit`) with which the plan fits `g`; 0 when none does.
-constexpr std::int64_t max_micro_batch(training_plan_value p, const gpu& g,
+constexpr std::int64_t max_micro_batch(const training_plan_value& p, const gpu& g,
                                        std::int64_t limit = 4096) {
-  return detail::largest_fitting(1, limit, [&](std::int64_t b) {
-    p.batch.micro_batch = b;
-    return fit(p, g).fits();
+  return detail::largest_fitting_plan(p, g, limit, [](training_plan_value q, std::int64_t b) {
+    q.batch.micro_batch = b;
+    return q;
   });
 }
 
@@ -35,19 +68,23 @@ constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
   }
   if (m.positions == position_kind::learned && m.max_positions < limit) limit = m.max_positions;
   if (step == 0) step = l.context * (l.sequence ? l.tensor : 1);
-  return step * detail::largest_fitting(1, limit / step, [&](std::int64_t n) {
-           p.batch.sequence = n * step;
-           return fit(p, g).fits();
-         });
+  return step * detail::largest_fitting_plan(p, g, limit / step,
+                                             [step](training_plan_value q, std::int64_t n) {
+                                               q.batch.sequence = n * step;
+                                               return q;
+                                             });
 }
 
 /// The smallest data-parallel degree (1, 2, 4, ... up to `limit`) with which the plan's sharding
-/// fits `g`; 0 when none does.
+/// fits `g`; 0 when none does. Each degree is tried (no monotonicity assumed); one whose tensors
+/// alone do not fit is passed over without replaying the allocator.
 constexpr std::int64_t min_data_parallel(training_plan_value p, const gpu& g,
                                          std::int64_t limit = 1024) {
+  const bool bounded = detail::replays_allocator(p);
   for (std::int64_t n = 1; n <= limit; n *= 2) {
     p.setup.layout.data = n;
-    if (p.setup.layout.shard_group <= n && fit(p, g).fits()) return n;
+    const bool possible = !bounded || fit(detail::without_reserve(p), g).fits();
+    if (p.setup.layout.shard_group <= n && possible && fit(p, g).fits()) return n;
     if (n > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }
   return 0;

@@ -64,3 +64,67 @@ TEST_CASE("the smallest data-parallel degree, by brute force") {
   CHECK(n == brute);
   CHECK(n > 1);
 }
+
+TEST_CASE("with the allocator replayed: it fits, one more does not, and nothing past the bound") {
+  // Qwen2.5-0.5B on a 24 GiB GPU: the searches start at the largest micro-batch (sequence) whose
+  // tensors alone fit, past which nothing fits, then replay the allocator downwards.
+  const gpu small = gpu_with_capacity("24GiB");
+  training_plan_value p{training{models::qwen2_5_0_5b::value, mixed<bf16>::value, adamw<>::value},
+                        activation_options{.micro_batch = 1, .sequence = 512}};
+  p.overheads.reserve = reserve_model::simulated;
+  auto fits_at = [&](std::int64_t micro_batch, std::int64_t sequence) {
+    training_plan_value q = p;
+    q.batch.micro_batch = micro_batch;
+    q.batch.sequence = sequence;
+    return fit(q, small).fits();
+  };
+  const std::int64_t bound = max_micro_batch(detail::without_reserve(p), small, 64);
+  const std::int64_t best = max_micro_batch(p, small, 64);
+  CHECK(best > 2);
+  CHECK(bound > best);  // the replay, not the tensors, stops the search
+  CHECK(fits_at(best, 512));
+  CHECK_FALSE(fits_at(best + 1, 512));
+  for (std::int64_t b = bound + 1; b <= 64; ++b) CHECK_FALSE(fits_at(b, 512));
+  // Between them the reserve is not monotone: micro-batch 10 fits where 9 does not (the
+  // activations' blocks round into segments differently), so the answer is a local largest.
+  CHECK_FALSE(fits_at(9, 512));
+  CHECK(fits_at(10, 512));
+  const std::int64_t limit = max_sequence(detail::without_reserve(p), small, 8192, 128);
+  const std::int64_t longest = max_sequence(p, small, 8192, 128);
+  CHECK(longest > 1024);
+  CHECK(limit > longest);
+  CHECK(fits_at(1, longest));
+  CHECK_FALSE(fits_at(1, longest + 128));
+  for (std::int64_t s = limit + 128; s <= 8192; s += 128) CHECK_FALSE(fits_at(1, s));
+  // The smallest data-parallel degree of Llama-3-8B's FSDP with the replay, every degree tried.
+  training_plan_value sharded = p;
+  sharded.setup.model = models::llama_3_8b::value;
+  sharded.setup.layout = parallel<fsdp<8>>::value;
+  sharded.batch = {.micro_batch = 1, .sequence = 4096, .recompute = recompute_kind::full};
+  std::int64_t fewest = 0;
+  for (std::int64_t d = 1; d <= 1024 && fewest == 0; d *= 2) {
+    training_plan_value q = sharded;
+    q.setup.layout.data = d;
+    if (fit(q, small).fits()) fewest = d;
+  }
+  CHECK(fewest > 1);
+  CHECK(min_data_parallel(sharded, small) == fewest);
+}
+
+TEST_CASE("the search from above finds the largest fitting value with few evaluations") {
+  for (const std::int64_t answer : {0, 1, 36, 37, 99, 100}) {
+    std::int64_t calls = 0;
+    auto fits = [&](std::int64_t n) {
+      ++calls;
+      return n <= answer;
+    };
+    CHECK(detail::largest_fitting_below(1, 100, fits) == answer);
+    // Doubling down then bisecting: at most twice log2 of the distance from the top, plus two.
+    CHECK(calls <= 16);
+  }
+  std::int64_t calls = 0;
+  CHECK(detail::largest_fitting_below(1, 100, [&](std::int64_t n) { return ++calls, n <= 100; }) ==
+        100);
+  CHECK(calls == 1);  // the top fits: one evaluation
+  CHECK(detail::largest_fitting_below(5, 4, [](std::int64_t) { return true; }) == 4);  // empty
+}
