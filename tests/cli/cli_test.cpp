@@ -17,6 +17,14 @@
 #include <string>
 
 namespace {
+/// The tests write their files, and give the tool relative paths, in the build tree's
+/// VRAMFIT_CLI_TEST_DIR, wherever they are started from: never in the source tree.
+[[maybe_unused]] const bool in_test_dir = [] {
+  std::filesystem::create_directories(VRAMFIT_CLI_TEST_DIR);
+  std::filesystem::current_path(VRAMFIT_CLI_TEST_DIR);
+  return true;
+}();
+
 struct result {
   int status;
   std::string out, err;
