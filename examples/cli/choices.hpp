@@ -3,6 +3,7 @@
 // values. Unknown names are vramfit::error with the list of known ones.
 #pragma once
 
+#include <concepts>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,12 +74,30 @@ std::string choice_list(const named<Value> (&table)[N]) {
   return list;
 }
 
+/// Whether `a` and `b` are one choice: equal, or of one library name where the type has no ==
+/// (precisions, optimizers).
+template <class Value>
+bool same_choice(const Value& a, const Value& b) {
+  if constexpr (std::equality_comparable<Value>)
+    return a == b;
+  else
+    return std::string_view(a.name) == b.name;
+}
+
 /// The name `table` gives `value` (its first), or "" when none does.
 template <class Value, std::size_t N>
 const char* name_of(const named<Value> (&table)[N], const Value& value) {
   for (const named<Value>& n : table)
-    if (n.value == value) return n.name;
+    if (same_choice(n.value, value)) return n.name;
   return "";
+}
+
+/// The names of `table` as CLI11 writes a set of choices in --help: "TEXT:{a,b}".
+template <class Value, std::size_t N>
+std::string choice_type(const named<Value> (&table)[N]) {
+  std::string names;
+  for (const named<Value>& n : table) names += std::string(names.empty() ? "" : ",") + n.name;
+  return "TEXT:{" + names + "}";
 }
 
 /// The value called `name` among `table` (see lookup), or an error listing the names.
@@ -238,6 +257,38 @@ inline constexpr named<pipeline_schedule> schedules[] = {
     {"1f1b", pipeline_schedule::one_f_one_b},
     {"interleaved", pipeline_schedule::interleaved},
     {"gpipe", pipeline_schedule::gpipe}};
+
+/// -f: how an answer is written.
+enum class output_format : unsigned char { table, markdown, json, svg };
+/// The formats of one estimate (train, infer, plan, min-gpus).
+inline constexpr named<output_format> estimate_formats[] = {{"table", output_format::table},
+                                                            {"markdown", output_format::markdown},
+                                                            {"json", output_format::json},
+                                                            {"svg", output_format::svg}};
+/// The formats of a listing and of load.
+inline constexpr named<output_format> list_formats[] = {{"table", output_format::table},
+                                                        {"json", output_format::json}};
+
+/// --sweep: what doubles.
+enum class sweep_axis : unsigned char { micro_batch, seq_len };
+inline constexpr named<sweep_axis> sweep_axes[] = {{"micro-batch", sweep_axis::micro_batch},
+                                                   {"seq-len", sweep_axis::seq_len}};
+
+/// --reserve: the caching allocator simulated, or a fixed share of the tensors' peak.
+inline constexpr named<reserve_model> reserve_models[] = {{"share", reserve_model::share},
+                                                          {"simulated", reserve_model::simulated}};
+
+/// infer --logits: whether every position's logits are computed (a plain forward), or the last's.
+inline constexpr named<bool> logit_choices[] = {{"last", false}, {"all", true}};
+
+/// --units: how sizes are written for people.
+inline constexpr named<prefixes> unit_prefixes[] = {{"GiB", prefixes::binary},
+                                                    {"GB", prefixes::decimal}};
+
+/// `vramfit completion SHELL`.
+enum class completion_shell : unsigned char { bash, zsh };
+inline constexpr named<completion_shell> completion_shells[] = {{"bash", completion_shell::bash},
+                                                                {"zsh", completion_shell::zsh}};
 
 inline constexpr named<tensor_kind> kinds[] = {{"embedding", tensor_kind::embedding},
                                                {"attention", tensor_kind::attention},

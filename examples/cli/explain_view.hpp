@@ -10,6 +10,7 @@
 #include <vramfit/vramfit.hpp>
 
 #include "../report.hpp"
+#include "choices.hpp"
 #include "sizes.hpp"
 
 namespace vramfit::cli {
@@ -38,11 +39,11 @@ inline std::vector<explained_layer> explained_layers(const training_plan_value& 
 /// per element, elements (and per token, where whole), bytes, whether selective recompute drops
 /// it, and the source line that makes it. A table, Markdown or JSON.
 inline void print_explain(std::ostream& out, const std::string& title, const training_plan_value& p,
-                          const std::string& format) {
+                          output_format format, const size_style& size) {
   const std::int64_t tokens =
       p.batch.micro_batch * (p.batch.sequence / p.setup.layout.context);  // checked by the plan
   const std::vector<explained_layer> layers = explained_layers(p);
-  if (format == "json") {
+  if (format == output_format::json) {
     nlohmann::json j{{"configuration", title}, {"tokens", tokens}};
     for (const explained_layer& l : layers) {
       nlohmann::json rows = nlohmann::json::array();
@@ -62,7 +63,8 @@ inline void print_explain(std::ostream& out, const std::string& title, const tra
     out << j.dump(2) << "\n";
     return;
   }
-  out << (format == "markdown" ? "**" + title + "**" : title) << "\n\n"
+  const bool markdown = format == output_format::markdown;
+  out << (markdown ? "**" + title + "**" : title) << "\n\n"
       << "What autograd saves for backward in one layer, per micro-batch of " +
              report::grouped(tokens) + " tokens on one GPU (activations.hpp):\n";
   for (const explained_layer& l : layers) {
@@ -77,7 +79,7 @@ inline void print_explain(std::ostream& out, const std::string& title, const tra
       sum += s.size;
     }
     t.add({"**total**", "", "", "", "", "**" + size(sum) + "**", "", ""});
-    out << "\n" << (format == "markdown" ? "### " : "") << l.kind << " layer\n\n" << t;
+    out << "\n" << (markdown ? "### " : "") << l.kind << " layer\n\n" << t;
   }
 }
 

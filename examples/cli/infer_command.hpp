@@ -20,16 +20,16 @@ namespace vramfit::cli {
 /// Everything `vramfit infer` reads.
 struct infer_options {
   std::string model = "llama-3-8b";
-  std::optional<std::string> weights;  ///< unset: the config's quantization_config, or bf16
-  std::string kv_dtype = "bf16";
+  std::optional<weight_layout> weights;  ///< unset: the config's quantization_config, or bf16
+  element_format kv_dtype = bf16::value;
   std::int64_t batch = 1;
   std::int64_t beams = 1;
   std::int64_t context = 0;  ///< 0: 4096 within a learned position table
   std::int64_t generate = 0;
   std::int64_t block = 0;
   std::int64_t prefill_chunk = 0;
-  std::string logits = "last";
-  std::string attention = "flash";
+  bool all_logits = false;  ///< --logits all
+  attention_kind attention = attention_kind::flash;
   std::int64_t cuda_graphs_mib = 0;
   std::int64_t tp = 1;
   std::int64_t pp = 1;
@@ -37,7 +37,7 @@ struct infer_options {
   std::optional<std::int64_t> utilization;
   std::optional<std::int64_t> max_num_batched_tokens, max_num_seqs, non_torch_mib;
   std::string framework;
-  std::string format = "table";
+  output_format format = output_format::table;
   bool check = false;
 };
 
@@ -46,10 +46,11 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
       ->capture_default_str();
   c.add_option("--framework", o.framework,
                "vllm: its defaults for the options not given (vramfit frameworks lists them)");
-  c.add_option(
-      "--weights", o.weights,
+  add_choice(
+      c, "--weights", o.weights, weight_layouts, "weight format",
       choice_list(weight_layouts) + " (default: a config.json's quantization_config, else bf16)");
-  c.add_option("--kv-dtype", o.kv_dtype, choice_list(kv_formats))->capture_default_str();
+  add_choice(c, "--kv-dtype", o.kv_dtype, kv_formats, "KV dtype", choice_list(kv_formats))
+      ->capture_default_str();
   c.add_option("--batch,-b", o.batch, "Sequences")->check(positive)->capture_default_str();
   c.add_option("--beams", o.beams, "Beams per sequence (each keeps its own cache)")
       ->check(positive)
@@ -66,11 +67,12 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--prefill-chunk", o.prefill_chunk,
                "Chunked prefill: tokens per forward (0: whole prompt)")
       ->capture_default_str();
-  c.add_option("--attention", o.attention, choice_list(attentions))->capture_default_str();
-  c.add_option("--logits", o.logits,
-               "last (generate(): the last position's, with fp32 probabilities) or all (a plain "
-               "model(input_ids) call, as evaluation and perplexity make: every position's)")
-      ->check(CLI::IsMember({"last", "all"}))
+  add_choice(c, "--attention", o.attention, attentions, "attention", choice_list(attentions))
+      ->capture_default_str();
+  add_choice(c, "--logits", o.all_logits, logit_choices, "--logits",
+             "last (generate(): the last position's, with fp32 probabilities) or all (a plain "
+             "model(input_ids) call, as evaluation and perplexity make: every position's)")
+      ->type_name(choice_type(logit_choices))
       ->capture_default_str();
   c.add_option("--cuda-graphs", o.cuda_graphs_mib, "MiB of captured CUDA graphs")
       ->capture_default_str();
@@ -95,16 +97,11 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
 }
 
-/// --framework's defaults for infer.
-inline void apply_framework(const CLI::App& cmd, infer_options& o) {
+/// --framework's defaults for infer, which its parser writes into `o`.
+inline void apply_framework(CLI::App& cmd, infer_options& o) {
   if (o.framework.empty()) return;
   const cli::framework& f = framework_named(o.framework, cmd.get_name());
-  apply_framework(
-      f, cmd, [](recipe r) { return r == recipe::any; },
-      [&](std::string_view option, std::string v) {
-        if (option == "--utilization") o.utilization = std::stoll(v);
-        if (option == "--block") o.block = std::stoll(v);
-      });
+  apply_framework(f, cmd, [](recipe r) { return r == recipe::any; });
 }
 
 /// `mib` MiB as bytes, for an option that takes a size in MiB.
@@ -122,10 +119,9 @@ inline request_shape request_of(const infer_options& o) {
     detail::raise(
         "--max-num-batched-tokens, --max-num-seqs and --non-torch size vLLM's KV pool: give "
         "--utilization too");
-  const attention_kind attention = cli::choose(cli::attentions, o.attention, "attention");
   if (serving &&
-      (o.beams > 1 || o.prefill_chunk > 0 || o.logits == "all" ||
-       attention != attention_kind::flash || o.format == "markdown" || o.format == "svg"))
+      (o.beams > 1 || o.prefill_chunk > 0 || o.all_logits || o.attention != attention_kind::flash ||
+       o.format == output_format::markdown || o.format == output_format::svg))
     detail::raise(
         "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk, --logits "
         "all, --attention (Hugging Face's) and -f markdown|svg describe one request's memory; "
@@ -139,8 +135,8 @@ inline request_shape request_of(const infer_options& o) {
           .generated = o.generate,
           .prefill_chunk = o.prefill_chunk,
           .cuda_graphs = checked_size(o.cuda_graphs_mib, "--cuda-graphs").count,
-          .all_logits = o.logits == "all",
-          .attention = attention};
+          .all_logits = o.all_logits,
+          .attention = o.attention};
 }
 
 /// What a run of infer sizes, resolved from its options.
@@ -156,7 +152,8 @@ struct infer_setup {
 };
 
 /// vLLM's KV pool at --utilization: what it leaves for the cache, as a table or JSON.
-inline int run_serving(std::ostream& out, const infer_options& o, const infer_setup& s) {
+inline int run_serving(std::ostream& out, const infer_options& o, const infer_setup& s,
+                       const size_style& size) {
   vllm_settings v = vllm_defaults(s.g, o.tp);
   v.utilization_percent = *o.utilization;
   if (o.max_num_batched_tokens) v.max_num_batched_tokens = *o.max_num_batched_tokens;
@@ -178,7 +175,7 @@ inline int run_serving(std::ostream& out, const infer_options& o, const infer_se
                    {"sequences", b.sequences},
                    {"fits", b.sequences >= o.batch}};
   j["device"]["cuda_total"] = b.total.count;
-  if (o.format == "json") {
+  if (o.format == output_format::json) {
     out << j.dump(2) << "\n";
   } else {
     out << s.title << "\nvLLM KV pool at " << *o.utilization << " % of " << s.g.name << " ("
@@ -199,7 +196,8 @@ inline int run_serving(std::ostream& out, const infer_options& o, const infer_se
 }
 
 /// One request's memory on the most loaded GPU, in the format asked for.
-inline int run_request(std::ostream& out, const infer_options& o, const infer_setup& s) {
+inline int run_request(std::ostream& out, const infer_options& o, const infer_setup& s,
+                       const size_style& size) {
   cli::estimate e;
   e.title = s.title;
   e.model_name = s.m.name;
@@ -212,24 +210,24 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
   e.fit.required = peak(e.ledger);
   e.fit.available = s.g.capacity;
   const int status = o.check && !e.fit.fits() ? 1 : 0;
-  if (o.format == "markdown") {
-    cli::print_markdown(out, e);
+  if (o.format == output_format::markdown) {
+    cli::print_markdown(out, e, size);
     return status;
   }
-  if (o.format == "svg") {
-    cli::print_svg(out, e);
+  if (o.format == output_format::svg) {
+    cli::print_svg(out, e, size);
     return status;
   }
   // The most sequences at this context, and the longest context at this batch (0: none fits).
   const std::int64_t batch = max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536);
   const std::int64_t longest = max_context(s.m, s.l, s.w, s.kv, s.r, s.g);
-  if (o.format == "json") {
+  if (o.format == output_format::json) {
     nlohmann::json j = cli::to_json(e);
     j["max_batch"] = batch;
     j["max_context"] = longest;
     out << j.dump(2) << "\n";
   } else {
-    cli::print_table(out, e);
+    cli::print_table(out, e, size);
     out << "  At this context, "
         << cli::up_to(batch, "up to ", " sequences fit", "not one sequence fits")
         << "; at this batch, " << cli::up_to(longest, "up to ", " tokens", "not one token fits")
@@ -238,14 +236,14 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
   return status;
 }
 
-inline int run_infer(std::ostream& out, const infer_options& given) {
+inline int run_infer(std::ostream& out, const infer_options& given, const size_style& size) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
   infer_options o = given;
   if (o.context == 0) o.context = default_sequence(m, 4096);
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
   // Unpaged is Hugging Face's DynamicCache, whose sliding-window layers keep the prompt's storage.
-  kv_cache_config kv{cli::choose(cli::kv_formats, o.kv_dtype, "KV dtype"), o.block, o.block == 0};
+  kv_cache_config kv{o.kv_dtype, o.block, o.block == 0};
   if (kv.format.level1.block > 0)
     kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
   infer_setup s{m,
@@ -257,9 +255,9 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
                 detail::checked_add(o.context, o.generate),
                 ""};
   std::ostringstream title;
-  title << "Inference " << m.name << " | weights " << s.w.name << " | KV " << o.kv_dtype << " | "
-        << s.l.world() << (s.l.world() == 1 ? " GPU" : " GPUs")
-        << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
+  title << "Inference " << m.name << " | weights " << s.w.name << " | KV "
+        << name_of(kv_formats, o.kv_dtype) << " | " << s.l.world()
+        << (s.l.world() == 1 ? " GPU" : " GPUs") << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
         << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
         << (o.beams > 1 ? " x " + std::to_string(o.beams) + " beams" : "") << " | context "
         << s.context << (s.r.all_logits ? " | every position's logits" : "")
@@ -267,7 +265,7 @@ inline int run_infer(std::ostream& out, const infer_options& given) {
                 ? " | " + std::string(name_of(attentions, s.r.attention)) + " attention"
                 : "");
   s.title = title.str();
-  return o.utilization ? run_serving(out, o, s) : run_request(out, o, s);
+  return o.utilization ? run_serving(out, o, s, size) : run_request(out, o, s, size);
 }
 
 }  // namespace vramfit::cli

@@ -5,9 +5,11 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vramfit/hf_config.hpp>
 #include <vramfit/hf_quantization.hpp>
 #include <vramfit/vramfit.hpp>
@@ -80,8 +82,8 @@ inline named_model load_model(const std::string& name) {
 
 /// The weights as `given` (--weights), else as the model's config.json quantization_config
 /// describes them, else bf16.
-inline weight_layout weights_for(const std::optional<std::string>& given, const named_model& m) {
-  if (given) return cli::choose(cli::weight_layouts, *given, "weight format");
+inline weight_layout weights_for(const std::optional<weight_layout>& given, const named_model& m) {
+  if (given) return *given;
   if (m.config)
     if (const auto w = hf_weight_layout(*m.config)) return *w;
   return plain_weights<bf16>::value;
@@ -110,10 +112,29 @@ inline const CLI::Validator positive(
     },
     "POSITIVE");
 
+/// Registers option `name`, whose text is one of `table`'s names, as its value in `value` (a
+/// Value, or an optional one left unset unless given): looked up once, as the command line is
+/// parsed, in any case or by a unique beginning (choose). Its captured default is `value`'s name.
+template <class Value, std::size_t N, class Stored>
+CLI::Option* add_choice(CLI::App& cmd, const std::string& name, Stored& value,
+                        const named<Value> (&table)[N], const char* what, const std::string& help) {
+  const auto parse = [&value, &table, what](const CLI::results_t& words) {
+    value = cli::choose(table, words.front(), what);
+    return true;
+  };
+  std::function<std::string()> default_name;  // an optional value has none
+  if constexpr (std::is_same_v<Stored, Value>)
+    default_name = [&value, &table] { return std::string(name_of(table, value)); };
+  return cmd.add_option(name, parse, help, false, default_name)
+      ->type_name("TEXT")
+      ->run_callback_for_default();  // a --framework default goes through it too
+}
+
 /// The formats of one estimate (train and infer).
-inline void add_estimate_format(CLI::App& cmd, std::string& format) {
-  cmd.add_option("--format,-f", format, "table, markdown, json or svg")
-      ->check(CLI::IsMember({"table", "markdown", "json", "svg"}))
+inline void add_estimate_format(CLI::App& cmd, output_format& format) {
+  add_choice(cmd, "--format,-f", format, estimate_formats, "--format",
+             "table, markdown, json or svg")
+      ->type_name(choice_type(estimate_formats))
       ->capture_default_str();
 }
 
@@ -133,13 +154,14 @@ inline const cli::framework& framework_named(const std::string& name, std::strin
   detail::raise("unknown --framework '" + name.substr(0, 40) + "'; known: " + known);
 }
 
-/// Fills in from `f` each option the command line left out, through `set(option, value)`.
-template <class Applies, class Set>
-inline void apply_framework(const cli::framework& f, const CLI::App& cmd, Applies&& applies,
-                            Set&& set) {
-  for (const cli::framework_default& d : f.defaults)
-    if (cmd.get_option(d.option)->count() == 0 && applies(d.recipe))
-      set(std::string_view(d.option), std::string(d.value));
+/// Fills in from `f` each option the command line left out, where its recipe `applies`: its
+/// text read by the option's own parser, as if given (but not counted as given).
+template <class Applies>
+inline void apply_framework(const cli::framework& f, CLI::App& cmd, Applies&& applies) {
+  for (const cli::framework_default& d : f.defaults) {
+    CLI::Option* option = cmd.get_option(d.option);
+    if (option->count() == 0 && applies(d.recipe)) option->default_val(std::string(d.value));
+  }
 }
 
 /// The first long name of an option ("--micro-batch").

@@ -14,17 +14,17 @@
 namespace vramfit::cli {
 
 /// A listing as JSON rows or as its table.
-inline int print_list(std::ostream& out, const std::string& format, const nlohmann::json& rows,
+inline int print_list(std::ostream& out, output_format format, const nlohmann::json& rows,
                       const report::table& t) {
-  if (format == "json")
+  if (format == output_format::json)
     out << rows.dump(2) << "\n";
   else
     out << t;
   return 0;
 }
 
-inline int run_models(std::ostream& out, const std::string& format) {
-  sizes_not_written("models", "lists parameter counts, not sizes");
+inline int run_models(std::ostream& out, output_format format, const size_style& size) {
+  sizes_not_written(size, "models", "lists parameter counts, not sizes");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "parameters", "active per token", "layers", "hidden"});
   for (const preset& p : presets) {
@@ -40,8 +40,8 @@ inline int run_models(std::ostream& out, const std::string& format) {
   return print_list(out, format, rows, t);
 }
 
-inline int run_gpus(std::ostream& out, const std::string& format) {
-  sizes_not_written("gpus", "gives every capacity in GiB and in GB");
+inline int run_gpus(std::ostream& out, output_format format, const size_style& size) {
+  sizes_not_written(size, "gpus", "gives every capacity in GiB and in GB");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"preset", "name", "GiB", "GB", "bytes", "source"});
   for (const gpu_preset& g : gpu_presets) {
@@ -55,8 +55,8 @@ inline int run_gpus(std::ostream& out, const std::string& format) {
   return print_list(out, format, rows, t);
 }
 
-inline int run_frameworks(std::ostream& out, const std::string& format) {
-  sizes_not_written("frameworks", "lists option defaults, not sizes");
+inline int run_frameworks(std::ostream& out, output_format format, const size_style& size) {
+  sizes_not_written(size, "frameworks", "lists option defaults, not sizes");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"framework", "command", "option", "value", "recipe", "source"});
   constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA", "FSDP with --pp"};

@@ -20,43 +20,44 @@ namespace vramfit::cli {
 /// Everything `vramfit load` reads.
 struct load_options {
   std::string model = "llama-3-8b";
-  std::optional<std::string> weights;  ///< unset: the config's quantization_config, or bf16
-  std::string init = "meta";
-  std::optional<std::string> checkpoint;  ///< unset: bf16
+  std::optional<weight_layout> weights;  ///< unset: the config's quantization_config, or bf16
+  load_kind init = load_kind::direct;
+  std::optional<element_format> checkpoint;  ///< unset: bf16
   std::int64_t tp = 1;
   std::int64_t pp = 1;
   std::string gpu = "h100";
-  std::string format = "table";
+  output_format format = output_format::table;
   bool check = false;
 };
 
 inline void add_load_options(CLI::App& c, load_options& o) {
   c.add_option("--model,-m", o.model, "A preset, a config.json path, or its text")
       ->capture_default_str();
-  c.add_option("--weights", o.weights, "The loaded format, as infer's --weights");
-  c.add_option("--init", o.init, choice_list(load_kinds))->capture_default_str();
-  c.add_option("--checkpoint-dtype", o.checkpoint,
-               "The checkpoint's format, which bitsandbytes quantizes from as it loads (meta "
-               "init): " +
-                   choice_list(checkpoint_formats) + " (default: bf16)");
+  add_choice(c, "--weights", o.weights, weight_layouts, "weight format",
+             "The loaded format, as infer's --weights");
+  add_choice(c, "--init", o.init, load_kinds, "initialization", choice_list(load_kinds))
+      ->capture_default_str();
+  add_choice(c, "--checkpoint-dtype", o.checkpoint, checkpoint_formats, "checkpoint format",
+             "The checkpoint's format, which bitsandbytes quantizes from as it loads (meta "
+             "init): " +
+                 choice_list(checkpoint_formats) + " (default: bf16)");
   c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")
       ->capture_default_str();
-  c.add_option("--format,-f", o.format, "table or json")
-      ->check(CLI::IsMember({"table", "json"}))
+  add_choice(c, "--format,-f", o.format, list_formats, "--format", "table or json")
+      ->type_name(choice_type(list_formats))
       ->capture_default_str();
   c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
 }
 
-inline int run_load(std::ostream& out, const load_options& o) {
+inline int run_load(std::ostream& out, const load_options& o, const size_style& size) {
   const named_model named = load_model(o.model);
   const model& m = named.value;
   const gpu g = gpu_named(o.gpu);
   const weight_layout w = weights_for(o.weights, named);
-  const load_kind how = cli::choose(cli::load_kinds, o.init, "initialization");
-  const element_format& checkpoint =
-      cli::choose(cli::checkpoint_formats, o.checkpoint.value_or("bf16"), "checkpoint format");
+  const load_kind how = o.init;
+  const element_format checkpoint = o.checkpoint.value_or(bf16::value);
   // Only bitsandbytes, quantizing as from_pretrained loads, reads the checkpoint's format.
   if (o.checkpoint && !(w.quantized_at_load && how == load_kind::direct))
     detail::raise(
@@ -70,10 +71,10 @@ inline int run_load(std::ostream& out, const load_options& o) {
   const bytes required = p.device + total(context);
   const bool fits = required <= g.capacity;
   std::ostringstream title;
-  title << "Loading " << m.name << " | weights " << w.name << " | " << o.init << " init | "
-        << l.world() << (l.world() == 1 ? " GPU" : " GPUs");
-  const std::string verdict = fit_verdict(required, g.capacity);
-  if (o.format == "json") {
+  title << "Loading " << m.name << " | weights " << w.name << " | " << name_of(load_kinds, how)
+        << " init | " << l.world() << (l.world() == 1 ? " GPU" : " GPUs");
+  const std::string verdict = fit_verdict(required, g.capacity, size);
+  if (o.format == output_format::json) {
     const nlohmann::json j{{"configuration", title.str()},
                            {"weights", p.weights.count},
                            {"transient", (p.device - p.weights).count},

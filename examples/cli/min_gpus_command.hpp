@@ -15,8 +15,8 @@ namespace vramfit::cli {
 /// The largest data-parallel degree tried: 2^20 replicas.
 inline constexpr std::int64_t max_data_parallel_searched = std::int64_t{1} << 20;
 
-inline int run_min_gpus(std::ostream& out, const train_options& given) {
-  if (!given.sweep.empty() || given.timeline)
+inline int run_min_gpus(std::ostream& out, const train_options& given, const size_style& size) {
+  if (given.sweep || given.timeline)
     detail::raise("min-gpus answers one number: leave out --sweep and --timeline");
   const named_model named = load_model(given.model);
   const model& m = named.value;
@@ -29,7 +29,7 @@ inline int run_min_gpus(std::ostream& out, const train_options& given) {
   training_plan_value found = plan;
   if (data > 0) found.setup.layout.data = data;
   const estimate e = estimate_of(o, found, g);
-  if (o.format == "json") {
+  if (o.format == output_format::json) {
     nlohmann::json j = to_json(e);
     j["min_gpus"] = data > 0 ? data * per_replica : 0;
     j["data_parallel"] = data;
@@ -48,7 +48,7 @@ inline int run_min_gpus(std::ostream& out, const train_options& given) {
   out << "Fewest GPUs: " << report::grouped(data * per_replica) << " (data parallel " << data;
   if (per_replica > 1) out << " x TP x PP x CP " << per_replica;
   out << ", powers of two tried)\n\n";
-  print_table(out, e);
+  print_table(out, e, size);
   return 0;
 }
 

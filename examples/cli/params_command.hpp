@@ -32,7 +32,7 @@ inline std::int64_t parameter_count(const std::string& text) {
 /// `allowed` and a format other than a table or JSON.
 inline std::int64_t params_given(const CLI::App& cmd,
                                  std::initializer_list<std::string_view> allowed, const char* needs,
-                                 const std::string& n, const std::string& format) {
+                                 const std::string& n, output_format format) {
   for (const CLI::Option* o : cmd.get_options()) {
     if (o->count() == 0) continue;
     const std::vector<std::string>& long_names = o->get_lnames();
@@ -44,8 +44,9 @@ inline std::int64_t params_given(const CLI::App& cmd,
       detail::raise("--params counts " + std::string(needs) + " of N parameters; --" + name +
                     " needs a model (give --model instead)");
   }
-  if (format != "table" && format != "json")
-    detail::raise("--params prints a table or json, got -f " + format);
+  if (format != output_format::table && format != output_format::json)
+    detail::raise(std::string("--params prints a table or json, got -f ") +
+                  name_of(estimate_formats, format));
   return parameter_count(n);
 }
 
@@ -63,14 +64,14 @@ inline tensor_ledger flat_tensor(std::int64_t n) {
 }
 
 /// Prints `rows` (name, bytes) with their total against `g`: a table or JSON.
-inline int print_params(std::ostream& out, const std::string& format, const std::string& title,
+inline int print_params(std::ostream& out, output_format format, const std::string& title,
                         std::int64_t n, const std::vector<std::pair<std::string, bytes>>& rows,
-                        const gpu& g, bool check) {
+                        const gpu& g, bool check, const size_style& size) {
   bytes total{};
   for (const auto& [name, b] : rows) total += b;
   const bool fits = total <= g.capacity;
   const double per_parameter = static_cast<double>(total.count) / static_cast<double>(n);
-  if (format == "json") {
+  if (format == output_format::json) {
     nlohmann::json memory;
     for (const auto& [name, b] : rows) memory[name] = b.count;
     memory["total"] = total.count;
@@ -90,7 +91,7 @@ inline int print_params(std::ostream& out, const std::string& format, const std:
     std::snprintf(line, sizeof line, "  %-18s %14s  (%.4g B per parameter)\n", "total",
                   size(total).c_str(), per_parameter);
     out << line << "\n  " << g.name << ": " << size(g.capacity) << " -> "
-        << fit_verdict(total, g.capacity)
+        << fit_verdict(total, g.capacity, size)
         << "\n  Nothing else is counted: no activations, buffers or runtime overheads.\n";
   }
   return check && !fits ? 1 : 0;
@@ -99,7 +100,7 @@ inline int print_params(std::ostream& out, const std::string& format, const std:
 /// `vramfit train --params N`: the model states of N trained parameters, sharded as --dp,
 /// --zero and --fsdp say.
 inline int run_train_params(std::ostream& out, const CLI::App& cmd, const train_options& o,
-                            const std::string& n) {
+                            const std::string& n, const size_style& size) {
   const std::int64_t count = params_given(
       cmd,
       {"precision", "grad-dtype", "optimizer", "optimizer-impl", "amsgrad", "momentum", "centered",
@@ -121,18 +122,18 @@ inline int run_train_params(std::ostream& out, const CLI::App& cmd, const train_
   for (component c : {component::weights, component::gradients, component::master_weights,
                       component::optimizer_states})
     if (total(l, c) > bytes{}) rows.emplace_back(to_string(c), total(l, c));
-  return print_params(out, o.format, title, count, rows, gpu_named(o.gpu), o.check);
+  return print_params(out, o.format, title, count, rows, gpu_named(o.gpu), o.check, size);
 }
 
 /// `vramfit infer --params N`: N weights in the --weights layout.
 inline int run_infer_params(std::ostream& out, const CLI::App& cmd, const infer_options& o,
-                            const std::string& n) {
+                            const std::string& n, const size_style& size) {
   const std::int64_t count =
       params_given(cmd, {"weights", "gpu", "format", "check"}, "the weights", n, o.format);
   const weight_layout w = weights_for(o.weights, {models::llama_3_8b::value, std::nullopt});
   const std::string title = "Weights of " + report::grouped(count) + " parameters | " + w.name;
   return print_params(out, o.format, title, count, {{"weights", storage_bytes(w.linear, count)}},
-                      gpu_named(o.gpu), o.check);
+                      gpu_named(o.gpu), o.check, size);
 }
 
 }  // namespace vramfit::cli

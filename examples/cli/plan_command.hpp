@@ -66,9 +66,9 @@ inline train_options on_one_gpu(train_options o) {
   o.micro_batch = o.grad_accum = 1;
   o.sp = false;
   o.zero.reset();
-  o.fsdp.clear();
+  o.fsdp.reset();
   o.fsdp_group = 0;
-  if (o.schedule == "interleaved") o.schedule = "1f1b";
+  if (o.schedule == pipeline_schedule::interleaved) o.schedule = pipeline_schedule::one_f_one_b;
   return o;
 }
 
@@ -151,17 +151,18 @@ inline void print_plan_counts(std::ostream& out, const search_result& r, std::si
 }
 
 inline void print_plan_text(std::ostream& out, const plan_found& found, const search_space& space,
-                            const gpu& g, const train_options& o, const plan_options& p) {
+                            const gpu& g, const train_options& o, const plan_options& p,
+                            const size_style& size) {
   const search_result& r = found.r;
-  out << (o.format == "markdown" ? "**" + found.title + "**" : found.title) << "\n\n"
+  out << (o.format == output_format::markdown ? "**" + found.title + "**" : found.title) << "\n\n"
       << found.assumptions << "\n\n";
   if (found.ranked.empty()) {
     out << "No layout of " << report::grouped(p.gpus) << " GPUs fits"
         << (r.offloaded ? ", even with offload" : "") << ".\n\n";
   } else {
     if (r.offloaded) out << "Nothing fits without offload; offloaded layouts:\n\n";
-    out << plan_table(found.ranked, g) << "\nReproduce #1: `" << joined(found.ranked.front().argv)
-        << "`\n\n";
+    out << plan_table(found.ranked, g, size) << "\nReproduce #1: `"
+        << joined(found.ranked.front().argv) << "`\n\n";
   }
   print_plan_counts(out, r, space.top);
   if (!p.all) return;
@@ -176,13 +177,13 @@ inline void print_plan_text(std::ostream& out, const plan_found& found, const se
 }
 
 inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<std::string>& train,
-                    const train_options& given, const plan_options& p) {
+                    const train_options& given, const plan_options& p, const size_style& size) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
   const train_options o = for_model(given, named);
   const gpu g = gpu_named(o.gpu);
   if (o.timeline) detail::raise("--timeline applies to `vramfit train`");
-  if (o.sweep.size()) detail::raise("--sweep applies to `vramfit train`");
+  if (o.sweep) detail::raise("--sweep applies to `vramfit train`");
   if (p.gpus > max_world_size)
     detail::raise("--gpus must be at most " + std::to_string(max_world_size) + ", got " +
                   std::to_string(p.gpus));
@@ -205,12 +206,12 @@ inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<st
         << " x " << report::grouped(o.seq_len) << " tokens";
   found.title = title.str();
   found.assumptions = plan_assumptions(space, g);
-  if (o.format == "json")
+  if (o.format == output_format::json)
     out << plan_json(found, space, g, o, p).dump(2) << "\n";
-  else if (o.format == "svg")
-    print_plan_svg(out, found.title, found.ranked, g);
+  else if (o.format == output_format::svg)
+    print_plan_svg(out, found.title, found.ranked, g, size);
   else
-    print_plan_text(out, found, space, g, o, p);
+    print_plan_text(out, found, space, g, o, p, size);
   return o.check && found.ranked.empty() ? 1 : 0;
 }
 

@@ -26,7 +26,7 @@ struct plan_options {
   bool all = false;
   std::int64_t max_tp = 0, max_pp = 0, max_cp = 0;
   bool no_offload = false;
-  std::optional<std::string> sharding;
+  std::optional<sharding_family> sharding;
   cluster net{};
 };
 
@@ -89,7 +89,7 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
   if (c.virtual_stages > 1) {
     argv.insert(argv.end(), {"--schedule", "interleaved"});
     add("--virtual-stages", c.virtual_stages);
-  } else if (o.schedule == "gpipe" && l.pipeline > 1) {  // train refuses it otherwise
+  } else if (o.schedule == pipeline_schedule::gpipe && l.pipeline > 1) {  // train: only with PP
     argv.insert(argv.end(), {"--schedule", "gpipe"});
   }
   if (l.context > 1) add("--cp", l.context);
@@ -121,21 +121,31 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
   return argv;
 }
 
+/// A train option that makes no sense to a search, and why.
+struct unsearchable_option {
+  const char* name;
+  const char* why;
+};
+
+inline constexpr const char* offloads_last =
+    "the plan offloads only when nothing else fits (--no-offload: never)";
+inline constexpr const char* recomputes_fewest = "the plan recomputes the fewest layers that fit";
+inline constexpr unsearchable_option unsearchable_options[] = {
+    {"--grad-accum", "the plan derives micro-batches from --global-batch"},
+    {"--pp-stages", "the plan splits the layers evenly"},
+    {"--offload", offloads_last},
+    {"--offload-to", offloads_last},
+    {"--recompute-layers", recomputes_fewest},
+    {"--recompute-every", recomputes_fewest},
+    {"--sp",
+     "the plan takes sequence parallelism with every tensor-parallel degree the sequence divides "
+     "by"}};
+
 /// Refuses the train options that make no sense to a search, each with its reason.
 inline void refuse_unsearchable(const CLI::App& cmd) {
-  for (const char* name : {"--grad-accum", "--pp-stages", "--offload", "--offload-to",
-                           "--recompute-layers", "--recompute-every", "--sp"})
-    if (cmd.get_option(name)->count() > 0)
-      detail::raise(std::string(name) + " is not a plan option: " +
-                    (std::string(name) == "--grad-accum"
-                         ? "the plan derives micro-batches from --global-batch"
-                     : std::string(name) == "--pp-stages" ? "the plan splits the layers evenly"
-                     : std::string(name) == "--sp"
-                         ? "the plan takes sequence parallelism with every tensor-parallel "
-                           "degree the sequence divides by"
-                     : std::string(name).rfind("--recompute-", 0) == 0
-                         ? "the plan recomputes the fewest layers that fit"
-                         : "the plan offloads only when nothing else fits (--no-offload: never)"));
+  for (const unsearchable_option& u : unsearchable_options)
+    if (cmd.get_option(u.name)->count() > 0)
+      detail::raise(std::string(u.name) + " is not a plan option: " + u.why);
 }
 
 /// The options of `plan` beside the training ones: the GPUs, the search's bounds, the network.
@@ -154,8 +164,8 @@ inline void add_plan_options(CLI::App& cmd, plan_options& p) {
       ->check(positive);
   cmd.add_option("--max-cp", p.max_cp, "Largest context-parallel degree")->check(positive);
   cmd.add_flag("--no-offload", p.no_offload, "Never offload to the host");
-  cmd.add_option("--sharding", p.sharding,
-                 "Sharding to search: deepspeed (default), megatron, fsdp or any");
+  add_choice(cmd, "--sharding", p.sharding, sharding_families, "sharding",
+             "Sharding to search: deepspeed (default), megatron, fsdp or any");
   cmd.add_option("--gpus-per-node", p.net.gpus_per_node, "GPUs per node")
       ->check(positive)
       ->capture_default_str();
@@ -187,9 +197,8 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
   if (given("--ep")) s.expert = o.ep;
   if (given("--virtual-stages")) s.virtual_stages = o.virtual_stages;
   if (given("--micro-batch")) s.micro_batch = o.micro_batch;
-  if (given("--schedule") && o.schedule != "interleaved") s.virtual_stages = 1;
-  if (given("--recompute"))
-    s.recompute = static_cast<int>(cli::choose(cli::recomputes, o.recompute, "recompute policy"));
+  if (given("--schedule") && o.schedule != pipeline_schedule::interleaved) s.virtual_stages = 1;
+  if (given("--recompute")) s.recompute = static_cast<int>(o.recompute);
   s.max_tensor = p.max_tp;
   s.max_pipeline = p.max_pp;
   s.max_context = p.max_cp;
@@ -198,8 +207,7 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
   s.prune = !p.all;
   s.net = p.net;
   // The sharding: --sharding names a family; --zero (with --zero-impl) or --fsdp fix a stage.
-  std::optional<sharding_family> family;
-  if (p.sharding) family = cli::choose(cli::sharding_families, *p.sharding, "sharding");
+  std::optional<sharding_family> family = p.sharding;
   const sharding_given fixed = sharding_of(o);
   if (fixed.stage) {
     const shard_implementation impl = fixed.implementation;
@@ -209,7 +217,8 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
                               : impl == shard_implementation::megatron ? sharding_family::megatron
                                                                        : sharding_family::deepspeed;
     if (family && *family != f && *family != sharding_family::any)
-      detail::raise("--sharding " + *p.sharding + " contradicts the --zero/--fsdp given");
+      detail::raise(std::string("--sharding ") + name_of(sharding_families, *p.sharding) +
+                    " contradicts the --zero/--fsdp given");
     family = f;
     s.zero = static_cast<int>(*fixed.stage);
     s.shard_group = fixed.shard_group;

@@ -115,7 +115,8 @@ inline nlohmann::json to_json(const ranked_layout& r, const gpu& g) {
           {"argv", r.argv}};
 }
 
-inline report::table plan_table(const std::vector<ranked_layout>& ranked, const gpu& g) {
+inline report::table plan_table(const std::vector<ranked_layout>& ranked, const gpu& g,
+                                const size_style& size) {
   report::table t({"#", "layout", "micro-batch", "recompute", "per GPU", "headroom",
                    "step (s, estimate)", "tokens/s (estimate)"});
   int i = 0;
@@ -133,7 +134,8 @@ inline report::table plan_table(const std::vector<ranked_layout>& ranked, const 
 /// Memory per GPU (y) against estimated tokens per second (x) for the ranked layouts, numbered by
 /// rank, with the GPU's capacity.
 inline void print_plan_svg(std::ostream& out, const std::string& title,
-                           const std::vector<ranked_layout>& ranked, const gpu& g) {
+                           const std::vector<ranked_layout>& ranked, const gpu& g,
+                           const size_style& size) {
   double fastest = 0, slowest = 0;
   for (const ranked_layout& r : ranked) {
     fastest = std::max(fastest, r.c.tokens_per_second);

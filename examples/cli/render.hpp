@@ -69,7 +69,7 @@ inline bytes allocated_of(const estimate& e) {
   return e.allocator ? e.allocator->allocated : e.fit.required - e.fit.overhead;
 }
 
-inline std::string allocator_summary(const estimate& e) {
+inline std::string allocator_summary(const estimate& e, const size_style& size) {
   if (!e.allocator) return "";
   const reserved_memory_estimate& a = *e.allocator;
   return "caching allocator (simulated): " + size(a.reserved) + " reserved for " +
@@ -85,11 +85,11 @@ inline std::string up_to(std::int64_t n, const char* before, const char* after, 
   return n > 0 ? before + report::grouped(n) + after : none;
 }
 
-inline std::string verdict(const estimate& e) {
-  return fit_verdict(e.fit.required, e.fit.available);
+inline std::string verdict(const estimate& e, const size_style& size) {
+  return fit_verdict(e.fit.required, e.fit.available, size);
 }
 
-inline void print_table(std::ostream& out, const estimate& e) {
+inline void print_table(std::ostream& out, const estimate& e, const size_style& size) {
   out << e.title << "\n" << e.model_name << ": " << report::grouped(e.parameters) << " parameters";
   if (e.trainable_parameters > 0)
     out << ", " << report::grouped(e.trainable_parameters) << " trainable";
@@ -113,11 +113,12 @@ inline void print_table(std::ostream& out, const estimate& e) {
     std::snprintf(line, sizeof line, "  %-18s %14s\n", "host memory", size(host).c_str());
     out << line;
   }
-  if (e.allocator) out << "  " << allocator_summary(e) << "\n";
-  out << "\n  " << e.device.name << ": " << size(e.fit.available) << " -> " << verdict(e) << "\n";
+  if (e.allocator) out << "  " << allocator_summary(e, size) << "\n";
+  out << "\n  " << e.device.name << ": " << size(e.fit.available) << " -> " << verdict(e, size)
+      << "\n";
 }
 
-inline void print_markdown(std::ostream& out, const estimate& e) {
+inline void print_markdown(std::ostream& out, const estimate& e, const size_style& size) {
   out << "### " << e.title << "\n\n"
       << e.model_name << ": " << report::grouped(e.parameters) << " parameters, "
       << report::grouped(e.trainable_parameters) << " trainable. Most loaded GPU: pipeline stage "
@@ -129,8 +130,8 @@ inline void print_markdown(std::ostream& out, const estimate& e) {
            size(at_peak(m, e.peak_at)), m.source});
   t.add({"**peak per GPU**", "", "", "", "**" + size(e.fit.required) + "**", ""});
   out << t << "\n";
-  if (e.allocator) out << "The " << allocator_summary(e) << ".\n\n";
-  out << e.device.name << " (" << size(e.fit.available) << "): " << verdict(e) << ".\n";
+  if (e.allocator) out << "The " << allocator_summary(e, size) << ".\n\n";
+  out << e.device.name << " (" << size(e.fit.available) << "): " << verdict(e, size) << ".\n";
 }
 
 /// The GPU as every JSON answer names it.
@@ -175,7 +176,7 @@ inline nlohmann::json to_json(const estimate& e) {
 }
 
 /// A stacked bar of what is allocated at the peak, by component, against the GPU's capacity.
-inline void print_svg(std::ostream& out, const estimate& e) {
+inline void print_svg(std::ostream& out, const estimate& e, const size_style& size) {
   const double width = 760, left = 20, bar_width = 720, bar_height = 48;
   const double scale_max = static_cast<double>(
       (e.fit.required > e.fit.available ? e.fit.required : e.fit.available).count);
@@ -189,7 +190,7 @@ inline void print_svg(std::ostream& out, const estimate& e) {
   out << "<text x=\"" << left << "\" y=\"" << below + 4 << "\">Per GPU at the "
       << to_string(e.peak_at) << ": " << svg::escape(size(e.fit.required)) << " of "
       << svg::escape(size(e.fit.available)) << " (" << svg::escape(e.device.name) << ") - "
-      << svg::escape(verdict(e)) << "</text>\n";
+      << svg::escape(verdict(e, size)) << "</text>\n";
   double at = 0;
   int legend = 0;
   for (std::size_t i = 0; i < std::size(shown_components); ++i) {
@@ -217,7 +218,8 @@ inline void print_svg(std::ostream& out, const estimate& e) {
 
 /// Required memory against a swept value, with the capacity line.
 inline void print_sweep_svg(std::ostream& out, const std::string& title, const char* axis,
-                            const std::vector<sweep_point>& points, const gpu& device) {
+                            const std::vector<sweep_point>& points, const gpu& device,
+                            const size_style& size) {
   double most = static_cast<double>(device.capacity.count);
   for (const sweep_point& p : points) most = std::max(most, static_cast<double>(p.required.count));
   svg::bytes_chart chart(out, title, 700, most);

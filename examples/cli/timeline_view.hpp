@@ -49,7 +49,7 @@ inline const char* micro_batch_name(const timeline_event& ev) {
   return ev.micro_batch == 0 ? "first" : "later";
 }
 
-inline std::string signed_size(bytes b) {
+inline std::string signed_size(bytes b, const size_style& size) {
   return (b > bytes{} ? "+" : "") + size(b);
 }
 
@@ -69,7 +69,7 @@ inline std::vector<event_totals> totals_of(const step_timeline& tl) {
   return totals;
 }
 
-inline std::string peak_text(const step_timeline& tl) {
+inline std::string peak_text(const step_timeline& tl, const size_style& size) {
   const timeline_event& ev = tl.events[tl.peak.event];
   std::string text = size(tl.peak.alive) + " after \"" + ev.what + "\" (" + to_string(ev.phase) +
                      ", " + micro_batch_name(ev) + " micro-batch";
@@ -77,7 +77,8 @@ inline std::string peak_text(const step_timeline& tl) {
   return text + ")";
 }
 
-inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool markdown) {
+inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool markdown,
+                                 const size_style& size) {
   const step_timeline& tl = v.tl;
   const std::vector<event_totals> totals = totals_of(tl);
   auto alive = [&](std::size_t i) {
@@ -88,7 +89,7 @@ inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool
       "One training step of the most loaded GPU (pipeline stage " + std::to_string(v.e.stage) +
       "): the bytes PyTorch has allocated after each event. A run of identical layers repeats "
       "its events once per layer; its totals are given in its first and its last layer.";
-  const std::string summary = "Peak: " + peak_text(tl) + "; with the runtime overheads (" +
+  const std::string summary = "Peak: " + peak_text(tl, size) + "; with the runtime overheads (" +
                               size(v.overheads()) + ") " + size(v.e.fit.required) + " of " +
                               size(v.e.fit.available) + " (" + v.e.device.name + ").";
   if (markdown) {
@@ -98,8 +99,8 @@ inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool
       const timeline_event& ev = tl.events[i];
       const bool peak = i == tl.peak.event;
       t.add({to_string(ev.phase), micro_batch_name(ev), layer_span(ev),
-             peak ? std::string("**") + ev.what + "** (peak)" : ev.what, signed_size(ev.delta),
-             alive(i)});
+             peak ? std::string("**") + ev.what + "** (peak)" : ev.what,
+             signed_size(ev.delta, size), alive(i)});
     }
     out << "### " << v.e.title << "\n\n" << intro << "\n\n" << t << "\n" << summary << "\n";
     return;
@@ -116,7 +117,7 @@ inline void print_timeline_table(std::ostream& out, const timeline_view& v, bool
     const timeline_event& ev = tl.events[i];
     std::snprintf(line, sizeof line, "  %-9s %-6s %-11s %-48s %12s  %s%s\n", to_string(ev.phase),
                   micro_batch_name(ev), layer_span(ev).c_str(), ev.what,
-                  signed_size(ev.delta).c_str(), alive(i).c_str(),
+                  signed_size(ev.delta, size).c_str(), alive(i).c_str(),
                   i == tl.peak.event ? "  <- peak" : "");
     out << line;
   }
@@ -218,7 +219,8 @@ inline void draw_phases(std::ostream& out, const step_timeline& tl,
 
 /// The allocated bytes as steps; a skipped stretch of identical layers as a dashed line.
 inline void draw_alive(std::ostream& out, const step_timeline& tl,
-                       const std::vector<timeline_point>& points, const timeline_plot& p) {
+                       const std::vector<timeline_point>& points, const timeline_plot& p,
+                       const size_style& size) {
   out << "<path fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\" d=\"M" << p.x(0) << ","
       << p.y(static_cast<double>(tl.at_start.count));
   double previous = static_cast<double>(tl.at_start.count);
@@ -240,8 +242,8 @@ inline void draw_alive(std::ostream& out, const step_timeline& tl,
     if (points[k].event != tl.peak.event || points[k].layer != tl.peak.layer) continue;
     const double x = p.x(k + 1), y = p.y(points[k].alive);
     out << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"4\" fill=\"#e15759\"><title>peak "
-        << svg::escape(peak_text(tl)) << "</title></circle>\n<text x=\"" << x << "\" y=\"" << y - 8
-        << "\" text-anchor=\"" << (x > p.left + p.width / 2 ? "end" : "start")
+        << svg::escape(peak_text(tl, size)) << "</title></circle>\n<text x=\"" << x << "\" y=\""
+        << y - 8 << "\" text-anchor=\"" << (x > p.left + p.width / 2 ? "end" : "start")
         << "\" fill=\"#e15759\">peak " << svg::escape(size(tl.peak.alive)) << "</text>\n";
     break;
   }
@@ -249,7 +251,7 @@ inline void draw_alive(std::ostream& out, const step_timeline& tl,
 
 /// Allocated bytes over the step: every event a step along x, each phase shaded, the peak marked.
 /// Runs of many layers are drawn with their first and last layer and a dashed gap between.
-inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
+inline void print_timeline_svg(std::ostream& out, const timeline_view& v, const size_style& size) {
   const step_timeline& tl = v.tl;
   const std::vector<timeline_point> points = timeline_points(tl);
   timeline_plot p;
@@ -268,7 +270,7 @@ inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
       << "<title>" << svg::escape(v.e.title) << "</title>\n";
   const double below = svg::title(out, v.e.title, p.left);
   out << "<text x=\"" << p.left << "\" y=\"" << below + 2
-      << "\">Allocated bytes over one training step; peak " << svg::escape(peak_text(tl))
+      << "\">Allocated bytes over one training step; peak " << svg::escape(peak_text(tl, size))
       << "</text>\n";
   draw_phases(out, tl, points, p);
   // Axes and a byte scale.
@@ -281,7 +283,7 @@ inline void print_timeline_svg(std::ostream& out, const timeline_view& v) {
     out << "<text x=\"" << p.left - 6 << "\" y=\"" << p.y(b) + 4 << "\" text-anchor=\"end\">"
         << svg::escape(to_string(bytes{static_cast<std::int64_t>(b)}, GiB)) << "</text>\n";
   }
-  draw_alive(out, tl, points, p);
+  draw_alive(out, tl, points, p, size);
   if (show_capacity) {
     const double y = p.y(usable);
     out << "<line x1=\"" << p.left << "\" y1=\"" << y << "\" x2=\"" << p.left + p.width

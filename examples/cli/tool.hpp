@@ -44,25 +44,25 @@ class tool {
       "Every byte from the same constexpr formulas as the C++ library; sizes in GiB/MiB (2^30/2^20 "
       "B), or GB/MB with --units GB.",
       "vramfit"};  // help and errors say "vramfit", not the path the tool was started from
-  std::string units_ = "GiB";
+  prefixes units_ = prefixes::binary;
   train_options train_, fewest_, plan_;
   plan_options space_;
   std::vector<std::string> train_names_;  // the train options, for the argv of each candidate
   load_options load_;
   infer_options infer_;
   std::string params_;
-  std::string list_format_ = "table";
-  std::string shell_;
+  output_format list_format_ = output_format::table;
+  completion_shell shell_ = completion_shell::bash;
   CLI::App *train_cmd_, *min_gpus_cmd_, *plan_cmd_, *load_cmd_, *infer_cmd_, *models_cmd_,
       *gpus_cmd_, *frameworks_cmd_, *completion_cmd_;
 };
 
 inline tool::tool() {
   app_.set_version_flag("--version", std::string("vramfit ") + vramfit::version);
-  app_.add_option("--units", units_,
-                  "GiB (2^30 B, the default) or GB (10^9 B): how tables, Markdown and SVG write "
-                  "sizes; JSON gives bytes (before or after the subcommand)")
-      ->check(CLI::IsMember({"GiB", "GB"}));
+  add_choice(app_, "--units", units_, unit_prefixes, "--units",
+             "GiB (2^30 B, the default) or GB (10^9 B): how tables, Markdown and SVG write "
+             "sizes; JSON gives bytes (before or after the subcommand)")
+      ->type_name(choice_type(unit_prefixes));
   app_.fallthrough();  // `vramfit train --units GB` as well as `vramfit --units GB train`
   app_.require_subcommand(1);
   train_cmd_ = app_.add_subcommand("train", "Memory per GPU of a training step");
@@ -98,22 +98,21 @@ inline tool::tool() {
   frameworks_cmd_ = app_.add_subcommand(
       "frameworks", "List the --framework presets: the defaults each sets, and their sources");
   for (CLI::App* cmd : {models_cmd_, gpus_cmd_, frameworks_cmd_})
-    cmd->add_option("--format,-f", list_format_, "table or json")
-        ->check(CLI::IsMember({"table", "json"}));
+    add_choice(*cmd, "--format,-f", list_format_, list_formats, "--format", "table or json")
+        ->type_name(choice_type(list_formats));
   completion_cmd_ =
       app_.add_subcommand("completion",
                           "A shell completion script, from this parser and its tables: "
                           "source <(vramfit completion bash), or zsh");
-  completion_cmd_->add_option("shell", shell_, "bash or zsh")
+  add_choice(*completion_cmd_, "shell", shell_, completion_shells, "shell", "bash or zsh")
       ->required()
-      ->check(CLI::IsMember({"bash", "zsh"}));
+      ->type_name(choice_type(completion_shells));
 }
 
 inline int tool::run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
     app_.parse(reversed);
-    size_prefixes = units_ == "GB" ? prefixes::decimal : prefixes::binary;
     return dispatch(out);
   } catch (const CLI::CallForHelp& e) {
     return app_.exit(e, out, err);
@@ -132,31 +131,32 @@ inline int tool::run(const std::vector<std::string>& args, std::ostream& out, st
 }
 
 inline int tool::dispatch(std::ostream& out) {
+  const size_style size{units_};
   if (train_cmd_->parsed() && !params_.empty())
-    return run_train_params(out, *train_cmd_, train_, params_);
+    return run_train_params(out, *train_cmd_, train_, params_, size);
   if (infer_cmd_->parsed() && !params_.empty())
-    return run_infer_params(out, *infer_cmd_, infer_, params_);
+    return run_infer_params(out, *infer_cmd_, infer_, params_, size);
   if (train_cmd_->parsed()) {
     apply_framework(*train_cmd_, train_);
-    return run_train(out, train_);
+    return run_train(out, train_, size);
   }
   if (min_gpus_cmd_->parsed()) {
     apply_framework(*min_gpus_cmd_, fewest_);
-    return run_min_gpus(out, fewest_);
+    return run_min_gpus(out, fewest_, size);
   }
-  if (load_cmd_->parsed()) return run_load(out, load_);
+  if (load_cmd_->parsed()) return run_load(out, load_, size);
   if (infer_cmd_->parsed()) {
     apply_framework(*infer_cmd_, infer_);
-    return run_infer(out, infer_);
+    return run_infer(out, infer_, size);
   }
   if (plan_cmd_->parsed()) {
     apply_framework(*plan_cmd_, plan_);
-    return run_plan(out, *plan_cmd_, train_names_, plan_, space_);
+    return run_plan(out, *plan_cmd_, train_names_, plan_, space_, size);
   }
-  if (models_cmd_->parsed()) return run_models(out, list_format_);
-  if (gpus_cmd_->parsed()) return run_gpus(out, list_format_);
-  if (frameworks_cmd_->parsed()) return run_frameworks(out, list_format_);
-  if (completion_cmd_->parsed()) print_completion(out, app_, shell_);
+  if (models_cmd_->parsed()) return run_models(out, list_format_, size);
+  if (gpus_cmd_->parsed()) return run_gpus(out, list_format_, size);
+  if (frameworks_cmd_->parsed()) return run_frameworks(out, list_format_, size);
+  if (completion_cmd_->parsed()) print_completion(out, app_, shell_, size);
   return 0;
 }
 

@@ -37,13 +37,16 @@ inline std::string describe(const train_options& o, const training_plan_value& p
   if (l.pipeline > 1) {
     s << " PP " << l.pipeline;
     if (o.virtual_stages > 1) s << " x " << o.virtual_stages << " chunks";
-    s << " " << (o.schedule == "interleaved" ? "interleaved 1F1B" : o.schedule);
+    s << " "
+      << (o.schedule == pipeline_schedule::interleaved ? "interleaved 1F1B"
+                                                       : name_of(schedules, o.schedule));
   }
   if (l.context > 1) s << " CP " << l.context;
   if (l.expert > 1) s << " EP " << l.expert;
   s << " | micro-batch " << o.micro_batch << " x " << o.seq_len;
   if (o.grad_accum > 1) s << " x " << o.grad_accum << " accumulated";
-  s << " | " << o.attention << " attention, recompute " << o.recompute;
+  s << " | " << name_of(attentions, o.attention) << " attention, recompute "
+    << name_of(recomputes, o.recompute);
   if (o.recompute_every > 0) s << " (every " << o.recompute_every << " layers)";
   if (o.recompute_layers >= 0) s << " (first " << o.recompute_layers << " layers of a stage)";
   return s.str();
@@ -62,7 +65,7 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   e.allocator = simulated_reserve(p, most.stage);
   // Asked for, the simulation happens or says why not (a stage deeper than it replays); by
   // default such a stage takes the fixed share, which its ledger entry names.
-  if (!e.allocator && o.reserve == "simulated")
+  if (!e.allocator && o.reserve == reserve_model::simulated)
     e.allocator = reserved_memory(p.setup, p.batch, p.overheads.allocator, most.stage);
   e.ledger = with_overheads(p, g, most.ledger, e.allocator);
   e.fit = fit(e.ledger, g);
@@ -78,78 +81,87 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   return e;
 }
 
-/// --sweep: the total at each doubling of the micro-batch or sequence, from the one given.
-inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
-                      const training_plan_value& plan, const gpu& g) {
-  if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
-  if (o.sweep != "micro-batch" && o.sweep != "seq-len")
-    detail::raise("unknown --sweep '" + o.sweep + "'; known: micro-batch, seq-len");
-  const std::int64_t start = o.sweep == "micro-batch" ? o.micro_batch : o.seq_len;
+/// The swept values: the micro-batch or sequence given, doubled up to --sweep-max (by default 64
+/// times it, within a learned position table).
+inline std::vector<std::int64_t> swept_values(const train_options& o, const model& m) {
+  const bool batch = *o.sweep == sweep_axis::micro_batch;
+  const std::int64_t start = batch ? o.micro_batch : o.seq_len;
   if (o.sweep_max != 0 && o.sweep_max < start)
     detail::raise("--sweep-max must be at least the first value (" + std::to_string(start) +
                   "), got " + std::to_string(o.sweep_max));
-  if (o.sweep == "seq-len" && m.family == family::vit)
+  if (!batch && m.family == family::vit)
     detail::raise("a ViT's sequence is its image's " + std::to_string(m.max_positions) +
                   " tokens: sweep micro-batch instead");
   std::int64_t stop = o.sweep_max > 0 ? o.sweep_max : detail::checked_mul(start, 64);
-  // By default a seq-len sweep stops at a learned position table's rows.
-  if (o.sweep == "seq-len" && o.sweep_max == 0 && m.positions == position_kind::learned &&
-      m.max_positions < stop)
+  if (!batch && o.sweep_max == 0 && m.positions == position_kind::learned && m.max_positions < stop)
     stop = m.max_positions;
-  std::vector<sweep_point> points;  // doubling: at most 63 points
+  std::vector<std::int64_t> values;  // doubling: at most 63
   for (std::int64_t x = start;; x *= 2) {
+    values.push_back(x);
+    if (x > stop / 2) break;  // the next value passes the last (and may not fit in 64 bits)
+  }
+  return values;
+}
+
+/// --sweep: the total at each doubling of the micro-batch or sequence, from the one given.
+inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
+                      const training_plan_value& plan, const gpu& g, const size_style& size) {
+  if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
+  const std::string axis = name_of(sweep_axes, *o.sweep);
+  std::vector<sweep_point> points;
+  for (const std::int64_t x : swept_values(o, m)) {
     train_options swept = o;
-    (o.sweep == "micro-batch" ? swept.micro_batch : swept.seq_len) = x;
+    (*o.sweep == sweep_axis::micro_batch ? swept.micro_batch : swept.seq_len) = x;
     try {
       points.push_back({x, fit(build_plan(swept, m), g).required});
     } catch (const overflow_error&) {
-      detail::raise("--sweep-max: at " + o.sweep + " " + std::to_string(x) +
+      detail::raise("--sweep-max: at " + axis + " " + std::to_string(x) +
                     " the memory no longer fits in 64 bits; choose a smaller --sweep-max");
     }
-    if (x > stop / 2) break;  // the next value passes the last (and may not fit in 64 bits)
   }
-  const std::string title = describe(o, plan) + " | sweep " + o.sweep;
-  if (o.format == "svg") {
-    print_sweep_svg(out, title, o.sweep.c_str(), points, g);
-  } else if (o.format == "json") {
+  const std::string title = describe(o, plan) + " | sweep " + axis;
+  if (o.format == output_format::svg) {
+    print_sweep_svg(out, title, axis.c_str(), points, g, size);
+  } else if (o.format == output_format::json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& p : points)
       rows.push_back(
-          {{o.sweep, p.x}, {"total", p.required.count}, {"fits", p.required <= g.capacity}});
+          {{axis, p.x}, {"total", p.required.count}, {"fits", p.required <= g.capacity}});
     out << nlohmann::json{{"configuration", title}, {"device", device_json(g)}, {"sweep", rows}}
                .dump(2)
         << "\n";
   } else {
     out << title << "\n\n";
     for (const auto& p : points)
-      out << "  " << o.sweep << " " << p.x << ": " << size(p.required)
+      out << "  " << axis << " " << p.x << ": " << size(p.required)
           << (p.required <= g.capacity ? "  fits\n" : "  does not fit\n");
   }
 }
 
 /// One estimate in the format asked for: the table, Markdown, SVG or JSON, or its timeline.
 inline void print_estimate(std::ostream& out, const train_options& o,
-                           const training_plan_value& plan, const estimate& e, const gpu& g) {
+                           const training_plan_value& plan, const estimate& e, const gpu& g,
+                           const size_style& size) {
   if (o.timeline) {
     const step_timeline tl = step_timeline_of(plan.setup, plan.batch, e.stage);
     const timeline_view v{e, tl};
-    if (o.format == "json")
+    if (o.format == output_format::json)
       out << timeline_json(v).dump(2) << "\n";
-    else if (o.format == "svg")
-      print_timeline_svg(out, v);
+    else if (o.format == output_format::svg)
+      print_timeline_svg(out, v, size);
     else
-      print_timeline_table(out, v, o.format == "markdown");
-  } else if (o.format == "json") {
+      print_timeline_table(out, v, o.format == output_format::markdown, size);
+  } else if (o.format == output_format::json) {
     nlohmann::json j = to_json(e);
     j["max_micro_batch"] = max_micro_batch(plan, g);
     j["max_sequence"] = max_sequence(plan, g);
     out << j.dump(2) << "\n";
-  } else if (o.format == "markdown") {
-    print_markdown(out, e);
-  } else if (o.format == "svg") {
-    print_svg(out, e);
+  } else if (o.format == output_format::markdown) {
+    print_markdown(out, e, size);
+  } else if (o.format == output_format::svg) {
+    print_svg(out, e, size);
   } else {
-    print_table(out, e);
+    print_table(out, e, size);
     const std::int64_t batch = max_micro_batch(plan, g), longest = max_sequence(plan, g);
     out << "  At this sequence, "
         << up_to(batch, "up to ", " sequences per micro-batch fit", "not one sequence fits")
@@ -159,26 +171,26 @@ inline void print_estimate(std::ostream& out, const train_options& o,
   }
 }
 
-inline int run_train(std::ostream& out, const train_options& given) {
+inline int run_train(std::ostream& out, const train_options& given, const size_style& size) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
   const train_options o = for_model(given, named);
   const gpu g = gpu_named(o.gpu);
   const training_plan_value plan = build_plan(o, m);
   if (o.explain) {
-    if (!o.sweep.empty() || o.timeline || o.format == "svg")
+    if (o.sweep || o.timeline || o.format == output_format::svg)
       detail::raise(
           "--explain lists one layer's saved tensors: leave out --sweep, --timeline "
           "and -f svg");
-    print_explain(out, describe(o, plan), plan, o.format);
+    print_explain(out, describe(o, plan), plan, o.format, size);
     return 0;
   }
-  if (!o.sweep.empty()) {
-    run_sweep(out, o, m, plan, g);
+  if (o.sweep) {
+    run_sweep(out, o, m, plan, g, size);
     return 0;
   }
   const estimate e = estimate_of(o, plan, g);
-  print_estimate(out, o, plan, e, g);
+  print_estimate(out, o, plan, e, g, size);
   return o.check && !e.fit.fits() ? 1 : 0;
 }
 

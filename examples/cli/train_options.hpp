@@ -17,31 +17,31 @@ namespace vramfit::cli {
 /// Everything `vramfit train` reads.
 struct train_options {
   std::string model = "llama-3-8b";
-  std::string precision = "bf16-fp32-master";
-  std::string grad_dtype;  ///< empty: the policy's own
-  std::string optimizer = "adamw";
+  vramfit::precision precision = mixed<bf16>::value;
+  std::optional<element_format> grad_dtype;  ///< unset: the policy's own
+  vramfit::optimizer optimizer = adamw<>::value;
   std::string framework;  ///< its defaults fill in what is not given (frameworks.hpp)
-  std::optional<std::string> optimizer_impl;  ///< unset: what the optimizer's library picks
+  std::optional<vramfit::optimizer_impl> optimizer_impl;  ///< unset: what its library picks
   bool optimizer_in_backward = false;
   bool amsgrad = false, centered = false;
   std::optional<double> momentum;
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 0;  ///< 0: the model's default_sequence()
   std::int64_t grad_accum = 1;
-  std::string attention = "flash";
+  attention_kind attention = attention_kind::flash;
   std::optional<double> dropout;
-  std::string recompute = "none";
+  recompute_kind recompute = recompute_kind::none;
   std::int64_t recompute_layers = -1;
   std::int64_t recompute_every = 0;
   bool non_reentrant = false;
-  std::string activation_offload = "none";
-  std::string loss = "fp32-upcast";
+  bool activation_offload = false;
+  loss_kind loss = loss_kind::fp32_upcast;
   std::int64_t dp = 1;
   std::optional<int> zero;
-  std::string zero_impl = "deepspeed";
+  shard_implementation zero_impl = shard_implementation::deepspeed;
   std::optional<std::string> reduce_bucket;  ///< DeepSpeed reduce_bucket_size; unset: 5e8
   bool overlap_comm = false;
-  std::string fsdp;
+  std::optional<fsdp_strategy> fsdp;
   std::int64_t fsdp_group = 0;
   std::int64_t fsdp_version = 1;
   std::string reshard_after_forward;
@@ -49,27 +49,27 @@ struct train_options {
   bool sp = false;
   std::int64_t pp = 1;
   std::vector<std::int64_t> pp_stages;
-  std::string schedule = "1f1b";
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
-  std::string offload = "none";
-  std::string offload_to = "cpu";
+  offload_mode offload = offload_mode::none;
+  offload_target offload_to = offload_target::cpu;
   std::int64_t lora_rank = 0;
   std::optional<std::string> lora_targets;  ///< unset: q_proj,v_proj (QLoRA: all-linear)
   bool qlora = false;
   bool explain = false;  ///< train only: the saved tensors of a layer instead of the estimate
   /// Not an option: the model's config.json quantization_config (for_model sets it).
   std::optional<weight_layout> checkpoint;
-  std::string lora_dtype;  ///< empty: peft's (fp32 adapters over a 16-bit base)
+  std::optional<element_format> lora_dtype;  ///< unset: peft's (fp32 adapters over 16-bit ones)
   std::vector<std::string> trainable;
   std::string gpu = "h100";
   bool expandable_segments = false;
   std::string alloc_conf;
-  std::string reserve;  ///< share or simulated; unset: simulated, share with a percentage
+  std::optional<reserve_model> reserve;  ///< unset: simulated, share with a percentage
   std::int64_t fragmentation_percent = -1;
-  std::string format = "table";
-  std::string sweep;
+  output_format format = output_format::table;
+  std::optional<sweep_axis> sweep;
   std::int64_t sweep_max = 0;
   bool check = false;
   bool timeline = false;
@@ -83,14 +83,16 @@ inline void add_model_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--framework", o.framework,
                  "torchtitan, torchtune, deepspeed, megatron, fsdp1 or hf-trainer: its defaults "
                  "for the options not given (vramfit frameworks lists them)");
-  cmd.add_option("--precision", o.precision, choice_list(precisions))->capture_default_str();
-  cmd.add_option("--grad-dtype", o.grad_dtype,
-                 choice_list(float_formats) +
-                     ": the gradients' format where an fp32 master allows a choice (default: the "
-                     "policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)");
-  cmd.add_option("--optimizer", o.optimizer, choice_list(optimizers))->capture_default_str();
-  cmd.add_option("--optimizer-impl", o.optimizer_impl,
-                 choice_list(optimizer_impls) + "; default: what torch.optim picks on CUDA");
+  add_choice(cmd, "--precision", o.precision, precisions, "precision", choice_list(precisions))
+      ->capture_default_str();
+  add_choice(cmd, "--grad-dtype", o.grad_dtype, float_formats, "gradient format",
+             choice_list(float_formats) +
+                 ": the gradients' format where an fp32 master allows a choice (default: the "
+                 "policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)");
+  add_choice(cmd, "--optimizer", o.optimizer, optimizers, "optimizer", choice_list(optimizers))
+      ->capture_default_str();
+  add_choice(cmd, "--optimizer-impl", o.optimizer_impl, optimizer_impls, "optimizer implementation",
+             choice_list(optimizer_impls) + "; default: what torch.optim picks on CUDA");
   cmd.add_flag("--amsgrad", o.amsgrad, "Adam, AdamW: keep max_exp_avg_sq (amsgrad=True)");
   cmd.add_option("--momentum", o.momentum,
                  "SGD, RMSprop: a momentum factor; above 0 keeps a momentum buffer");
@@ -113,10 +115,13 @@ inline void add_batch_options(CLI::App& cmd, train_options& o) {
                  "Micro-batches per optimizer step (gradient accumulation, pipeline)")
       ->check(positive)
       ->capture_default_str();
-  cmd.add_option("--attention", o.attention, choice_list(attentions))->capture_default_str();
+  add_choice(cmd, "--attention", o.attention, attentions, "attention", choice_list(attentions))
+      ->capture_default_str();
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
-  cmd.add_option("--recompute", o.recompute, choice_list(recomputes))->capture_default_str();
+  add_choice(cmd, "--recompute", o.recompute, recomputes, "recompute policy",
+             choice_list(recomputes))
+      ->capture_default_str();
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
       ->capture_default_str();
@@ -124,26 +129,28 @@ inline void add_batch_options(CLI::App& cmd, train_options& o) {
                  "With --recompute full: only every Nth layer (torchtitan's per-layer SAC, "
                  "selective_ac_option N)")
       ->check(positive);
-  cmd.add_option("--activation-offload", o.activation_offload, choice_list(activation_offloads))
+  add_choice(cmd, "--activation-offload", o.activation_offload, activation_offloads,
+             "activation offload", choice_list(activation_offloads))
       ->capture_default_str();
   cmd.add_flag("--non-reentrant", o.non_reentrant,
                "Checkpoint with use_reentrant=False (Hugging Face's default is True)");
-  cmd.add_option("--loss", o.loss, choice_list(losses))->capture_default_str();
+  add_choice(cmd, "--loss", o.loss, losses, "loss", choice_list(losses))->capture_default_str();
 }
 
 /// The parallel layout, the sharding and the offload.
 inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--dp", o.dp, "Data-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3");
-  cmd.add_option("--zero-impl", o.zero_impl, choice_list(zero_implementations))
+  add_choice(cmd, "--zero-impl", o.zero_impl, zero_implementations, "ZeRO implementation",
+             choice_list(zero_implementations))
       ->capture_default_str();
   cmd.add_option("--reduce-bucket", o.reduce_bucket,
                  "DeepSpeed ZeRO's reduce_bucket_size: gradient elements per reduce buffer, such "
                  "as 2e8 (default 5e8)");
   cmd.add_flag("--overlap-comm", o.overlap_comm,
                "DeepSpeed ZeRO-1/2 overlap_comm: a second reduce buffer");
-  cmd.add_option("--fsdp", o.fsdp,
-                 "PyTorch FSDP over the data-parallel ranks: " + choice_list(fsdp_strategies));
+  add_choice(cmd, "--fsdp", o.fsdp, fsdp_strategies, "FSDP strategy",
+             "PyTorch FSDP over the data-parallel ranks: " + choice_list(fsdp_strategies));
   cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid");
   cmd.add_option("--fsdp-version", o.fsdp_version,
                  "1: FullyShardedDataParallel; 2: fully_shard (fp32 sharded parameters under "
@@ -157,15 +164,19 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--pp-stages", o.pp_stages, "Layers per pipeline stage, e.g. 11,11,10")
       ->delimiter(',');
-  cmd.add_option("--schedule", o.schedule, "Pipeline schedule: " + choice_list(schedules))
+  add_choice(cmd, "--schedule", o.schedule, schedules, "pipeline schedule",
+             "Pipeline schedule: " + choice_list(schedules))
       ->capture_default_str();
   cmd.add_option("--virtual-stages", o.virtual_stages, "Model chunks per rank (interleaved)")
       ->check(positive)
       ->capture_default_str();
   cmd.add_option("--cp", o.cp, "Context-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--ep", o.ep, "Expert-parallel degree")->check(positive)->capture_default_str();
-  cmd.add_option("--offload", o.offload, choice_list(offload_modes))->capture_default_str();
-  cmd.add_option("--offload-to", o.offload_to, choice_list(offload_targets))->capture_default_str();
+  add_choice(cmd, "--offload", o.offload, offload_modes, "offload", choice_list(offload_modes))
+      ->capture_default_str();
+  add_choice(cmd, "--offload-to", o.offload_to, offload_targets, "offload target",
+             choice_list(offload_targets))
+      ->capture_default_str();
 }
 
 /// What is trained: LoRA, QLoRA or a selection.
@@ -174,10 +185,10 @@ inline void add_finetune_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--lora-targets", o.lora_targets,
                  "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
                  "--qlora all-linear)");
-  cmd.add_option("--lora-dtype", o.lora_dtype,
-                 choice_list(float_formats) +
-                     ": the LoRA adapters' format (default: peft's, fp32 over 16-bit weights: "
-                     "get_peft_model autocast_adapter_dtype=True)");
+  add_choice(cmd, "--lora-dtype", o.lora_dtype, float_formats, "LoRA format",
+             choice_list(float_formats) +
+                 ": the LoRA adapters' format (default: peft's, fp32 over 16-bit weights: "
+                 "get_peft_model autocast_adapter_dtype=True)");
   cmd.add_flag("--qlora", o.qlora,
                "QLoRA: NF4 base (double quantization), bf16 embeddings and head, LoRA r=16 on "
                "all-linear unless set");
@@ -189,11 +200,11 @@ inline void add_finetune_options(CLI::App& cmd, train_options& o) {
 inline void add_output_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--gpu,-g", o.gpu, "A GPU preset (see `vramfit gpus`) or a capacity such as 96GiB")
       ->capture_default_str();
-  cmd.add_option("--reserve", o.reserve,
-                 "The caching allocator's reserve beyond the tensors: simulated (the allocator "
-                 "replayed over the step's tensors, docs/allocator.md; the default) or share (a "
-                 "fixed share of their peak; the default with --fragmentation-percent)")
-      ->check(CLI::IsMember({"share", "simulated"}));
+  add_choice(cmd, "--reserve", o.reserve, reserve_models, "--reserve",
+             "The caching allocator's reserve beyond the tensors: simulated (the allocator "
+             "replayed over the step's tensors, docs/allocator.md; the default) or share (a "
+             "fixed share of their peak; the default with --fragmentation-percent)")
+      ->type_name(choice_type(reserve_models));
   cmd.add_option(
       "--alloc-conf", o.alloc_conf,
       "PYTORCH_CUDA_ALLOC_CONF, e.g. \"expandable_segments:True,max_split_size_mb:512\"");
@@ -204,8 +215,8 @@ inline void add_output_options(CLI::App& cmd, train_options& o) {
                  "expandable segments, when not given)")
       ->check(CLI::Range(0, 1000));
   add_estimate_format(cmd, o.format);
-  cmd.add_option("--sweep", o.sweep,
-                 "Repeat for doubling micro-batch or seq-len: micro-batch or seq-len");
+  add_choice(cmd, "--sweep", o.sweep, sweep_axes, "--sweep",
+             "Repeat for doubling micro-batch or seq-len: micro-batch or seq-len");
   cmd.add_option("--sweep-max", o.sweep_max, "Last value of the sweep (default: 64 x the first)");
   cmd.add_flag("--check", o.check, "Exit with status 1 when the plan does not fit");
   cmd.add_flag("--timeline", o.timeline,
@@ -234,60 +245,44 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
            (plan ? " (plan: --sharding names the implementation)" : ""));
   // DeepSpeed's buffers: with a DeepSpeed ZeRO stage (plan: whenever it searches DeepSpeed).
   const bool deepspeed =
-      o.zero ? *o.zero > 0 && cli::choose(zero_implementations, o.zero_impl,
-                                          "ZeRO implementation") == shard_implementation::deepspeed
-             : plan;
+      o.zero ? *o.zero > 0 && o.zero_impl == shard_implementation::deepspeed : plan;
   if ((given("--reduce-bucket") || given("--overlap-comm")) && !deepspeed)
     refuse("--reduce-bucket and --overlap-comm apply with --zero 1, 2 or 3 of DeepSpeed only");
   if (given("--overlap-comm") && o.zero == 3)
     refuse("--overlap-comm: ZeRO-3 reduces through its one buffer either way");
   // plan: --sharding fsdp or any searches FSDP too (plan_space.hpp checks it there).
-  if (!plan && given("--fsdp-version") && o.fsdp.empty())
+  if (!plan && given("--fsdp-version") && !o.fsdp)
     refuse("--fsdp-version applies with --fsdp only");
-  if (given("--offload-to") &&
-      cli::choose(offload_modes, o.offload, "offload") == offload_mode::none)
+  if (given("--offload-to") && o.offload == offload_mode::none)
     refuse("--offload-to applies with --offload optimizer or all only");
-  if (given("--sweep-max") && o.sweep.empty()) refuse("--sweep-max applies with --sweep only");
+  if (given("--sweep-max") && !o.sweep) refuse("--sweep-max applies with --sweep only");
   // plan searches the pipeline degree: its schedule and chunks fix the candidates with one.
   if (!plan && given("--schedule") && o.pp == 1)
     refuse("--schedule applies with --pp 2 or more only");
-  if (!plan && given("--virtual-stages") && o.schedule != "interleaved")
+  if (!plan && given("--virtual-stages") && o.schedule != pipeline_schedule::interleaved)
     refuse("--virtual-stages applies with --schedule interleaved only");
   if (cmd.get_name() == "min-gpus" && given("--dp"))
     refuse("min-gpus searches the data-parallel degree: leave out --dp");
 }
 
-/// --framework's defaults for train and plan, after refusing what would be ignored (the one call
-/// every training subcommand makes with its parser).
-inline void apply_framework(const CLI::App& cmd, train_options& o) {
+/// --framework's defaults for train and plan, which its parser writes into `o`, after refusing
+/// what would be ignored (the one call every training subcommand makes with its parser).
+inline void apply_framework(CLI::App& cmd, train_options& o) {
   reject_inapplicable(cmd, o);
   if (o.framework.empty()) return;
   const cli::framework& f = framework_named(o.framework, cmd.get_name());
   const bool lora = o.lora_rank > 0 || o.qlora;
-  auto applies = [&](recipe r) {
+  apply_framework(f, cmd, [&](recipe r) {
     switch (r) {
       case recipe::full_finetune:
         return !lora;
       case recipe::lora:
         return lora;
       case recipe::fsdp_with_pipeline:  // plan searches FSDP with resharding (docs/planner.md)
-        return cmd.get_name() == "train" && o.pp > 1 && o.fsdp == "full";
+        return cmd.get_name() == "train" && o.pp > 1 && o.fsdp == fsdp_strategy::full_shard;
       default:
         return true;
     }
-  };
-  apply_framework(f, cmd, applies, [&](std::string_view option, std::string v) {
-    if (option == "--precision") o.precision = v;
-    if (option == "--optimizer") o.optimizer = v;
-    if (option == "--optimizer-impl") o.optimizer_impl = v;
-    if (option == "--optimizer-in-backward") o.optimizer_in_backward = true;
-    if (option == "--recompute") o.recompute = v;
-    if (option == "--non-reentrant") o.non_reentrant = true;
-    if (option == "--loss") o.loss = v;
-    if (option == "--fsdp-version") o.fsdp_version = std::stoll(v);
-    if (option == "--zero-impl") o.zero_impl = v;
-    if (option == "--reshard-after-forward") o.reshard_after_forward = v;
-    if (option == "--lora-dtype") o.lora_dtype = v;
   });
 }
 

@@ -76,11 +76,11 @@ inline sharding_given sharding_of(const train_options& o) {
     if (*o.zero < 0 || *o.zero > 3)
       detail::raise("--zero must be 0, 1, 2 or 3, got " + std::to_string(*o.zero));
     g.stage = static_cast<sharding>(*o.zero);
-    g.implementation = cli::choose(cli::zero_implementations, o.zero_impl, "ZeRO implementation");
+    g.implementation = o.zero_impl;
   }
-  if (!o.fsdp.empty()) {
+  if (o.fsdp) {
     if (o.zero) detail::raise("--zero and --fsdp are two ways to shard: choose one");
-    const fsdp_strategy s = cli::choose(cli::fsdp_strategies, o.fsdp, "FSDP strategy");
+    const fsdp_strategy s = *o.fsdp;
     g.implementation = shard_implementation::fsdp;
     g.stage = zero_stage_of(s);
     if (s == fsdp_strategy::hybrid_shard) {
@@ -123,7 +123,7 @@ inline std::int64_t whole_count(const std::string& text, const char* option, con
 
 /// Whether the caching allocator is simulated: by default, unless a fixed share is given.
 inline bool simulates(const train_options& o) {
-  return o.reserve == "simulated" || (o.reserve.empty() && o.fragmentation_percent < 0);
+  return o.reserve ? *o.reserve == reserve_model::simulated : o.fragmentation_percent < 0;
 }
 
 /// What training a quantized checkpoint (its config.json's quantization_config) can be:
@@ -146,10 +146,8 @@ inline void trains_checkpoint(const train_options& o, const model& m) {
 /// The optimizer --optimizer names, with --optimizer-impl, --amsgrad, --centered, --momentum
 /// and --optimizer-in-backward.
 inline optimizer optimizer_of(const train_options& o) {
-  optimizer opt = cli::choose(cli::optimizers, o.optimizer, "optimizer");
-  if (o.optimizer_impl)
-    opt = with_implementation(
-        opt, cli::choose(cli::optimizer_impls, *o.optimizer_impl, "optimizer implementation"));
+  optimizer opt = o.optimizer;
+  if (o.optimizer_impl) opt = with_implementation(opt, *o.optimizer_impl);
   if (o.momentum && !(*o.momentum >= 0 && *o.momentum < 1e9))  // NaN and infinity fail too
     detail::raise("--momentum must be a non-negative factor such as 0.9");
   if (o.amsgrad || o.centered || o.momentum) {
@@ -173,10 +171,9 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     const std::string targets = o.lora_targets.value_or(o.qlora ? "all-linear" : "q_proj,v_proj");
     // peft's get_peft_model(autocast_adapter_dtype=True) casts 16-bit adapters to fp32
     // (tuners_utils.py BaseTuner._cast_adapter_dtype); measured on an H100 with peft 0.21.
-    const element_format adapters =
-        !o.lora_dtype.empty() ? cli::choose(cli::float_formats, o.lora_dtype, "LoRA format")
-        : p.weights.payload_bits <= 16 ? fp32::value
-                                       : element_format{};
+    const element_format adapters = o.lora_dtype                   ? *o.lora_dtype
+                                    : p.weights.payload_bits <= 16 ? fp32::value
+                                                                   : element_format{};
     // The frozen base: QLoRA quantizes a 16-bit checkpoint to NF4 as it loads; a quantized
     // checkpoint stays as stored (gpt-oss's MXFP4 experts are dequantized: trains_checkpoint).
     weight_layout base{};
@@ -184,7 +181,7 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
     return lora_finetuning(rank, targets.c_str(), adapters, base.linear, base.other);
   }
-  if (o.lora_targets || !o.lora_dtype.empty())
+  if (o.lora_targets || o.lora_dtype)
     detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +
                   " applies with --lora-rank or --qlora only");
   if (o.trainable.empty()) return full_finetune::value;
@@ -219,10 +216,8 @@ inline layout layout_of(const train_options& o, const model& m) {
   l.zero_overlap_comm = o.overlap_comm;
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
-  const offload_target target = cli::choose(cli::offload_targets, o.offload_to, "offload target");
-  const offload_mode offloaded = cli::choose(cli::offload_modes, o.offload, "offload");
-  if (offloaded != offload_mode::none) l.optimizer_offload = target;
-  if (offloaded == offload_mode::all) l.parameter_offload = target;
+  if (o.offload != offload_mode::none) l.optimizer_offload = o.offload_to;
+  if (o.offload == offload_mode::all) l.parameter_offload = o.offload_to;
   validated(l, m);
   return l;
 }
@@ -236,34 +231,33 @@ inline activation_options activation_options_of(const train_options& o, const mo
   if (o.recompute_layers < -1)
     detail::raise("--recompute-layers must be a layer count or -1 (all), got " +
                   std::to_string(o.recompute_layers));
-  if (o.recompute_layers != -1 && o.recompute != "full")
+  if (o.recompute_layers != -1 && o.recompute != recompute_kind::full)
     detail::raise("--recompute-layers applies to --recompute full only");
-  if (o.non_reentrant && o.recompute != "full" && o.framework.empty())
+  if (o.non_reentrant && o.recompute != recompute_kind::full && o.framework.empty())
     detail::raise(
         "--non-reentrant applies to --recompute full only (op-sac is always "
         "non-reentrant)");
-  activation_options a{
-      .micro_batch = o.micro_batch,
-      .sequence = o.seq_len,
-      .micro_batches = o.grad_accum,
-      .attention = cli::choose(cli::attentions, o.attention, "attention"),
-      .attention_dropout = dropout,
-      .hidden_dropout = dropout,
-      .recompute = cli::choose(cli::recomputes, o.recompute, "recompute policy"),
-      .recompute_layers = o.recompute_layers,
-      .recompute_every = o.recompute_every,
-      .reentrant_checkpoint = !o.non_reentrant,
-      .offload = cli::choose(cli::activation_offloads, o.activation_offload, "activation offload"),
-      .loss = cli::choose(cli::losses, o.loss, "loss"),
-      .schedule = cli::choose(cli::schedules, o.schedule, "pipeline schedule"),
-      .virtual_stages = o.virtual_stages};
+  activation_options a{.micro_batch = o.micro_batch,
+                       .sequence = o.seq_len,
+                       .micro_batches = o.grad_accum,
+                       .attention = o.attention,
+                       .attention_dropout = dropout,
+                       .hidden_dropout = dropout,
+                       .recompute = o.recompute,
+                       .recompute_layers = o.recompute_layers,
+                       .recompute_every = o.recompute_every,
+                       .reentrant_checkpoint = !o.non_reentrant,
+                       .offload = o.activation_offload,
+                       .loss = o.loss,
+                       .schedule = o.schedule,
+                       .virtual_stages = o.virtual_stages};
   detail::check(a, l);
   return a;
 }
 
 /// The reserve: the simulated caching allocator with --alloc-conf, or a fixed share.
 inline runtime_overheads overheads_of(const train_options& o) {
-  if (o.reserve == "simulated" && o.fragmentation_percent >= 0)
+  if (o.reserve == reserve_model::simulated && o.fragmentation_percent >= 0)
     detail::raise("--fragmentation-percent is the share of --reserve share, not of simulated");
   runtime_overheads overheads{
       .fragmentation_percent = o.fragmentation_percent,
@@ -274,10 +268,8 @@ inline runtime_overheads overheads_of(const train_options& o) {
 }
 
 inline training_plan_value build_plan(const train_options& o, const model& m) {
-  training t{m, cli::choose(cli::precisions, o.precision, "precision"), optimizer_of(o)};
-  if (!o.grad_dtype.empty())
-    t.precision = with_gradients(t.precision,
-                                 cli::choose(cli::float_formats, o.grad_dtype, "gradient format"));
+  training t{m, o.precision, optimizer_of(o)};
+  if (o.grad_dtype) t.precision = with_gradients(t.precision, *o.grad_dtype);
   t.finetune = finetuning_of(o, m, t.precision);
   t.layout = layout_of(o, m);
   return {t, activation_options_of(o, m, t.layout), overheads_of(o)};

@@ -20,7 +20,6 @@ namespace py = pybind11;
 namespace {
 
 /// One run of the tool on `args` (the words after "vramfit"): its exit status, stdout and stderr.
-/// The GIL stays held: a run sets the tool's process-wide size prefixes (--units).
 std::tuple<int, std::string, std::string> run(const std::vector<std::string>& args) {
   std::ostringstream out, err;
   vramfit::cli::tool tool;
@@ -50,7 +49,8 @@ std::string usage(const std::string& name) {
 PYBIND11_MODULE(_vramfit, m) {
   m.doc() = "vramfit's command-line tool in-process (use the package vramfit)";
   m.attr("version") = vramfit::version;
-  m.def("run", &run, py::arg("args"),
+  // A run shares nothing with another: other Python threads go on while it runs.
+  m.def("run", &run, py::arg("args"), py::call_guard<py::gil_scoped_release>(),
         "Runs `vramfit ARGS...`: (exit status, standard output, standard error)");
   m.def("options", &options, py::arg("subcommand"),
         "The options of a subcommand: (name, 'flag'|'list'|'value', values)");

@@ -17,6 +17,14 @@
 #include <string>
 
 namespace {
+/// The tests write their files, and give the tool relative paths, in the build tree's
+/// VRAMFIT_CLI_TEST_DIR, wherever they are started from: never in the source tree.
+[[maybe_unused]] const bool in_test_dir = [] {
+  std::filesystem::create_directories(VRAMFIT_CLI_TEST_DIR);
+  std::filesystem::current_path(VRAMFIT_CLI_TEST_DIR);
+  return true;
+}();
+
 struct result {
   int status;
   std::string out, err;
@@ -728,6 +736,54 @@ TEST_CASE("infer --logits all: every position's logits, refused for vLLM's pool"
   CHECK(working("") < working(" --logits all"));
   CHECK(run("infer --logits all --utilization 90").status == 2);
   CHECK(run("infer --logits some").status == 2);
+}
+
+TEST_CASE("an option's value in any case or by a unique beginning is its canonical spelling") {
+  // Each spelled pair was refused or misread while the values were compared as text.
+  const struct {
+    const char* canonical;
+    const char* spelled;
+  } pairs[] = {
+      {"train --recompute full --recompute-layers 4",
+       "train --recompute Full --recompute-layers 4"},
+      {"train --recompute full --recompute-layers 4", "train --recompute fu --recompute-layers 4"},
+      {"train --pp 2 --schedule interleaved --virtual-stages 2",
+       "train --pp 2 --schedule Inter --virtual-stages 2"},
+      {"train --pp 2 --schedule gpipe", "train --pp 2 --schedule GPipe"},
+      {"plan --gpus 8 --schedule interleaved --top 2",
+       "plan --gpus 8 --schedule INTERLEAVED --top 2"},
+      {"train --framework torchtitan --fsdp full --dp 4 --pp 2 -f json",
+       "train --framework torchtitan --fsdp Full --dp 4 --pp 2 -f json"},
+      {"train --sweep micro-batch --sweep-max 4 -f json",
+       "train --sweep Micro --sweep-max 4 -f json"},
+      {"train --reserve share", "train --reserve SHARE"},
+      {"train --reserve simulated", "train --reserve Sim"},
+      {"train --attention eager", "train --attention EAGER"},
+      {"train -f json", "train -f JSON"},
+      {"train --timeline -f svg", "train --timeline -f S"},
+      {"train --explain -f markdown", "train --explain -f Markdown"},
+      {"infer --logits all", "infer --logits ALL"},
+      {"infer --kv-dtype fp8", "infer --kv-dtype FP8"},
+      {"load --init host -f json", "load --init Host -f Json"},
+      {"models -f json", "models -f J"},
+      {"train --units GB", "train --units gb"},
+      {"completion zsh", "completion Zsh"},
+  };
+  for (const auto& p : pairs) {
+    CAPTURE(p.spelled);
+    const result canonical = run(p.canonical), spelled = run(p.spelled);
+    REQUIRE(canonical.status == 0);
+    CHECK(spelled.status == 0);
+    CHECK(spelled.out == canonical.out);
+  }
+  // A beginning of two names, or of none, is refused with the names.
+  const result ambiguous = run("train --units G");
+  CHECK(ambiguous.status == 2);
+  CHECK(ambiguous.err.find("--units 'G' is ambiguous: GiB, GB") != std::string::npos);
+  const result unknown = run("train -f pdf");
+  CHECK(unknown.status == 2);
+  CHECK(unknown.err.find("unknown --format 'pdf'; known: table, markdown, json, svg") !=
+        std::string::npos);
 }
 
 TEST_CASE("--units GB writes decimal sizes, before or after the subcommand, and JSON stays bytes") {

@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import unittest
 
 import vramfit
@@ -172,6 +173,40 @@ class AssertFits(unittest.TestCase):
             vramfit.assert_fits(vramfit.infer(model="llama-3-70b", gpu="rtx-4090"))
         with self.assertRaisesRegex(TypeError, "not both"):
             vramfit.assert_fits(r, dp=2)
+
+
+class Threads(unittest.TestCase):
+    # A size as the tool writes it: "13.04 GiB", "900 MB" (not a bandwidth, "900 GB/s").
+    SIZE_UNIT = re.compile(r"[0-9] ([kKMGTP]i?B)\b(?!/)")
+
+    def assert_units(self, out, binary):
+        units = set(self.SIZE_UNIT.findall(out))
+        self.assertTrue(units)
+        self.assertEqual({unit.endswith("iB") for unit in units}, {binary}, units)
+
+    def test_runs_side_by_side_keep_their_own_units(self):
+        """A run releases the GIL and shares no state: estimates in GiB beside a plan in GB."""
+        started, plan = threading.Event(), {}
+
+        def long_plan():
+            started.set()
+            plan["run"] = vramfit.cli("plan", "--model", "llama-3-8b", "--gpus", "8", "--all",
+                                      "--units", "GB")
+
+        thread = threading.Thread(target=long_plan)
+        thread.start()
+        started.wait()
+        beside = []
+        while thread.is_alive():
+            beside.append(vramfit.cli("train", "--params", "7e9"))
+        thread.join()
+        # Holding the GIL, the plan would let one or two estimates run, before it and after.
+        self.assertGreaterEqual(len(beside), 5, "nothing ran beside the plan: the GIL was held")
+        self.assertEqual(plan["run"].status, 0, plan["run"].err)
+        self.assert_units(plan["run"].out, binary=False)
+        for run in beside:
+            self.assertEqual(run.status, 0, run.err)
+            self.assert_units(run.out, binary=True)
 
 
 if __name__ == "__main__":

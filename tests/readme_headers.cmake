@@ -1,0 +1,42 @@
+cmake_minimum_required(VERSION 3.25)  # script mode: use current policies
+# The README's "What is here" table names every public header (include/vramfit/*.hpp, not
+# detail/) and no other, read as they stand when the test runs:
+#   cmake -DROOT=<source dir> -P readme_headers.cmake
+file(READ ${ROOT}/README.md readme)
+string(FIND "${readme}" "\n## What is here\n" start)
+if(start EQUAL -1)
+  message(FATAL_ERROR "README.md has no '## What is here' section")
+endif()
+math(EXPR start "${start} + 1")
+string(SUBSTRING "${readme}" ${start} -1 section)
+string(FIND "${section}" "\n## " end)
+string(SUBSTRING "${section}" 0 ${end} section)
+
+# The headers each row's first cell names: "`vramfit/plan.hpp`, `fit.hpp`".
+string(REGEX MATCHALL "\n\\|[^|\n]*" first_cells "${section}")
+set(named)
+foreach(cell IN LISTS first_cells)
+  string(REGEX MATCHALL "`[^`]*\\.hpp`" quoted "${cell}")
+  foreach(name IN LISTS quoted)
+    string(REGEX REPLACE "^`(vramfit/)?|`$" "" name "${name}")
+    list(APPEND named ${name})
+  endforeach()
+endforeach()
+
+file(GLOB on_disk RELATIVE ${ROOT}/include/vramfit ${ROOT}/include/vramfit/*.hpp)
+set(wrong)
+foreach(header IN LISTS on_disk)
+  if(NOT header IN_LIST named)
+    string(APPEND wrong "\n  include/vramfit/${header} is not in the table")
+  endif()
+endforeach()
+foreach(name IN LISTS named)
+  if(NOT name IN_LIST on_disk)
+    string(APPEND wrong "\n  the table names ${name}, which include/vramfit/ does not hold")
+  endif()
+endforeach()
+if(wrong)
+  message(FATAL_ERROR "README.md, \"What is here\":${wrong}")
+endif()
+list(LENGTH on_disk count)
+message(STATUS "README.md names the ${count} headers of include/vramfit/")
