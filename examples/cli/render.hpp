@@ -33,6 +33,7 @@ struct estimate {
   bytes activations_per_layer{};
   /// The caching allocator simulated over the steps, when it was (training).
   std::optional<reserved_memory_estimate> allocator{};
+  step_timeline timeline{};  ///< the most loaded rank's step (training)
 };
 
 /// One point of a sweep: the swept value and the required bytes.

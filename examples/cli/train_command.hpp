@@ -54,7 +54,7 @@ inline std::string describe(const train_options& o, const training_plan_value& p
 
 inline cli::estimate estimate_of(const train_options& o, const training_plan_value& p,
                                  const gpu& g) {
-  const stage_states most = most_loaded_rank(p);
+  const stage_state<step_timeline> most = most_loaded_step(p);
   cli::estimate e;
   e.title = describe(o, p);
   e.model_name = p.setup.model.name;
@@ -62,12 +62,13 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   e.parameters = parameters(ledger);
   e.trainable_parameters = trainable_parameters(p.setup.finetune, ledger);
   e.device = g;
-  e.allocator = simulated_reserve(p, most.stage);
+  e.allocator = simulated_reserve(p, most);
   // Asked for, the simulation happens or says why not (a stage deeper than it replays); by
   // default such a stage takes the fixed share, which its ledger entry names.
   if (!e.allocator && o.reserve == reserve_model::simulated)
-    e.allocator = reserved_memory(p.setup, p.batch, p.overheads.allocator, most.stage);
-  e.ledger = with_overheads(p, g, most.ledger, e.allocator);
+    e.allocator = reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage);
+  e.ledger = with_overheads(p, g, most.state.ledger, e.allocator);
+  e.timeline = most.state;
   e.fit = fit(e.ledger, g);
   e.peak_at = peak_moment(e.ledger);
   e.stage = most.stage;
@@ -143,8 +144,7 @@ inline void print_estimate(std::ostream& out, const train_options& o,
                            const training_plan_value& plan, const estimate& e, const gpu& g,
                            const size_style& size) {
   if (o.timeline) {
-    const step_timeline tl = step_timeline_of(plan.setup, plan.batch, e.stage);
-    const timeline_view v{e, tl};
+    const timeline_view v{e, e.timeline};
     if (o.format == output_format::json)
       out << timeline_json(v).dump(2) << "\n";
     else if (o.format == output_format::svg)

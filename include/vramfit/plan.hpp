@@ -22,22 +22,30 @@ struct training_plan_value {
   runtime_overheads overheads{};
 };
 
-/// The ledger of the most loaded rank (the pipeline stage whose step peaks highest), without
-/// runtime overheads.
-constexpr stage_states most_loaded_rank(const training_plan_value& p) {
+/// The step of the most loaded rank (the pipeline stage whose step peaks highest): its stage and
+/// timeline, built once for the ledger and the allocator's replay.
+constexpr stage_state<step_timeline> most_loaded_step(const training_plan_value& p) {
   const training& t = p.setup;
-  return most_loaded(t.layout, t.model, edges_of(tensors(t.model), t.finetune),
-                     [&](std::int64_t s) { return training_step(t, p.batch, s); });
+  return most_loaded_by(
+      t.layout, t.model, edges_of(tensors(t.model), t.finetune),
+      [&](std::int64_t s) { return step_timeline_of(t, p.batch, s); },
+      [](const step_timeline& tl) { return peak(tl.ledger); });
 }
 
-/// The caching allocator over the steps of pipeline stage `stage` when the plan simulates it
+/// The ledger of the most loaded rank, without runtime overheads.
+constexpr stage_states most_loaded_rank(const training_plan_value& p) {
+  const stage_state<step_timeline> most = most_loaded_step(p);
+  return {most.stage, most.state.ledger};
+}
+
+/// The caching allocator over the most loaded rank's steps when the plan simulates it
 /// (reserve_model::simulated, no fixed share given, at most max_replayed_layers on the stage).
-constexpr std::optional<reserved_memory_estimate> simulated_reserve(const training_plan_value& p,
-                                                                    std::int64_t stage) {
+constexpr std::optional<reserved_memory_estimate> simulated_reserve(
+    const training_plan_value& p, const stage_state<step_timeline>& most) {
   const runtime_overheads& o = p.overheads;
   if (o.reserve != reserve_model::simulated || o.fragmentation_percent >= 0) return {};
-  if (stage_of(p.setup, stage).layers > max_replayed_layers) return {};
-  return reserved_memory(p.setup, p.batch, o.allocator, stage);
+  if (stage_of(p.setup, most.stage).layers > max_replayed_layers) return {};
+  return reserved_memory(p.setup, p.batch, most.state, o.allocator, most.stage);
 }
 
 /// `rank`'s ledger on `g` with the runtime overheads, the allocator's reserve from `allocator`
@@ -53,8 +61,8 @@ constexpr memory_ledger with_overheads(const training_plan_value& p, const gpu& 
 
 /// The most loaded rank's ledger on `g`, runtime overheads included.
 constexpr memory_ledger breakdown(const training_plan_value& p, const gpu& g) {
-  const stage_states most = most_loaded_rank(p);
-  return with_overheads(p, g, most.ledger, simulated_reserve(p, most.stage));
+  const stage_state<step_timeline> most = most_loaded_step(p);
+  return with_overheads(p, g, most.state.ledger, simulated_reserve(p, most));
 }
 
 /// A training plan as a type: `training_plan<models::llama_3_8b, mixed<bf16>, adamw<>,

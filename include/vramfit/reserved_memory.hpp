@@ -345,16 +345,16 @@ namespace detail::rules {
 }  // namespace detail::rules
 
 /// The caching allocator over training steps of pipeline stage `stage`, replaying its timeline
-/// tensor by tensor: the first step creates the optimizer states in its step, later ones start
+/// `tl` tensor by tensor: the first step creates the optimizer states in its step, later ones start
 /// with them and with the cache the earlier left. Steps run until one reserves nothing new after
 /// the second (the first step's states move later steps' activations to new segments), at most
 /// reserved_steps_simulated.
 constexpr reserved_memory_estimate reserved_memory(const training& t, const activation_options& o,
+                                                   const step_timeline& tl,
                                                    const alloc_conf& conf = {},
                                                    std::int64_t stage = 0,
                                                    allocator_limits limits = {},
                                                    replay_mode mode = replay_mode::skip_repeats) {
-  const step_timeline tl = step_timeline_of(t, o, stage);
   std::int64_t layers = 0;
   for (const timeline_run& r : tl.runs) layers += r.count;
   if (layers > max_replayed_layers)
@@ -363,6 +363,15 @@ constexpr reserved_memory_estimate reserved_memory(const training& t, const acti
   detail::step_replay replay(t, o, tl, stage, conf, limits, mode);
   replay.run(out);
   return out;
+}
+
+/// The same, building the stage's timeline.
+constexpr reserved_memory_estimate reserved_memory(const training& t, const activation_options& o,
+                                                   const alloc_conf& conf = {},
+                                                   std::int64_t stage = 0,
+                                                   allocator_limits limits = {},
+                                                   replay_mode mode = replay_mode::skip_repeats) {
+  return reserved_memory(t, o, step_timeline_of(t, o, stage), conf, stage, limits, mode);
 }
 
 }  // namespace vramfit

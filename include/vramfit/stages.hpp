@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "detail/checked.hpp"
 #include "detail/static_vector.hpp"
@@ -98,6 +99,33 @@ constexpr void for_each_distinct_stage(const layout& l, const model& m, const la
   }
 }
 
+/// A pipeline stage and what `of(stage)` gives for it: its ledger, or its step's timeline.
+template <class State>
+struct stage_state {
+  std::int64_t stage = 0;
+  State state{};
+};
+
+/// The stage whose `of(stage)` peaks highest by `peak_of` (the first of equals), over the
+/// distinct stages only.
+template <class Of, class PeakOf>
+constexpr auto most_loaded_by(const layout& l, const model& m, const layer_edges& edges, Of&& of,
+                              PeakOf&& peak_of) {
+  validated(l, m);  // the stage arithmetic needs a valid layout
+  stage_state<decltype(of(std::int64_t{}))> most{-1, {}};
+  bytes most_peak{};
+  for_each_distinct_stage(l, m, edges, [&](std::int64_t s) {
+    if (s == most.stage) return;
+    auto state = of(s);
+    const bytes p = peak_of(state);
+    if (most.stage < 0 || p > most_peak || (p == most_peak && s < most.stage)) {
+      most = {s, std::move(state)};
+      most_peak = p;
+    }
+  });
+  return most;
+}
+
 /// A pipeline stage and its ledger.
 struct stage_states {
   std::int64_t stage = 0;
@@ -109,19 +137,9 @@ struct stage_states {
 template <class LedgerOf>
 constexpr stage_states most_loaded(const layout& l, const model& m, const layer_edges& edges,
                                    LedgerOf&& ledger_of) {
-  validated(l, m);  // the stage arithmetic needs a valid layout
-  stage_states most{-1, {}};
-  bytes most_peak{};
-  for_each_distinct_stage(l, m, edges, [&](std::int64_t s) {
-    if (s == most.stage) return;
-    memory_ledger ledger = ledger_of(s);
-    const bytes p = peak(ledger);
-    if (most.stage < 0 || p > most_peak || (p == most_peak && s < most.stage)) {
-      most = {s, ledger};
-      most_peak = p;
-    }
-  });
-  return most;
+  const auto most = most_loaded_by(l, m, edges, ledger_of,
+                                   [](const memory_ledger& ledger) { return peak(ledger); });
+  return {most.stage, most.state};
 }
 
 }  // namespace vramfit

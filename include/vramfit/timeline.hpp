@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "activations.hpp"
@@ -893,10 +894,16 @@ struct step_writer {
 
 }  // namespace detail
 
+namespace detail {
+/// Step timelines built at run time on this thread: what the tests count (one per estimate).
+inline thread_local std::int64_t timelines_built = 0;
+}  // namespace detail
+
 /// The timeline of one training step on a GPU of pipeline stage `stage`.
 constexpr step_timeline step_timeline_of(const training& t, const activation_options& o,
                                          std::int64_t stage = 0) {
   using namespace detail;
+  if (!std::is_constant_evaluated()) ++timelines_built;
   const layout& l = validated(t.layout, t.model);
   step_timeline tl{};
   tl.ledger = step_entries(t, o, stage);

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <vramfit/fit.hpp>
+#include <vramfit/planner.hpp>
 #include <vramfit/presets.hpp>
 
 using namespace vramfit;
@@ -77,4 +78,21 @@ TEST_CASE("inference plans fit the same way") {
   CHECK(r.weights == weight_bytes(models::llama_2_70b::value, {}, gptq<>::value));
   CHECK(r.gradients == bytes{0});
   CHECK(r.required == peak(served::breakdown_on<gpus::rtx_a6000>()));
+}
+
+TEST_CASE("one estimate builds its step timeline once, the allocator's replay included") {
+  training_plan_value p{training{models::qwen2_5_0_5b::value, mixed<bf16>::value, adamw<>::value},
+                        activation_options{.micro_batch = 1, .sequence = 1024},
+                        {.reserve = reserve_model::simulated}};
+  const std::int64_t before = detail::timelines_built;
+  const fit_report simulated = fit(p, gpus::h100_80gb::value);
+  CHECK(detail::timelines_built - before == 1);
+  // The replay reserved more than the tensors' peak: it ran, on that timeline.
+  CHECK(simulated.overhead > fit(detail::without_reserve(p), gpus::h100_80gb::value).overhead);
+  // A pipeline compares its distinct stages: the first, a middle and the last of 4 (Qwen's 24
+  // layers split evenly), one timeline each.
+  p.setup.layout.pipeline = 4;
+  const std::int64_t piped = detail::timelines_built;
+  (void)fit(p, gpus::h100_80gb::value);
+  CHECK(detail::timelines_built - piped == 3);
 }
