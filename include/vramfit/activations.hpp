@@ -1261,15 +1261,10 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   return ledger;
 }
 
-/// The entries of one training step on a GPU of pipeline stage `stage`, before the timeline
-/// (timeline.hpp) times them: the model states and the activations, with the gradients' lifetime
-/// set: persistent where a framework keeps a flat gradient buffer (Megatron; DeepSpeed without
-/// ZeRO and with ZeRO-3) or a pipeline keeps them across its interleaved backward passes,
-/// otherwise from the first micro-batch's backward through the optimizer step (PyTorch
-/// zero_grad(set_to_none=True); DeepSpeed ZeRO-1's autograd gradients and ZeRO-2's
-/// grads_in_partition, stage_1_and_2.py).
-constexpr memory_ledger step_entries(const training& t, const activation_options& o,
-                                     std::int64_t stage = 0) {
+namespace detail {
+/// step_entries of a stage whose model states `s` holds.
+constexpr memory_ledger step_entries_of(const training& t, const activation_options& o,
+                                        const stage_model_states& s, std::int64_t stage) {
   const layout& l = t.layout;
   const bool deepspeed = l.implementation == shard_implementation::deepspeed;
   const bool megatron = l.implementation == shard_implementation::megatron;
@@ -1278,7 +1273,7 @@ constexpr memory_ledger step_entries(const training& t, const activation_options
       detail::rules::optimizer_in_backward_needs_one_micro_batch(o.micro_batches, l.pipeline);
     if (deepspeed || megatron) detail::rules::optimizer_in_backward_needs_pytorch_gradients();
   }
-  memory_ledger ledger = model_states(t, stage);
+  memory_ledger ledger = model_states_of(s);
   const bool flat =
       megatron || (deepspeed && (l.zero == sharding::none || l.zero == sharding::zero3));
   if (!flat && l.pipeline == 1) {
@@ -1289,6 +1284,20 @@ constexpr memory_ledger step_entries(const training& t, const activation_options
   }
   append(ledger, activations(t, o, stage));
   return ledger;
+}
+}  // namespace detail
+
+/// The entries of one training step on a GPU of pipeline stage `stage`, before the timeline
+/// (timeline.hpp) times them: the model states and the activations, with the gradients' lifetime
+/// set: persistent where a framework keeps a flat gradient buffer (Megatron; DeepSpeed without
+/// ZeRO and with ZeRO-3) or a pipeline keeps them across its interleaved backward passes,
+/// otherwise from the first micro-batch's backward through the optimizer step (PyTorch
+/// zero_grad(set_to_none=True); DeepSpeed ZeRO-1's autograd gradients and ZeRO-2's
+/// grads_in_partition, stage_1_and_2.py).
+constexpr memory_ledger step_entries(const training& t, const activation_options& o,
+                                     std::int64_t stage = 0) {
+  const tensor_ledger tensors = vramfit::tensors(t.model);
+  return detail::step_entries_of(t, o, detail::stage_model_states_of(t, tensors, stage), stage);
 }
 
 }  // namespace vramfit

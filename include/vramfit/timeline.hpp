@@ -906,8 +906,9 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   if (!std::is_constant_evaluated()) ++timelines_built;
   const layout& l = validated(t.layout, t.model);
   step_timeline tl{};
-  tl.ledger = step_entries(t, o, stage);
   const tensor_ledger tensors = vramfit::tensors(t.model);
+  const stage_model_states states = stage_model_states_of(t, tensors, stage);
+  tl.ledger = step_entries_of(t, o, states, stage);
   const stage_range range = stage_of(t, stage);
   const step_roles roles = step_roles_of(tl.ledger, t.optimizer.options.in_backward);
   tl.layers = {t.model.is_moe() ? t.model.moe.routed_experts / l.expert : 1, l.shard_degree(),
@@ -924,8 +925,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
 
   step_writer writer{t, o, tl, roles, runs, outside};
   writer.fsdp_units = l.implementation == shard_implementation::fsdp && l.zero == sharding::zero3;
-  if (writer.fsdp_units)
-    writer.fsdp = fsdp_gathered_of(t, tensors, range, tl.layers.experts_per_rank);
+  if (writer.fsdp_units) writer.fsdp = states.gathered;
   writer.root_grads = entry_named(tl.ledger, fsdp_root_gradients);
   writer.gathered = fsdp_gathered_entry(tl.ledger);
   if (writer.gathered >= 0)

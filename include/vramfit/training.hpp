@@ -429,6 +429,53 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
   return units;
 }
 
+/// What FSDP holds unsharded beside the shards.
+struct fsdp_gathered {
+  bytes root, layer;        ///< a unit's gathered parameters (compute format; frozen as stored)
+  std::int64_t layers = 1;  ///< layer units gathered at once: the current and the prefetched
+  bytes layer_gradients;    ///< a layer's unsharded gradients and what reducing them copies
+  bytes root_gradients;     ///< the root's, at its post-backward
+  bytes root_unsharded_gradients;  ///< of them, the unsharded (the rest: the reduce copy)
+  bytes root_head_gradients;       ///< of the unsharded, what the head's backward makes
+};
+
+/// The root stays gathered around the layers: FSDP1 does not reshard the root after forward
+/// (_runtime_utils.py _post_forward_reshard) and FSDP2 gathers it in its pre-forward and again
+/// in its pre-backward (_fsdp_param_group.py pre_forward, pre_backward), so its parameters are
+/// there through every layer's forward and backward. A layer is gathered with the next one
+/// prefetched (FSDP1 BACKWARD_PRE, FSDP2's implicit prefetch); on one rank nothing is gathered
+/// ahead (FSDP1 runs NO_SHARD; FSDP2's unshard all-gathers nothing and each unit's parameters
+/// are copied in its own wait_for_unshard, traced: tests/validation/gpu/h200/traces/*fsdp2*).
+/// A unit's gradients are reduced at its post-backward, the root's last (FSDP2's root
+/// post-backward runs in the final callback, _fsdp_state.py _root_post_backward_final_callback):
+/// until then FSDP2 holds the head's unsharded gradients from the head's backward, while FSDP1's
+/// root flat parameter gets its whole flat gradient there (autograd accumulates into the flat
+/// parameter the views belong to).
+constexpr fsdp_gathered fsdp_gathered_of(const training& t, const tensor_ledger& tensors,
+                                         const stage_range& stage, std::int64_t experts_per_rank) {
+  const layout& l = t.layout;
+  const precision& p = t.precision;
+  const fsdp_units units = fsdp_units_of(t, tensors, stage, experts_per_rank);
+  // FSDP2's foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies
+  // the unit's unsharded gradients (compute format) into a reduce-scatter buffer in the
+  // sharded gradients' format; FSDP1 reduces its flat gradient itself.
+  auto unsharded = [&](std::int64_t trained) {
+    return elements_in(l.fsdp_version == 2 ? p.compute : p.gradients, trained);
+  };
+  auto gradients = [&](const fsdp_unit& u) {
+    return unsharded(u.trained) +
+           (l.fsdp_version == 2 ? elements_in(sharded_gradient_format(t), u.trained) : bytes{});
+  };
+  auto gathered = [&](const fsdp_unit& u) { return elements_in(p.compute, u.trained) + u.frozen; };
+  const bool prefetched = l.fsdp_prefetch && l.shard_degree() > 1;
+  const bytes root = unsharded(units.root.trained);
+  return {
+      gathered(units.root), gathered(units.layer), prefetched ? 2 : 1, gradients(units.layer),
+      gradients(units.root), root,
+      // A tied head's weight is the embedding: its gradient comes with the head's backward.
+      l.fsdp_version == 2 && !t.model.tied_embeddings ? unsharded(units.root_head_trained) : root};
+}
+
 }  // namespace detail
 
 /// Layers, and whether it is the first or the last, of pipeline stage `stage`.
@@ -462,6 +509,7 @@ struct stage_model_states {
   /// in how long the gathered (compute-format) parameters live.
   bool shard_weights = false;
   memory_space optimizer_space = memory_space::device, weight_space = memory_space::device;
+  fsdp_gathered gathered{};  ///< FSDP's units, when full sharding gathers them one by one
 
   [[nodiscard]] constexpr const layout& l() const { return t.layout; }
   [[nodiscard]] constexpr const precision& p() const { return t.precision; }
@@ -472,7 +520,8 @@ struct stage_model_states {
 
 /// Accumulates the tensors of pipeline stage `stage` and reads how the layout shards them.
 constexpr stage_model_states stage_model_states_of(const training& t, const tensor_ledger& tensors,
-                                                   std::int64_t stage) {
+                                                   std::int64_t stage,
+                                                   const fsdp_gathered* gathered = nullptr) {
   const layout& l = validated(t.layout, t.model);
   stage_model_states s{t, tensors, stage_of(t, stage)};
   s.experts_per_rank = t.model.is_moe() ? t.model.moe.routed_experts / l.expert : 1;
@@ -489,6 +538,8 @@ constexpr stage_model_states stage_model_states_of(const training& t, const tens
   s.shard_weights = l.zero == sharding::zero3 || (s.fsdp && l.zero == sharding::zero2);
   s.optimizer_space = space_of(l.optimizer_offload);
   s.weight_space = space_of(l.parameter_offload);
+  if (s.fsdp && l.zero == sharding::zero3)
+    s.gathered = gathered ? *gathered : fsdp_gathered_of(t, tensors, s.range, s.experts_per_rank);
   return s;
 }
 
@@ -681,60 +732,13 @@ inline constexpr const char* fsdp_gathered_names[] = {
     "gathered FSDP units (root + current and prefetched layers)",
     "gathered FSDP units (root + current layer)", "unsharded parameters (shard grad op)"};
 
-/// What FSDP holds unsharded beside the shards.
-struct fsdp_gathered {
-  bytes root, layer;        ///< a unit's gathered parameters (compute format; frozen as stored)
-  std::int64_t layers = 1;  ///< layer units gathered at once: the current and the prefetched
-  bytes layer_gradients;    ///< a layer's unsharded gradients and what reducing them copies
-  bytes root_gradients;     ///< the root's, at its post-backward
-  bytes root_unsharded_gradients;  ///< of them, the unsharded (the rest: the reduce copy)
-  bytes root_head_gradients;       ///< of the unsharded, what the head's backward makes
-};
-
-/// The root stays gathered around the layers: FSDP1 does not reshard the root after forward
-/// (_runtime_utils.py _post_forward_reshard) and FSDP2 gathers it in its pre-forward and again
-/// in its pre-backward (_fsdp_param_group.py pre_forward, pre_backward), so its parameters are
-/// there through every layer's forward and backward. A layer is gathered with the next one
-/// prefetched (FSDP1 BACKWARD_PRE, FSDP2's implicit prefetch); on one rank nothing is gathered
-/// ahead (FSDP1 runs NO_SHARD; FSDP2's unshard all-gathers nothing and each unit's parameters
-/// are copied in its own wait_for_unshard, traced: tests/validation/gpu/h200/traces/*fsdp2*).
-/// A unit's gradients are reduced at its post-backward, the root's last (FSDP2's root
-/// post-backward runs in the final callback, _fsdp_state.py _root_post_backward_final_callback):
-/// until then FSDP2 holds the head's unsharded gradients from the head's backward, while FSDP1's
-/// root flat parameter gets its whole flat gradient there (autograd accumulates into the flat
-/// parameter the views belong to).
-constexpr fsdp_gathered fsdp_gathered_of(const training& t, const tensor_ledger& tensors,
-                                         const stage_range& stage, std::int64_t experts_per_rank) {
-  const layout& l = t.layout;
-  const precision& p = t.precision;
-  const fsdp_units units = fsdp_units_of(t, tensors, stage, experts_per_rank);
-  // FSDP2's foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies
-  // the unit's unsharded gradients (compute format) into a reduce-scatter buffer in the
-  // sharded gradients' format; FSDP1 reduces its flat gradient itself.
-  auto unsharded = [&](std::int64_t trained) {
-    return elements_in(l.fsdp_version == 2 ? p.compute : p.gradients, trained);
-  };
-  auto gradients = [&](const fsdp_unit& u) {
-    return unsharded(u.trained) +
-           (l.fsdp_version == 2 ? elements_in(sharded_gradient_format(t), u.trained) : bytes{});
-  };
-  auto gathered = [&](const fsdp_unit& u) { return elements_in(p.compute, u.trained) + u.frozen; };
-  const bool prefetched = l.fsdp_prefetch && l.shard_degree() > 1;
-  const bytes root = unsharded(units.root.trained);
-  return {
-      gathered(units.root), gathered(units.layer), prefetched ? 2 : 1, gradients(units.layer),
-      gradients(units.root), root,
-      // A tied head's weight is the embedding: its gradient comes with the head's backward.
-      l.fsdp_version == 2 && !t.model.tied_embeddings ? unsharded(units.root_head_trained) : root};
-}
-
 /// FSDP's gathered units: the root and the current and prefetched layers, or all units kept
 /// gathered after forward (reshard_after_forward); a layer's unsharded gradients in backward, and
 /// the root's until its post-backward.
 constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_states& s) {
   const layout& l = s.l();
   const precision& p = s.p();
-  const fsdp_gathered g = fsdp_gathered_of(s.t, s.tensors, s.range, s.experts_per_rank);
+  const fsdp_gathered& g = s.gathered;
   // reshard_after_forward=False keeps every unit gathered from its forward to its backward,
   // an int N keeps a 1/N share of each (FSDP2 fully_shard); the units are then not gathered
   // again, or gathered from that share.
@@ -808,6 +812,17 @@ constexpr void add_step_temporaries(memory_ledger& ledger, const stage_model_sta
       in_backward ? lifetime::layer_backward : lifetime::optimizer_step);
 }
 
+/// The model-state ledger of a stage's states.
+constexpr memory_ledger model_states_of(const stage_model_states& s) {
+  memory_ledger ledger{};
+  add_weights(ledger, s);
+  add_gradients(ledger, s);
+  add_optimizer_states(ledger, s);
+  add_reduce_buckets(ledger, s);
+  add_gathered_parameters(ledger, s);
+  add_step_temporaries(ledger, s);
+  return ledger;
+}
 }  // namespace detail
 
 /// The model-state ledger of one GPU on pipeline stage `stage` (every tensor-, data-, context-
@@ -815,15 +830,7 @@ constexpr void add_step_temporaries(memory_ledger& ledger, const stage_model_sta
 /// split the first tensor-parallel rank holds the most, and that is the one given).
 constexpr memory_ledger model_states(const training& t, const tensor_ledger& model_tensors,
                                      std::int64_t stage) {
-  const detail::stage_model_states s = detail::stage_model_states_of(t, model_tensors, stage);
-  memory_ledger ledger{};
-  detail::add_weights(ledger, s);
-  detail::add_gradients(ledger, s);
-  detail::add_optimizer_states(ledger, s);
-  detail::add_reduce_buckets(ledger, s);
-  detail::add_gathered_parameters(ledger, s);
-  detail::add_step_temporaries(ledger, s);
-  return ledger;
+  return detail::model_states_of(detail::stage_model_states_of(t, model_tensors, stage));
 }
 
 /// Parameters the fine-tuning mode trains in the whole model: the selected tensors, or the LoRA

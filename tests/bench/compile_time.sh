@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile-time benchmarks (tests/bench): the umbrella header with one static_assert'ed plan
 # against a TU with only the Boost.Units headers vramfit uses, and a layout search at compile
-# time with the constexpr steps clang needs for it. Run from the repository root:
+# time. Seconds are the best of 3 syntax-only compiles; instructions (valgrind's callgrind, when
+# installed) do not depend on what else the machine runs. Run from the repository root:
 #   bash tests/bench/compile_time.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,15 +17,28 @@ seconds() {  # best of 3 wall-clock seconds for one syntax-only compile
   done
   printf '%.2f' "$best"
 }
-echo "| compiler | Boost.Units only (s) | umbrella + one plan (s) | ratio | layout search (s) |"
+instructions() {  # millions of instructions the compiler executes, its child processes included
+  command -v valgrind >/dev/null || { echo "-"; return; }
+  local dir
+  dir=$(mktemp -d)
+  valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$dir/out.%p" "$@" \
+    >/dev/null 2>&1 || true
+  cat "$dir"/out.* | awk '/^(summary|totals):/ { n += $2 } END { printf "%d", n / 1e6 }'
+  rm -rf "$dir"
+}
+echo "| compiler | Boost.Units only (s, Minstr) | umbrella + one plan (s, Minstr) | ratio (s, instr) | layout search (s) |"
 echo "|---|---:|---:|---:|---:|"
 for cxx in g++ clang++; do
   flags=(-std=c++20 -fsyntax-only -Iinclude)
   base=$(seconds "$cxx" "${flags[@]}" tests/bench/boost_units_only.cpp)
   plan=$(seconds "$cxx" "${flags[@]}" tests/bench/plan.cpp)
   search=$(seconds "$cxx" "${flags[@]}" tests/bench/search.cpp)
+  base_i=$(instructions "$cxx" "${flags[@]}" tests/bench/boost_units_only.cpp)
+  plan_i=$(instructions "$cxx" "${flags[@]}" tests/bench/plan.cpp)
   ratio=$(echo "$plan / $base" | bc -l)
-  printf '| %s | %s | %s | %.1f | %s |\n' "$cxx" "$base" "$plan" "$ratio" "$search"
+  ratio_i=$([ "$base_i" = - ] && echo - || echo "$plan_i / $base_i" | bc -l | xargs printf '%.2f')
+  printf '| %s | %s, %s | %s, %s | %.2f, %s | %s |\n' "$cxx" "$base" "$base_i" "$plan" "$plan_i" \
+    "$ratio" "$ratio_i" "$search"
 done
 # The smallest -fconstexpr-steps with which clang evaluates the search (default 1,048,576).
 lo=1; hi=1048576
