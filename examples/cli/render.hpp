@@ -59,9 +59,7 @@ inline bytes component_at_peak(const estimate& e, component c) {
 inline bytes reserved_of(const estimate& e) {
   bytes reserve{};
   for (const memory_entry& m : e.ledger)
-    if (std::string_view(m.name) == entry_names::simulated_reserve ||
-        std::string_view(m.name) == entry_names::fragmentation_reserve)
-      reserve += m.size;
+    if (m.role == entry_role::allocator_reserve) reserve += m.size;
   return e.fit.required - e.fit.overhead + reserve;
 }
 

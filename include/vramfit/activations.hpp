@@ -76,17 +76,6 @@ struct activation_options {
   std::int64_t virtual_stages = 1;  ///< interleaved schedule: model chunks per rank
 };
 
-/// Names of the activation entries the step timeline refers to (timeline.hpp): one definition,
-/// compared by content.
-namespace entry_names {
-inline constexpr char saved_activations[] = "saved activations (layers x micro-batches)";
-inline constexpr char embedding_inputs[] = "embedding inputs and rotary tables";
-inline constexpr char logits[] = "logits (loss forward)";
-inline constexpr char activation_gradients[] = "activation gradients (one layer)";
-inline constexpr char recomputed_layer[] = "recomputed layer (full recompute)";
-inline constexpr char reloaded_layer[] = "layer brought back from the host (activation offload)";
-}  // namespace entry_names
-
 /// The half of a layer a saved tensor belongs to: its backward runs MLP first, then attention.
 enum class layer_part : unsigned char { attention, mlp };
 
@@ -1185,21 +1174,23 @@ constexpr void add_backward_transients(memory_ledger& ledger, const activation_o
   add_entry(ledger, "logits gradient", component::activations, memory_space::device,
             loss.loss_gradient, 2, "cross-entropy backward: fp32 gradients of log_softmax",
             lifetime::backward);
-  add_entry(ledger, entry_names::activation_gradients, component::activations, memory_space::device,
-            s.largest_working, 0, "the larger of a layer's MLP and attention backward working sets",
-            lifetime::layer_backward);
+  add_entry(ledger, "activation gradients (one layer)", component::activations,
+            memory_space::device, s.largest_working, 0,
+            "the larger of a layer's MLP and attention backward working sets",
+            lifetime::layer_backward, entry_role::activation_gradients);
   if (s.checkpointed > 0) {
-    add_entry(ledger, entry_names::recomputed_layer, component::activations, memory_space::device,
-              s.largest_layer, 0, "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
-              lifetime::layer_backward);
+    add_entry(ledger, "recomputed layer (full recompute)", component::activations,
+              memory_space::device, s.largest_layer, 0,
+              "Korthikanti et al. 2022 §4.2: one layer recomputed in backward",
+              lifetime::layer_backward, entry_role::recomputed_layer);
   }
   if (o.offload) {
     add_entry(
-        ledger, entry_names::reloaded_layer, component::activations, memory_space::device,
-        s.largest_layer, 0,
+        ledger, "layer brought back from the host (activation offload)", component::activations,
+        memory_space::device, s.largest_layer, 0,
         "torch.autograd.graph.save_on_cpu / torchtune OffloadActivations: unpacked to the GPU "
         "for the layer's backward",
-        lifetime::layer_backward);
+        lifetime::layer_backward, entry_role::reloaded_layer);
   }
 }
 
@@ -1225,13 +1216,14 @@ constexpr memory_ledger activations(const training& t, const activation_options&
 
   memory_ledger ledger{};
   const auto space = o.offload ? memory_space::host : memory_space::device;
-  add_entry(ledger, entry_names::saved_activations, component::activations, space,
+  add_entry(ledger, "saved activations (layers x micro-batches)", component::activations, space,
             held(layers.kept), 0, "autograd saved tensors, operator by operator (activations.hpp)",
-            lifetime::forward_backward);
+            lifetime::forward_backward, entry_role::saved_activations);
   // Model-level tensors, per micro-batch in flight.
-  add_entry(ledger, entry_names::embedding_inputs, component::activations, space,
+  add_entry(ledger, "embedding inputs and rotary tables", component::activations, space,
             held(detail::embedding_inputs(m, o, b, range)), 0,
-            "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward);
+            "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward,
+            entry_role::embedding_inputs);
   // The loss's tensors stay on the GPU under activation offload: backward reads them first, and
   // torchtune computes the loss outside its OffloadActivations context.
   // Two tensors where one micro-batch's are held: the norm's and head's inputs with the labels,
@@ -1243,9 +1235,10 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
   if (two_parts) ledger[ledger.size() - 1].first_tensor = loss.head - loss.log_probs;
-  add_entry(ledger, entry_names::logits, component::activations, memory_space::device,
+  add_entry(ledger, "logits (loss forward)", component::activations, memory_space::device,
             loss.logits_alive, loss.logits_first > bytes{} ? 2 : 1,
-            "the model's logits and their fp32 copy, freed after the loss", lifetime::forward);
+            "the model's logits and their fp32 copy, freed after the loss", lifetime::forward,
+            entry_role::logits);
   if (loss.logits_first > bytes{}) ledger[ledger.size() - 1].first_tensor = loss.logits_first;
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward

@@ -85,6 +85,21 @@ constexpr const char* to_string(moment m) {
   return names[static_cast<int>(m)];
 }
 
+/// What an entry is to the step timeline and the tools, beside its component: set where the
+/// entry is written, so that nothing finds an entry by the text it prints.
+enum class entry_role : unsigned char {
+  none,
+  saved_activations,     ///< the layers' saved tensors, over the micro-batches kept
+  embedding_inputs,      ///< what the embeddings keep for backward, and rotary tables
+  logits,                ///< the loss's logits in forward
+  activation_gradients,  ///< one layer's activation gradients in backward
+  recomputed_layer,      ///< a layer's recomputed tensors (full recompute)
+  reloaded_layer,        ///< a layer brought back from the host (activation offload)
+  fsdp_gathered,         ///< FSDP's gathered parameters: its units, or SHARD_GRAD_OP's model
+  fsdp_root_gradients,   ///< FSDP's root unit's unsharded gradients
+  allocator_reserve,     ///< what the caching allocator reserves beyond the tensors
+};
+
 /// One line of a ledger. Names and sources are string literals: a ledger is cheap to build in a
 /// constant expression and is never a template argument.
 struct memory_entry {
@@ -92,6 +107,7 @@ struct memory_entry {
   vramfit::component component = component::weights;
   memory_space space = memory_space::device;
   vramfit::lifetime lifetime = lifetime::persistent;
+  entry_role role = entry_role::none;
   bytes size{};
   std::int64_t tensors = 0;  ///< allocations behind the bytes (0 when not tensor-shaped)
   /// Of tensors of different sizes, the first allocated (the others share the rest equally);
@@ -113,15 +129,23 @@ using memory_ledger = detail::static_vector<memory_entry, 41>;
 /// Appends an entry unless it is empty.
 constexpr void add_entry(memory_ledger& ledger, const char* name, component what,
                          memory_space space, bytes size, std::int64_t tensors, const char* source,
-                         lifetime when = lifetime::persistent) {
+                         lifetime when = lifetime::persistent, entry_role role = entry_role::none) {
   if (size == bytes{}) return;
   ledger.push_back({.name = name,
                     .component = what,
                     .space = space,
                     .lifetime = when,
+                    .role = role,
                     .size = size,
                     .tensors = tensors,
                     .source = source});
+}
+
+/// The index of the entry of role `role`, or -1.
+constexpr int entry_with(const memory_ledger& ledger, entry_role role) {
+  for (std::size_t i = 0; i < ledger.size(); ++i)
+    if (ledger[i].role == role) return static_cast<int>(i);
+  return -1;
 }
 
 /// Bytes of the entries in `space`, optionally of one component.

@@ -13,12 +13,6 @@
 
 namespace vramfit {
 
-/// The names of the two entries for what the caching allocator reserves beyond the tensors.
-namespace entry_names {
-inline constexpr char simulated_reserve[] = "caching allocator: reserved beyond allocated";
-inline constexpr char fragmentation_reserve[] = "allocator fragmentation reserve";
-}  // namespace entry_names
-
 /// How the caching allocator's reserved-but-unallocated memory is found: by simulating the
 /// allocator over the step timeline (reserved_memory.hpp; what the CLI does, and costly in a
 /// constant expression: beyond tiny models it needs raised compiler limits), or as a fixed share
@@ -74,13 +68,15 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& g, byte
   add_entry(l, "NCCL buffers", component::overhead, device, nccl, 0,
             "assumed 512 MiB for multi-GPU jobs (NCCL_BUFFSIZE 4 MiB per channel)");
   if (reserved)
-    add_entry(l, entry_names::simulated_reserve, component::overhead, device,
+    add_entry(l, "caching allocator: reserved beyond allocated", component::overhead, device,
               *reserved > tensors_peak ? *reserved - tensors_peak : bytes{}, 0,
-              "CUDACachingAllocator simulated over the step's tensors (reserved_memory.hpp)");
+              "CUDACachingAllocator simulated over the step's tensors (reserved_memory.hpp)",
+              lifetime::persistent, entry_role::allocator_reserve);
   else
-    add_entry(l, entry_names::fragmentation_reserve, component::overhead, device,
+    add_entry(l, "allocator fragmentation reserve", component::overhead, device,
               divide_up(tensors_peak * percent, 100), 0,
-              "assumed share of reserved-but-unallocated memory (pytorch#137151)");
+              "assumed share of reserved-but-unallocated memory (pytorch#137151)",
+              lifetime::persistent, entry_role::allocator_reserve);
   return l;
 }
 

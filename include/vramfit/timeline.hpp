@@ -282,19 +282,6 @@ struct event_writer {
   }
 };
 
-/// Compared by content: addresses of distinct literals do not compare in constant expressions.
-constexpr bool same_text(const char* a, const char* b) {
-  for (; *a != '\0' && *a == *b; ++a, ++b) {
-  }
-  return *a == *b;
-}
-
-constexpr int entry_named(const memory_ledger& l, const char* name) {
-  for (std::size_t i = 0; i < l.size(); ++i)
-    if (same_text(l[i].name, name)) return static_cast<int>(i);
-  return -1;
-}
-
 constexpr int entry_where(const memory_ledger& l, component c, lifetime when) {
   for (std::size_t i = 0; i < l.size(); ++i)
     if (l[i].component == c && l[i].lifetime == when) return static_cast<int>(i);
@@ -439,12 +426,12 @@ struct step_roles {
 };
 
 constexpr step_roles step_roles_of(const memory_ledger& ledger, bool in_backward) {
-  return {entry_named(ledger, entry_names::saved_activations),
-          entry_named(ledger, entry_names::embedding_inputs),
-          entry_named(ledger, entry_names::logits),
-          entry_named(ledger, entry_names::activation_gradients),
-          entry_named(ledger, entry_names::recomputed_layer),
-          entry_named(ledger, entry_names::reloaded_layer),
+  return {entry_with(ledger, entry_role::saved_activations),
+          entry_with(ledger, entry_role::embedding_inputs),
+          entry_with(ledger, entry_role::logits),
+          entry_with(ledger, entry_role::activation_gradients),
+          entry_with(ledger, entry_role::recomputed_layer),
+          entry_with(ledger, entry_role::reloaded_layer),
           entry_where(ledger, component::weights, lifetime::forward_backward),
           entry_where(ledger, component::gradients, lifetime::gradients),
           entry_where(ledger, component::activations, lifetime::until_head_backward),
@@ -518,13 +505,6 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
   return out;
 }
 
-/// FSDP's gathered parameters in the ledger (training.hpp add_gathered_parameters), or -1.
-constexpr int fsdp_gathered_entry(const memory_ledger& l) {
-  for (const char* name : fsdp_gathered_names)
-    if (const int i = entry_named(l, name); i >= 0) return i;
-  return -1;
-}
-
 /// Whether backward makes the sharded gradients on FSDP's reduce-scatter stream: they are the
 /// reduce-scatter's output. FSDP2's foreach_reduce (_fsdp_collectives.py) allocates reduce_output
 /// under `device_handle.stream(reduce_scatter_stream)`, on one rank too (it copies instead of
@@ -571,9 +551,9 @@ struct step_writer {
   const layer_runs& runs;
   const outside_layers& outside;
   event_writer w{tl.ledger, tl.events};
-  int gathered = -1;            ///< FSDP's gathered parameters (fsdp_gathered_entry)
+  int gathered = -1;            ///< FSDP's gathered parameters (entry_role::fsdp_gathered)
   bytes gathered_side{};        ///< of them, what a side stream allocates (side_stream_gathered)
-  int root_grads = -1;          ///< FSDP's root gradients (training.hpp fsdp_root_gradients)
+  int root_grads = -1;          ///< FSDP's root gradients (entry_role::fsdp_root_gradients)
   bool fsdp_units = false;      ///< FSDP full sharding: units gathered and reduced one by one
   fsdp_gathered fsdp{};         ///< then what its units hold unsharded (fsdp_gathered_of)
   bool units_released = false;  ///< the gathered units and layer gradients freed at the root
@@ -926,8 +906,8 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   step_writer writer{t, o, tl, roles, runs, outside};
   writer.fsdp_units = l.implementation == shard_implementation::fsdp && l.zero == sharding::zero3;
   if (writer.fsdp_units) writer.fsdp = states.gathered;
-  writer.root_grads = entry_named(tl.ledger, fsdp_root_gradients);
-  writer.gathered = fsdp_gathered_entry(tl.ledger);
+  writer.root_grads = entry_with(tl.ledger, entry_role::fsdp_root_gradients);
+  writer.gathered = entry_with(tl.ledger, entry_role::fsdp_gathered);
   if (writer.gathered >= 0)
     writer.gathered_side = side_stream_gathered(l, writer.fsdp, size_of(writer.gathered));
   if (side_stream_gradients(l, tl.layers)) {

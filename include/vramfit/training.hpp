@@ -720,18 +720,6 @@ constexpr void add_reduce_buckets(memory_ledger& ledger, const stage_model_state
               lifetime::backward_pass);
 }
 
-/// The ledger entry of the root unit's unsharded gradients, which the step timeline makes in the
-/// head's and the embeddings' backward.
-inline constexpr char fsdp_root_gradients[] =
-    "FSDP root gradients (unsharded, to its post-backward)";
-
-/// The ledger names of FSDP's gathered parameters, which the step timeline splits by stream: the
-/// root with the current and the prefetched layer, with the current layer alone, and
-/// SHARD_GRAD_OP's whole model.
-inline constexpr const char* fsdp_gathered_names[] = {
-    "gathered FSDP units (root + current and prefetched layers)",
-    "gathered FSDP units (root + current layer)", "unsharded parameters (shard grad op)"};
-
 /// FSDP's gathered units: the root and the current and prefetched layers, or all units kept
 /// gathered after forward (reshard_after_forward); a layer's unsharded gradients in backward, and
 /// the root's until its post-backward.
@@ -752,19 +740,23 @@ constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_
               lifetime::forward_backward);
   }
   if (kept_ranks != 1) {
-    add_entry(ledger, fsdp_gathered_names[g.layers == 2 ? 0 : 1], component::buffers,
-              memory_space::device, g.root + g.layer * g.layers, 0,
+    add_entry(ledger,
+              g.layers == 2 ? "gathered FSDP units (root + current and prefetched layers)"
+                            : "gathered FSDP units (root + current layer)",
+              component::buffers, memory_space::device, g.root + g.layer * g.layers, 0,
               "FSDP paper (Zhao et al. 2023) §3.2: the units gathered at once",
-              lifetime::forward_backward);
+              lifetime::forward_backward, entry_role::fsdp_gathered);
   }
   add_entry(ledger, "FSDP layer gradients (unsharded, and their reduce-scatter copy)",
             component::buffers, memory_space::device, g.layer_gradients, 0,
             "FSDP2 _fsdp_collectives.py foreach_reduce; FSDP1 _runtime_utils.py "
             "_post_backward_hook",
             lifetime::backward_pass);
-  add_entry(ledger, fsdp_root_gradients, component::buffers, memory_space::device, g.root_gradients,
-            0, "FSDP2 _fsdp_state.py _root_post_backward_final_callback: the root reduced last",
-            lifetime::backward_pass);
+  // The step timeline makes them in the head's and the embeddings' backward.
+  add_entry(ledger, "FSDP root gradients (unsharded, to its post-backward)", component::buffers,
+            memory_space::device, g.root_gradients, 0,
+            "FSDP2 _fsdp_state.py _root_post_backward_final_callback: the root reduced last",
+            lifetime::backward_pass, entry_role::fsdp_root_gradients);
 }
 
 /// The parameters sharded weights are gathered into: FSDP's units, SHARD_GRAD_OP's whole
@@ -775,10 +767,10 @@ constexpr void add_gathered_parameters(memory_ledger& ledger, const stage_model_
   const precision& p = s.p();
   if (s.fsdp && l.zero == sharding::zero2) {
     const std::int64_t params = checked_add(s.acc.trained_elements, s.acc.frozen_elements);
-    add_entry(ledger, fsdp_gathered_names[2], component::buffers, memory_space::device,
-              storage_bytes(p.compute, params), 0,
+    add_entry(ledger, "unsharded parameters (shard grad op)", component::buffers,
+              memory_space::device, storage_bytes(p.compute, params), 0,
               "PyTorch FSDP SHARD_GRAD_OP: parameters stay gathered from forward to backward",
-              lifetime::forward_backward);
+              lifetime::forward_backward, entry_role::fsdp_gathered);
     return;
   }
   if (s.fsdp) return add_fsdp_gathered_units(ledger, s);

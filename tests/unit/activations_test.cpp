@@ -594,9 +594,9 @@ TEST_CASE("activation offload keeps what layers save on the host and brings one 
   bool host = false;
   bytes inputs{};
   for (const memory_entry& e : tl.ledger) {
-    if (std::string(e.name) == entry_names::saved_activations)
+    if (e.role == entry_role::saved_activations)
       host = e.space == memory_space::host && e.size == per_layer * 32;
-    if (std::string(e.name) == entry_names::embedding_inputs) inputs = e.size;
+    if (e.role == entry_role::embedding_inputs) inputs = e.size;
   }
   CHECK(host);
   // When the loss's gradients appear, none of the 32 layers' saved tensors (nor the inputs and
@@ -616,7 +616,7 @@ TEST_CASE("the layer brought back from the host is sized by what it holds at onc
     o.recompute = kind;
     const step_timeline tl = step_timeline_of(t, o);
     for (const memory_entry& e : tl.ledger)
-      if (std::string(e.name) == entry_names::reloaded_layer) {
+      if (e.role == entry_role::reloaded_layer) {
         CHECK(e.size <= tl.peak.alive);
         return e.size;
       }

@@ -69,7 +69,7 @@ TEST_CASE("op-level SAC keeps each layer's cache through forward and recomputes 
   const step_timeline tl = step_timeline_of(t, o);
   bytes saved{};
   for (const memory_entry& e : tl.ledger)
-    if (std::string(e.name) == entry_names::saved_activations) saved = e.size;
+    if (e.role == entry_role::saved_activations) saved = e.size;
   CHECK(saved == bytes{63'616LL * tokens * 32});
   bytes recomputed{};
   for (const timeline_event& e : tl.events)

@@ -2,6 +2,8 @@
 // allocator (reserved_memory.hpp), and what the estimates and the planner make of it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <vramfit/vramfit.hpp>
 
 #include "candidate_plan.hpp"
@@ -171,7 +173,7 @@ TEST_CASE(
              parallel<fsdp<8>>::value};
   t.layout.fsdp_version = 2;
   const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 1024});
-  const int gathered = detail::fsdp_gathered_entry(tl.ledger);
+  const int gathered = entry_with(tl.ledger, entry_role::fsdp_gathered);
   REQUIRE(gathered >= 0);
   bytes side{}, main{}, freed{};
   for (const timeline_event& e : tl.events) {
@@ -217,8 +219,11 @@ TEST_CASE("estimates take the simulated reserve, the planner confirms with it") 
   CHECK(peak(l) == r.reserved + 512 * MiB + 32 * MiB + 512 * MiB);  // context, cuBLAS, NCCL
   // A fixed share given takes the fallback.
   simulated.overheads.fragmentation_percent = 5;
-  CHECK(entry_named(breakdown(simulated, gpus::h100_80gb::value),
-                    "allocator fragmentation reserve") >= 0);
+  const memory_ledger shared = breakdown(simulated, gpus::h100_80gb::value);
+  const int share = entry_with(shared, entry_role::allocator_reserve);
+  REQUIRE(share >= 0);
+  CHECK(std::string_view(shared[static_cast<std::size_t>(share)].name) ==
+        "allocator fragmentation reserve");
   // The planner's kept candidates fit with the simulated reserve.
   training_plan_value base{{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value},
                            {.sequence = 4096},
@@ -240,8 +245,11 @@ TEST_CASE("a stage deeper than the replay takes takes the fixed share") {
                     doctest::Contains("simulated for stages of at most 1024 layers, got 1025"));
   const training_plan_value p{t, o, {.reserve = reserve_model::simulated}};
   CHECK_FALSE(simulated_reserve(p, most_loaded_step(p)).has_value());
-  CHECK(detail::entry_named(breakdown(p, gpus::h100_80gb::value),
-                            "allocator fragmentation reserve") >= 0);
+  const memory_ledger l = breakdown(p, gpus::h100_80gb::value);
+  const int share = entry_with(l, entry_role::allocator_reserve);
+  REQUIRE(share >= 0);
+  CHECK(std::string_view(l[static_cast<std::size_t>(share)].name) ==
+        "allocator fragmentation reserve");
 }
 
 TEST_CASE("the loss's tensors as the allocator sees them") {
@@ -250,13 +258,13 @@ TEST_CASE("the loss's tensors as the allocator sees them") {
   const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
   const memory_ledger l = step_timeline_of(t, {.micro_batch = 1, .sequence = 2048}).ledger;
   const std::int64_t logits = 2048 * 128256;
-  const memory_entry& forward =
-      l[static_cast<std::size_t>(detail::entry_named(l, entry_names::logits))];
+  const memory_entry& forward = l[static_cast<std::size_t>(entry_with(l, entry_role::logits))];
   CHECK(forward.tensors == 2);
   CHECK(forward.first_tensor == bytes{logits * 2});
   CHECK(forward.size == bytes{logits * 6});
-  const memory_entry& backward =
-      l[static_cast<std::size_t>(detail::entry_named(l, "logits gradient"))];
+  const memory_entry& backward = *std::find_if(l.begin(), l.end(), [](const memory_entry& e) {
+    return std::string_view(e.name) == "logits gradient";
+  });
   CHECK(backward.tensors == 2);
   CHECK(backward.size == bytes{logits * 8});
 }
