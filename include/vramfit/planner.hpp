@@ -26,19 +26,33 @@ constexpr training_plan_value without_reserve(training_plan_value p) {
 }
 
 /// The largest n in [1, limit] with which `with(p, n)` fits `g` and n + 1 does not, 0 when none
-/// does. A plan that replays the allocator is searched from the largest n whose tensors alone fit
-/// (no larger n fits: the tensors grow with the batch) down: a few replays, not a dozen. Its
-/// reserve is not monotone below that bound (a larger batch may round into segments better), so
-/// the answer is the largest there only where the reserve is.
+/// is found. A plan that replays the allocator is searched below the largest n whose tensors alone
+/// fit (no larger n fits: the tensors grow with the batch): until one n fits, the next tried is
+/// the largest whose tensors fit with the reserve the last replay found beyond its own; then the
+/// bracket is bisected. No monotonicity assumed: below the bound the reserve is not monotone (a
+/// larger batch may round into segments better), so a larger n may fit too.
 template <class With>
 constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const gpu& g,
                                             std::int64_t limit, With with) {
-  auto fits_of = [&](const training_plan_value& q) {
-    return [&, q](std::int64_t n) { return fit(with(q, n), g).fits(); };
+  auto report = [&](const training_plan_value& q, std::int64_t n) { return fit(with(q, n), g); };
+  auto fits = [&](std::int64_t n) { return report(p, n).fits(); };
+  if (!replays_allocator(p)) return largest_fitting(1, limit, fits);
+  const training_plan_value tensors_only = without_reserve(p);
+  auto largest_with = [&](std::int64_t hi, bytes reserve) {
+    return largest_fitting(1, hi, [&](std::int64_t m) {
+      return report(tensors_only, m).required + reserve <= g.capacity;
+    });
   };
-  if (!replays_allocator(p)) return largest_fitting(1, limit, fits_of(p));
-  const std::int64_t bound = largest_fitting(1, limit, fits_of(without_reserve(p)));
-  return largest_fitting_below(1, bound, fits_of(p));
+  bytes reserve{};
+  for (std::int64_t n = largest_with(limit, reserve), failed = n + 1; n >= 1;) {
+    const fit_report r = report(p, n);
+    if (r.fits()) return bisect_fitting(n, failed - 1, fits);
+    failed = n;
+    reserve = r.required - report(tensors_only, n).required;
+    n = largest_with(n - 1, reserve);
+    if (n < 1 && failed > 1) n = 1;  // not even one fits with that reserve: try one
+  }
+  return 0;
 }
 
 }  // namespace detail

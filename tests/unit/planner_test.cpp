@@ -110,21 +110,3 @@ TEST_CASE("with the allocator replayed: it fits, one more does not, and nothing 
   CHECK(fewest > 1);
   CHECK(min_data_parallel(sharded, small) == fewest);
 }
-
-TEST_CASE("the search from above finds the largest fitting value with few evaluations") {
-  for (const std::int64_t answer : {0, 1, 36, 37, 99, 100}) {
-    std::int64_t calls = 0;
-    auto fits = [&](std::int64_t n) {
-      ++calls;
-      return n <= answer;
-    };
-    CHECK(detail::largest_fitting_below(1, 100, fits) == answer);
-    // Doubling down then bisecting: at most twice log2 of the distance from the top, plus two.
-    CHECK(calls <= 16);
-  }
-  std::int64_t calls = 0;
-  CHECK(detail::largest_fitting_below(1, 100, [&](std::int64_t n) { return ++calls, n <= 100; }) ==
-        100);
-  CHECK(calls == 1);  // the top fits: one evaluation
-  CHECK(detail::largest_fitting_below(5, 4, [](std::int64_t) { return true; }) == 4);  // empty
-}

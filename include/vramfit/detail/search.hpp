@@ -28,19 +28,4 @@ constexpr std::int64_t largest_fitting(std::int64_t lo, std::int64_t hi, Fits fi
   return bisect_fitting(lo, hi, fits);
 }
 
-/// For a costly fits whose answer lies at or just below `hi`: fits(hi), then steps down doubling
-/// (hi - 2, hi - 6, ...) to the first n that fits, and bisects above it. An n in [lo, hi] with
-/// fits(n) and, below hi, not fits(n + 1), monotone or not; lo - 1 when the steps find none.
-template <class Fits>
-constexpr std::int64_t largest_fitting_below(std::int64_t lo, std::int64_t hi, Fits fits) {
-  if (hi < lo) return lo - 1;
-  std::int64_t failed = hi + 1;  // the smallest n known not to fit
-  for (std::int64_t step = 1;; step *= 2) {
-    const std::int64_t n = failed - lo <= step ? lo : failed - step;
-    if (fits(n)) return bisect_fitting(n, failed - 1, fits);
-    if (n == lo) return lo - 1;
-    failed = n;
-  }
-}
-
 }  // namespace vramfit::detail
