@@ -261,7 +261,7 @@ class layout_searcher {
   /// that no longer fits takes the largest smaller micro-batch that does (its time estimated
   /// again), or is counted as not fitting; then they are ranked again.
   constexpr void confirm(const runtime_overheads& own) {
-    if (own.reserve == plan_.overheads.reserve) return;
+    if (!replays_allocator(own)) return;
     decltype(r_.best) kept{};
     for (plan_candidate e : r_.best) {
       const std::int64_t per_replica = r_.global_batch / e.layout.data;

@@ -41,6 +41,11 @@ struct runtime_overheads {
   alloc_conf allocator{};  ///< PYTORCH_CUDA_ALLOC_CONF
 };
 
+/// Whether `o` has the caching allocator simulated: the simulated reserve, no fixed share given.
+constexpr bool replays_allocator(const runtime_overheads& o) {
+  return o.reserve == reserve_model::simulated && o.fragmentation_percent < 0;
+}
+
 /// The overheads of one process on `g` whose tensors peak at `tensors_peak`, in a job of `world`
 /// GPUs: ledger entries of component `overhead`, all persistent. `reserved`: the caching
 /// allocator's simulated peak reserved bytes, when known.

@@ -42,10 +42,9 @@ constexpr stage_states most_loaded_rank(const training_plan_value& p) {
 /// (reserve_model::simulated, no fixed share given, at most max_replayed_layers on the stage).
 constexpr std::optional<reserved_memory_estimate> simulated_reserve(
     const training_plan_value& p, const stage_state<step_timeline>& most) {
-  const runtime_overheads& o = p.overheads;
-  if (o.reserve != reserve_model::simulated || o.fragmentation_percent >= 0) return {};
+  if (!replays_allocator(p.overheads)) return {};
   if (stage_of(p.setup, most.stage).layers > max_replayed_layers) return {};
-  return reserved_memory(p.setup, p.batch, most.state, o.allocator, most.stage);
+  return reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage);
 }
 
 /// `rank`'s ledger on `g` with the runtime overheads, the allocator's reserve from `allocator`

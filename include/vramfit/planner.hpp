@@ -12,11 +12,6 @@ namespace vramfit {
 
 namespace detail {
 
-/// Whether fit() replays the caching allocator for `p`: costly, so the searches bound it first.
-constexpr bool replays_allocator(const training_plan_value& p) {
-  return p.overheads.reserve == reserve_model::simulated && p.overheads.fragmentation_percent < 0;
-}
-
 /// `p` with nothing reserved beyond its tensors' peak. It needs at most what `p` needs: the
 /// allocator's reserve beyond that peak is never negative (overheads.hpp), and all else is alike.
 constexpr training_plan_value without_reserve(training_plan_value p) {
@@ -36,7 +31,7 @@ constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const 
                                             std::int64_t limit, With with) {
   auto report = [&](const training_plan_value& q, std::int64_t n) { return fit(with(q, n), g); };
   auto fits = [&](std::int64_t n) { return report(p, n).fits(); };
-  if (!replays_allocator(p)) return largest_fitting(1, limit, fits);
+  if (!replays_allocator(p.overheads)) return largest_fitting(1, limit, fits);
   const training_plan_value tensors_only = without_reserve(p);
   auto largest_with = [&](std::int64_t hi, bytes reserve) {
     return largest_fitting(1, hi, [&](std::int64_t m) {
@@ -94,7 +89,7 @@ constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
 /// alone do not fit is passed over without replaying the allocator.
 constexpr std::int64_t min_data_parallel(training_plan_value p, const gpu& g,
                                          std::int64_t limit = 1024) {
-  const bool bounded = detail::replays_allocator(p);
+  const bool bounded = replays_allocator(p.overheads);
   for (std::int64_t n = 1; n <= limit; n *= 2) {
     p.setup.layout.data = n;
     const bool possible = !bounded || fit(detail::without_reserve(p), g).fits();

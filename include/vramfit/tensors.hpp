@@ -142,6 +142,9 @@ struct layer_range {
   std::int64_t count = 0;
 };
 
+/// Whether a linear layer adds a bias (nn.Linear's bias=).
+enum class with_bias : bool { no, yes };
+
 /// Builds a ledger with the reference implementation's names.
 class ledger_builder {
  public:
@@ -218,10 +221,10 @@ class ledger_builder {
   /// A linear layer stored as [out, in] with an optional bias of `out`. A row-parallel layer's
   /// bias is replicated; every other split applies to the bias as to the weight.
   constexpr void add_linear(const char* prefix, const char* name, std::int64_t out, std::int64_t in,
-                            tensor_kind kind, bool bias, layer_range layers = {},
+                            tensor_kind kind, with_bias bias, layer_range layers = {},
                             tp_split split = tp_split::replicated, std::int64_t experts = 1) {
     add({prefix, name, ".weight"}, {out, in}, kind, layers, experts, split);
-    if (bias)
+    if (bias == with_bias::yes)
       add({prefix, name, ".bias"}, {out}, kind, layers, experts,
           split == tp_split::input ? tp_split::replicated : split);
   }
@@ -244,14 +247,15 @@ class ledger_builder {
   tensor_ledger ledger_{};
 };
 
-constexpr bool attention_bias(const model& m) {
-  return m.bias != bias_kind::none;
+constexpr with_bias attention_bias(const model& m) {
+  return m.bias != bias_kind::none ? with_bias::yes : with_bias::no;
 }
-constexpr bool output_bias(const model& m) {
-  return m.bias == bias_kind::attention || m.bias == bias_kind::all;
+constexpr with_bias output_bias(const model& m) {
+  return m.bias == bias_kind::attention || m.bias == bias_kind::all ? with_bias::yes
+                                                                    : with_bias::no;
 }
-constexpr bool mlp_bias(const model& m) {
-  return m.bias == bias_kind::all;
+constexpr with_bias mlp_bias(const model& m) {
+  return m.bias == bias_kind::all ? with_bias::yes : with_bias::no;
 }
 
 // Hugging Face Llama and its relatives (modeling_llama.py, modeling_mistral.py,
@@ -265,21 +269,22 @@ constexpr void add_llama_attention(ledger_builder& b, const char* p) {
     const mla_config& a = m.mla;
     const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
     if (a.q_lora_rank > 0) {
-      b.add_linear(p, "self_attn.q_a_proj", a.q_lora_rank, h, tensor_kind::attention, false, all);
+      b.add_linear(p, "self_attn.q_a_proj", a.q_lora_rank, h, tensor_kind::attention, with_bias::no,
+                   all);
       b.add_norm(p, "self_attn.q_a_layernorm", a.q_lora_rank, all);
       b.add_linear(p, "self_attn.q_b_proj", m.heads * qk, a.q_lora_rank, tensor_kind::attention,
-                   false, all, tp_split::output);
+                   with_bias::no, all, tp_split::output);
     } else {
-      b.add_linear(p, "self_attn.q_proj", m.heads * qk, h, tensor_kind::attention, false, all,
-                   tp_split::output);
+      b.add_linear(p, "self_attn.q_proj", m.heads * qk, h, tensor_kind::attention, with_bias::no,
+                   all, tp_split::output);
     }
     b.add_linear(p, "self_attn.kv_a_proj_with_mqa", a.kv_lora_rank + a.qk_rope_head_dim, h,
-                 tensor_kind::attention, false, all);
+                 tensor_kind::attention, with_bias::no, all);
     b.add_norm(p, "self_attn.kv_a_layernorm", a.kv_lora_rank, all);
     b.add_linear(p, "self_attn.kv_b_proj", m.heads * (a.qk_nope_head_dim + a.v_head_dim),
-                 a.kv_lora_rank, tensor_kind::attention, false, all, tp_split::output);
-    b.add_linear(p, "self_attn.o_proj", h, m.heads * a.v_head_dim, tensor_kind::attention, false,
-                 all, tp_split::input);
+                 a.kv_lora_rank, tensor_kind::attention, with_bias::no, all, tp_split::output);
+    b.add_linear(p, "self_attn.o_proj", h, m.heads * a.v_head_dim, tensor_kind::attention,
+                 with_bias::no, all, tp_split::input);
     return;
   }
   const std::int64_t q = m.heads * m.head_dim;
@@ -308,7 +313,7 @@ constexpr void add_llama_attention(ledger_builder& b, const char* p) {
 constexpr void add_llama_mlp(ledger_builder& b, const char* p, std::int64_t width, tensor_kind kind,
                              layer_range layers) {
   const model& m = b.m();
-  const bool bias = mlp_bias(m);
+  const with_bias bias = mlp_bias(m);
   const auto out = tp_split::output;
   if (m.mlp == mlp_kind::gelu) {
     b.add_linear(p, "up_proj", width, m.hidden, kind, bias, layers, out);
@@ -331,7 +336,8 @@ constexpr void add_llama_moe(ledger_builder& b, const char* p) {
     // modeling_gpt_oss.py GptOssTopKRouter (weight and bias) and GptOssExperts: gate_up_proj
     // [E, h, 2f] and down_proj [E, f, h] are stored [in, out], each with a bias; one tensor over
     // the experts, listed one slice per expert.
-    b.add_linear(p, "mlp.router", e.routed_experts, h, tensor_kind::router, true, moe_layers);
+    b.add_linear(p, "mlp.router", e.routed_experts, h, tensor_kind::router, with_bias::yes,
+                 moe_layers);
     const std::int64_t f = e.expert_ffn;
     const std::int64_t n = e.routed_experts;
     b.add({p, "mlp.experts.gate_up_proj[{expert}]"}, {h, 2 * f}, tensor_kind::expert, moe_layers, n,
@@ -349,8 +355,8 @@ constexpr void add_llama_moe(ledger_builder& b, const char* p) {
   // Qwen3-MoE use mlp.experts.{e}.gate_proj/up_proj/down_proj (DeepSeek beside
   // mlp.shared_experts).
   if (e.layout == moe_layout::standard && e.shared_experts == 0 && !m.is_mla()) {
-    b.add_linear(p, "block_sparse_moe.gate", e.routed_experts, h, tensor_kind::router, false,
-                 moe_layers);
+    b.add_linear(p, "block_sparse_moe.gate", e.routed_experts, h, tensor_kind::router,
+                 with_bias::no, moe_layers);
     const char* ep = "block_sparse_moe.experts.{expert}.";
     b.add({p, ep, "w1.weight"}, {e.expert_ffn, h}, tensor_kind::expert, moe_layers,
           e.routed_experts, tp_split::output);
@@ -360,7 +366,7 @@ constexpr void add_llama_moe(ledger_builder& b, const char* p) {
           e.routed_experts, tp_split::input);
     return;
   }
-  b.add_linear(p, "mlp.gate", e.routed_experts, h, tensor_kind::router, false, moe_layers);
+  b.add_linear(p, "mlp.gate", e.routed_experts, h, tensor_kind::router, with_bias::no, moe_layers);
   if (e.router_score_bias) {
     // DeepSeek-V3 modeling: MoEGate.e_score_correction_bias, fp32, updated by the aux-loss-free
     // balancing rule (DeepSeek-V3 report, section 2.1.2), not by gradients.
@@ -434,7 +440,7 @@ constexpr tensor_ledger falcon_tensors(const model& m) {
   ledger_builder b(m);
   const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
-  const bool bias = m.bias != bias_kind::none;
+  const with_bias bias = attention_bias(m);
   const char* p = "transformer.h.{layer}.";
   b.add({"transformer.word_embeddings.weight"}, {m.vocab, h}, tensor_kind::embedding, {}, 1,
         tp_split::vocab);
@@ -460,24 +466,28 @@ constexpr tensor_ledger bert_tensors(const model& m) {
   const std::int64_t h = m.hidden;
   const char* p = "encoder.layer.{layer}.";
   b.add_bert_embeddings();
-  b.add_linear(p, "attention.self.query", h, h, tensor_kind::attention, true, all,
+  b.add_linear(p, "attention.self.query", h, h, tensor_kind::attention, with_bias::yes, all,
                tp_split::output);
-  b.add_linear(p, "attention.self.key", h, h, tensor_kind::attention, true, all, tp_split::kv);
-  b.add_linear(p, "attention.self.value", h, h, tensor_kind::attention, true, all, tp_split::kv);
-  b.add_linear(p, "attention.output.dense", h, h, tensor_kind::attention, true, all,
+  b.add_linear(p, "attention.self.key", h, h, tensor_kind::attention, with_bias::yes, all,
+               tp_split::kv);
+  b.add_linear(p, "attention.self.value", h, h, tensor_kind::attention, with_bias::yes, all,
+               tp_split::kv);
+  b.add_linear(p, "attention.output.dense", h, h, tensor_kind::attention, with_bias::yes, all,
                tp_split::input);
   b.add_norm(p, "attention.output.LayerNorm", h, all);
-  b.add_linear(p, "intermediate.dense", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
-  b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
+  b.add_linear(p, "intermediate.dense", m.ffn, h, tensor_kind::mlp, with_bias::yes, all,
+               tp_split::output);
+  b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, with_bias::yes, all, tp_split::input);
   b.add_norm(p, "output.LayerNorm", h, all);
-  if (m.encoder.pooler) b.add_linear("", "pooler.dense", h, h, tensor_kind::head, true);
+  if (m.encoder.pooler) b.add_linear("", "pooler.dense", h, h, tensor_kind::head, with_bias::yes);
   // BertForSequenceClassification's head, when the model has classes; BigBird's
   // (modeling_big_bird.py BigBirdClassificationHead) has a dense layer before it.
   if (m.encoder.classes > 0 && m.encoder.classifier_dense) {
-    b.add_linear("", "classifier.dense", h, h, tensor_kind::head, true);
-    b.add_linear("", "classifier.out_proj", m.encoder.classes, h, tensor_kind::head, true);
+    b.add_linear("", "classifier.dense", h, h, tensor_kind::head, with_bias::yes);
+    b.add_linear("", "classifier.out_proj", m.encoder.classes, h, tensor_kind::head,
+                 with_bias::yes);
   } else if (m.encoder.classes > 0) {
-    b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, true);
+    b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, with_bias::yes);
   }
   return b.result();
 }
@@ -490,17 +500,21 @@ constexpr tensor_ledger distilbert_tensors(const model& m) {
   const std::int64_t h = m.hidden;
   const char* p = "transformer.layer.{layer}.";
   b.add_bert_embeddings();
-  b.add_linear(p, "attention.q_lin", h, h, tensor_kind::attention, true, all, tp_split::output);
-  b.add_linear(p, "attention.k_lin", h, h, tensor_kind::attention, true, all, tp_split::kv);
-  b.add_linear(p, "attention.v_lin", h, h, tensor_kind::attention, true, all, tp_split::kv);
-  b.add_linear(p, "attention.out_lin", h, h, tensor_kind::attention, true, all, tp_split::input);
+  b.add_linear(p, "attention.q_lin", h, h, tensor_kind::attention, with_bias::yes, all,
+               tp_split::output);
+  b.add_linear(p, "attention.k_lin", h, h, tensor_kind::attention, with_bias::yes, all,
+               tp_split::kv);
+  b.add_linear(p, "attention.v_lin", h, h, tensor_kind::attention, with_bias::yes, all,
+               tp_split::kv);
+  b.add_linear(p, "attention.out_lin", h, h, tensor_kind::attention, with_bias::yes, all,
+               tp_split::input);
   b.add_norm(p, "sa_layer_norm", h, all);
-  b.add_linear(p, "ffn.lin1", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
-  b.add_linear(p, "ffn.lin2", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
+  b.add_linear(p, "ffn.lin1", m.ffn, h, tensor_kind::mlp, with_bias::yes, all, tp_split::output);
+  b.add_linear(p, "ffn.lin2", h, m.ffn, tensor_kind::mlp, with_bias::yes, all, tp_split::input);
   b.add_norm(p, "output_layer_norm", h, all);
   if (m.encoder.classes > 0) {
-    b.add_linear("", "pre_classifier", h, h, tensor_kind::head, true);
-    b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, true);
+    b.add_linear("", "pre_classifier", h, h, tensor_kind::head, with_bias::yes);
+    b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, with_bias::yes);
   }
   return b.result();
 }
@@ -514,12 +528,13 @@ constexpr tensor_ledger gpt_bigcode_tensors(const model& m) {
   const char* p = "transformer.h.{layer}.";
   b.add_gpt2_embeddings();
   b.add_norm(p, "ln_1", h, all);
-  b.add_linear(p, "attn.c_attn", h + 2 * m.kv_heads * m.head_dim, h, tensor_kind::attention, true,
-               all, tp_split::qkv);
-  b.add_linear(p, "attn.c_proj", h, h, tensor_kind::attention, true, all, tp_split::input);
+  b.add_linear(p, "attn.c_attn", h + 2 * m.kv_heads * m.head_dim, h, tensor_kind::attention,
+               with_bias::yes, all, tp_split::qkv);
+  b.add_linear(p, "attn.c_proj", h, h, tensor_kind::attention, with_bias::yes, all,
+               tp_split::input);
   b.add_norm(p, "ln_2", h, all);
-  b.add_linear(p, "mlp.c_fc", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
-  b.add_linear(p, "mlp.c_proj", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
+  b.add_linear(p, "mlp.c_fc", m.ffn, h, tensor_kind::mlp, with_bias::yes, all, tp_split::output);
+  b.add_linear(p, "mlp.c_proj", h, m.ffn, tensor_kind::mlp, with_bias::yes, all, tp_split::input);
   b.add_final_norm_and_head("transformer.", "ln_f");
   return b.result();
 }
@@ -540,13 +555,13 @@ constexpr tensor_ledger vit_tensors(const model& m) {
   b.add({p, "self_attention.in_proj_weight"}, {3 * h, h}, tensor_kind::attention, all, 1,
         tp_split::qkv);
   b.add({p, "self_attention.in_proj_bias"}, {3 * h}, tensor_kind::attention, all, 1, tp_split::qkv);
-  b.add_linear(p, "self_attention.out_proj", h, h, tensor_kind::attention, true, all,
+  b.add_linear(p, "self_attention.out_proj", h, h, tensor_kind::attention, with_bias::yes, all,
                tp_split::input);
   b.add_norm(p, "ln_2", h, all);
-  b.add_linear(p, "mlp.0", m.ffn, h, tensor_kind::mlp, true, all, tp_split::output);
-  b.add_linear(p, "mlp.3", h, m.ffn, tensor_kind::mlp, true, all, tp_split::input);
+  b.add_linear(p, "mlp.0", m.ffn, h, tensor_kind::mlp, with_bias::yes, all, tp_split::output);
+  b.add_linear(p, "mlp.3", h, m.ffn, tensor_kind::mlp, with_bias::yes, all, tp_split::input);
   b.add_norm("encoder.", "ln", h);
-  b.add_linear("", "heads.head", e.classes, h, tensor_kind::head, true);
+  b.add_linear("", "heads.head", e.classes, h, tensor_kind::head, with_bias::yes);
   return b.result();
 }
 
