@@ -93,7 +93,7 @@ struct block {
   std::int64_t requested = 0;  ///< the tensor's own bytes (allocated blocks)
   int prev = -1, next = -1;    ///< neighbours in the segment, by address
   std::int64_t gc_base = 0;    ///< the pool's searches when it was cached (its age's origin)
-  bool allocated = false, dead = false;
+  bool allocated = false;
 };
 
 /// One segment: a cudaMalloc (or, with expandable segments, one growing mapping per pool and
@@ -316,6 +316,7 @@ class caching_allocator {
   allocator_limits limits_;
   allocator_stats stats_{};
   std::vector<caching::block> blocks_;
+  std::vector<int> unused_;  ///< blocks merged away or released: a split takes one of them
   std::vector<caching::segment> segments_;
   /// The pools' cached blocks, ordered as BlockComparatorSize orders them: by stream (and pool),
   /// size, address.
@@ -404,9 +405,14 @@ class caching_allocator {
     rest.offset += size;
     rest.size -= size;
     rest.prev = b;
-    const int r = static_cast<int>(blocks_.size());
+    const int r = unused_.empty() ? static_cast<int>(blocks_.size()) : unused_.back();
+    if (unused_.empty()) {
+      blocks_.push_back(rest);
+    } else {
+      unused_.pop_back();
+      at(r) = rest;
+    }
     if (rest.next >= 0) at(rest.next).prev = r;
-    blocks_.push_back(rest);
     at(b).size = size;
     at(b).next = r;
     cache(r);
@@ -419,7 +425,7 @@ class caching_allocator {
       at(into).size += at(gone).size;
       at(into).next = at(gone).next;
       if (at(gone).next >= 0) at(at(gone).next).prev = into;
-      at(gone).dead = true;
+      unused_.push_back(gone);
     };
     const int next = at(b).next;
     if (next >= 0 && !at(next).allocated) absorb(b, next);
@@ -535,8 +541,8 @@ class caching_allocator {
     --pool_of(s.small).segments;
     --stats_.segments;
     s.released = true;
-    at(b).dead = true;
     uncache(b);
+    unused_.push_back(b);
   }
   [[nodiscard]] constexpr bool whole_segment(int b) const {
     return at(b).prev < 0 && at(b).next < 0 && !segment_of(at(b)).expandable;

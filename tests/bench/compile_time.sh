@@ -23,7 +23,7 @@ instructions() {  # millions of instructions the compiler executes, its child pr
   dir=$(mktemp -d)
   valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$dir/out.%p" "$@" \
     >/dev/null 2>&1 || true
-  cat "$dir"/out.* | awk '/^(summary|totals):/ { n += $2 } END { printf "%d", n / 1e6 }'
+  cat "$dir"/out.* | awk '/^summary:/ { n += $2 } END { printf "%d", n / 1e6 }'
   rm -rf "$dir"
 }
 echo "| compiler | Boost.Units only (s, Minstr) | umbrella + one plan (s, Minstr) | ratio (s, instr) | layout search (s) |"

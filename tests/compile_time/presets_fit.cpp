@@ -10,10 +10,10 @@ using namespace vramfit;
 
 template <Model M, Layout L, std::int64_t Sequence = 4096>
 constexpr bool fits_an_h100() {
-  using plan = training_plan<M, mixed<bf16>, adamw<>, full_finetune, L,
-                             activation_options{.micro_batch = 1,
-                                                .sequence = Sequence,
-                                                .recompute = recompute_kind::full}>;
+  using plan =
+      training_plan<M, mixed<bf16>, adamw<>, full_finetune, L,
+                    activation_options{
+                        .micro_batch = 1, .sequence = Sequence, .recompute = recompute_kind::full}>;
   return check_fits<plan, gpus::h100_80gb>();
 }
 
