@@ -92,7 +92,21 @@ inline weight_layout weights_for(const std::optional<weight_layout>& given, cons
 /// A GPU preset by its key or name in any case ("H100", "a100-80gb"), or a GPU given by its
 /// capacity ("96GiB", "44GB").
 inline gpu gpu_named(const std::string& key) {
-  if (!key.empty() && key[0] >= '0' && key[0] <= '9') return gpu_with_capacity(key);
+  if (!key.empty() && key[0] >= '0' && key[0] <= '9') {
+    constexpr std::size_t longest = sizeof(gpu::name) - sizeof("GPU of ");  // its name's room
+    const std::string shown = "--gpu '" + key.substr(0, 40) + "'";
+    if (key.size() > longest)
+      detail::raise(shown + " is longer than " + std::to_string(longest) +
+                    " characters: write a capacity such as 96GiB or 44GB");
+    try {
+      const gpu g = gpu_with_capacity(key);
+      if (g.capacity > bytes{}) return g;
+    } catch (const vramfit::error&) {  // the library's message names no option; overflow too
+    }
+    detail::raise(shown +
+                  " is not a capacity of at most 8 EiB such as 96GiB, 44GB or 1.5TiB (units B, "
+                  "KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB) in whole bytes");
+  }
   return cli::lookup(
              gpu_presets, key, "GPU", [](const gpu_preset& p) { return std::string_view(p.key); },
              [](const gpu_preset& p) { return std::string_view(p.value.name); },
@@ -100,17 +114,30 @@ inline gpu gpu_named(const std::string& key) {
       .value;
 }
 
-/// An option that takes a positive integer, named as such in the error.
-inline const CLI::Validator positive(
-    [](std::string& value) -> std::string {
-      try {
-        std::size_t used = 0;
-        if (std::stoll(value, &used) > 0 && used == value.size()) return {};
-      } catch (const std::logic_error&) {
-      }
-      return "must be a positive integer, got " + value;
-    },
-    "POSITIVE");
+/// The largest count an option takes (2^30): far past any real batch, sequence, degree or rank,
+/// and small enough that the formulas' products of a few of them stay within int64.
+inline constexpr std::int64_t largest_count = std::int64_t{1} << 30;
+
+/// A validator of integers from `least` to largest_count, named as such in the error.
+inline CLI::Validator count_from(std::int64_t least, const char* name) {
+  return CLI::Validator(
+      [least](std::string& value) -> std::string {
+        try {
+          std::size_t used = 0;
+          const long long n = std::stoll(value, &used);
+          if (n >= least && n <= largest_count && used == value.size()) return {};
+        } catch (const std::logic_error&) {
+        }
+        return "must be an integer from " + std::to_string(least) + " to " +
+               std::to_string(largest_count) + ", got " + value;
+      },
+      name);
+}
+
+/// An option that takes a positive integer (at most largest_count).
+inline const CLI::Validator positive = count_from(1, "POSITIVE");
+/// An option that takes a count of 0 or more (at most largest_count).
+inline const CLI::Validator non_negative = count_from(0, "NONNEGATIVE");
 
 /// Registers option `name`, whose text is one of `table`'s names, as its value in `value` (a
 /// Value, or an optional one left unset unless given): looked up once, as the command line is
@@ -118,8 +145,15 @@ inline const CLI::Validator positive(
 template <class Value, std::size_t N, class Stored>
 CLI::Option* add_choice(CLI::App& cmd, const std::string& name, Stored& value,
                         const named<Value> (&table)[N], const char* what, const std::string& help) {
-  const auto parse = [&value, &table, what](const CLI::results_t& words) {
-    value = cli::choose(table, words.front(), what);
+  const std::string option = name.substr(0, name.find(','));  // "--format,-f": "--format"
+  const auto parse = [&value, &table, what, option](const CLI::results_t& words) {
+    try {
+      value = cli::choose(table, words.front(), what);
+    } catch (const vramfit::error& e) {  // named as the user wrote it, unless it already is
+      const std::string message = e.what();
+      if (message.find(option) != std::string::npos) throw;
+      detail::raise(option + ": " + message);
+    }
     return true;
   };
   std::function<std::string()> default_name;  // an optional value has none
