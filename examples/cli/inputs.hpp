@@ -16,6 +16,7 @@
 
 #include "choices.hpp"
 #include "frameworks.hpp"
+#include "input_checks.hpp"
 
 namespace vramfit::cli {
 
@@ -39,13 +40,23 @@ struct named_model {
 inline std::string config_text_name(const nlohmann::json& config) {
   for (const char* key : {"_name_or_path", "model_type"}) {
     const auto it = config.find(key);
-    if (it == config.end() || !it->is_string()) continue;
+    if (it == config.end() || it->is_null()) continue;
+    if (!it->is_string())
+      detail::raise(std::string("config.json: field '") + key + "' must be a string, got " +
+                    it->dump().substr(0, 40));
     std::string name = it->get<std::string>();
     while (!name.empty() && name.back() == '/') name.pop_back();
     name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0: the whole name
     if (!name.empty()) return name;
   }
   return "config";
+}
+
+/// The message of a library error without its "vramfit: ", for a refusal that names the option
+/// first.
+inline std::string message_of(const vramfit::error& e) {
+  const std::string_view what = e.what();
+  return std::string(what.starts_with("vramfit: ") ? what.substr(9) : what);
 }
 
 /// A preset by its key or its name in any case ("Llama-3-8B"), a config.json file, a folder
@@ -55,7 +66,7 @@ inline named_model load_model(const std::string& name) {
   if (!name.empty() && name.front() == '{') {
     nlohmann::json config = detail::parse_config(name, "--model's config.json text");
     if (!config.is_object()) detail::raise("--model's config.json text is not a JSON object");
-    const model m = model_from_hf_config(config, config_text_name(config));
+    const model m = model_from_hf_config(config, printable(config_text_name(config)));
     return {m, std::move(config)};
   }
   std::error_code ec;
@@ -69,7 +80,7 @@ inline named_model load_model(const std::string& name) {
                   name.substr(0, 80) + " config.json) and give the file or its folder");
   if (is_path(name)) {
     nlohmann::json config = read_hf_config(name);
-    const model m = model_from_hf_config(config, hf_model_name(name));
+    const model m = model_from_hf_config(config, printable(hf_model_name(name)));
     return {m, std::move(config)};
   }
   return {cli::lookup(
@@ -150,7 +161,7 @@ CLI::Option* add_choice(CLI::App& cmd, const std::string& name, Stored& value,
     try {
       value = cli::choose(table, words.front(), what);
     } catch (const vramfit::error& e) {  // named as the user wrote it, unless it already is
-      const std::string message = e.what();
+      const std::string message = message_of(e);
       if (message.find(option) != std::string::npos) throw;
       detail::raise(option + ": " + message);
     }

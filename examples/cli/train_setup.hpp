@@ -32,7 +32,7 @@ inline tensor_selector parse_selector(const std::string& text) {
     try {
       s.kinds |= 1u << static_cast<int>(cli::choose(cli::kinds, kind, "tensor kind"));
     } catch (const vramfit::error& e) {
-      detail::raise("--trainable '" + text + "': " + e.what());
+      detail::raise("--trainable '" + text + "': " + message_of(e));
     }
   }
   auto range = [&text](const std::string& r, std::int64_t& first, std::int64_t& count) {
@@ -303,7 +303,7 @@ inline alloc_conf checked_alloc_conf(const train_options& o) {
   try {
     conf = parse_alloc_conf(o.alloc_conf);
   } catch (const vramfit::error& e) {
-    detail::raise(std::string("--alloc-conf: ") + e.what());
+    detail::raise("--alloc-conf: " + message_of(e));
   }
   std::vector<std::string> keys;
   int depth = 0;
