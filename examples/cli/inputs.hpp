@@ -79,12 +79,17 @@ inline named_model load_model(const std::string& name) {
                   "config.json (huggingface-cli download " +
                   name.substr(0, 80) + " config.json) and give the file or its folder");
   if (is_path(name)) {
-    nlohmann::json config = read_hf_config(name);
+    nlohmann::json config;
+    try {
+      config = read_hf_config(name);
+    } catch (const vramfit::error& e) {  // the file cannot be read: named as --model's
+      detail::raise("--model " + message_of(e));
+    }
     const model m = model_from_hf_config(config, printable(hf_model_name(name)));
     return {m, std::move(config)};
   }
   return {cli::lookup(
-              presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
+              presets, name, "--model", [](const preset& p) { return std::string_view(p.key); },
               [](const preset& p) { return std::string_view(p.value.name); },
               " (a preset; a config.json path also works)")
               .value,
@@ -119,7 +124,7 @@ inline gpu gpu_named(const std::string& key) {
                   "KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB) in whole bytes");
   }
   return cli::lookup(
-             gpu_presets, key, "GPU", [](const gpu_preset& p) { return std::string_view(p.key); },
+             gpu_presets, key, "--gpu", [](const gpu_preset& p) { return std::string_view(p.key); },
              [](const gpu_preset& p) { return std::string_view(p.value.name); },
              ", or a capacity such as 96GiB or 44GB")
       .value;

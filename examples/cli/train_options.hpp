@@ -204,7 +204,9 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
 
 /// What is trained: LoRA, QLoRA or a selection.
 inline void add_finetune_options(CLI::App& cmd, train_options& o) {
-  cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)")->check(non_negative);
+  cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)")
+      ->check(non_negative)
+      ->capture_default_str();
   cmd.add_option("--lora-targets", o.lora_targets,
                  "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
                  "--qlora all-linear)");

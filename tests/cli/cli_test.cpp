@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -189,8 +191,8 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
     const char* message;
   } cases[] = {
       {"train --no-such-option", "not expected: --no-such-option"},
-      {"train --model no-such-model", "unknown model 'no-such-model'; known: gpt2,"},
-      {"train --model /no/such/config.json", "'/no/such/config.json' does not exist"},
+      {"train --model no-such-model", "unknown --model 'no-such-model'; known: gpt2,"},
+      {"train --model /no/such/config.json", "--model '/no/such/config.json' does not exist"},
       {"train --model vramfit_cli_malformed.json", "is not valid JSON"},
       {"train --model vramfit_cli_missing.json", "missing field 'num_hidden_layers'"},
       {"train --micro-batch 0", "--micro-batch: must be an integer from 1 to 1073741824, got 0"},
@@ -201,7 +203,7 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
       {"train --dp 8 --zero 3 --pp 2", "forbids ZeRO stage 3 with pipeline parallelism"},
       {"train --precision fp9", "unknown precision 'fp9'"},
       {"train --optimizer sgdd", "unknown optimizer 'sgdd'"},
-      {"train --gpu h1000", "unknown GPU 'h1000'"},
+      {"train --gpu h1000", "unknown --gpu 'h1000'"},
       {"train --zero 7", "--zero must be 0, 1, 2 or 3"},
       {"train --fsdp hybrid --dp 8", "needs --fsdp-group"},
       {"train --lora-rank 8 --lora-targets w9", "LoRA target 'w9' matches no weight"},
@@ -1010,8 +1012,8 @@ TEST_CASE("names as the output prints them, in any case, and the one key a name 
     const char* args;
     const char* message;
   } ambiguous[] = {
-      {"train --gpu a100", "GPU 'a100' is ambiguous: a100-80gb, a100-40gb"},
-      {"train --model llama-3", "model 'llama-3' is ambiguous: llama-3-8b"},
+      {"train --gpu a100", "--gpu 'a100' is ambiguous: a100-80gb, a100-40gb"},
+      {"train --model llama-3", "--model 'llama-3' is ambiguous: llama-3-8b"},
       {"train --precision amp", "precision 'amp' is ambiguous: amp-bf16, amp-fp16"},
   };
   for (const auto& c : ambiguous) {
@@ -1604,4 +1606,89 @@ TEST_CASE("infer --attention eager: the prefill's scores, by hand (inference_tes
   // Functions other than the Llama family's, and vLLM's pool, are refused.
   CHECK(run("infer -m gpt2 --attention eager").status == 2);
   CHECK(run("infer --attention eager --utilization 90").status == 2);
+}
+
+namespace {
+/// `text` as one shell word: single-quoted, a quote within as '\''.
+std::string shell_word(const std::string& text) {
+  std::string word = "'";
+  for (const char c : text) word += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return word + "'";
+}
+
+/// An option as a subcommand's --help lists it: its name, its type ("INT:POSITIVE") and the
+/// default it shows ("1"), from lines such as "  --micro-batch,-b INT:POSITIVE=1".
+struct listed_option {
+  std::string name, type, default_value;
+};
+
+std::vector<listed_option> options_in_help(const std::string& help) {
+  std::vector<listed_option> listed;
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  -", 0) != 0) continue;  // "  --seq-len,-s INT", "  -m,--model TEXT"
+    std::istringstream words(line);
+    listed_option o;
+    words >> o.name >> o.type;
+    o.name = o.name.substr(o.name.find("--"));
+    o.name = o.name.substr(0, o.name.find(','));
+    const std::string head = o.type.substr(0, o.type.find_first_of(":="));  // "INT", "TEXT"
+    if (o.name == "--help" || head.empty() ||
+        !std::all_of(head.begin(), head.end(), [](char c) { return std::isupper(c); }))
+      continue;  // a flag: what follows its name is its help
+    if (const std::size_t eq = o.type.find('='); eq != std::string::npos) {
+      o.default_value = o.type.substr(eq + 1);
+      o.type.resize(eq);
+    }
+    listed.push_back(o);
+  }
+  return listed;
+}
+}  // namespace
+
+TEST_CASE("hostile values of every option: refused in one line naming it, or a changed answer") {
+  // Issue 38, classes 1-5: for every option --help lists, values of every kind (empty, another
+  // type, huge, NaN, infinity, negative, control characters, invalid UTF-8, a long list). Each
+  // must be refused (status 2, one line naming the option) or change the answer; the value the
+  // help shows as the default may leave it as it was. Silent no-effect is a failure.
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"empty", ""},
+      {"word", "abc"},
+      {"int64 max", "9223372036854775807"},
+      {"past uint64", "99999999999999999999"},
+      {"1e308", "1e308"},
+      {"nan", "nan"},
+      {"inf", "inf"},
+      {"negative", "-1"},
+      {"zero", "0"},
+      {"control characters", "a\x01" "b\nc"},
+      {"invalid UTF-8", "\xff\xfeq"},
+      {"long list", [] {
+         std::string list = "q_proj";
+         for (int i = 0; i < 400; ++i) list += ",q_proj";
+         return list;
+       }()}};
+  // Values that agree with the base command's own figure, with the reason.
+  const std::set<std::string> agreeing = {
+      "--dropout 0",  // Llama-3-8B has no dropout: the override agrees with it
+  };
+  std::size_t checked = 0;
+  for (const char* base :
+       {"train", "min-gpus --fsdp full", "plan", "load", "infer", "infer -m gpt2"}) {
+    const std::string sub = std::string(base).substr(0, std::string(base).find(' '));
+    const result before = run(base);
+    for (const listed_option& o : options_in_help(run(sub + " --help").out)) {
+      for (const auto& [kind, value] : values) {
+        const result r = run(std::string(base) + " " + o.name + " " + shell_word(value));
+        INFO(base << " " << o.name << " <" << kind << "> -> " << r.status << ": " << r.err);
+        const bool refused = r.status == 2 && r.err.rfind("vramfit: ", 0) == 0 &&
+                             r.err.find('\n') == r.err.size() - 1 &&
+                             r.err.find(o.name) != std::string::npos;
+        const bool as_default = value == o.default_value || agreeing.count(o.name + " " + value);
+        CHECK((refused || (r.status != 2 && (r.out != before.out || as_default))));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 1000);  // the help was read: every subcommand has its options
 }
