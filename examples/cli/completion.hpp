@@ -80,7 +80,7 @@ inline std::vector<std::string> option_values(const CLI::Option& o, const std::s
 }
 
 /// Whether --help lists `o` (a subcommand hides the train options it always refuses).
-inline bool listed(const CLI::Option& o) { return !o.get_group().empty(); }
+inline bool in_help(const CLI::Option& o) { return !o.get_group().empty(); }
 
 /// A bash completion function for `app` (zsh: the same through bashcompinit).
 inline void print_completion(std::ostream& out, const CLI::App& app, completion_shell shell,
@@ -96,7 +96,7 @@ inline void print_completion(std::ostream& out, const CLI::App& app, completion_
     subcommands += (subcommands.empty() ? "" : " ") + name;
     std::string words;
     for (const CLI::Option* o : sub->get_options()) {
-      if (o->get_lnames().empty() || !listed(*o)) continue;
+      if (o->get_lnames().empty() || !in_help(*o)) continue;
       const std::string option = o->get_lnames()[0];
       words += (words.empty() ? "--" : " --") + option;
       std::string label = "--" + option;
