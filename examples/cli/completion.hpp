@@ -80,7 +80,9 @@ inline std::vector<std::string> option_values(const CLI::Option& o, const std::s
 }
 
 /// Whether --help lists `o` (a subcommand hides the train options it always refuses).
-inline bool in_help(const CLI::Option& o) { return !o.get_group().empty(); }
+inline bool in_help(const CLI::Option& o) {
+  return !o.get_group().empty();
+}
 
 /// A bash completion function for `app` (zsh: the same through bashcompinit).
 inline void print_completion(std::ostream& out, const CLI::App& app, completion_shell shell,

@@ -112,8 +112,8 @@ inline void apply_framework(CLI::App& cmd, infer_options& o) {
 inline bytes checked_size(std::int64_t mib, const char* option) {
   constexpr std::int64_t most = std::int64_t{1} << 40;  // MiB in 1 EiB: no GPU holds more
   if (mib < 0 || mib > most)
-    detail::raise(std::string(option) + " takes MiB from 0 to " + std::to_string(most) +
-                  ", got " + std::to_string(mib));
+    detail::raise(std::string(option) + " takes MiB from 0 to " + std::to_string(most) + ", got " +
+                  std::to_string(mib));
   return bytes{mib * MiB.size};
 }
 

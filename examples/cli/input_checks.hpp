@@ -15,10 +15,11 @@ namespace vramfit::cli {
 inline std::size_t utf8_length(std::string_view text, std::size_t at) {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned char lead = byte(at);
-  const std::size_t n = lead < 0x80 ? 1 : lead >= 0xC2 && lead <= 0xDF ? 2
-                                      : lead >= 0xE0 && lead <= 0xEF   ? 3
-                                      : lead >= 0xF0 && lead <= 0xF4   ? 4
-                                                                       : 0;
+  const std::size_t n = lead < 0x80                    ? 1
+                        : lead >= 0xC2 && lead <= 0xDF ? 2
+                        : lead >= 0xE0 && lead <= 0xEF ? 3
+                        : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                       : 0;
   if (n == 0 || at + n > text.size()) return 0;
   for (std::size_t i = 1; i < n; ++i)
     if ((byte(at + i) & 0xC0) != 0x80) return 0;
@@ -60,9 +61,8 @@ inline void refuse_empty_values(const CLI::App& cmd) {
     if (o->count() == 0 || o->get_expected_max() == 0) continue;
     for (const std::string& value : o->results())
       if (value.empty())
-        detail::raise(
-            (o->get_lnames().empty() ? o->get_name() : "--" + o->get_lnames().front()) +
-            " was given an empty value: give one, or leave the option out");
+        detail::raise((o->get_lnames().empty() ? o->get_name() : "--" + o->get_lnames().front()) +
+                      " was given an empty value: give one, or leave the option out");
   }
   for (const CLI::App* sub : cmd.get_subcommands()) refuse_empty_values(*sub);
 }

@@ -219,8 +219,9 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
   if (given("--micro-batch")) s.micro_batch = o.micro_batch;
   if (given("--schedule") && o.schedule != pipeline_schedule::interleaved) s.virtual_stages = 1;
   if (given("--recompute")) s.recompute = static_cast<int>(o.recompute);
-  for (const auto& [option, most] : {std::pair{"--max-tp", p.max_tp}, std::pair{"--max-pp", p.max_pp},
-                                     std::pair{"--max-cp", p.max_cp}})
+  for (const auto& [option, most] :
+       {std::pair{"--max-tp", p.max_tp}, std::pair{"--max-pp", p.max_pp},
+        std::pair{"--max-cp", p.max_cp}})
     if (most > p.gpus)
       detail::raise(std::string(option) + " " + std::to_string(most) + " bounds nothing on " +
                     std::to_string(p.gpus) + " GPUs (--gpus)");

@@ -159,9 +159,9 @@ inline optimizer optimizer_of(const train_options& o) {
   if (o.optimizer_impl && !vramfit::offers(opt.kind, *o.optimizer_impl))
     detail::raise("--optimizer-impl " + std::string(name_of(optimizer_impls, *o.optimizer_impl)) +
                   ": " + opt.name + " comes one way only, or has no such implementation");
-  for (const auto& [given, option] : {std::pair{o.amsgrad, "amsgrad"},
-                                      std::pair{o.momentum.has_value(), "momentum"},
-                                      std::pair{o.centered, "centered"}})
+  for (const auto& [given, option] :
+       {std::pair{o.amsgrad, "amsgrad"}, std::pair{o.momentum.has_value(), "momentum"},
+        std::pair{o.centered, "centered"}})
     if (given && !detail::has_option(opt.kind, option))
       detail::raise(std::string("--") + option + ": " + opt.name + " has no " + option +
                     " (amsgrad: adam, adamw; momentum: sgd, rmsprop; centered: rmsprop)");
@@ -184,7 +184,8 @@ inline const std::string& checked_lora_targets(const std::string& targets) {
     detail::raise("--lora-targets is " + std::to_string(targets.size()) +
                   " characters long; at most " + std::to_string(capacity) +
                   " are kept (use all-linear for every linear layer)");
-  if (targets.empty() || targets.front() == ',' || targets.back() == ',' || targets.find(",,") != std::string::npos)
+  if (targets.empty() || targets.front() == ',' || targets.back() == ',' ||
+      targets.find(",,") != std::string::npos)
     detail::raise("--lora-targets '" + targets + "' has an empty module name");
   return targets;
 }

@@ -21,7 +21,8 @@ namespace {
 
 /// Bytes the tool wrote as a str: a byte that is not UTF-8 as U+FFFD, never UnicodeDecodeError.
 py::str decoded(const std::string& text) {
-  PyObject* str = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+  PyObject* str =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
   if (str == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::str>(str);
 }

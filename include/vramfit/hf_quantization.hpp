@@ -65,7 +65,8 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
                                 m == "gptq" && detail::quantization_flag(q, "desc_act"));
   }
   if (m == "bitsandbytes") {
-    if (detail::quantization_flag(q, "load_in_8bit") && detail::quantization_flag(q, "load_in_4bit"))
+    if (detail::quantization_flag(q, "load_in_8bit") &&
+        detail::quantization_flag(q, "load_in_4bit"))
       detail::raise(
           "config.json quantization_config: load_in_4bit and load_in_8bit are both true; "
           "transformers allows one");
@@ -77,8 +78,10 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
     const auto type = q.find("bnb_4bit_quant_type");
     const bool typed = type != q.end() && !type->is_null();
     if (typed && (!type->is_string() || (*type != "fp4" && *type != "nf4")))
-      detail::raise("config.json quantization_config: 'bnb_4bit_quant_type' must be \"nf4\" or "
-                    "\"fp4\", got " + type->dump().substr(0, 40));
+      detail::raise(
+          "config.json quantization_config: 'bnb_4bit_quant_type' must be \"nf4\" or "
+          "\"fp4\", got " +
+          type->dump().substr(0, 40));
     const bool is_fp4 = typed && *type == "fp4";
     const bool dq = detail::quantization_flag(q, "bnb_4bit_use_double_quant");
     return is_fp4 ? (dq ? bnb_4bit<fp4_double_quant>::value : bnb_4bit<fp4>::value)

@@ -199,7 +199,8 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
       {"train --seq-len -8", "--seq-len: must be an integer from 1 to 1073741824, got -8"},
       {"train --dp 0", "--dp: must be an integer from 1"},
       {"train --tp 3", "tensor parallel degree 3 must divide the attention heads (32)"},
-      {"train --pp 2 --pp-stages 10,10", "--pp-stages: the stages' layers sum to 20, the model has 32"},
+      {"train --pp 2 --pp-stages 10,10",
+       "--pp-stages: the stages' layers sum to 20, the model has 32"},
       {"train --dp 8 --zero 3 --pp 2", "forbids ZeRO stage 3 with pipeline parallelism"},
       {"train --precision fp9", "unknown precision 'fp9'"},
       {"train --optimizer sgdd", "unknown optimizer 'sgdd'"},
@@ -428,7 +429,8 @@ TEST_CASE("plan: every format, the counts of the rest, --all and the errors") {
       {"plan --global-batch -1", "--global-batch: must be an integer from 1"},
       {"plan --mfu 0", "--mfu must be a number above 0 and at most 1"},
       {"plan --inter-bw 0", "--inter-bw must be a number above 0"},
-      {"plan --sharding foo", "--sharding: unknown sharding 'foo'; known: deepspeed, megatron, fsdp, any"},
+      {"plan --sharding foo",
+       "--sharding: unknown sharding 'foo'; known: deepspeed, megatron, fsdp, any"},
       {"plan --sharding fsdp --zero 1", "--sharding fsdp contradicts the --zero/--fsdp given"},
       {"plan --zero 1 --zero-impl paper", "plan searches deepspeed's and megatron's ZeRO"},
       {"plan --grad-accum 4", "--grad-accum is not a plan option"},
@@ -524,7 +526,8 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --recompute full --recompute-every 2 --recompute-layers 4",
        "recomputing one layer in every 2 is full recompute"},
       {"plan --recompute-every 2", "--recompute-every is not a plan option"},
-      {"infer --utilization 90 --non-torch -1", "--non-torch takes MiB from 0 to 1099511627776, got -1"},
+      {"infer --utilization 90 --non-torch -1",
+       "--non-torch takes MiB from 0 to 1099511627776, got -1"},
       {"train --fsdp-group 4", "--fsdp-group applies to --fsdp hybrid only"},
       {"train --lora-targets q_proj,foo", "--lora-targets applies with --lora-rank"},
       {"train --lora-rank 8 --lora-targets q_proj,foo",
@@ -1402,7 +1405,8 @@ TEST_CASE("--reduce-bucket and --overlap-comm: DeepSpeed's reduce buffers, refus
   refused("train --model gpt2 --dp 4 --zero 3 --overlap-comm", "its one buffer either way");
   refused("train --model gpt2 --dp 4 --zero 2 --reduce-bucket 2.5",
           "--reduce-bucket takes a whole number of gradient elements");
-  refused("train --model gpt2 --dp 4 --zero 2 --reduce-bucket ''", "--reduce-bucket was given an empty value");
+  refused("train --model gpt2 --dp 4 --zero 2 --reduce-bucket ''",
+          "--reduce-bucket was given an empty value");
 }
 
 TEST_CASE("no option is silently ignored: each one changes the answer or is refused") {
@@ -1661,7 +1665,9 @@ TEST_CASE("hostile values of every option: refused in one line naming it, or a c
       {"inf", "inf"},
       {"negative", "-1"},
       {"zero", "0"},
-      {"control characters", "a\x01" "b\nc"},
+      {"control characters",
+       "a\x01"
+       "b\nc"},
       {"invalid UTF-8", "\xff\xfeq"},
       {"long list", [] {
          std::string list = "q_proj";
@@ -1678,7 +1684,8 @@ TEST_CASE("hostile values of every option: refused in one line naming it, or a c
     const std::string sub = std::string(base).substr(0, std::string(base).find(' '));
     const result before = run(base);
     for (const listed_option& o : options_in_help(run(sub + " --help").out)) {
-      for (const auto& [kind, value] : values) {
+      for (const auto& entry : values) {  // not a structured binding: INFO captures it
+        const std::string &kind = entry.first, &value = entry.second;
         const result r = run(std::string(base) + " " + o.name + " " + shell_word(value));
         INFO(base << " " << o.name << " <" << kind << "> -> " << r.status << ": " << r.err);
         const bool refused = r.status == 2 && r.err.rfind("vramfit: ", 0) == 0 &&
