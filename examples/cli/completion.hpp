@@ -79,6 +79,11 @@ inline std::vector<std::string> option_values(const CLI::Option& o, const std::s
   return words;
 }
 
+/// Whether --help lists `o` (a subcommand hides the train options it always refuses).
+inline bool in_help(const CLI::Option& o) {
+  return !o.get_group().empty();
+}
+
 /// A bash completion function for `app` (zsh: the same through bashcompinit).
 inline void print_completion(std::ostream& out, const CLI::App& app, completion_shell shell,
                              const size_style& size) {
@@ -93,7 +98,7 @@ inline void print_completion(std::ostream& out, const CLI::App& app, completion_
     subcommands += (subcommands.empty() ? "" : " ") + name;
     std::string words;
     for (const CLI::Option* o : sub->get_options()) {
-      if (o->get_lnames().empty()) continue;
+      if (o->get_lnames().empty() || !in_help(*o)) continue;
       const std::string option = o->get_lnames()[0];
       words += (words.empty() ? "--" : " --") + option;
       std::string label = "--" + option;

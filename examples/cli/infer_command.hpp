@@ -59,13 +59,17 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
                "Prompt tokens per sequence (default: 4096, or a learned position table's rows "
                "when fewer)")
       ->check(positive);
-  c.add_option("--generate", o.generate, "Tokens generated per sequence")->capture_default_str();
+  c.add_option("--generate", o.generate, "Tokens generated per sequence")
+      ->check(non_negative)
+      ->capture_default_str();
   c.add_option("--block", o.block,
                "Paged KV blocks of this many tokens (vLLM: 16; 0: none, Hugging Face's cache, "
                "whose sliding-window layers keep the whole prompt after prefill)")
+      ->check(non_negative)
       ->capture_default_str();
   c.add_option("--prefill-chunk", o.prefill_chunk,
                "Chunked prefill: tokens per forward (0: whole prompt)")
+      ->check(non_negative)
       ->capture_default_str();
   add_choice(c, "--attention", o.attention, attentions, "attention", choice_list(attentions))
       ->capture_default_str();
@@ -106,9 +110,11 @@ inline void apply_framework(CLI::App& cmd, infer_options& o) {
 
 /// `mib` MiB as bytes, for an option that takes a size in MiB.
 inline bytes checked_size(std::int64_t mib, const char* option) {
-  if (mib < 0)
-    detail::raise(std::string(option) + " must not be negative, got " + std::to_string(mib));
-  return bytes{detail::checked_mul(mib, MiB.size)};
+  constexpr std::int64_t most = std::int64_t{1} << 40;  // MiB in 1 EiB: no GPU holds more
+  if (mib < 0 || mib > most)
+    detail::raise(std::string(option) + " takes MiB from 0 to " + std::to_string(most) + ", got " +
+                  std::to_string(mib));
+  return bytes{mib * MiB.size};
 }
 
 /// The request `o` describes, checked: vLLM's pool options need --utilization, and a pool is
@@ -126,6 +132,10 @@ inline request_shape request_of(const infer_options& o) {
         "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk, --logits "
         "all, --attention (Hugging Face's) and -f markdown|svg describe one request's memory; "
         "leave them out");
+  if (o.prefill_chunk >= o.context)
+    detail::raise("--prefill-chunk " + std::to_string(o.prefill_chunk) +
+                  " is not shorter than the prompt (" + std::to_string(o.context) +
+                  " tokens): it would prefill it whole; leave it out");
   if (o.utilization && (*o.utilization < 1 || *o.utilization > 100))
     detail::raise("--utilization must be a percentage from 1 to 100, got " +
                   std::to_string(*o.utilization));
@@ -236,9 +246,26 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
   return status;
 }
 
-inline int run_infer(std::ostream& out, const infer_options& given, const size_style& size) {
+/// Refuses what an encoder cannot do: it generates nothing (no --generate, --beams), and a ViT
+/// reads a fixed image (no --context) into one row of class logits (no --logits all).
+inline void encoder_request(const CLI::App& cmd, const infer_options& o, const model& m) {
+  if (!m.is_encoder()) return;
+  const std::string what = std::string(m.name) + " is an encoder";
+  if (o.generate != 0 || o.beams != 1)
+    detail::raise(what + ": it generates no tokens; leave out --generate and --beams");
+  if (m.family != family::vit) return;
+  if (cmd.get_option("--context")->count() > 0)
+    detail::raise(what + " of images: its sequence is its " + std::to_string(m.max_positions) +
+                  " image tokens; leave out --context");
+  if (cmd.get_option("--logits")->count() > 0)
+    detail::raise(what + " of images: its logits are one row of classes; leave out --logits");
+}
+
+inline int run_infer(std::ostream& out, const CLI::App& cmd, const infer_options& given,
+                     const size_style& size) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
+  encoder_request(cmd, given, m);
   infer_options o = given;
   if (o.context == 0) o.context = default_sequence(m, 4096);
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.

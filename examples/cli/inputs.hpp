@@ -16,6 +16,7 @@
 
 #include "choices.hpp"
 #include "frameworks.hpp"
+#include "input_checks.hpp"
 
 namespace vramfit::cli {
 
@@ -39,13 +40,23 @@ struct named_model {
 inline std::string config_text_name(const nlohmann::json& config) {
   for (const char* key : {"_name_or_path", "model_type"}) {
     const auto it = config.find(key);
-    if (it == config.end() || !it->is_string()) continue;
+    if (it == config.end() || it->is_null()) continue;
+    if (!it->is_string())
+      detail::raise(std::string("config.json: field '") + key + "' must be a string, got " +
+                    it->dump().substr(0, 40));
     std::string name = it->get<std::string>();
     while (!name.empty() && name.back() == '/') name.pop_back();
     name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0: the whole name
     if (!name.empty()) return name;
   }
   return "config";
+}
+
+/// The message of a library error without its "vramfit: ", for a refusal that names the option
+/// first.
+inline std::string message_of(const vramfit::error& e) {
+  const std::string_view what = e.what();
+  return std::string(what.starts_with("vramfit: ") ? what.substr(9) : what);
 }
 
 /// A preset by its key or its name in any case ("Llama-3-8B"), a config.json file, a folder
@@ -55,7 +66,7 @@ inline named_model load_model(const std::string& name) {
   if (!name.empty() && name.front() == '{') {
     nlohmann::json config = detail::parse_config(name, "--model's config.json text");
     if (!config.is_object()) detail::raise("--model's config.json text is not a JSON object");
-    const model m = model_from_hf_config(config, config_text_name(config));
+    const model m = model_from_hf_config(config, printable(config_text_name(config)));
     return {m, std::move(config)};
   }
   std::error_code ec;
@@ -68,12 +79,17 @@ inline named_model load_model(const std::string& name) {
                   "config.json (huggingface-cli download " +
                   name.substr(0, 80) + " config.json) and give the file or its folder");
   if (is_path(name)) {
-    nlohmann::json config = read_hf_config(name);
-    const model m = model_from_hf_config(config, hf_model_name(name));
+    nlohmann::json config;
+    try {
+      config = read_hf_config(name);
+    } catch (const vramfit::error& e) {  // the file cannot be read: named as --model's
+      detail::raise("--model " + message_of(e));
+    }
+    const model m = model_from_hf_config(config, printable(hf_model_name(name)));
     return {m, std::move(config)};
   }
   return {cli::lookup(
-              presets, name, "model", [](const preset& p) { return std::string_view(p.key); },
+              presets, name, "--model", [](const preset& p) { return std::string_view(p.key); },
               [](const preset& p) { return std::string_view(p.value.name); },
               " (a preset; a config.json path also works)")
               .value,
@@ -92,25 +108,52 @@ inline weight_layout weights_for(const std::optional<weight_layout>& given, cons
 /// A GPU preset by its key or name in any case ("H100", "a100-80gb"), or a GPU given by its
 /// capacity ("96GiB", "44GB").
 inline gpu gpu_named(const std::string& key) {
-  if (!key.empty() && key[0] >= '0' && key[0] <= '9') return gpu_with_capacity(key);
+  if (!key.empty() && key[0] >= '0' && key[0] <= '9') {
+    constexpr std::size_t longest = sizeof(gpu::name) - sizeof("GPU of ");  // its name's room
+    const std::string shown = "--gpu '" + key.substr(0, 40) + "'";
+    if (key.size() > longest)
+      detail::raise(shown + " is longer than " + std::to_string(longest) +
+                    " characters: write a capacity such as 96GiB or 44GB");
+    try {
+      const gpu g = gpu_with_capacity(key);
+      if (g.capacity > bytes{}) return g;
+    } catch (const vramfit::error&) {  // the library's message names no option; overflow too
+    }
+    detail::raise(shown +
+                  " is not a capacity of at most 8 EiB such as 96GiB, 44GB or 1.5TiB (units B, "
+                  "KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB) in whole bytes");
+  }
   return cli::lookup(
-             gpu_presets, key, "GPU", [](const gpu_preset& p) { return std::string_view(p.key); },
+             gpu_presets, key, "--gpu", [](const gpu_preset& p) { return std::string_view(p.key); },
              [](const gpu_preset& p) { return std::string_view(p.value.name); },
              ", or a capacity such as 96GiB or 44GB")
       .value;
 }
 
-/// An option that takes a positive integer, named as such in the error.
-inline const CLI::Validator positive(
-    [](std::string& value) -> std::string {
-      try {
-        std::size_t used = 0;
-        if (std::stoll(value, &used) > 0 && used == value.size()) return {};
-      } catch (const std::logic_error&) {
-      }
-      return "must be a positive integer, got " + value;
-    },
-    "POSITIVE");
+/// The largest count an option takes (2^30): far past any real batch, sequence, degree or rank,
+/// and small enough that the formulas' products of a few of them stay within int64.
+inline constexpr std::int64_t largest_count = std::int64_t{1} << 30;
+
+/// A validator of integers from `least` to largest_count, named as such in the error.
+inline CLI::Validator count_from(std::int64_t least, const char* name) {
+  return CLI::Validator(
+      [least](std::string& value) -> std::string {
+        try {
+          std::size_t used = 0;
+          const long long n = std::stoll(value, &used);
+          if (n >= least && n <= largest_count && used == value.size()) return {};
+        } catch (const std::logic_error&) {
+        }
+        return "must be an integer from " + std::to_string(least) + " to " +
+               std::to_string(largest_count) + ", got " + value;
+      },
+      name);
+}
+
+/// An option that takes a positive integer (at most largest_count).
+inline const CLI::Validator positive = count_from(1, "POSITIVE");
+/// An option that takes a count of 0 or more (at most largest_count).
+inline const CLI::Validator non_negative = count_from(0, "NONNEGATIVE");
 
 /// Registers option `name`, whose text is one of `table`'s names, as its value in `value` (a
 /// Value, or an optional one left unset unless given): looked up once, as the command line is
@@ -118,8 +161,15 @@ inline const CLI::Validator positive(
 template <class Value, std::size_t N, class Stored>
 CLI::Option* add_choice(CLI::App& cmd, const std::string& name, Stored& value,
                         const named<Value> (&table)[N], const char* what, const std::string& help) {
-  const auto parse = [&value, &table, what](const CLI::results_t& words) {
-    value = cli::choose(table, words.front(), what);
+  const std::string option = name.substr(0, name.find(','));  // "--format,-f": "--format"
+  const auto parse = [&value, &table, what, option](const CLI::results_t& words) {
+    try {
+      value = cli::choose(table, words.front(), what);
+    } catch (const vramfit::error& e) {  // named as the user wrote it, unless it already is
+      const std::string message = message_of(e);
+      if (message.find(option) != std::string::npos) throw;
+      detail::raise(option + ": " + message);
+    }
     return true;
   };
   std::function<std::string()> default_name;  // an optional value has none

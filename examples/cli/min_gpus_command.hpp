@@ -36,6 +36,10 @@ inline int run_min_gpus(std::ostream& out, const train_options& given, const siz
     out << j.dump(2) << "\n";
     return o.check && data == 0 ? 1 : 0;
   }
+  if (o.format == output_format::svg) {  // the estimate at the degree found (else at --dp 1)
+    print_svg(out, e, size);
+    return o.check && data == 0 ? 1 : 0;
+  }
   if (data == 0) {
     out << "Not one data-parallel degree up to " << report::grouped(max_data_parallel_searched)
         << " fits " << g.name << " (" << size(g.capacity) << ")"
@@ -48,7 +52,10 @@ inline int run_min_gpus(std::ostream& out, const train_options& given, const siz
   out << "Fewest GPUs: " << report::grouped(data * per_replica) << " (data parallel " << data;
   if (per_replica > 1) out << " x TP x PP x CP " << per_replica;
   out << ", powers of two tried)\n\n";
-  print_table(out, e, size);
+  if (o.format == output_format::markdown)
+    print_markdown(out, e, size);
+  else
+    print_table(out, e, size);
   return 0;
 }
 

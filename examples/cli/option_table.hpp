@@ -42,7 +42,7 @@ inline std::vector<option_entry> option_table(std::string_view name) {
   const CLI::App& sub = subcommand_named(t, name);
   std::vector<option_entry> listed;
   for (const CLI::Option* o : sub.get_options()) {
-    if (o == sub.get_help_ptr() || o->get_lnames().empty()) continue;
+    if (o == sub.get_help_ptr() || o->get_lnames().empty() || !in_help(*o)) continue;
     option_entry e;
     e.name = o->get_lnames().front();
     e.kind = o->get_expected_max() == 0        ? "flag"

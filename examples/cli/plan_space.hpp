@@ -12,6 +12,7 @@
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "input_checks.hpp"
 #include "inputs.hpp"
 #include "plan_view.hpp"
 #include "train_setup.hpp"
@@ -154,7 +155,8 @@ inline void add_plan_options(CLI::App& cmd, plan_options& p) {
       ->check(positive)
       ->capture_default_str();
   cmd.add_option("--global-batch", p.global_batch,
-                 "Sequences per optimizer step (default: one per GPU)");
+                 "Sequences per optimizer step (default: one per GPU)")
+      ->check(positive);
   cmd.add_option("--top", p.top, "How many layouts to show")->capture_default_str();
   cmd.add_flag("--all", p.all, "List every candidate with its verdict (evaluates all: slower)");
   cmd.add_option("--max-tp", p.max_tp,
@@ -182,10 +184,28 @@ inline void add_plan_options(CLI::App& cmd, plan_options& p) {
                  "Dense 16-bit TFLOP/s per GPU (default: the GPU's datasheet figure)");
 }
 
+/// Refuses a network figure that is not a finite positive number within reach (a petabyte a
+/// second, an exaflop), or a utilisation above 1, naming its option; given 0 (the GPU's figure)
+/// would change nothing.
+inline void check_network(const CLI::App& cmd, const cluster& net) {
+  const struct {
+    const char* option;
+    double value;
+  } figures[] = {{"--intra-bw", net.intra_node_gb_per_s},
+                 {"--inter-bw", net.inter_node_gb_per_s},
+                 {"--host-bw", net.host_gb_per_s},
+                 {"--peak-tflops", net.peak_tflops}};
+  for (const auto& f : figures)
+    if (cmd.get_option(f.option)->count() > 0)
+      check_positive_number(f.value, f.option, 1e6, "1,000,000");
+  check_positive_number(net.mfu, "--mfu", 1, "1 (the whole peak)");
+}
+
 /// The search space: what the user fixed with train options, bounded by the plan options.
 inline search_space space_of(const CLI::App& cmd, const train_options& o, const plan_options& p) {
   const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
   refuse_unsearchable(cmd);
+  check_network(cmd, p.net);
   if (p.top <= 0 || static_cast<std::size_t>(p.top) > search_result::max_top)
     detail::raise("--top must be between 1 and " + std::to_string(search_result::max_top) +
                   ", got " + std::to_string(p.top));
@@ -199,6 +219,12 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
   if (given("--micro-batch")) s.micro_batch = o.micro_batch;
   if (given("--schedule") && o.schedule != pipeline_schedule::interleaved) s.virtual_stages = 1;
   if (given("--recompute")) s.recompute = static_cast<int>(o.recompute);
+  for (const auto& [option, most] :
+       {std::pair{"--max-tp", p.max_tp}, std::pair{"--max-pp", p.max_pp},
+        std::pair{"--max-cp", p.max_cp}})
+    if (most > p.gpus)
+      detail::raise(std::string(option) + " " + std::to_string(most) + " bounds nothing on " +
+                    std::to_string(p.gpus) + " GPUs (--gpus)");
   s.max_tensor = p.max_tp;
   s.max_pipeline = p.max_pp;
   s.max_context = p.max_cp;

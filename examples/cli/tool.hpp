@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "completion.hpp"
 #include "infer_command.hpp"
+#include "input_checks.hpp"
 #include "list_commands.hpp"
 #include "load_command.hpp"
 #include "min_gpus_command.hpp"
@@ -57,6 +59,12 @@ class tool {
       *gpus_cmd_, *frameworks_cmd_, *completion_cmd_;
 };
 
+/// Keeps the train options that `cmd` always refuses out of its --help, completion and Python
+/// keywords; still parsed, so that a refusal says why.
+inline void hide_refused(CLI::App& cmd, std::initializer_list<const char*> names) {
+  for (const char* name : names) cmd.get_option(name)->group("");
+}
+
 inline tool::tool() {
   app_.set_version_flag("--version", std::string("vramfit ") + vramfit::version);
   add_choice(app_, "--units", units_, unit_prefixes, "--units",
@@ -70,6 +78,7 @@ inline tool::tool() {
   min_gpus_cmd_ = app_.add_subcommand(
       "min-gpus", "The fewest GPUs a training configuration fits on (its data-parallel degree)");
   add_train_options(*min_gpus_cmd_, fewest_);
+  hide_refused(*min_gpus_cmd_, {"--dp", "--sweep", "--sweep-max", "--timeline"});
   plan_cmd_ = app_.add_subcommand(
       "plan",
       "Search every layout of N GPUs (DP x TP x PP x CP x EP, sharding, recompute, micro-batch, "
@@ -78,6 +87,8 @@ inline tool::tool() {
   add_train_options(*plan_cmd_, plan_);
   for (const CLI::Option* o : plan_cmd_->get_options()) train_names_.push_back(long_name(*o));
   add_plan_options(*plan_cmd_, space_);
+  hide_refused(*plan_cmd_, {"--reshard-after-forward", "--sweep", "--sweep-max", "--timeline"});
+  for (const unsearchable_option& u : unsearchable_options) hide_refused(*plan_cmd_, {u.name});
   load_cmd_ = app_.add_subcommand(
       "load", "Memory per GPU while a model is loaded or initialized, before its first step");
   add_load_options(*load_cmd_, load_);
@@ -113,6 +124,7 @@ inline int tool::run(const std::vector<std::string>& args, std::ostream& out, st
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
     app_.parse(reversed);
+    refuse_empty_values(app_);
     return dispatch(out);
   } catch (const CLI::CallForHelp& e) {
     return app_.exit(e, out, err);
@@ -121,11 +133,10 @@ inline int tool::run(const std::vector<std::string>& args, std::ostream& out, st
   } catch (const CLI::CallForVersion& e) {
     return app_.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
-    err << "vramfit: " << e.what() << " (see vramfit --help)\n";
+    err << refusal_line(std::string(e.what()) + " (see vramfit --help)") << "\n";
     return 2;
   } catch (const std::exception& e) {
-    const std::string what = e.what();
-    err << (what.rfind("vramfit:", 0) == 0 ? what : "vramfit: " + what) << "\n";
+    err << refusal_line(e.what()) << "\n";
     return 2;
   }
 }
@@ -147,7 +158,7 @@ inline int tool::dispatch(std::ostream& out) {
   if (load_cmd_->parsed()) return run_load(out, load_, size);
   if (infer_cmd_->parsed()) {
     apply_framework(*infer_cmd_, infer_);
-    return run_infer(out, infer_, size);
+    return run_infer(out, *infer_cmd_, infer_, size);
   }
   if (plan_cmd_->parsed()) {
     apply_framework(*plan_cmd_, plan_);

@@ -178,16 +178,16 @@ inline int run_train(std::ostream& out, const train_options& given, const size_s
   const gpu g = gpu_named(o.gpu);
   const training_plan_value plan = build_plan(o, m);
   if (o.explain) {
-    if (o.sweep || o.timeline || o.format == output_format::svg)
+    if (o.sweep || o.timeline || o.check || o.format == output_format::svg)
       detail::raise(
-          "--explain lists one layer's saved tensors: leave out --sweep, --timeline "
+          "--explain lists one layer's saved tensors: leave out --sweep, --timeline, --check "
           "and -f svg");
     print_explain(out, describe(o, plan), plan, o.format, size);
     return 0;
   }
-  if (o.sweep) {
+  if (o.sweep) {  // --check: whether the configuration given, the sweep's first, fits
     run_sweep(out, o, m, plan, g, size);
-    return 0;
+    return o.check && !fit(plan, g).fits() ? 1 : 0;
   }
   const estimate e = estimate_of(o, plan, g);
   print_estimate(out, o, plan, e, g, size);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -124,6 +126,7 @@ inline void add_batch_options(CLI::App& cmd, train_options& o) {
       ->capture_default_str();
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
+      ->check(count_from(-1, ""))
       ->capture_default_str();
   cmd.add_option("--recompute-every", o.recompute_every,
                  "With --recompute full: only every Nth layer (torchtitan's per-layer SAC, "
@@ -151,10 +154,12 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
                "DeepSpeed ZeRO-1/2 overlap_comm: a second reduce buffer");
   add_choice(cmd, "--fsdp", o.fsdp, fsdp_strategies, "FSDP strategy",
              "PyTorch FSDP over the data-parallel ranks: " + choice_list(fsdp_strategies));
-  cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid");
+  cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid")
+      ->check(positive);
   cmd.add_option("--fsdp-version", o.fsdp_version,
                  "1: FullyShardedDataParallel; 2: fully_shard (fp32 sharded parameters under "
                  "mixed precision, gradients reduced through a copy-in buffer)")
+      ->check(CLI::Range(1, 2).name(""))
       ->capture_default_str();
   cmd.add_option("--reshard-after-forward", o.reshard_after_forward,
                  "FSDP2 full sharding: true (the default), false (units stay gathered until "
@@ -162,8 +167,26 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   cmd.add_flag("--sp", o.sp, "Sequence parallelism (with --tp)");
   cmd.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
-  cmd.add_option("--pp-stages", o.pp_stages, "Layers per pipeline stage, e.g. 11,11,10")
-      ->delimiter(',');
+  // Split here, not by CLI11's delimiter, which drops empty items ("16,,16" read as 16,16).
+  const auto stages = [&o](const CLI::results_t& words) {
+    o.pp_stages.clear();
+    for (const std::string& word : words) {
+      for (std::size_t at = 0; at <= word.size();) {
+        const std::size_t end = std::min(word.find(',', at), word.size());
+        std::int64_t layers = 0;
+        const auto [stop, ec] = std::from_chars(word.data() + at, word.data() + end, layers);
+        if (ec != std::errc{} || stop != word.data() + end)
+          detail::raise("--pp-stages '" + word + "': '" + word.substr(at, end - at) +
+                        "' is not a layer count");
+        o.pp_stages.push_back(layers);
+        at = end + 1;
+      }
+    }
+    return true;
+  };
+  cmd.add_option("--pp-stages", stages, "Layers per pipeline stage, e.g. 11,11,10")
+      ->type_name("INT")
+      ->expected(1, CLI::detail::expected_max_vector_size);
   add_choice(cmd, "--schedule", o.schedule, schedules, "pipeline schedule",
              "Pipeline schedule: " + choice_list(schedules))
       ->capture_default_str();
@@ -181,7 +204,9 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
 
 /// What is trained: LoRA, QLoRA or a selection.
 inline void add_finetune_options(CLI::App& cmd, train_options& o) {
-  cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)");
+  cmd.add_option("--lora-rank", o.lora_rank, "LoRA rank (0: no LoRA)")
+      ->check(non_negative)
+      ->capture_default_str();
   cmd.add_option("--lora-targets", o.lora_targets,
                  "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
                  "--qlora all-linear)");
@@ -217,7 +242,8 @@ inline void add_output_options(CLI::App& cmd, train_options& o) {
   add_estimate_format(cmd, o.format);
   add_choice(cmd, "--sweep", o.sweep, sweep_axes, "--sweep",
              "Repeat for doubling micro-batch or seq-len: micro-batch or seq-len");
-  cmd.add_option("--sweep-max", o.sweep_max, "Last value of the sweep (default: 64 x the first)");
+  cmd.add_option("--sweep-max", o.sweep_max, "Last value of the sweep (default: 64 x the first)")
+      ->check(positive);
   cmd.add_flag("--check", o.check, "Exit with status 1 when the plan does not fit");
   cmd.add_flag("--timeline", o.timeline,
                "Show the step as allocations and frees (with -f svg: a plot of the step)");
@@ -253,6 +279,9 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
   // plan: --sharding fsdp or any searches FSDP too (plan_space.hpp checks it there).
   if (!plan && given("--fsdp-version") && !o.fsdp)
     refuse("--fsdp-version applies with --fsdp only");
+  if (!plan && given("--reshard-after-forward") &&
+      !(o.fsdp == fsdp_strategy::full_shard && o.fsdp_version == 2))
+    refuse("--reshard-after-forward applies with --fsdp full --fsdp-version 2 only");
   if (given("--offload-to") && o.offload == offload_mode::none)
     refuse("--offload-to applies with --offload optimizer or all only");
   if (given("--sweep-max") && !o.sweep) refuse("--sweep-max applies with --sweep only");

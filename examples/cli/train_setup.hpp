@@ -3,6 +3,7 @@
 // looked up in choices.hpp.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -27,8 +28,13 @@ inline tensor_selector parse_selector(const std::string& text) {
     detail::raise("--trainable '" + text + "': use kinds[:layers[:experts]]");
   tensor_selector s{};
   std::stringstream listed(parts[0]);
-  for (std::string kind; std::getline(listed, kind, ',');)
-    s.kinds |= 1u << static_cast<int>(cli::choose(cli::kinds, kind, "tensor kind"));
+  for (std::string kind; std::getline(listed, kind, ',');) {
+    try {
+      s.kinds |= 1u << static_cast<int>(cli::choose(cli::kinds, kind, "tensor kind"));
+    } catch (const vramfit::error& e) {
+      detail::raise("--trainable '" + text + "': " + message_of(e));
+    }
+  }
   auto range = [&text](const std::string& r, std::int64_t& first, std::int64_t& count) {
     if (r == "*") return;
     const auto dash = r.find('-');
@@ -147,9 +153,19 @@ inline void trains_checkpoint(const train_options& o, const model& m) {
 /// and --optimizer-in-backward.
 inline optimizer optimizer_of(const train_options& o) {
   optimizer opt = o.optimizer;
-  if (o.optimizer_impl) opt = with_implementation(opt, *o.optimizer_impl);
   if (o.momentum && !(*o.momentum >= 0 && *o.momentum < 1e9))  // NaN and infinity fail too
     detail::raise("--momentum must be a non-negative factor such as 0.9");
+  // The library's rules name no option (optimizer.hpp): checked here first, named as given.
+  if (o.optimizer_impl && !vramfit::offers(opt.kind, *o.optimizer_impl))
+    detail::raise("--optimizer-impl " + std::string(name_of(optimizer_impls, *o.optimizer_impl)) +
+                  ": " + opt.name + " comes one way only, or has no such implementation");
+  for (const auto& [given, option] :
+       {std::pair{o.amsgrad, "amsgrad"}, std::pair{o.momentum.has_value(), "momentum"},
+        std::pair{o.centered, "centered"}})
+    if (given && !detail::has_option(opt.kind, option))
+      detail::raise(std::string("--") + option + ": " + opt.name + " has no " + option +
+                    " (amsgrad: adam, adamw; momentum: sgd, rmsprop; centered: rmsprop)");
+  if (o.optimizer_impl) opt = with_implementation(opt, *o.optimizer_impl);
   if (o.amsgrad || o.centered || o.momentum) {
     const optimizer_options& had = opt.options;
     opt =
@@ -158,6 +174,20 @@ inline optimizer optimizer_of(const train_options& o) {
   }
   opt.options.in_backward = o.optimizer_in_backward;
   return opt;
+}
+
+/// --lora-targets as the library keeps them: refused past its buffer (it would drop the tail)
+/// and with an empty module name.
+inline const std::string& checked_lora_targets(const std::string& targets) {
+  constexpr std::size_t capacity = sizeof(lora_config::targets) - 1;
+  if (targets.size() > capacity)
+    detail::raise("--lora-targets is " + std::to_string(targets.size()) +
+                  " characters long; at most " + std::to_string(capacity) +
+                  " are kept (use all-linear for every linear layer)");
+  if (targets.empty() || targets.front() == ',' || targets.back() == ',' ||
+      targets.find(",,") != std::string::npos)
+    detail::raise("--lora-targets '" + targets + "' has an empty module name");
+  return targets;
 }
 
 /// What is trained: LoRA or QLoRA adapters, a partial selection, or everything.
@@ -179,7 +209,8 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     weight_layout base{};
     if (o.qlora) base = bnb_4bit<>::value;
     if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
-    return lora_finetuning(rank, targets.c_str(), adapters, base.linear, base.other);
+    return lora_finetuning(rank, checked_lora_targets(targets).c_str(), adapters, base.linear,
+                           base.other);
   }
   if (o.lora_targets || o.lora_dtype)
     detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +
@@ -203,7 +234,18 @@ inline layout layout_of(const train_options& o, const model& m) {
     detail::raise("--pp-stages lists at most " + std::to_string(max_listed_stages) +
                   " stages, got " + std::to_string(o.pp_stages.size()) +
                   "; leave it out for even stages");
-  for (std::int64_t layers : o.pp_stages) l.stage_layers.push_back(layers);
+  std::int64_t listed = 0;
+  for (std::int64_t layers : o.pp_stages) {
+    if (layers < 1 || layers > m.layers - listed)
+      detail::raise("--pp-stages: stage " + std::to_string(l.stage_layers.size()) + " has " +
+                    std::to_string(layers) + " layers; each has 1 or more, and all " +
+                    std::to_string(m.layers) + " (" + m.name + "'s)");
+    listed += layers;
+    l.stage_layers.push_back(layers);
+  }
+  if (!o.pp_stages.empty() && listed != m.layers)
+    detail::raise("--pp-stages: the stages' layers sum to " + std::to_string(listed) +
+                  ", the model has " + std::to_string(m.layers));
   const sharding_given sharded = sharding_of(o);
   if (sharded.stage) {
     l.zero = *sharded.stage;
@@ -255,6 +297,40 @@ inline activation_options activation_options_of(const train_options& o, const mo
   return a;
 }
 
+/// --alloc-conf read once, refusing a key given twice (PyTorch would keep the later one) and a
+/// contradiction of --expandable-segments.
+inline alloc_conf checked_alloc_conf(const train_options& o) {
+  alloc_conf conf{};
+  try {
+    conf = parse_alloc_conf(o.alloc_conf);
+  } catch (const vramfit::error& e) {
+    detail::raise("--alloc-conf: " + message_of(e));
+  }
+  std::vector<std::string> keys;
+  int depth = 0;
+  std::string key;
+  bool in_key = true;
+  for (const char c : o.alloc_conf + ",") {  // items split at commas outside brackets
+    depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+    if (c == ',' && depth == 0) {
+      if (std::find(keys.begin(), keys.end(), key) != keys.end())
+        detail::raise("--alloc-conf sets '" + key + "' twice");
+      keys.push_back(key);
+      key.clear();
+      in_key = true;
+    } else if (c == ':') {
+      in_key = false;
+    } else if (in_key && c != ' ') {
+      key += c;
+    }
+  }
+  if (o.expandable_segments && !conf.expandable_segments &&
+      std::find(keys.begin(), keys.end(), "expandable_segments") != keys.end())
+    detail::raise(
+        "--expandable-segments contradicts --alloc-conf expandable_segments:False: give one");
+  return conf;
+}
+
 /// The reserve: the simulated caching allocator with --alloc-conf, or a fixed share.
 inline runtime_overheads overheads_of(const train_options& o) {
   if (o.reserve == reserve_model::simulated && o.fragmentation_percent >= 0)
@@ -262,7 +338,7 @@ inline runtime_overheads overheads_of(const train_options& o) {
   runtime_overheads overheads{
       .fragmentation_percent = o.fragmentation_percent,
       .reserve = simulates(o) ? reserve_model::simulated : reserve_model::share,
-      .allocator = parse_alloc_conf(o.alloc_conf)};
+      .allocator = checked_alloc_conf(o)};
   if (o.expandable_segments) overheads.allocator.expandable_segments = true;
   return overheads;
 }

@@ -19,12 +19,26 @@ namespace py = pybind11;
 
 namespace {
 
-/// One run of the tool on `args` (the words after "vramfit"): its exit status, stdout and stderr.
-std::tuple<int, std::string, std::string> run(const std::vector<std::string>& args) {
+/// Bytes the tool wrote as a str: a byte that is not UTF-8 as U+FFFD, never UnicodeDecodeError.
+py::str decoded(const std::string& text) {
+  PyObject* str =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+  if (str == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(str);
+}
+
+/// One run of the tool on `args` (the words after "vramfit", str or bytes: a path that is not
+/// UTF-8 comes as os.fsencode's bytes): its exit status, stdout and stderr. Other Python threads
+/// go on while it runs.
+std::tuple<int, py::str, py::str> run(const std::vector<std::string>& args) {
   std::ostringstream out, err;
-  vramfit::cli::tool tool;
-  const int status = tool.run(args, out, err);
-  return {status, out.str(), err.str()};
+  int status = 0;
+  {
+    const py::gil_scoped_release released;
+    vramfit::cli::tool tool;
+    status = tool.run(args, out, err);
+  }
+  return {status, decoded(out.str()), decoded(err.str())};
 }
 
 /// The options of subcommand `name` as (long name without dashes, kind, values): the shared
@@ -49,8 +63,7 @@ std::string usage(const std::string& name) {
 PYBIND11_MODULE(_vramfit, m) {
   m.doc() = "vramfit's command-line tool in-process (use the package vramfit)";
   m.attr("version") = vramfit::version;
-  // A run shares nothing with another: other Python threads go on while it runs.
-  m.def("run", &run, py::arg("args"), py::call_guard<py::gil_scoped_release>(),
+  m.def("run", &run, py::arg("args"),
         "Runs `vramfit ARGS...`: (exit status, standard output, standard error)");
   m.def("options", &options, py::arg("subcommand"),
         "The options of a subcommand: (name, 'flag'|'list'|'value', values)");

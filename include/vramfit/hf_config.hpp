@@ -44,6 +44,10 @@ inline std::string shown(const nlohmann::json& value) {
 /// parser sees it (writing a value back recurses on nesting: 100,000 brackets overflowed the
 /// stack).
 inline nlohmann::json parse_config(std::string_view text, const std::string& what) {
+  // A byte-order mark or NUL bytes: UTF-16 or UTF-32, which JSON parsers read as garbage.
+  if (text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF") ||
+      text.find('\0') != std::string_view::npos)
+    raise(what + " is not UTF-8 (UTF-16 or UTF-32?): save it as UTF-8");
   if (text.size() > max_config_bytes)
     raise(what + " is larger than " + std::to_string(max_config_bytes >> 20) +
           " MiB: not a config.json");
@@ -130,13 +134,19 @@ class hf_fields {
     return it->get<std::string>();
   }
 
-  /// Whether any of `names` is a dropout probability above 0.
+  /// Whether any of `names` is a dropout probability above 0; one that is not a probability
+  /// (a string, a number outside [0, 1], as torch.nn.Dropout refuses) is refused.
   [[nodiscard]] bool any_positive(std::initializer_list<const char*> names) const {
+    bool positive = false;
     for (const char* name : names) {
       const auto it = config_.find(name);
-      if (it != config_.end() && it->is_number() && it->get<double>() > 0) return true;
+      if (it == config_.end() || it->is_null()) continue;
+      if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= 1))
+        fail(std::string("field '") + name + "' must be a probability from 0 to 1, got " +
+             shown(*it));
+      positive = positive || it->get<double>() > 0;
     }
-    return false;
+    return positive;
   }
 
   /// Whether any of `names` is missing (or null), so that its configuration class's default
@@ -269,20 +279,30 @@ inline model read_deepseek(const hf_fields& f) {
   return m;
 }
 
+/// The classes of a classifier: id2label's entries, else num_labels (else `fallback`).
+inline std::int64_t labels_of(const hf_fields& f, std::int64_t fallback) {
+  const auto labels = f.json().find("id2label");
+  if (labels == f.json().end() || labels->is_null()) return f.integer_or({"num_labels"}, fallback);
+  if (!labels->is_object())
+    f.fail("field 'id2label' must be an object of labels, got " + shown(*labels));
+  return static_cast<std::int64_t>(labels->size());
+}
+
 /// The labels of a sequence-classification checkpoint (architectures:
 /// ...ForSequenceClassification), or 0.
 inline std::int64_t sequence_classes(const hf_fields& f) {
   const auto architectures = f.json().find("architectures");
-  auto classifier = [](const nlohmann::json& name) {
-    return name.is_string() && name.get_ref<const std::string&>().find(
-                                   "ForSequenceClassification") != std::string::npos;
-  };
-  if (architectures == f.json().end() || !architectures->is_array() ||
-      std::none_of(architectures->begin(), architectures->end(), classifier))
+  if (architectures == f.json().end() || architectures->is_null()) return 0;
+  if (!architectures->is_array() ||
+      !std::all_of(architectures->begin(), architectures->end(),
+                   [](const nlohmann::json& name) { return name.is_string(); }))
+    f.fail("field 'architectures' must be a list of class names, got " + shown(*architectures));
+  if (std::none_of(architectures->begin(), architectures->end(), [](const nlohmann::json& name) {
+        return name.get_ref<const std::string&>().find("ForSequenceClassification") !=
+               std::string::npos;
+      }))
     return 0;
-  const auto labels = f.json().find("id2label");
-  return labels != f.json().end() && labels->is_object() ? static_cast<std::int64_t>(labels->size())
-                                                         : f.integer_or({"num_labels"}, 2);
+  return labels_of(f, 2);
 }
 
 // GptOssConfig (configuration_gpt_oss.py): attention with biases and sinks, every layer MoE,
@@ -441,10 +461,8 @@ inline model read_vit(const hf_fields& f) {
   m.encoder.image_size = f.integer({"image_size"});
   m.encoder.patch_size = f.integer({"patch_size"});
   m.encoder.channels = f.integer_or({"num_channels"}, 3);
-  const auto labels = f.json().find("id2label");
-  m.encoder.classes = labels != f.json().end() && labels->is_object()
-                          ? static_cast<std::int64_t>(labels->size())
-                          : f.integer({"num_labels"});
+  m.encoder.classes = labels_of(f, -1);
+  if (m.encoder.classes == -1) m.encoder.classes = f.integer({"num_labels"});
   if (m.encoder.patch_size > 0) {
     const std::int64_t side = m.encoder.image_size / m.encoder.patch_size;
     m.max_positions = side * side + 1;  // patches + class token
@@ -486,6 +504,9 @@ inline model read_hf_model(const nlohmann::json& config, const std::string& wher
                            const char* default_type = nullptr) {
   if (!config.is_object()) raise(where + " must be a JSON object");
   const auto type_field = config.find("model_type");
+  if (type_field != config.end() && !type_field->is_null() && !type_field->is_string())
+    raise(where + ": field 'model_type' must be a string such as \"llama\", got " +
+          shown(*type_field));
   const bool typed = type_field != config.end() && type_field->is_string();
   if (!typed && default_type == nullptr)
     raise(where + ": missing field 'model_type' (a string such as \"llama\")");
@@ -517,8 +538,10 @@ inline model read_hf_model(const nlohmann::json& config, const std::string& wher
     // Mistral3Config and LlavaConfig: the text decoder is text_config (a MistralConfig or
     // LlamaConfig by default); the vision tower and projector are not counted.
     const auto text = config.find("text_config");
-    if (text == config.end() || !text->is_object())
+    if (text == config.end() || text->is_null())
       fields.fail("missing field 'text_config' (the text decoder's configuration)");
+    if (!text->is_object())
+      fields.fail("field 'text_config' must be an object, got " + shown(*text));
     return read_hf_model(*text, where + " text_config", type == "mistral3" ? "mistral" : "llama");
   } else {
     std::string supported;

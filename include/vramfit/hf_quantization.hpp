@@ -19,13 +19,20 @@ inline std::int64_t quantization_integer(const nlohmann::json& q, const char* ke
   const auto it = q.find(key);
   if (it == q.end() || it->is_null()) return fallback;
   if (!it->is_number_integer())
-    raise(std::string("config.json quantization_config: '") + key + "' must be an integer");
+    raise(std::string("config.json quantization_config: '") + key + "' must be an integer, got " +
+          it->dump().substr(0, 40));
   return it->get<std::int64_t>();
 }
 
+/// The flag `key` of `q`, false when absent or null; refused unless true or false, as
+/// transformers' configs refuse it (BitsAndBytesConfig.post_init).
 inline bool quantization_flag(const nlohmann::json& q, const char* key) {
   const auto it = q.find(key);
-  return it != q.end() && it->is_boolean() && it->get<bool>();
+  if (it == q.end() || it->is_null()) return false;
+  if (!it->is_boolean())
+    raise(std::string("config.json quantization_config: '") + key +
+          "' must be true or false, got " + it->dump().substr(0, 40));
+  return it->get<bool>();
 }
 }  // namespace detail
 
@@ -58,13 +65,24 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
                                 m == "gptq" && detail::quantization_flag(q, "desc_act"));
   }
   if (m == "bitsandbytes") {
+    if (detail::quantization_flag(q, "load_in_8bit") &&
+        detail::quantization_flag(q, "load_in_4bit"))
+      detail::raise(
+          "config.json quantization_config: load_in_4bit and load_in_8bit are both true; "
+          "transformers allows one");
     if (detail::quantization_flag(q, "load_in_8bit")) return bnb_int8::value;
     if (!detail::quantization_flag(q, "load_in_4bit"))
       detail::raise(
           "config.json quantization_config: bitsandbytes with neither load_in_4bit nor "
           "load_in_8bit quantizes nothing");
     const auto type = q.find("bnb_4bit_quant_type");
-    const bool is_fp4 = type != q.end() && type->is_string() && type->get<std::string>() == "fp4";
+    const bool typed = type != q.end() && !type->is_null();
+    if (typed && (!type->is_string() || (*type != "fp4" && *type != "nf4")))
+      detail::raise(
+          "config.json quantization_config: 'bnb_4bit_quant_type' must be \"nf4\" or "
+          "\"fp4\", got " +
+          type->dump().substr(0, 40));
+    const bool is_fp4 = typed && *type == "fp4";
     const bool dq = detail::quantization_flag(q, "bnb_4bit_use_double_quant");
     return is_fp4 ? (dq ? bnb_4bit<fp4_double_quant>::value : bnb_4bit<fp4>::value)
                   : (dq ? bnb_4bit<>::value : bnb_4bit<nf4>::value);

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <vector>
 #include <vramfit/hf_config.hpp>
 #include <vramfit/hf_quantization.hpp>
 #include <vramfit/inference.hpp>
@@ -392,4 +394,64 @@ TEST_CASE("quantization_config: the weight layout a checkpoint loads as") {
   // The shipped gpt-oss configs name their MXFP4 experts.
   CHECK(std::string(hf_weight_layout(read_hf_config(data_dir / "hf" / "gpt-oss-20b.json"))->name) ==
         mxfp4_experts::value.name);
+}
+
+namespace {
+/// The model `config` imports, or nullopt where the import refuses it; `refusal` gets the message.
+std::optional<model> imported(const json& config, std::string& refusal) {
+  try {
+    return model_from_hf_config(config);
+  } catch (const vramfit::error& e) {
+    refusal = e.what();
+    return std::nullopt;
+  }
+}
+
+/// Valid values of the JSON type of `value` other than it: what shows whether a field is read.
+std::vector<json> other_values(const json& value) {
+  if (value.is_boolean()) return {!value.get<bool>()};
+  if (value.is_number()) return {0, 1, 2, value.get<double>() * 2 + 1};
+  if (value.is_string()) return {"other"};
+  return {json()};  // null: as if absent
+}
+}  // namespace
+
+TEST_CASE("every wrongly typed config.json field is refused by name, or is a field never read") {
+  // Issue 38, class 2: a field of the wrong JSON type (a dropout written as a string) must not
+  // read as absent. A field is read when another value of its type, or null, changes the model
+  // or is refused; such a field given a value of another type must be refused naming it.
+  const std::vector<json> wrong = {"0.1", json::array({1}), json::object(), true, 0.5, 1e300};
+  std::size_t read_fields = 0;
+  for (const auto& file : std::filesystem::directory_iterator(data_dir / "hf")) {
+    const json config = json::parse(std::ifstream(file.path()));
+    std::string refusal;
+    const std::optional<model> base = imported(config, refusal);
+    if (!base) continue;  // a config kept to be refused
+    for (const auto& [field, value] : config.items()) {
+      bool read = false;
+      for (const json& other : other_values(value)) {
+        json changed = config;
+        changed[field] = other;
+        const std::optional<model> m = imported(changed, refusal);
+        read = read || !m || *m != *base;
+      }
+      read_fields += read ? 1 : 0;
+      for (const json& w : wrong) {
+        if (w.type() == value.type() || (w.is_number() && value.is_number_float())) continue;
+        json changed = config;
+        changed[field] = w;
+        refusal.clear();
+        const std::optional<model> m = imported(changed, refusal);
+        CAPTURE(file.path().filename());
+        CAPTURE(field);
+        CAPTURE(w.dump());
+        CAPTURE(refusal);
+        if (read)
+          CHECK((!m && refusal.find("'" + field + "'") != std::string::npos));
+        else
+          CHECK((!m || *m == *base));
+      }
+    }
+  }
+  CHECK(read_fields > 100);
 }

@@ -1,5 +1,6 @@
 """The command-line tool in-process: one run of `vramfit ARGS...`, and its refusals as Error."""
 
+import os
 from typing import NamedTuple
 
 from . import _vramfit
@@ -21,9 +22,17 @@ class Run(NamedTuple):
 _HELP_HINT = " (see vramfit --help)"
 
 
+def _word(arg):
+    """One argument as the bytes the shell would pass: a str (or path) through os.fsencode, so
+    that a file name that is not UTF-8 (os.fsdecode's surrogates) reaches the tool unchanged."""
+    if isinstance(arg, bytes):
+        return arg
+    return os.fsencode(os.fspath(arg) if isinstance(arg, os.PathLike) else str(arg))
+
+
 def cli(*args: str) -> Run:
     """Runs `vramfit ARGS...` in-process, as the shell would: cli('train', '-m', 'llama-3-8b')."""
-    return Run(*_vramfit.run([str(a) for a in args]))
+    return Run(*_vramfit.run([_word(a) for a in args]))
 
 
 def run_or_raise(args):

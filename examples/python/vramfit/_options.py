@@ -36,7 +36,7 @@ def _word(keyword, value):
     if isinstance(value, str):
         return value
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        return os.fsdecode(os.fspath(value))
     if isinstance(value, Model):
         return value.argument
     raise TypeError(f"{keyword}= takes a number or a string, not {type(value).__name__}")
@@ -48,6 +48,12 @@ def _unknown(function, keyword, known):
     close = difflib.get_close_matches(keyword, known, n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     return TypeError(f"{function}() got an unexpected keyword argument '{keyword}'{hint}")
+
+
+def _given(option, word):
+    """--option=word; an empty word as its own argument, which the tool refuses by name (CLI11
+    reads "--option=" as the option without a value, and takes the next word as its value)."""
+    return [f"--{option}", ""] if word == "" else [f"--{option}={word}"]
 
 
 def argv(subcommand, options, function):
@@ -70,9 +76,10 @@ def argv(subcommand, options, function):
                 words.append(f"--{option}")
         elif kind == "list":
             values = value if isinstance(value, (list, tuple)) else [value]
-            words += [f"--{option}={_word(keyword, v)}" for v in values]
+            for v in values:
+                words += _given(option, _word(keyword, v))
         elif isinstance(value, (list, tuple)):
             raise TypeError(f"{keyword}= (--{option}) takes one value, not a list")
         else:
-            words.append(f"--{option}={_word(keyword, value)}")
+            words += _given(option, _word(keyword, value))
     return words + ["--format=json"]
