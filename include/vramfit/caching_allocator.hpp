@@ -30,8 +30,8 @@ namespace caching {
 /// free blocks side by side (free_block merges them): a state the allocator can reach.
 inline void adopted_segment_must_be_reachable(std::size_t index, std::int64_t size,
                                               std::int64_t before) {
-  detail::raise("adopted_segment_must_be_reachable: block " + std::to_string(index) + " is " +
-                detail::str(size) + " B, the one before it " + detail::str(before) +
+  detail::raise("an adopted segment's block " + std::to_string(index) + " is " + detail::str(size) +
+                " B, the one before it " + detail::str(before) +
                 " B (free blocks negative): a block is a positive multiple of 512 B, and a free "
                 "one follows a live one");
 }

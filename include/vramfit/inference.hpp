@@ -145,6 +145,9 @@ struct request_shape {
 };
 
 namespace detail::rules {
+[[noreturn]] inline void all_logits_need_a_vocabulary(const char* name) {
+  raise(std::string(name) + " has no vocabulary: every position's logits are a language model's");
+}
 [[noreturn]] inline void request_size_must_be_positive(const char* what, std::int64_t value) {
   raise(std::string(what) + " must be positive, got " + str(value));
 }
@@ -389,6 +392,7 @@ constexpr bytes loop_held_bytes(const model& m, const layout& l, const request_s
 /// are gone by then.
 constexpr bytes all_logits_bytes(const model& m, const request_shape& r,
                                  const element_format& compute) {
+  if (m.vocab <= 0) detail::rules::all_logits_need_a_vocabulary(m.name);
   const std::int64_t tokens = forward_tokens(r);
   return storage_bytes(compute, detail::checked_mul(tokens, m.hidden)) +
          storage_bytes(compute, detail::checked_mul(tokens, m.vocab));

@@ -117,13 +117,12 @@ constexpr bool offers(optimizer_kind k, optimizer_impl impl) {
 namespace detail {
 namespace rules {
 [[noreturn]] inline void optimizer_must_have_the_option(const char* name, const char* option) {
-  raise(std::string("optimizer_must_have_the_option: ") + name + " has no " + option +
+  raise(std::string(name) + " has no " + option +
         " (amsgrad: adam, adamw; momentum: sgd, rmsprop; centered: rmsprop)");
 }
 [[noreturn]] inline void optimizer_must_offer_the_implementation(const char* name,
                                                                  optimizer_impl impl) {
-  raise(std::string("optimizer_must_offer_the_implementation: ") + name + " has no " +
-        to_string(impl) +
+  raise(std::string(name) + " has no " + to_string(impl) +
         " implementation (fused: adam, adamw, sgd, adagrad; lion, muon and the 8-bit optimizers "
         "come one way only)");
 }

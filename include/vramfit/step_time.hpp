@@ -37,6 +37,9 @@ namespace detail::rules {
 [[noreturn]] inline void cluster_figure_must_be_positive(const char* what, double value) {
   raise(std::string(what) + " must be positive, got " + std::to_string(value));
 }
+[[noreturn]] inline void utilisation_must_be_at_most_one(double value) {
+  raise("the model FLOPs utilisation must be at most 1, got " + std::to_string(value));
+}
 [[noreturn]] inline void gpu_figure_must_be_zero_or_positive(const char* what, double value) {
   raise(std::string(what) + " must be 0 (the GPU's figure) or positive, got " +
         std::to_string(value));
@@ -50,7 +53,7 @@ constexpr cluster_figures figures_of(const cluster& c, const gpu& g) {
   positive("the inter-node bandwidth", c.inter_node_gb_per_s);
   positive("the host link bandwidth", c.host_gb_per_s);
   positive("the model FLOPs utilisation", c.mfu);
-  if (c.mfu > 1) detail::rules::cluster_figure_must_be_positive("1 - the utilisation", 1 - c.mfu);
+  if (c.mfu > 1) detail::rules::utilisation_must_be_at_most_one(c.mfu);
   if (c.gpus_per_node <= 0)
     detail::rules::cluster_figure_must_be_positive("GPUs per node",
                                                    static_cast<double>(c.gpus_per_node));

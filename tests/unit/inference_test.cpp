@@ -366,3 +366,13 @@ TEST_CASE("eager attention in a prefill: the scores at softmax, by hand and as t
   // Other attention functions (GPT-2's, MLA, sinks) are refused, not guessed.
   CHECK_THROWS_AS(attention_working_bytes(models::gpt2::value, {}, eager, bf16::value), error);
 }
+
+TEST_CASE("every position's logits need a vocabulary: a ViT's request is refused by name") {
+  const model& vit = models::vit_l_16::value;
+  const request_shape all{.prompt = 197, .all_logits = true};
+  CHECK_THROWS_WITH(all_logits_bytes(vit, all, bf16::value),
+                    doctest::Contains("ViT-L/16 has no vocabulary"));
+  // A language model's: the final norm's output and the logits, [197, hidden] and [197, vocab].
+  const model& gpt2 = models::gpt2::value;
+  CHECK(all_logits_bytes(gpt2, all, bf16::value) == bytes{2 * 197 * (768 + 50257)});
+}

@@ -205,6 +205,8 @@ TEST_CASE("bad search spaces are errors naming the rule") {
                     doctest::Contains("global batch must be between 1 and"));
   CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.mfu = 0}}),
                     doctest::Contains("utilisation must be positive"));
+  CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.mfu = 2}}),
+                    doctest::Contains("utilisation must be at most 1, got 2"));
   CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.inter_node_gb_per_s = -1}}),
                     doctest::Contains("inter-node bandwidth must be positive"));
   CHECK_THROWS_WITH(

@@ -141,7 +141,7 @@ TEST_CASE("defaults are what each library picks on CUDA, and choices are checked
   CHECK(std::string(with_implementation(adafactor<>::value, optimizer_impl::foreach).name) ==
         "adafactor (foreach)");
   CHECK_THROWS_WITH_AS(with_implementation(rprop<>::value, optimizer_impl::fused),
-                       doctest::Contains("optimizer_must_offer_the_implementation"), error);
+                       doctest::Contains("implementation (fused: adam"), error);
   CHECK_THROWS_AS(with_implementation(lion<>::value, optimizer_impl::foreach), error);
 }
 
@@ -220,7 +220,7 @@ TEST_CASE("optional optimizer states, switched at run time as torch.optim create
       adamw<optimizer_options{.impl = optimizer_impl::fused}>::value, true, false, false);
   CHECK(fused.options.impl == optimizer_impl::fused);
   CHECK_THROWS_WITH(with_state_options(lion<>::value, true, false, false),
-                    "vramfit: optimizer_must_have_the_option: lion has no amsgrad (amsgrad: adam, "
+                    "vramfit: lion has no amsgrad (amsgrad: adam, "
                     "adamw; momentum: sgd, rmsprop; centered: rmsprop)");
   CHECK_THROWS_WITH(with_state_options(sgd<>::value, false, false, true),
                     doctest::Contains("sgd has no centered"));
