@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // How the command-line tool prints a report: an aligned table, Markdown, the stable JSON of
-// ../shared/design.md, or SVG (a stacked bar against the capacity, or a sweep chart; svg.hpp
+// docs/cli.md#json, or SVG (a stacked bar against the capacity, or a sweep chart; svg.hpp
 // draws). Display only: every number comes from the library.
 #pragma once
 
@@ -138,7 +138,7 @@ inline nlohmann::json device_json(const gpu& g) {
   return {{"name", g.name}, {"capacity", g.capacity.count}};
 }
 
-/// The stable JSON interface (../shared/design.md); more keys may follow, none change.
+/// The stable JSON interface (docs/cli.md#json); more keys may follow, none change.
 inline nlohmann::json to_json(const estimate& e) {
   nlohmann::json memory;
   for (component c : shown_components) memory[to_string(c)] = total(e.ledger, c).count;

@@ -1,5 +1,5 @@
 // Unit tier: every preset's parameter count against its official integer
-// (../shared/reference/models.json: keras-hub presets, model cards, HF API safetensors totals).
+// (docs/sources.md#parameter-counts: keras-hub presets, model cards, HF API safetensors totals).
 #include <doctest/doctest.h>
 
 #include <string_view>

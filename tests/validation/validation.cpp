@@ -1,7 +1,7 @@
-// Validation against published measurements (../shared/reference/measurements.md): every fully
+// Validation against published measurements (docs/sources.md#measurements): every fully
 // specified case as a vramfit configuration, with the statistic its source measured, vramfit's
 // prediction and error, and the errors of Megatron-LM's, DeepSpeed's, accelerate's and
-// llm-analysis's formulas (re-implemented below from ../shared/reference/estimators.md).
+// llm-analysis's formulas (re-implemented below from docs/sources.md#estimators-compared).
 // Prints docs/validation.md; with --check it fails when an error grows past its recorded bound.
 #include <algorithm>
 #include <cmath>
@@ -17,16 +17,16 @@ using namespace vramfit;
 
 namespace {
 
-/// The anchors' formulas, from ../shared/reference/estimators.md.
+/// The estimators' formulas (docs/sources.md#estimators-compared).
 namespace anchors {
 /// accelerate estimate-memory: "Training using Adam" = 4 x the model's size in the chosen dtype
-/// (estimators.md §3.1); no activations.
+/// (docs/sources.md#accelerate); no activations.
 double accelerate(std::int64_t params, std::int64_t dtype_bytes) {
   return 4.0 * static_cast<double>(params * dtype_bytes);
 }
 /// DeepSpeed estimate_zero2_model_states_mem_needs (stage_1_and_2.py): 2P + 18P/G on the GPU;
 /// estimate_zero3 (stage3.py): 4 x largest layer + 18P/G, or 4 x largest layer with everything
-/// offloaded (estimators.md §2.1-2.2). Model states only.
+/// offloaded (docs/sources.md#deepspeed). Model states only.
 double deepspeed(std::int64_t params, std::int64_t largest_layer, std::int64_t gpus, bool stage3,
                  bool offload) {
   const double p = static_cast<double>(params);
@@ -36,7 +36,7 @@ double deepspeed(std::int64_t params, std::int64_t largest_layer, std::int64_t g
 }
 /// Megatron-LM theoretical_memory_usage.py: 18 bytes per parameter (no distributed optimizer)
 /// plus activations s b h (34 + 5 a s / h) per layer (no SP, t = 1), 2 s b h with full
-/// recompute, and 4 s b h (1 + V/h) for the output layer and loss (estimators.md §1.1-1.3).
+/// recompute, and 4 s b h (1 + V/h) for the output layer and loss (docs/sources.md#megatron-lm).
 double megatron(std::int64_t params, const model& m, std::int64_t s, std::int64_t b, bool full) {
   const double sbh = static_cast<double>(s * b * m.hidden);
   const double layer =
@@ -49,7 +49,8 @@ double megatron(std::int64_t params, const model& m, std::int64_t s, std::int64_
 /// llm-analysis analysis.py: weights, gradients and optimizer states by dtype (Adam 8 B and a
 /// 4 B master copy below fp32), activations per layer (flash attention by default): attention
 /// (s b h + 4 s b h) B + (2 s b h + 4 a s b) B, MLP s b h B + 2 (f/h) s b h B, two fp32
-/// LayerNorm inputs 8 s b h; full recompute s b h B; plus logits s b V B (estimators.md §4).
+/// LayerNorm inputs 8 s b h; full recompute s b h B; plus logits s b V B
+/// (docs/sources.md#llm-analysis).
 double llm_analysis(std::int64_t params, const model& m, std::int64_t s, std::int64_t b,
                     std::int64_t bytes_per_value, bool full, bool master) {
   const double p = static_cast<double>(params), B = static_cast<double>(bytes_per_value);
@@ -66,7 +67,7 @@ double llm_analysis(std::int64_t params, const model& m, std::int64_t s, std::in
 }  // namespace anchors
 
 struct measured_case {
-  std::string source;     ///< measurements.md section and row
+  std::string source;     ///< the source, a link to its docs/sources.md section
   std::string config;     ///< the configuration in words
   std::string statistic;  ///< what was measured, in which unit
   double measured = 0;    ///< bytes
@@ -86,6 +87,10 @@ measured_case make_case(std::string source, std::string config, std::string stat
   c.predicted = predicted;
   return c;
 }
+
+/// Sources that several cases share (the table's first column).
+constexpr const char* torchtune_readme = "[torchtune README](sources.md#torchtune)";
+constexpr const char* llm_d_logs = "[llm-d vLLM logs](sources.md#llm-d-vllm)";
 
 double relative_error(double predicted, double measured) {
   return predicted < 0 ? std::nan("") : (predicted - measured) / measured;
@@ -120,10 +125,10 @@ std::int64_t largest_tensor(const model& m) {
 std::vector<measured_case> cases() {
   std::vector<measured_case> out;
 
-  // B.3: HF "Model training anatomy", bert-large-uncased + 2-label classifier, seq 512, V100
-  // 16 GB, nvidia-smi "used" (MiB) after trainer.train(): the CUDA context measured in the same
-  // doc (1343 MiB), cuBLAS, and the allocator's cache (simulated over the step's tensors, as the
-  // CLI does).
+  // HF "Model training anatomy" (docs/sources.md#hf-training-anatomy): bert-large-uncased +
+  // 2-label classifier, seq 512, V100 16 GB, nvidia-smi "used" (MiB) after trainer.train(): the
+  // CUDA context measured in the same doc (1343 MiB), cuBLAS, and the allocator's cache
+  // (simulated over the step's tensors, as the CLI does).
   model bert = models::bert_large_uncased::value;
   bert.encoder.classes = 2;
   const std::int64_t bert_params = parameters(tensors(bert));
@@ -172,9 +177,9 @@ std::vector<measured_case> cases() {
             .recompute = r.checkpointing ? recompute_kind::full : recompute_kind::none},
         v100_smi};
     measured_case c =
-        make_case("B.3 HF bert-large ladder", std::string("bert-large, ") + r.name,
-                  "nvidia-smi used after train (MiB)", r.mib * static_cast<double>(MiB.size),
-                  predict(plan, gpus::v100_16gb::value));
+        make_case("[HF bert-large ladder](sources.md#hf-training-anatomy)",
+                  std::string("bert-large, ") + r.name, "nvidia-smi used after train (MiB)",
+                  r.mib * static_cast<double>(MiB.size), predict(plan, gpus::v100_16gb::value));
     const std::int64_t context = 1343 * MiB.size;  // the anchors leave it out: add it for them
     const bool fp16 = r.p.compute.payload_bits == 16;
     c.megatron =
@@ -190,9 +195,9 @@ std::vector<measured_case> cases() {
     out.push_back(c);
   }
 
-  // B.5: Raschka's ViT-L/16 (10-class head), 224 px, Adam, torch.cuda.max_memory_reserved() in
-  // decimal GB (no CUDA context). nn.MultiheadAttention with need_weights=False runs SDPA:
-  // flash-style saved tensors.
+  // Raschka's ViT-L/16 (docs/sources.md#raschka-memory): 10-class head, 224 px, Adam,
+  // torch.cuda.max_memory_reserved() in decimal GB (no CUDA context). nn.MultiheadAttention with
+  // need_weights=False runs SDPA: flash-style saved tensors.
   model vit = models::vit_l_16::value;
   vit.encoder.classes = 10;
   const std::int64_t vit_params = parameters(tensors(vit));
@@ -230,9 +235,9 @@ std::vector<measured_case> cases() {
             // Lightning's FSDPStrategy checkpoints with CheckpointImpl.NO_REENTRANT (torch < 2.2).
             .reentrant_checkpoint = !r.checkpointing},
         reserved};
-    measured_case c = make_case("B.5 Raschka ViT-L/16 ladder", std::string("ViT-L/16, ") + r.name,
-                                "max_memory_reserved (decimal GB)", r.gb * 1e9,
-                                predict(plan, gpus::a100_80gb::value));
+    measured_case c = make_case(
+        "[Raschka ViT-L/16 ladder](sources.md#raschka-memory)", std::string("ViT-L/16, ") + r.name,
+        "max_memory_reserved (decimal GB)", r.gb * 1e9, predict(plan, gpus::a100_80gb::value));
     const bool low = r.p.compute.payload_bits == 16;
     const std::int64_t gpus = r.l.data;
     c.megatron = anchors::megatron(vit_params / gpus, vit, 197, r.batch, r.checkpointing);
@@ -256,11 +261,11 @@ std::vector<measured_case> cases() {
     out.push_back(c);
   }
 
-  // B.2: torchtune, Llama 3.1 8B on an RTX 4090, batch 2 packed to 2048 tokens, activation
-  // checkpointing, bf16, LoRA/QLoRA rank 8 on q, v, output and the MLP, fused AdamW, chunked
-  // cross-entropy; "peak memory per GPU" in GiB (torchtune logs allocated memory). The README
-  // measured with torch.compile on: eager, torchtune's chunked losses save every chunk's fp32
-  // log-softmax (loss_kind::chunked_output, 4 B per logit), but its ladder shows chunking
+  // torchtune (docs/sources.md#torchtune): Llama 3.1 8B on an RTX 4090, batch 2 packed to 2048
+  // tokens, activation checkpointing, bf16, LoRA/QLoRA rank 8 on q, v, output and the MLP, fused
+  // AdamW, chunked cross-entropy; "peak memory per GPU" in GiB (torchtune logs allocated memory).
+  // The README measured with torch.compile on: eager, torchtune's chunked losses save every chunk's
+  // fp32 log-softmax (loss_kind::chunked_output, 4 B per logit), but its ladder shows chunking
   // saving 8.1 GiB of a 3B model's 1.05e9 logits under compile (7.7 B per logit, more than the
   // eager mechanism can), so the compiled loss keeps little: fused_chunked stands in for it.
   const runtime_overheads allocated{
@@ -286,7 +291,7 @@ std::vector<measured_case> cases() {
                            .loss = loss_kind::fused_chunked},
         allocated};
     measured_case c =
-        make_case("B.2 torchtune README", std::string("Llama 3.1 8B, ") + r.name + ", RTX 4090",
+        make_case(torchtune_readme, std::string("Llama 3.1 8B, ") + r.name + ", RTX 4090",
                   "peak memory per GPU (GiB)", r.gib * static_cast<double>(GiB.size),
                   predict(plan, gpus::rtx_4090::value));
     c.accelerate = anchors::accelerate(parameters(tensors(llama)), 2);
@@ -295,7 +300,7 @@ std::vector<measured_case> cases() {
     out.push_back(c);
   }
 
-  // B.2, the same README's full fine-tune on the RTX 4090: the recipe's defaults at HEAD
+  // The same README's full fine-tune on the RTX 4090: the recipe's defaults at HEAD
   // (8B_full_single_device.yaml): pure bf16, bitsandbytes PagedAdamW8bit stepped in backward
   // (optimizer_in_bwd), activation checkpointing, chunked linear cross-entropy. The A6000 row
   // (37.4 GiB) ran another configuration the README does not give, so it is left out.
@@ -309,7 +314,7 @@ std::vector<measured_case> cases() {
                            .reentrant_checkpoint = false,
                            .loss = loss_kind::fused_chunked},
         allocated};
-    measured_case c = make_case("B.2 torchtune README", "Llama 3.1 8B, full fine-tune, RTX 4090",
+    measured_case c = make_case(torchtune_readme, "Llama 3.1 8B, full fine-tune, RTX 4090",
                                 "peak memory per GPU (GiB)", 18.9 * static_cast<double>(GiB.size),
                                 predict(plan, gpus::rtx_4090::value));
     c.accelerate = anchors::accelerate(parameters(tensors(llama)), 2);
@@ -320,7 +325,7 @@ std::vector<measured_case> cases() {
     out.push_back(c);
   }
 
-  // B.2, the README's "Optimization flags" ladder: Llama 3.2 3B (meta-llama/Llama-3.2-3B
+  // The README's "Optimization flags" ladder: Llama 3.2 3B (meta-llama/Llama-3.2-3B
   // config.json: hidden 3072, 28 layers, 24 heads, 8 KV heads, FFN 8192, vocab 128,256, tied;
   // 3,212,749,824 parameters), full_finetune_single_device, batch 2 x 4096 packed, bf16, on an
   // A100, techniques added in turn; "Peak Memory Active" in GiB. The rows from activation
@@ -352,7 +357,7 @@ std::vector<measured_case> cases() {
                                                         .offload = r.offload,
                                                         .loss = loss_kind::fused_chunked},
                                      allocated};
-      measured_case c = make_case("B.2 torchtune README",
+      measured_case c = make_case(torchtune_readme,
                                   std::string("Llama 3.2 3B, full fine-tune, ") + r.name + ", A100",
                                   "peak memory active (GiB)", r.gib * static_cast<double>(GiB.size),
                                   predict(plan, gpus::a100_80gb::value));
@@ -365,7 +370,7 @@ std::vector<measured_case> cases() {
     }
   }
 
-  // vLLM's own log lines on one H100 (llm-d/llm-d-benchmark config_explorer/
+  // vLLM's own log lines on one H100 (docs/sources.md#llm-d-vllm; config_explorer/
   // empirical-vllm-memory-results.md @ 4f4d449: `vllm serve`, 0.9 utilization, TP 1, vLLM
   // 0.11): "Model loading took", the profile run's peak activation and the KV pool
   // ("Available KV cache memory"), GiB to 0.01.
@@ -392,22 +397,22 @@ std::vector<measured_case> cases() {
     const serving_budget b =
         serve(r.m, {}, r.w, {.block_tokens = 16}, 16000, h100, vllm_defaults(h100));
     const std::string config = std::string(r.name) + ", vLLM on one H100";
-    measured_case w = make_case("llm-d vLLM logs", config, "model loading took (GiB)",
-                                in_gib(r.weights), static_cast<double>(b.weights.count));
+    measured_case w = make_case(llm_d_logs, config, "model loading took (GiB)", in_gib(r.weights),
+                                static_cast<double>(b.weights.count));
     w.bound = r.weight_bound;  // recorded: -0.2 %, -0.9 %; gpt-oss -4.9 %, -5.6 %
     w.assumptions =
         r.weight_bound > 0.05
             ? "MXFP4 experts as stored; vLLM's Hopper kernels re-lay them out (triton_kernels "
               "swizzle) and keep their biases in fp32, which is not modelled"
             : "weights as stored; vLLM's rotary cos/sin cache is not counted";
-    measured_case p = make_case("llm-d vLLM logs", config, "profile run peak activation (GiB)",
+    measured_case p = make_case(llm_d_logs, config, "profile run peak activation (GiB)",
                                 in_gib(r.peak), static_cast<double>(b.profile_peak.count));
     p.bound = 0.02;  // recorded: -1.0 % to -0.7 %
     p.assumptions = "the sampler's sort at 1024 rows x vocabulary dominates (inference.hpp)";
     out.push_back(w);
     out.push_back(p);
     if (r.kv > 0) {
-      measured_case k = make_case("llm-d vLLM logs", config, "available KV cache memory (GiB)",
+      measured_case k = make_case(llm_d_logs, config, "available KV cache memory (GiB)",
                                   in_gib(r.kv), static_cast<double>(b.kv_pool.count));
       k.bound = 0.02;
       k.assumptions =
@@ -417,13 +422,13 @@ std::vector<measured_case> cases() {
     }
   }
 
-  // B.8: accelerate's bert-base-cased (BertModel, vocab 28996) loaded on CUDA in fp32: 413.68 MB
-  // (MiB) measured.
+  // accelerate's bert-base-cased (docs/sources.md#accelerate; BertModel, vocab 28996) loaded on
+  // CUDA in fp32: 413.68 MB (MiB) measured.
   model bert_cased = models::bert_base_uncased::value;
   bert_cased.vocab = 28996;
   const std::int64_t cased_params = parameters(tensors(bert_cased));
   measured_case load = make_case(
-      "B.8 accelerate estimate-memory", "bert-base-cased loaded in fp32",
+      "[accelerate estimate-memory](sources.md#accelerate)", "bert-base-cased loaded in fp32",
       "memory after loading on CUDA (MiB)", 413.68 * static_cast<double>(MiB.size),
       static_cast<double>(weight_bytes(bert_cased, {}, plain_weights<fp32>::value).count));
   load.accelerate = 4.0 * static_cast<double>(cased_params);
@@ -431,8 +436,8 @@ std::vector<measured_case> cases() {
   load.assumptions = "weights only";
   out.push_back(load);
 
-  // B.9: the QLoRA paper's Figure 6, LLaMA-65B's 4-bit base model: 37,074 MB (transcribed; the
-  // unit is not stated, MiB assumed).
+  // The QLoRA paper's Figure 6 (docs/sources.md#qlora), LLaMA-65B's 4-bit base model: 37,074 MB
+  // (transcribed; the unit is not stated, MiB assumed).
   const model llama_65b{.name = "LLaMA-65B",
                         .hidden = 8192,
                         .layers = 80,
@@ -442,7 +447,7 @@ std::vector<measured_case> cases() {
                         .ffn = 22016,
                         .vocab = 32000};
   measured_case base =
-      make_case("B.9 QLoRA paper Fig. 6", "LLaMA-65B, 4-bit base model",
+      make_case("[QLoRA paper Fig. 6](sources.md#qlora)", "LLaMA-65B, 4-bit base model",
                 "figure label (MB, taken as MiB; transcription unconfirmed)",
                 37074 * static_cast<double>(MiB.size),
                 static_cast<double>(weight_bytes(llama_65b, {}, bnb_4bit<>::value).count));
@@ -474,7 +479,7 @@ int main(int argc, char** argv) {
         relative_error(c.deepspeed, c.measured), relative_error(c.accelerate, c.measured),
         relative_error(c.llm_analysis, c.measured)};
     for (int i = 0; i < 5; ++i) errors[i].push_back(std::abs(e[i]));
-    if (c.source != "llm-d vLLM logs") training_errors.push_back(std::abs(e[0]));
+    if (c.source != llm_d_logs) training_errors.push_back(std::abs(e[0]));
     t.add({c.source, c.config, c.statistic, gib(c.measured), gib(c.predicted), percent(e[0]),
            percent(e[1]), percent(e[2]), percent(e[3]), percent(e[4]), percent(c.bound)});
     if (!(std::abs(e[0]) < c.bound)) {
@@ -488,10 +493,10 @@ int main(int argc, char** argv) {
   std::cout
       << "# Validation\n\n"
          "Generated by `tests/validation/validation.cpp`; do not edit. Every fully specified\n"
-         "measurement of `../shared/reference/measurements.md`, as a vramfit configuration,\n"
+         "measurement of the [sources](sources.md#measurements), as a vramfit configuration,\n"
          "with the statistic the source measured, and the errors of vramfit and of four\n"
-         "estimators on the same work (their formulas re-implemented in that file from\n"
-         "`../shared/reference/estimators.md`; n/a where the tool cannot express the case).\n"
+         "estimators on the same work (their formulas re-implemented in that file from their\n"
+         "[sources](sources.md#estimators-compared); n/a where the tool cannot express the case).\n"
          "A test fails when vramfit's error grows past the bound recorded for its case.\n\n"
       << t << "\n| absolute error | vramfit | Megatron | DeepSpeed | accelerate | llm-analysis |\n"
       << "|---|---:|---:|---:|---:|---:|\n";
@@ -527,13 +532,13 @@ int main(int argc, char** argv) {
          "AdamW row is 20 % low: halving AdamW's bf16 states saves 6.0 GiB of 3.2B parameters,\n"
          "the README shows 4.2 GiB, and the mechanism behind the difference is not known\n"
          "(bitsandbytes' own buffers are not modelled). vLLM's rows are its own log lines\n"
-         "(llm-d's runs, listed in measurements.md's sources): weights, the profile run's peak\n"
+         "([llm-d's runs](sources.md#llm-d-vllm)): weights, the profile run's peak\n"
          "(its sampler sorting 1024 rows of logits) and the KV pool. Two terms of the pool come\n"
          "from the same logs (the non-torch 0.13 GiB and the 79.18 GiB total), so its rows are\n"
          "in-sample for those; the weights and the profile peak are not. torchtitan, DeepSpeed "
          "and\n"
-         "Megatron have no fully specified public measurement in\n"
-         "../shared/reference/measurements.md (torchtitan's are not included there): their\n"
+         "Megatron have no fully specified public measurement among the\n"
+         "[sources](sources.md#measurements) (torchtitan's are not included there): their\n"
          "presets rest on the unit tests' hand derivations (DeepSpeed's as stage_1_and_2.py and\n"
          "stage3.py allocate).\n";
 }
