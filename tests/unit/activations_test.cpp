@@ -89,7 +89,7 @@ TEST_CASE("Korthikanti et al. 2022 Table 2, row by row") {
   }
   // The paper's own figures for GPT-3 175B at s = 2048, b = 1, t = 8: TP 0.539 GiB per layer,
   // TP + SP 0.334, TP + selective 0.305 (0.3047), TP + SP + selective 0.0996
-  // (measurements.md C.1).
+  // (docs/sources.md#korthikanti).
   const model m = gpt(12288, 96);
   const auto o = korthikanti(2048, 1, recompute_kind::none);
   CHECK(to_string(per_layer(m, o, {.tensor = 8}, recompute_kind::none), GiB) == "0.54 GiB");

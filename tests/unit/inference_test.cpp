@@ -1,6 +1,7 @@
-// Unit tier: inference memory: KV bytes per token of 21 models (measurements.md C.6), the vLLM
-// paper's OPT-13B figures, seed article 002's weights, sliding windows, paged blocks, tensor
-// parallel, quantized KV, the serving budget, the solvers against brute force, loading peaks.
+// Unit tier: inference memory: KV bytes per token of 21 models
+// (docs/sources.md#kv-cache-per-token), the vLLM paper's OPT-13B figures, seed article 002's
+// weights, sliding windows, paged blocks, tensor parallel, quantized KV, the serving budget, the
+// solvers against brute force, loading peaks.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,8 +13,7 @@
 using namespace vramfit;
 using namespace vramfit::literals;
 
-TEST_CASE(
-    "KV-cache bytes per token, bf16, for 21 models (C.6: 2 x layers x KV heads x head_dim x 2)") {
+TEST_CASE("KV-cache bytes per token, bf16, for 21 models (2 x layers x KV heads x head_dim x 2)") {
   const struct {
     std::string_view key;
     std::int64_t bytes;
