@@ -459,26 +459,37 @@ constexpr tensor_ledger falcon_tensors(const model& m) {
   return b.result();
 }
 
+/// The module names of a BERT-style post-LN block: Q, K, V and the attention output, its norm,
+/// the MLP's two linears and their norm.
+struct post_ln_block_names {
+  const char *query, *key, *value, *attention_output, *attention_norm, *mlp_in, *mlp_out, *mlp_norm;
+};
+
+/// A post-LN encoder block of every layer: its linears with biases, split as Megatron splits them.
+constexpr void add_post_ln_block(ledger_builder& b, const char* p, const post_ln_block_names& n) {
+  const model& m = b.m();
+  const std::int64_t h = m.hidden;
+  const auto all = b.all_layers();
+  const tensor_kind attention = tensor_kind::attention;
+  b.add_linear(p, n.query, h, h, attention, with_bias::yes, all, tp_split::output);
+  b.add_linear(p, n.key, h, h, attention, with_bias::yes, all, tp_split::kv);
+  b.add_linear(p, n.value, h, h, attention, with_bias::yes, all, tp_split::kv);
+  b.add_linear(p, n.attention_output, h, h, attention, with_bias::yes, all, tp_split::input);
+  b.add_norm(p, n.attention_norm, h, all);
+  b.add_linear(p, n.mlp_in, m.ffn, h, tensor_kind::mlp, with_bias::yes, all, tp_split::output);
+  b.add_linear(p, n.mlp_out, h, m.ffn, tensor_kind::mlp, with_bias::yes, all, tp_split::input);
+  b.add_norm(p, n.mlp_norm, h, all);
+}
+
 // Hugging Face BertModel (modeling_bert.py), post-LN, with its pooler.
 constexpr tensor_ledger bert_tensors(const model& m) {
   ledger_builder b(m);
-  const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
-  const char* p = "encoder.layer.{layer}.";
   b.add_bert_embeddings();
-  b.add_linear(p, "attention.self.query", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::output);
-  b.add_linear(p, "attention.self.key", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::kv);
-  b.add_linear(p, "attention.self.value", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::kv);
-  b.add_linear(p, "attention.output.dense", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::input);
-  b.add_norm(p, "attention.output.LayerNorm", h, all);
-  b.add_linear(p, "intermediate.dense", m.ffn, h, tensor_kind::mlp, with_bias::yes, all,
-               tp_split::output);
-  b.add_linear(p, "output.dense", h, m.ffn, tensor_kind::mlp, with_bias::yes, all, tp_split::input);
-  b.add_norm(p, "output.LayerNorm", h, all);
+  add_post_ln_block(b, "encoder.layer.{layer}.",
+                    {"attention.self.query", "attention.self.key", "attention.self.value",
+                     "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+                     "output.dense", "output.LayerNorm"});
   if (m.encoder.pooler) b.add_linear("", "pooler.dense", h, h, tensor_kind::head, with_bias::yes);
   // BertForSequenceClassification's head, when the model has classes; BigBird's
   // (modeling_big_bird.py BigBirdClassificationHead) has a dense layer before it.
@@ -496,22 +507,11 @@ constexpr tensor_ledger bert_tensors(const model& m) {
 // or pooler; DistilBertForSequenceClassification adds pre_classifier and classifier.
 constexpr tensor_ledger distilbert_tensors(const model& m) {
   ledger_builder b(m);
-  const auto all = b.all_layers();
   const std::int64_t h = m.hidden;
-  const char* p = "transformer.layer.{layer}.";
   b.add_bert_embeddings();
-  b.add_linear(p, "attention.q_lin", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::output);
-  b.add_linear(p, "attention.k_lin", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::kv);
-  b.add_linear(p, "attention.v_lin", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::kv);
-  b.add_linear(p, "attention.out_lin", h, h, tensor_kind::attention, with_bias::yes, all,
-               tp_split::input);
-  b.add_norm(p, "sa_layer_norm", h, all);
-  b.add_linear(p, "ffn.lin1", m.ffn, h, tensor_kind::mlp, with_bias::yes, all, tp_split::output);
-  b.add_linear(p, "ffn.lin2", h, m.ffn, tensor_kind::mlp, with_bias::yes, all, tp_split::input);
-  b.add_norm(p, "output_layer_norm", h, all);
+  add_post_ln_block(b, "transformer.layer.{layer}.",
+                    {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
+                     "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"});
   if (m.encoder.classes > 0) {
     b.add_linear("", "pre_classifier", h, h, tensor_kind::head, with_bias::yes);
     b.add_linear("", "classifier", m.encoder.classes, h, tensor_kind::head, with_bias::yes);
