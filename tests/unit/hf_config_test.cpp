@@ -427,7 +427,9 @@ TEST_CASE("every wrongly typed config.json field is refused by name, or is a fie
     std::string refusal;
     const std::optional<model> base = imported(config, refusal);
     if (!base) continue;  // a config kept to be refused
-    for (const auto& [field, value] : config.items()) {
+    for (const auto& item : config.items()) {
+      const std::string field = item.key();  // not a structured binding: CAPTURE takes it
+      const json& value = item.value();
       bool read = false;
       for (const json& other : other_values(value)) {
         json changed = config;

@@ -293,7 +293,7 @@ class Page(unittest.TestCase):
             self.assertEqual(self.text("#error"), run.stderr)
         # A GPU the list lacks goes to the tool, which names what it knows.
         self.show({"model": "gpt2", "gpu": "h1000"}, valid=False)
-        self.assertIn("unknown GPU 'h1000'", self.text("#error"))
+        self.assertIn("unknown --gpu 'h1000'", self.text("#error"))
         self.show({"mode": "plan"}, valid=False)
         self.assertEqual(self.text("#error"), "vramfit page: the page has no mode 'plan'")
 
