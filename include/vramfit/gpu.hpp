@@ -4,6 +4,7 @@
 #pragma once
 
 #include <concepts>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -101,13 +102,21 @@ inline constexpr gpu_preset gpu_presets[] = {
     {"gaudi3", gpus::gaudi3::value},
 };
 
+namespace detail::rules {
+[[noreturn]] inline void gpu_capacity_must_fit_its_name(std::string_view capacity,
+                                                        std::size_t most) {
+  raise("a GPU capacity is written in at most " + std::to_string(most) + " characters, got '" +
+        std::string(capacity.substr(0, 40)) + "'");
+}
+}  // namespace detail::rules
+
 /// A GPU given by its capacity ("96GiB", "44GB"): the driver total the user reads, taken as a
 /// Hopper for the runtime overheads that depend on the generation (overheads.hpp).
 constexpr gpu gpu_with_capacity(std::string_view capacity) {
+  constexpr std::size_t prefix = 7, most = sizeof gpu{}.name - prefix - 1;  // after "GPU of "
+  if (capacity.size() > most) detail::rules::gpu_capacity_must_fit_its_name(capacity, most);
   gpu g{"GPU of ", parse_size(capacity), gpu_generation::hopper, "given by its capacity"};
-  std::size_t i = 7;  // after "GPU of "
-  for (const char c : capacity)
-    if (i + 1 < sizeof g.name) g.name[i++] = c;
+  for (std::size_t i = 0; i < capacity.size(); ++i) g.name[prefix + i] = capacity[i];
   return g;
 }
 

@@ -90,10 +90,10 @@ constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
 constexpr std::int64_t min_data_parallel(training_plan_value p, const gpu& g,
                                          std::int64_t limit = 1024) {
   const bool bounded = replays_allocator(p.overheads);
+  auto may_fit = [&] { return !bounded || fit(detail::without_reserve(p), g).fits(); };
   for (std::int64_t n = 1; n <= limit; n *= 2) {
     p.setup.layout.data = n;
-    const bool possible = !bounded || fit(detail::without_reserve(p), g).fits();
-    if (p.setup.layout.shard_group <= n && possible && fit(p, g).fits()) return n;
+    if (p.setup.layout.shard_group <= n && may_fit() && fit(p, g).fits()) return n;
     if (n > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }
   return 0;

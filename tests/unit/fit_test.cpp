@@ -96,3 +96,12 @@ TEST_CASE("one estimate builds its step timeline once, the allocator's replay in
   (void)fit(p, gpus::h100_80gb::value);
   CHECK(detail::timelines_built - piped == 3);
 }
+
+TEST_CASE("a GPU given by its capacity keeps the text in its name, or is refused") {
+  const gpu g = gpu_with_capacity("96GiB");
+  CHECK(std::string_view(g.name) == "GPU of 96GiB");
+  CHECK(g.capacity == 96_GiB);
+  // Longer text than its name holds (24 characters) is refused, not cut.
+  CHECK_THROWS_WITH(gpu_with_capacity("96.00000000000000000000GiB"),
+                    doctest::Contains("at most 24 characters, got '96.00000000000000000000GiB'"));
+}
