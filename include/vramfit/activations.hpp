@@ -1259,17 +1259,13 @@ namespace detail {
 constexpr memory_ledger step_entries_of(const training& t, const activation_options& o,
                                         const stage_model_states& s, std::int64_t stage) {
   const layout& l = t.layout;
-  const bool deepspeed = l.implementation == shard_implementation::deepspeed;
-  const bool megatron = l.implementation == shard_implementation::megatron;
   if (t.optimizer.options.in_backward) {
     if (o.micro_batches > 1 || l.pipeline > 1)
       detail::rules::optimizer_in_backward_needs_one_micro_batch(o.micro_batches, l.pipeline);
-    if (deepspeed || megatron) detail::rules::optimizer_in_backward_needs_pytorch_gradients();
+    if (flat_optimizer(l)) detail::rules::optimizer_in_backward_needs_pytorch_gradients();
   }
   memory_ledger ledger = model_states_of(s);
-  const bool flat =
-      megatron || (deepspeed && (l.zero == sharding::none || l.zero == sharding::zero3));
-  if (!flat && l.pipeline == 1) {
+  if (!flat_gradient_buffer(l) && l.pipeline == 1) {
     for (memory_entry& e : ledger)
       if (e.component == component::gradients && e.lifetime == lifetime::persistent &&
           e.space == memory_space::device)

@@ -95,8 +95,8 @@ enum class entry_role : unsigned char {
   activation_gradients,  ///< one layer's activation gradients in backward
   recomputed_layer,      ///< a layer's recomputed tensors (full recompute)
   reloaded_layer,        ///< a layer brought back from the host (activation offload)
-  fsdp_gathered,         ///< FSDP's gathered parameters: its units, or SHARD_GRAD_OP's model
-  fsdp_root_gradients,   ///< FSDP's root unit's unsharded gradients
+  gathered_parameters,   ///< sharded parameters gathered: units at once, or the whole model
+  root_gradients,        ///< the root unit's unsharded gradients, reduced last
   allocator_reserve,     ///< what the caching allocator reserves beyond the tensors
 };
 

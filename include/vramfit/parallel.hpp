@@ -94,6 +94,19 @@ struct layout {
   [[nodiscard]] constexpr std::int64_t shard_degree() const {
     return detail::checked_mul(shard_group > 0 ? shard_group : data, context);
   }
+  /// Whether each tensor is sharded on its own along dim 0 (FSDP), not as 1/N of one flat buffer.
+  [[nodiscard]] constexpr bool shards_each_tensor() const {
+    return implementation == shard_implementation::fsdp;
+  }
+  /// Whether the fp32 master is the sharded parameter itself, the 16-bit parameters existing only
+  /// while gathered (FSDP2's MixedPrecisionPolicy, docs/sources.md#pytorch-fsdp).
+  [[nodiscard]] constexpr bool master_is_the_shard() const {
+    return implementation == shard_implementation::fsdp && fsdp_version == 2;
+  }
+  /// Whether full sharding gathers the parameters unit by unit (FSDP's FULL_SHARD).
+  [[nodiscard]] constexpr bool gathers_units() const {
+    return implementation == shard_implementation::fsdp && zero == sharding::zero3;
+  }
   /// Layers of pipeline stage `stage`, and the first of them.
   [[nodiscard]] constexpr std::int64_t layers_of_stage(std::int64_t layers,
                                                        std::int64_t stage) const {

@@ -62,8 +62,8 @@ constexpr piece_filter pieces_of(layer_tensor kind, int part = -1, int output_li
 /// default stream's cache, nor the other way round.
 enum class alloc_stream : unsigned char {
   main,            ///< the default (compute) stream
-  reduce_scatter,  ///< FSDP2's reduce_scatter_stream, FSDP1's _post_backward_stream
-  all_gather,      ///< FSDP2's all_gather_copy_in_stream, FSDP1's _unshard_stream
+  reduce_scatter,  ///< the stream gradients are reduce-scattered on (frameworks.hpp)
+  all_gather,      ///< the stream sharded parameters are all-gathered on
 };
 
 /// One allocation (delta > 0) or free (delta < 0) of the step, repeated over `layers` consecutive
@@ -154,7 +154,7 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
       visit(layer_piece{kind, part, out, false, cached, size, count - 1});
       visit(layer_piece{kind, part, out, false, cached, all - size * (count - 1), 1});
     };
-    each(layer_tensor::gradient, rank_share(acc.gradients, acc.fsdp_gradients, l, sharded_grads),
+    each(layer_tensor::gradient, rank_share(acc.gradients, acc.dim0_gradients, l, sharded_grads),
          acc.trained_tensors, false);
     each(layer_tensor::cast, acc.cast_copies - acc.frozen_cast_copies, acc.trained_tensors, true);
     each(layer_tensor::cast, acc.frozen_cast_copies, acc.weight_tensors - acc.trained_tensors,
@@ -404,7 +404,7 @@ constexpr head_gradients head_gradient_tensors(const training& t, const tensor_l
       add_group(t, g, {0, 0, range.first, true}, false, layers.experts_per_rank, layers.shards,
                 acc);
       const bytes share =
-          rank_share(acc.gradients, acc.fsdp_gradients, t.layout, layers.sharded_grads);
+          rank_share(acc.gradients, acc.dim0_gradients, t.layout, layers.sharded_grads);
       if (share > bytes{}) after_layers.push_back(share);
     }
     if (tied > bytes{}) out.push_back(tied);
@@ -492,7 +492,7 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
       if (g.layer_count > 0) break;
       unsharded_states acc{};
       add_group(t, g, {0, 0, true, range.last}, true, c.experts_per_rank, c.shards, acc);
-      const bytes share = rank_share(acc.gradients, acc.fsdp_gradients, t.layout, c.sharded_grads);
+      const bytes share = rank_share(acc.gradients, acc.dim0_gradients, t.layout, c.sharded_grads);
       embedding += share;
       if (t.model.tied_embeddings && g.split == tp_split::vocab) out.tied_grads += share;
     }
@@ -505,43 +505,6 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
   return out;
 }
 
-/// Whether backward makes the sharded gradients on FSDP's reduce-scatter stream: they are the
-/// reduce-scatter's output. FSDP2's foreach_reduce (_fsdp_collectives.py) allocates reduce_output
-/// under `device_handle.stream(reduce_scatter_stream)`, on one rank too (it copies instead of
-/// reducing), and the sharded .grad are views of it. FSDP1's _post_backward_hook
-/// (_runtime_utils.py) runs under state._post_backward_stream, where _get_reduce_scatter_tensors
-/// allocates new_sharded_grad; on one rank FSDP1 runs NO_SHARD (_init_utils.py: "FSDP is
-/// switching to use `NO_SHARD` ... since the world size is 1"), whose gradients autograd makes on
-/// the default stream.
-constexpr bool side_stream_gradients(const layout& l, const layer_context& c) {
-  return l.implementation == shard_implementation::fsdp && c.sharded_grads &&
-         (l.fsdp_version == 2 || l.shard_degree() > 1);
-}
-
-/// Of FSDP's gathered parameters (a buffer the timeline holds from the forward to the root's
-/// post-backward), the bytes a side stream allocates, with shards across more than one rank:
-/// - FSDP1's unsharded flat parameters, the root's and the layers': _runtime_utils.py _unshard runs
-///   handle.unshard() under `state._device_handle.stream(unshard_stream)`, and _flat_param.py
-///   _alloc_padded_unsharded_flat_param resizes their storage there; _free_unsharded_flat_param
-///   record_stream()s them before freeing, so their blocks stay in that stream's pool.
-/// - FSDP2's all-gather output, one unit's (the larger): _fsdp_collectives.py foreach_all_gather
-///   allocates it under `device_handle.stream(all_gather_copy_in_stream)` (FSDPCommContext
-///   get_all_gather_streams: forward and pre-backward); the unsharded parameters are copied out
-///   of it on the default stream (foreach_all_gather_copy_out, FSDPParam.alloc_all_gather_outputs),
-///   and the unit's gradients and reduce-scatter input are the default stream's too.
-/// On one rank none: FSDP2's FSDPParamGroup.unshard all-gathers nothing (world_size == 1) and
-/// wait_for_unshard copies the parameters on the default stream; FSDP1 runs NO_SHARD.
-constexpr bytes side_stream_gathered(const layout& l, const fsdp_gathered& g, bytes buffer) {
-  if (l.implementation != shard_implementation::fsdp || l.shard_degree() < 2) return {};
-  // SHARD_GRAD_OP: FSDP1 keeps every unit's flat parameter unsharded, all from the unshard stream.
-  if (l.zero == sharding::zero2) return l.fsdp_version == 1 ? buffer : bytes{};
-  if (l.zero != sharding::zero3 || l.reshard_after_forward == 1) return {};
-  const bytes side = l.fsdp_version == 1 ? g.root + g.layer * g.layers
-                     : g.root > g.layer  ? g.root
-                                         : g.layer;
-  return side <= buffer ? side : bytes{};
-}
-
 /// Writes the events of one training step into a timeline, phase by phase.
 struct step_writer {
   const training& t;
@@ -551,11 +514,11 @@ struct step_writer {
   const layer_runs& runs;
   const outside_layers& outside;
   event_writer w{tl.ledger, tl.events};
-  int gathered = -1;            ///< FSDP's gathered parameters (entry_role::fsdp_gathered)
-  bytes gathered_side{};        ///< of them, what a side stream allocates (side_stream_gathered)
-  int root_grads = -1;          ///< FSDP's root gradients (entry_role::fsdp_root_gradients)
-  bool fsdp_units = false;      ///< FSDP full sharding: units gathered and reduced one by one
-  fsdp_gathered fsdp{};         ///< then what its units hold unsharded (fsdp_gathered_of)
+  int gathered = -1;            ///< the gathered parameters (entry_role::gathered_parameters)
+  bytes gathered_side{};        ///< of them, what a side stream allocates
+  int root_grads = -1;          ///< the root unit's gradients (entry_role::root_gradients)
+  bool units = false;           ///< units gathered and reduced one by one (layout::gathers_units)
+  gathered_units unit_bytes{};  ///< then what they hold unsharded
   bool units_released = false;  ///< the gathered units and layer gradients freed at the root
 
   [[nodiscard]] constexpr bytes size_of(int entry) const {
@@ -570,10 +533,14 @@ struct step_writer {
   [[nodiscard]] constexpr bool is_buffer(int i) const {
     return tl.ledger[static_cast<std::size_t>(i)].component == component::buffers;
   }
-  /// The buffers of the layers' backward, but FSDP's root gradients, which come with the head's
-  /// and the embeddings' backward.
+  /// The buffers of the layers' backward, but the root unit's gradients, which come with the
+  /// head's and the embeddings' backward.
   [[nodiscard]] constexpr bool is_backward_buffer(int i) const {
     return is_buffer(i) && i != root_grads;
+  }
+  /// The writer's add for the frameworks' events (frameworks.hpp): what, entry, bytes.
+  [[nodiscard]] constexpr auto adder() {
+    return [this](const char* what, int entry, bytes delta) { w.add(what, entry, delta); };
   }
   /// Where a micro-batch's new gradients go: the gradients (first), or a working buffer that
   /// backward adds into them (later micro-batches).
@@ -582,7 +549,7 @@ struct step_writer {
   }
 
   /// Allocates (sign 1) or frees (sign -1) the buffers that live from forward to the end of
-  /// backward; FSDP's gathered parameters in two: what a side stream allocates, and the rest.
+  /// backward; the gathered parameters in two: what a side stream allocates, and the rest.
   constexpr void forward_backward_buffers(std::int64_t sign) {
     for (std::size_t i = 0; i < tl.ledger.size(); ++i) {
       const int x = static_cast<int>(i);
@@ -664,10 +631,7 @@ struct step_writer {
     w.phase = step_phase::backward;
     w.region = moment::start_of_backward;
     auto add_head_gradients = [&] {
-      if (defers_root_gradients()) {  // reduced at the root's post-backward
-        w.add("FSDP root gradients (the head's, unsharded)", root_grads, fsdp.root_head_gradients);
-        return;
-      }
+      if (defers_root_gradients()) return defer_head_gradients(unit_bytes, root_entries(first_pass), adder());
       for (bytes piece : outside.head_pieces)
         w.add("head and final norm gradients", gradient_entry(first_pass), piece);
     };
@@ -797,37 +761,25 @@ struct step_writer {
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
           -size_of(e.embedding_inputs));
     w.add("head weight copies", e.casts, -outside.casts);
-    if (fsdp_units && (!first_pass || o.micro_batches == 1)) release_backward_buffers();
-    if (defers_root_gradients()) root_post_backward(first_pass);
+    if (units && (!first_pass || o.micro_batches == 1)) release_backward_buffers();
+    if (defers_root_gradients())
+      root_post_backward(unit_bytes, root_entries(first_pass),
+                         outside.head_grads + outside.untied_embedding_grads, first_pass, adder());
   }
 
-  /// FSDP's root post-backward, after the root is resharded: the embeddings' unsharded gradients
-  /// join the head's, FSDP2 copies them into the reduce-scatter input and frees them, the
-  /// reduce-scatter output becomes (or is added into) the sharded gradients, and the input goes
-  /// (_fsdp_collectives.py foreach_reduce, as the one-rank traces order it; FSDP1 reduces its
-  /// flat gradient itself, _runtime_utils.py _reduce_grad).
-  constexpr void root_post_backward(bool first_pass) {
-    const bytes unsharded = fsdp.root_unsharded_gradients;
-    const bytes copy = fsdp.root_gradients - unsharded;
-    w.add("FSDP root gradients (the embeddings', unsharded)", root_grads,
-          unsharded - fsdp.root_head_gradients);
-    w.add("FSDP root reduce-scatter input", root_grads, copy);
-    w.add("FSDP root gradients (unsharded) freed", root_grads, -unsharded);
-    const bytes sharded = outside.head_grads + outside.untied_embedding_grads;
-    w.add("root gradients (reduce-scatter output)", gradient_entry(first_pass), sharded);
-    if (!first_pass) w.add("root gradients added in", e.working, -sharded);
-    w.add("FSDP root reduce-scatter input freed", root_grads, -copy);
+  /// Where the root unit's gradient events go.
+  [[nodiscard]] constexpr root_gradient_entries root_entries(bool first_pass) const {
+    return {root_grads, gradient_entry(first_pass), e.working};
   }
   /// Whether the root's sharded gradients come at its post-backward (with an optimizer in
-  /// backward, each gradient is stepped as it comes, as without FSDP).
+  /// backward, each gradient is stepped as it comes, as without units).
   [[nodiscard]] constexpr bool defers_root_gradients() const {
-    return fsdp_units && root_grads >= 0 && !in_backward();
+    return units && root_grads >= 0 && !in_backward();
   }
 
-  /// The buffers of the forward and the layers' backward freed: at the optimizer step, or under
-  /// FSDP at the root's post-backward of the last micro-batch, which reshards the root before it
-  /// reduces (_fsdp_param_group.py post_backward; FSDP1 _post_backward_hook), every layer having
-  /// been resharded and reduced before.
+  /// The buffers of the forward and the layers' backward freed: at the optimizer step, or with
+  /// units at the root's post-backward of the last micro-batch, every layer having been
+  /// resharded and reduced before (frameworks.hpp).
   constexpr void release_backward_buffers() {
     if (units_released) return;
     forward_backward_buffers(-1);
@@ -850,19 +802,11 @@ struct step_writer {
 
   /// The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
   constexpr void optimizer_step() {
-    const layout& l = t.layout;
     release_backward_buffers();
     w.phase = step_phase::optimizer;
     w.region = moment::optimizer_step;
-    // DeepSpeed ZeRO-1 reduces the accumulated gradients into this rank's partition at the
-    // boundary and drops the others before its step (stage_1_and_2.py reduce_gradients,
-    // _clear_param_grad_only).
-    const bool reduced_before_step = l.implementation == shard_implementation::deepspeed &&
-                                     l.zero == sharding::zero1 && !in_backward();
     const bytes grads = size_of(e.gradients);
-    const bytes reduced_away =
-        reduced_before_step ? grads - divide_up(grads, l.shard_degree()) : bytes{};
-    w.add("gradients reduced into the ZeRO-1 partition", e.gradients, -reduced_away);
+    const bytes reduced_away = reduced_before_step(t.layout, e.gradients, grads, adder());
     auto any = [](int) { return true; };
     w.add_each(lifetime::optimizer_step, 1, any);
     w.add_each(lifetime::optimizer_step, -1, any);
@@ -904,13 +848,13 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
       tl.at_start += e.size;
 
   step_writer writer{t, o, tl, roles, runs, outside};
-  writer.fsdp_units = l.implementation == shard_implementation::fsdp && l.zero == sharding::zero3;
-  if (writer.fsdp_units) writer.fsdp = states.gathered;
-  writer.root_grads = entry_with(tl.ledger, entry_role::fsdp_root_gradients);
-  writer.gathered = entry_with(tl.ledger, entry_role::fsdp_gathered);
+  writer.units = l.gathers_units();
+  if (writer.units) writer.unit_bytes = states.gathered;
+  writer.root_grads = entry_with(tl.ledger, entry_role::root_gradients);
+  writer.gathered = entry_with(tl.ledger, entry_role::gathered_parameters);
   if (writer.gathered >= 0)
-    writer.gathered_side = side_stream_gathered(l, writer.fsdp, size_of(writer.gathered));
-  if (side_stream_gradients(l, tl.layers)) {
+    writer.gathered_side = gathered_on_side_stream(l, writer.unit_bytes, size_of(writer.gathered));
+  if (gradients_on_side_stream(l, tl.layers.sharded_grads)) {
     writer.w.side_gradients = roles.gradients;
     writer.w.gradient_stream = alloc_stream::reduce_scatter;
   }

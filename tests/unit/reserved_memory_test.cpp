@@ -173,7 +173,7 @@ TEST_CASE(
              parallel<fsdp<8>>::value};
   t.layout.fsdp_version = 2;
   const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 1024});
-  const int gathered = entry_with(tl.ledger, entry_role::fsdp_gathered);
+  const int gathered = entry_with(tl.ledger, entry_role::gathered_parameters);
   REQUIRE(gathered >= 0);
   bytes side{}, main{}, freed{};
   for (const timeline_event& e : tl.events) {
