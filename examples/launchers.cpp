@@ -87,11 +87,11 @@ static_assert(budget.sequences >= 50);
 // [end:server]
 
 namespace {
-void section(const char* title, const memory_ledger& l, const gpu& g) {
+void section(const char* title, const memory_ledger& l, const gpu& device) {
   std::cout << "\n## " << title << "\n\n"
             << report::ledger_table(l) << "\nPeak per GPU: **" << to_string(peak(l)) << "** of "
-            << to_string(g.capacity) << " (" << g.name << "), at the " << to_string(peak_moment(l))
-            << ".\n";
+            << to_string(device.capacity) << " (" << device.name << "), at the "
+            << to_string(peak_moment(l)) << ".\n";
 }
 }  // namespace
 

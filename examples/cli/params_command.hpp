@@ -63,21 +63,24 @@ inline tensor_ledger flat_tensor(std::int64_t n) {
   return one;
 }
 
-/// Prints `rows` (name, bytes) with their total against `g`: a table or JSON.
+/// Prints `rows` (name, bytes) with their total against `device`: a table or JSON.
 inline int print_params(std::ostream& out, output_format format, const std::string& title,
                         std::int64_t n, const std::vector<std::pair<std::string, bytes>>& rows,
-                        const gpu& g, bool check, const size_style& size) {
+                        const gpu& device, bool check, const size_style& size) {
   bytes total{};
   for (const auto& [name, b] : rows) total += b;
-  const bool fits = total <= g.capacity;
+  const bool fits = total <= device.capacity;
   const double per_parameter = static_cast<double>(total.count) / static_cast<double>(n);
   if (format == output_format::json) {
     nlohmann::json memory;
     for (const auto& [name, b] : rows) memory[name] = b.count;
     memory["total"] = total.count;
-    out << nlohmann::json{{"configuration", title},   {"params", n},
-                          {"memory", memory},         {"bytes_per_parameter", per_parameter},
-                          {"device", device_json(g)}, {"fits", fits}}
+    out << nlohmann::json{{"configuration", title},
+                          {"params", n},
+                          {"memory", memory},
+                          {"bytes_per_parameter", per_parameter},
+                          {"device", device_json(device)},
+                          {"fits", fits}}
                .dump(2)
         << "\n";
   } else {
@@ -90,8 +93,8 @@ inline int print_params(std::ostream& out, output_format format, const std::stri
     char line[96];
     std::snprintf(line, sizeof line, "  %-18s %14s  (%.4g B per parameter)\n", "total",
                   size(total).c_str(), per_parameter);
-    out << line << "\n  " << g.name << ": " << size(g.capacity) << " -> "
-        << fit_verdict(total, g.capacity, size)
+    out << line << "\n  " << device.name << ": " << size(device.capacity) << " -> "
+        << fit_verdict(total, device.capacity, size)
         << "\n  Nothing else is counted: no activations, buffers or runtime overheads.\n";
   }
   return check && !fits ? 1 : 0;

@@ -82,8 +82,8 @@ struct plan_found {
 };
 
 /// The sentence that says on what the ranking rests.
-inline std::string plan_assumptions(const search_space& space, const gpu& g) {
-  const cluster_figures f = figures_of(space.net, g);
+inline std::string plan_assumptions(const search_space& space, const gpu& device) {
+  const cluster_figures f = figures_of(space.net, device);
   char text[400];
   std::snprintf(text, sizeof text,
                 "Ranked by an estimated step time, not a measurement: %.0f%% of %.0f TFLOP/s%s "
@@ -97,17 +97,17 @@ inline std::string plan_assumptions(const search_space& space, const gpu& g) {
   return text;
 }
 
-inline nlohmann::json plan_json(const plan_found& found, const search_space& space, const gpu& g,
-                                const train_options& o, const plan_options& p) {
+inline nlohmann::json plan_json(const plan_found& found, const search_space& space,
+                                const gpu& device, const train_options& o, const plan_options& p) {
   const search_result& r = found.r;
-  const cluster_figures f = figures_of(space.net, g);
+  const cluster_figures f = figures_of(space.net, device);
   nlohmann::json counts = nlohmann::json::object(), rules = nlohmann::json::object();
   for (std::size_t i = 0; i < rejection_count; ++i) counts[rejection_names[i]] = r.counts[i];
   for (std::size_t i = 0; i < layout_rule_count; ++i)
     if (r.rules[i] > 0) rules[to_string(static_cast<layout_rule>(i))] = r.rules[i];
   nlohmann::json best = nlohmann::json::array();
-  for (const ranked_layout& c : found.ranked) best.push_back(to_json(c, g));
-  nlohmann::json answer{{"device", device_json(g)},
+  for (const ranked_layout& c : found.ranked) best.push_back(to_json(c, device));
+  nlohmann::json answer{{"device", device_json(device)},
                         {"gpus", p.gpus},
                         {"global_batch", r.global_batch},
                         {"sequence", o.seq_len},
@@ -126,7 +126,7 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
   if (p.all) {
     nlohmann::json all = nlohmann::json::array();
     for (const plan_candidate& c : found.listed) {
-      nlohmann::json j = to_json({c, {}}, g);
+      nlohmann::json j = to_json({c, {}}, device);
       j.erase("argv");
       j["verdict"] = rejection_names[static_cast<int>(c.verdict)];
       if (c.verdict == rejection::breaks_a_rule) j["rule"] = to_string(c.rule);
@@ -151,7 +151,7 @@ inline void print_plan_counts(std::ostream& out, const search_result& r, std::si
 }
 
 inline void print_plan_text(std::ostream& out, const plan_found& found, const search_space& space,
-                            const gpu& g, const train_options& o, const plan_options& p,
+                            const gpu& device, const train_options& o, const plan_options& p,
                             const size_style& size) {
   const search_result& r = found.r;
   out << (o.format == output_format::markdown ? "**" + found.title + "**" : found.title) << "\n\n"
@@ -161,7 +161,7 @@ inline void print_plan_text(std::ostream& out, const plan_found& found, const se
         << (r.offloaded ? ", even with offload" : "") << ".\n\n";
   } else {
     if (r.offloaded) out << "Nothing fits without offload; offloaded layouts:\n\n";
-    out << plan_table(found.ranked, g, size) << "\nReproduce #1: `"
+    out << plan_table(found.ranked, device, size) << "\nReproduce #1: `"
         << joined(found.ranked.front().argv) << "`\n\n";
   }
   print_plan_counts(out, r, space.top);

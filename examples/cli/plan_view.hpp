@@ -80,7 +80,7 @@ inline std::string seconds(double s) {
   return text;
 }
 
-inline nlohmann::json to_json(const ranked_layout& r, const gpu& g) {
+inline nlohmann::json to_json(const ranked_layout& r, const gpu& device) {
   const plan_candidate& c = r.c;
   const layout& l = c.layout;
   const step_time& t = c.time;
@@ -100,7 +100,7 @@ inline nlohmann::json to_json(const ranked_layout& r, const gpu& g) {
             {"micro_batches", c.micro_batches},
             {"offload", offload_name(l)}}},
           {"required", c.required.count},
-          {"headroom", (g.capacity - c.required).count},
+          {"headroom", (device.capacity - c.required).count},
           {"step_time",
            {{"total", t.total()},
             {"compute", t.compute},
@@ -115,7 +115,7 @@ inline nlohmann::json to_json(const ranked_layout& r, const gpu& g) {
           {"argv", r.argv}};
 }
 
-inline report::table plan_table(const std::vector<ranked_layout>& ranked, const gpu& g,
+inline report::table plan_table(const std::vector<ranked_layout>& ranked, const gpu& device,
                                 const size_style& size) {
   report::table t({"#", "layout", "micro-batch", "recompute", "per GPU", "headroom",
                    "step (s, estimate)", "tokens/s (estimate)"});
@@ -124,7 +124,7 @@ inline report::table plan_table(const std::vector<ranked_layout>& ranked, const 
     const plan_candidate& c = r.c;
     t.add({std::to_string(++i), describe(c),
            std::to_string(c.micro_batch) + " x " + std::to_string(c.micro_batches),
-           recompute_label(c), size(c.required), size(g.capacity - c.required),
+           recompute_label(c), size(c.required), size(device.capacity - c.required),
            seconds(c.time.total()),
            report::grouped(static_cast<std::int64_t>(std::llround(c.tokens_per_second)))});
   }
@@ -134,7 +134,7 @@ inline report::table plan_table(const std::vector<ranked_layout>& ranked, const 
 /// Memory per GPU (y) against estimated tokens per second (x) for the ranked layouts, numbered by
 /// rank, with the GPU's capacity.
 inline void print_plan_svg(std::ostream& out, const std::string& title,
-                           const std::vector<ranked_layout>& ranked, const gpu& g,
+                           const std::vector<ranked_layout>& ranked, const gpu& device,
                            const size_style& size) {
   double fastest = 0, slowest = 0;
   for (const ranked_layout& r : ranked) {
@@ -142,7 +142,7 @@ inline void print_plan_svg(std::ostream& out, const std::string& title,
     slowest = slowest == 0 ? r.c.tokens_per_second : std::min(slowest, r.c.tokens_per_second);
   }
   // Every ranked layout fits: the capacity is the top of the scale.
-  svg::bytes_chart chart(out, title, 720, static_cast<double>(g.capacity.count));
+  svg::bytes_chart chart(out, title, 720, static_cast<double>(device.capacity.count));
   const double left = svg::bytes_chart::left;
   const double span = fastest > slowest ? fastest - slowest : 1;
   auto x_of = [&](double v) {
@@ -163,7 +163,7 @@ inline void print_plan_svg(std::ostream& out, const std::string& title,
         << " tokens/s</title></circle>\n<text x=\"" << x + 7 << "\" y=\"" << y - 7 << "\">" << rank
         << "</text>\n";
   }
-  chart.end(g, "tokens per second (estimate)");
+  chart.end(device, "tokens per second (estimate)");
 }
 
 }  // namespace vramfit::cli

@@ -134,8 +134,8 @@ inline void print_markdown(std::ostream& out, const estimate& e, const size_styl
 }
 
 /// The GPU as every JSON answer names it.
-inline nlohmann::json device_json(const gpu& g) {
-  return {{"name", g.name}, {"capacity", g.capacity.count}};
+inline nlohmann::json device_json(const gpu& device) {
+  return {{"name", device.name}, {"capacity", device.capacity.count}};
 }
 
 /// The stable JSON interface (docs/cli.md#json); more keys may follow, none change.

@@ -53,7 +53,7 @@ inline std::string describe(const train_options& o, const training_plan_value& p
 }
 
 inline cli::estimate estimate_of(const train_options& o, const training_plan_value& p,
-                                 const gpu& g) {
+                                 const gpu& device) {
   const stage_state<step_timeline> most = most_loaded_step(p);
   cli::estimate e;
   e.title = describe(o, p);
@@ -61,15 +61,15 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   const tensor_ledger ledger = tensors(p.setup.model);
   e.parameters = parameters(ledger);
   e.trainable_parameters = trainable_parameters(p.setup.finetune, ledger);
-  e.device = g;
+  e.device = device;
   e.allocator = simulated_reserve(p, most);
   // Asked for, the simulation happens or says why not (a stage deeper than it replays); by
   // default such a stage takes the fixed share, which its ledger entry names.
   if (!e.allocator && o.reserve == reserve_model::simulated)
     e.allocator = reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage);
-  e.ledger = with_overheads(p, g, most.state.ledger, e.allocator);
+  e.ledger = with_overheads(p, device, most.state.ledger, e.allocator);
   e.timeline = most.state;
-  e.fit = fit(e.ledger, g);
+  e.fit = fit(e.ledger, device);
   e.peak_at = peak_moment(e.ledger);
   e.stage = most.stage;
   const model& m = p.setup.model;
@@ -106,7 +106,7 @@ inline std::vector<std::int64_t> swept_values(const train_options& o, const mode
 
 /// --sweep: the total at each doubling of the micro-batch or sequence, from the one given.
 inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
-                      const training_plan_value& plan, const gpu& g, const size_style& size) {
+                      const training_plan_value& plan, const gpu& device, const size_style& size) {
   if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
   const std::string axis = name_of(sweep_axes, *o.sweep);
   std::vector<sweep_point> points;
@@ -114,7 +114,7 @@ inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
     train_options swept = o;
     (*o.sweep == sweep_axis::micro_batch ? swept.micro_batch : swept.seq_len) = x;
     try {
-      points.push_back({x, fit(build_plan(swept, m), g).required});
+      points.push_back({x, fit(build_plan(swept, m), device).required});
     } catch (const overflow_error&) {
       detail::raise("--sweep-max: at " + axis + " " + std::to_string(x) +
                     " the memory no longer fits in 64 bits; choose a smaller --sweep-max");
@@ -122,26 +122,28 @@ inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
   }
   const std::string title = describe(o, plan) + " | sweep " + axis;
   if (o.format == output_format::svg) {
-    print_sweep_svg(out, title, axis.c_str(), points, g, size);
+    print_sweep_svg(out, title, axis.c_str(), points, device, size);
   } else if (o.format == output_format::json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& p : points)
       rows.push_back(
-          {{axis, p.x}, {"total", p.required.count}, {"fits", p.required <= g.capacity}});
-    out << nlohmann::json{{"configuration", title}, {"device", device_json(g)}, {"sweep", rows}}
+          {{axis, p.x}, {"total", p.required.count}, {"fits", p.required <= device.capacity}});
+    out << nlohmann::json{{"configuration", title},
+                          {"device", device_json(device)},
+                          {"sweep", rows}}
                .dump(2)
         << "\n";
   } else {
     out << title << "\n\n";
     for (const auto& p : points)
       out << "  " << axis << " " << p.x << ": " << size(p.required)
-          << (p.required <= g.capacity ? "  fits\n" : "  does not fit\n");
+          << (p.required <= device.capacity ? "  fits\n" : "  does not fit\n");
   }
 }
 
 /// One estimate in the format asked for: the table, Markdown, SVG or JSON, or its timeline.
 inline void print_estimate(std::ostream& out, const train_options& o,
-                           const training_plan_value& plan, const estimate& e, const gpu& g,
+                           const training_plan_value& plan, const estimate& e, const gpu& device,
                            const size_style& size) {
   if (o.timeline) {
     const timeline_view v{e, e.timeline};
@@ -153,8 +155,8 @@ inline void print_estimate(std::ostream& out, const train_options& o,
       print_timeline_table(out, v, o.format == output_format::markdown, size);
   } else if (o.format == output_format::json) {
     nlohmann::json j = to_json(e);
-    j["max_micro_batch"] = max_micro_batch(plan, g);
-    j["max_sequence"] = max_sequence(plan, g);
+    j["max_micro_batch"] = max_micro_batch(plan, device);
+    j["max_sequence"] = max_sequence(plan, device);
     out << j.dump(2) << "\n";
   } else if (o.format == output_format::markdown) {
     print_markdown(out, e, size);
@@ -162,7 +164,7 @@ inline void print_estimate(std::ostream& out, const train_options& o,
     print_svg(out, e, size);
   } else {
     print_table(out, e, size);
-    const std::int64_t batch = max_micro_batch(plan, g), longest = max_sequence(plan, g);
+    const std::int64_t batch = max_micro_batch(plan, device), longest = max_sequence(plan, device);
     out << "  At this sequence, "
         << up_to(batch, "up to ", " sequences per micro-batch fit", "not one sequence fits")
         << "; at this micro-batch, "

@@ -18,11 +18,11 @@ struct fit_report {
   [[nodiscard]] constexpr bool fits() const { return required <= available; }
 };
 
-/// The fit report of a ledger (overheads included) on `g`.
-constexpr fit_report fit(const memory_ledger& l, const gpu& g) {
+/// The fit report of a ledger (overheads included) on `device`.
+constexpr fit_report fit(const memory_ledger& l, const gpu& device) {
   fit_report r{};
   r.required = peak(l);
-  r.available = g.capacity;
+  r.available = device.capacity;
   r.weights = total(l, component::weights);
   r.gradients = total(l, component::gradients);
   r.optimizer_states = total(l, component::optimizer_states);
@@ -34,14 +34,14 @@ constexpr fit_report fit(const memory_ledger& l, const gpu& g) {
   return r;
 }
 
-/// The fit of a training plan on GPU `g`: its most loaded rank.
-constexpr fit_report fit(const training_plan_value& p, const gpu& g) {
-  return fit(breakdown(p, g), g);
+/// The fit of a training plan on GPU `device`: its most loaded rank.
+constexpr fit_report fit(const training_plan_value& p, const gpu& device) {
+  return fit(breakdown(p, device), device);
 }
 
-/// The fit of an inference plan on GPU `g`: its most loaded GPU.
-constexpr fit_report fit(const inference_plan_value& p, const gpu& g) {
-  return fit(breakdown(p, g), g);
+/// The fit of an inference plan on GPU `device`: its most loaded GPU.
+constexpr fit_report fit(const inference_plan_value& p, const gpu& device) {
+  return fit(breakdown(p, device), device);
 }
 
 /// A training or an inference plan type.

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The questions training.hpp and timeline.hpp ask of the framework a layout names
-// (layout::implementation), each answered from that framework's header: fsdp.hpp, deepspeed_zero.hpp,
-// megatron.hpp, ddp.hpp. Plain PyTorch and the ZeRO paper's accounting are the defaults.
+// (layout::implementation), each answered from that framework's header: fsdp.hpp,
+// deepspeed_zero.hpp, megatron.hpp, ddp.hpp. Plain PyTorch and the ZeRO paper's accounting are the
+// defaults.
 #pragma once
 
 #include "ddp.hpp"

@@ -68,7 +68,7 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
 /// prefetched past one rank, and each unit's gradients until its post-backward, the root's last
 /// (docs/sources.md#pytorch-fsdp: "gathering" and "reducing").
 constexpr gathered_units fsdp_gathered_of(const training& t, const tensor_ledger& tensors,
-                                         const stage_range& stage, std::int64_t experts_per_rank) {
+                                          const stage_range& stage, std::int64_t experts_per_rank) {
   const layout& l = t.layout;
   const precision& p = t.precision;
   const fsdp_units units = fsdp_units_of(t, tensors, stage, experts_per_rank);

@@ -449,13 +449,13 @@ constexpr bytes vllm_measured_non_torch(std::int64_t tp) {
   return tp > 1 ? bytes{55 * GiB.size / 100} : bytes{13 * GiB.size / 100};
 }
 
-/// vLLM's defaults for `g` (vllm/engine/arg_utils.py _set_default_args): a GPU of 70 GiB or more
-/// that is not an A100 profiles 8192 tokens in 1024 sequences behind the OpenAI server (16384 for
-/// the LLM class), others 2048 (8192) in 256; the non-torch increase measured at the degree.
-constexpr vllm_settings vllm_defaults(const gpu& g, std::int64_t tp = 1,
+/// vLLM's defaults for `device` (vllm/engine/arg_utils.py _set_default_args): a GPU of 70 GiB or
+/// more that is not an A100 profiles 8192 tokens in 1024 sequences behind the OpenAI server (16384
+/// for the LLM class), others 2048 (8192) in 256; the non-torch increase measured at the degree.
+constexpr vllm_settings vllm_defaults(const gpu& device, std::int64_t tp = 1,
                                       vllm_entrypoint e = vllm_entrypoint::server) {
-  const bool a100 = std::string_view(g.name).find("A100") != std::string_view::npos;
-  const bool large = g.capacity >= 70 * GiB && !a100;
+  const bool a100 = std::string_view(device.name).find("A100") != std::string_view::npos;
+  const bool large = device.capacity >= 70 * GiB && !a100;
   const bool server = e == vllm_entrypoint::server;
   return {.max_num_batched_tokens = large ? (server ? 8192 : 16384) : (server ? 2048 : 8192),
           .max_num_seqs = large ? 1024 : 256,
@@ -513,9 +513,9 @@ namespace detail::rules {
 }
 }  // namespace detail::rules
 
-/// The budget on `g` for sequences of `context` tokens (max_model_len).
+/// The budget on `device` for sequences of `context` tokens (max_model_len).
 constexpr serving_budget serve(const model& m, const layout& l, const weight_layout& w,
-                               const kv_cache_config& kv, std::int64_t context, const gpu& g,
+                               const kv_cache_config& kv, std::int64_t context, const gpu& device,
                                const vllm_settings& s) {
   detail::check(request_shape{.prompt = context}, kv);
   if (m.is_encoder()) detail::rules::serving_needs_a_decoder(m);
@@ -529,7 +529,7 @@ constexpr serving_budget serve(const model& m, const layout& l, const weight_lay
         "non-torch or CUDA graph bytes",
         (s.non_torch < bytes{} ? s.non_torch : s.cuda_graphs).count);
   serving_budget b{};
-  b.total = g.cuda_total > bytes{} ? g.cuda_total : g.capacity;
+  b.total = device.cuda_total > bytes{} ? device.cuda_total : device.capacity;
   // floor(total x utilization / 100) without overflowing.
   b.requested = bytes{b.total.count / 100 * s.utilization_percent +
                       b.total.count % 100 * s.utilization_percent / 100};
@@ -554,43 +554,43 @@ constexpr serving_budget serve(const model& m, const layout& l, const weight_lay
 /// The pipeline stage whose GPUs need the most, with its ledger, runtime overheads included.
 constexpr stage_states most_loaded_gpu(const model& m, const layout& l, const weight_layout& w,
                                        const kv_cache_config& kv, const request_shape& r,
-                                       const gpu& g, const runtime_overheads& o = {}) {
+                                       const gpu& device, const runtime_overheads& o = {}) {
   return most_loaded(l, m, edges_of(tensors(m)), [&](std::int64_t s) {
     memory_ledger ledger = inference_memory(m, l, w, kv, r, s);
-    append(ledger, overheads(o, g, peak(ledger), l.world()));
+    append(ledger, overheads(o, device, peak(ledger), l.world()));
     return ledger;
   });
 }
 
 /// The most memory a request shape needs on the most loaded GPU, runtime overheads included.
 constexpr bytes inference_required(const model& m, const layout& l, const weight_layout& w,
-                                   const kv_cache_config& kv, const request_shape& r, const gpu& g,
-                                   const runtime_overheads& o = {}) {
-  return peak(most_loaded_gpu(m, l, w, kv, r, g, o).ledger);
+                                   const kv_cache_config& kv, const request_shape& r,
+                                   const gpu& device, const runtime_overheads& o = {}) {
+  return peak(most_loaded_gpu(m, l, w, kv, r, device, o).ledger);
 }
 
-/// The largest batch (up to `limit`) whose requests of the given context fit `g`; 0 when not even
-/// one does.
+/// The largest batch (up to `limit`) whose requests of the given context fit `device`; 0 when not
+/// even one does.
 constexpr std::int64_t max_batch(const model& m, const layout& l, const weight_layout& w,
-                                 const kv_cache_config& kv, request_shape r, const gpu& g,
+                                 const kv_cache_config& kv, request_shape r, const gpu& device,
                                  std::int64_t limit = 65536, const runtime_overheads& o = {}) {
   return detail::largest_fitting(1, limit, [&](std::int64_t batch) {
     r.batch = batch;
-    return inference_required(m, l, w, kv, r, g, o) <= g.capacity;
+    return inference_required(m, l, w, kv, r, device, o) <= device.capacity;
   });
 }
 
 /// The longest context (prompt tokens, up to `limit` and a learned position table's rows) a batch
-/// fits on `g`; 0 when none.
+/// fits on `device`; 0 when none.
 constexpr std::int64_t max_context(const model& m, const layout& l, const weight_layout& w,
-                                   const kv_cache_config& kv, request_shape r, const gpu& g,
+                                   const kv_cache_config& kv, request_shape r, const gpu& device,
                                    std::int64_t limit = std::int64_t{1} << 24,
                                    const runtime_overheads& o = {}) {
   r.generated = 0;
   if (m.positions == position_kind::learned && m.max_positions < limit) limit = m.max_positions;
   return detail::largest_fitting(1, limit, [&](std::int64_t context) {
     r.prompt = context;
-    return inference_required(m, l, w, kv, r, g, o) <= g.capacity;
+    return inference_required(m, l, w, kv, r, device, o) <= device.capacity;
   });
 }
 
@@ -598,14 +598,15 @@ constexpr std::int64_t max_context(const model& m, const layout& l, const weight
 /// degrees that break a layout rule (heads, KV heads, FFN) are skipped.
 constexpr std::int64_t min_tensor_parallel(const model& m, const weight_layout& w,
                                            const kv_cache_config& kv, const request_shape& r,
-                                           const gpu& g, std::int64_t limit = 64,
+                                           const gpu& device, std::int64_t limit = 64,
                                            const runtime_overheads& o = {}) {
   for (std::int64_t tp = 1; tp <= limit; tp *= 2) {
     const bool dense = !m.is_moe() || m.moe.first_dense_layers > 0;
     const bool divides = m.heads % tp == 0 &&
                          (m.is_mla() || m.kv_heads % tp == 0 || tp % m.kv_heads == 0) &&
                          (!dense || m.ffn % tp == 0) && (!m.is_moe() || m.moe.expert_ffn % tp == 0);
-    if (divides && inference_required(m, layout{.tensor = tp}, w, kv, r, g, o) <= g.capacity)
+    if (divides &&
+        inference_required(m, layout{.tensor = tp}, w, kv, r, device, o) <= device.capacity)
       return tp;
     if (tp > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }

@@ -210,11 +210,11 @@ class layout_searcher {
   };
 
  public:
-  constexpr layout_searcher(const training_plan_value& plan, const gpu& g,
+  constexpr layout_searcher(const training_plan_value& plan, const gpu& device,
                             const search_space& space, Listed& listed, Progress& progress)
       : plan_(plan),
         m_(plan.setup.model),
-        g_(g),
+        g_(device),
         space_(space),
         listed_(listed),
         progress_(progress) {
@@ -223,7 +223,7 @@ class layout_searcher {
     plan_.overheads.reserve = reserve_model::share;
     const std::int64_t n = space.gpus;
     if (n <= 0 || n > max_world_size) rules::searched_gpus_must_be_in_range(n, max_world_size);
-    net_ = figures_of(space.net, g);
+    net_ = figures_of(space.net, device);
     r_.global_batch = space.global_batch > 0 ? space.global_batch : n;
     if (space.global_batch < 0 || r_.global_batch > max_global_batch)
       rules::global_batch_must_be_in_range(space.global_batch, max_global_batch);
@@ -656,15 +656,15 @@ class layout_searcher {
 
 /// Searches layouts of `space.gpus` GPUs for `plan` (its model, precision, optimizer, fine-tuning,
 /// sequence, attention and loss; its layout, micro-batch and recompute are what is searched) on
-/// `g`, and returns the fastest `space.top` that fit, fastest first, with every other candidate
-/// counted by why it lost. `listed(candidate)` sees each candidate with its verdict as it is
-/// decided (one kept may later be outranked: `best` says who stayed); `progress(done, total)` is
+/// `device`, and returns the fastest `space.top` that fit, fastest first, with every other
+/// candidate counted by why it lost. `listed(candidate)` sees each candidate with its verdict as it
+/// is decided (one kept may later be outranked: `best` says who stayed); `progress(done, total)` is
 /// called per parallel structure.
 template <class Listed = detail::ignore_candidate, class Progress = detail::ignore_progress>
-constexpr search_result search_layouts(const training_plan_value& plan, const gpu& g,
+constexpr search_result search_layouts(const training_plan_value& plan, const gpu& device,
                                        const search_space& space = {}, Listed listed = {},
                                        Progress progress = {}) {
-  return detail::layout_searcher<Listed, Progress>(plan, g, space, listed, progress).run(plan);
+  return detail::layout_searcher<Listed, Progress>(plan, device, space, listed, progress).run(plan);
 }
 
 }  // namespace vramfit

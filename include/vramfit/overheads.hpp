@@ -46,14 +46,14 @@ constexpr bool replays_allocator(const runtime_overheads& o) {
   return o.reserve == reserve_model::simulated && o.fragmentation_percent < 0;
 }
 
-/// The overheads of one process on `g` whose tensors peak at `tensors_peak`, in a job of `world`
-/// GPUs: ledger entries of component `overhead`, all persistent. `reserved`: the caching
+/// The overheads of one process on `device` whose tensors peak at `tensors_peak`, in a job of
+/// `world` GPUs: ledger entries of component `overhead`, all persistent. `reserved`: the caching
 /// allocator's simulated peak reserved bytes, when known.
-constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& g, bytes tensors_peak,
+constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device, bytes tensors_peak,
                                   std::int64_t world, std::optional<bytes> reserved = {}) {
-  const bool volta = g.generation == gpu_generation::volta;
+  const bool volta = device.generation == gpu_generation::volta;
   const bool hopper_or_later =
-      g.generation == gpu_generation::hopper || g.generation == gpu_generation::blackwell;
+      device.generation == gpu_generation::hopper || device.generation == gpu_generation::blackwell;
   const bytes context = o.cuda_context >= 0 ? bytes{o.cuda_context} : (volta ? 1343 : 512) * MiB;
   const bytes cublas = o.cublas_workspace >= 0
                            ? bytes{o.cublas_workspace}
@@ -64,21 +64,21 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& g, byte
                                : o.allocator.expandable_segments ? 1
                                                                  : 5;
   memory_ledger l{};
-  const auto device = memory_space::device;
-  add_entry(l, "CUDA context", component::overhead, device, context, 0,
+  const auto space = memory_space::device;
+  add_entry(l, "CUDA context", component::overhead, space, context, 0,
             volta ? "HF Model training anatomy: 1343 MiB on a V100 (measured)"
                   : "assumed 512 MiB with lazy loading (pytorch/pytorch#107667)");
-  add_entry(l, "cuBLAS workspace", component::overhead, device, cublas, 0,
+  add_entry(l, "cuBLAS workspace", component::overhead, space, cublas, 0,
             "PyTorch CublasHandlePool.cpp default workspace size");
-  add_entry(l, "NCCL buffers", component::overhead, device, nccl, 0,
+  add_entry(l, "NCCL buffers", component::overhead, space, nccl, 0,
             "assumed 512 MiB for multi-GPU jobs (NCCL_BUFFSIZE 4 MiB per channel)");
   if (reserved)
-    add_entry(l, "caching allocator: reserved beyond allocated", component::overhead, device,
+    add_entry(l, "caching allocator: reserved beyond allocated", component::overhead, space,
               *reserved > tensors_peak ? *reserved - tensors_peak : bytes{}, 0,
               "CUDACachingAllocator simulated over the step's tensors (reserved_memory.hpp)",
               lifetime::persistent, entry_role::allocator_reserve);
   else
-    add_entry(l, "allocator fragmentation reserve", component::overhead, device,
+    add_entry(l, "allocator fragmentation reserve", component::overhead, space,
               divide_up(tensors_peak * percent, 100), 0,
               "assumed share of reserved-but-unallocated memory (pytorch#137151)",
               lifetime::persistent, entry_role::allocator_reserve);

@@ -47,21 +47,21 @@ constexpr std::optional<reserved_memory_estimate> simulated_reserve(
   return reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage);
 }
 
-/// `rank`'s ledger on `g` with the runtime overheads, the allocator's reserve from `allocator`
+/// `rank`'s ledger on `device` with the runtime overheads, the allocator's reserve from `allocator`
 /// when simulated.
-constexpr memory_ledger with_overheads(const training_plan_value& p, const gpu& g,
+constexpr memory_ledger with_overheads(const training_plan_value& p, const gpu& device,
                                        memory_ledger rank,
                                        const std::optional<reserved_memory_estimate>& allocator) {
   std::optional<bytes> reserved;
   if (allocator) reserved = allocator->reserved;
-  append(rank, overheads(p.overheads, g, peak(rank), p.setup.layout.world(), reserved));
+  append(rank, overheads(p.overheads, device, peak(rank), p.setup.layout.world(), reserved));
   return rank;
 }
 
-/// The most loaded rank's ledger on `g`, runtime overheads included.
-constexpr memory_ledger breakdown(const training_plan_value& p, const gpu& g) {
+/// The most loaded rank's ledger on `device`, runtime overheads included.
+constexpr memory_ledger breakdown(const training_plan_value& p, const gpu& device) {
   const stage_state<step_timeline> most = most_loaded_step(p);
-  return with_overheads(p, g, most.state.ledger, simulated_reserve(p, most));
+  return with_overheads(p, device, most.state.ledger, simulated_reserve(p, most));
 }
 
 /// A training plan as a type: `training_plan<models::llama_3_8b, mixed<bf16>, adamw<>,
@@ -98,10 +98,11 @@ struct inference_plan_value {
   runtime_overheads overheads{};
 };
 
-/// The most loaded GPU's ledger on `g` (the pipeline stage that needs the most), runtime
+/// The most loaded GPU's ledger on `device` (the pipeline stage that needs the most), runtime
 /// overheads included.
-constexpr memory_ledger breakdown(const inference_plan_value& p, const gpu& g) {
-  return most_loaded_gpu(p.model, p.layout, p.weights, p.kv, p.requests, g, p.overheads).ledger;
+constexpr memory_ledger breakdown(const inference_plan_value& p, const gpu& device) {
+  return most_loaded_gpu(p.model, p.layout, p.weights, p.kv, p.requests, device, p.overheads)
+      .ledger;
 }
 
 /// An inference plan as a type: `inference_plan<models::llama_2_70b, gptq<>,

@@ -20,22 +20,24 @@ constexpr training_plan_value without_reserve(training_plan_value p) {
   return p;
 }
 
-/// The largest n in [1, limit] with which `with(p, n)` fits `g` and n + 1 does not, 0 when none
-/// is found. A plan that replays the allocator is searched below the largest n whose tensors alone
-/// fit (no larger n fits: the tensors grow with the batch): until one n fits, the next tried is
-/// the largest whose tensors fit with the reserve the last replay found beyond its own; then the
+/// The largest n in [1, limit] with which `with(p, n)` fits `device` and n + 1 does not, 0 when
+/// none is found. A plan that replays the allocator is searched below the largest n whose tensors
+/// alone fit (no larger n fits: the tensors grow with the batch): until one n fits, the next tried
+/// is the largest whose tensors fit with the reserve the last replay found beyond its own; then the
 /// bracket is bisected. No monotonicity assumed: below the bound the reserve is not monotone (a
 /// larger batch may round into segments better), so a larger n may fit too.
 template <class With>
-constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const gpu& g,
+constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const gpu& device,
                                             std::int64_t limit, With with) {
-  auto report = [&](const training_plan_value& q, std::int64_t n) { return fit(with(q, n), g); };
+  auto report = [&](const training_plan_value& q, std::int64_t n) {
+    return fit(with(q, n), device);
+  };
   auto fits = [&](std::int64_t n) { return report(p, n).fits(); };
   if (!replays_allocator(p.overheads)) return largest_fitting(1, limit, fits);
   const training_plan_value tensors_only = without_reserve(p);
   auto largest_with = [&](std::int64_t hi, bytes reserve) {
     return largest_fitting(1, hi, [&](std::int64_t m) {
-      return report(tensors_only, m).required + reserve <= g.capacity;
+      return report(tensors_only, m).required + reserve <= device.capacity;
     });
   };
   bytes reserve{};
@@ -52,19 +54,19 @@ constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const 
 
 }  // namespace detail
 
-/// The largest micro-batch (up to `limit`) with which the plan fits `g`; 0 when none does.
-constexpr std::int64_t max_micro_batch(const training_plan_value& p, const gpu& g,
+/// The largest micro-batch (up to `limit`) with which the plan fits `device`; 0 when none does.
+constexpr std::int64_t max_micro_batch(const training_plan_value& p, const gpu& device,
                                        std::int64_t limit = 4096) {
-  return detail::largest_fitting_plan(p, g, limit, [](training_plan_value q, std::int64_t b) {
+  return detail::largest_fitting_plan(p, device, limit, [](training_plan_value q, std::int64_t b) {
     q.batch.micro_batch = b;
     return q;
   });
 }
 
-/// The longest sequence (up to `limit`) with which the plan fits `g`, 0 when none does: a
+/// The longest sequence (up to `limit`) with which the plan fits `device`, 0 when none does: a
 /// multiple of `step` (0: of what context and sequence parallelism split the sequence by) within
 /// a learned position table; a ViT's is its image's tokens, or 0.
-constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
+constexpr std::int64_t max_sequence(training_plan_value p, const gpu& device,
                                     std::int64_t limit = std::int64_t{1} << 22,
                                     std::int64_t step = 0) {
   if (step < 0)
@@ -73,11 +75,11 @@ constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
   const layout& l = validated(p.setup.layout, m);
   if (m.family == family::vit) {
     p.batch.sequence = m.max_positions;
-    return m.max_positions <= limit && fit(p, g).fits() ? m.max_positions : 0;
+    return m.max_positions <= limit && fit(p, device).fits() ? m.max_positions : 0;
   }
   if (m.positions == position_kind::learned && m.max_positions < limit) limit = m.max_positions;
   if (step == 0) step = l.context * (l.sequence ? l.tensor : 1);
-  return step * detail::largest_fitting_plan(p, g, limit / step,
+  return step * detail::largest_fitting_plan(p, device, limit / step,
                                              [step](training_plan_value q, std::int64_t n) {
                                                q.batch.sequence = n * step;
                                                return q;
@@ -85,15 +87,15 @@ constexpr std::int64_t max_sequence(training_plan_value p, const gpu& g,
 }
 
 /// The smallest data-parallel degree (1, 2, 4, ... up to `limit`) with which the plan's sharding
-/// fits `g`; 0 when none does. Each degree is tried (no monotonicity assumed); one whose tensors
-/// alone do not fit is passed over without replaying the allocator.
-constexpr std::int64_t min_data_parallel(training_plan_value p, const gpu& g,
+/// fits `device`; 0 when none does. Each degree is tried (no monotonicity assumed); one whose
+/// tensors alone do not fit is passed over without replaying the allocator.
+constexpr std::int64_t min_data_parallel(training_plan_value p, const gpu& device,
                                          std::int64_t limit = 1024) {
   const bool bounded = replays_allocator(p.overheads);
-  auto may_fit = [&] { return !bounded || fit(detail::without_reserve(p), g).fits(); };
+  auto may_fit = [&] { return !bounded || fit(detail::without_reserve(p), device).fits(); };
   for (std::int64_t n = 1; n <= limit; n *= 2) {
     p.setup.layout.data = n;
-    if (p.setup.layout.shard_group <= n && may_fit() && fit(p, g).fits()) return n;
+    if (p.setup.layout.shard_group <= n && may_fit() && fit(p, device).fits()) return n;
     if (n > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }
   return 0;

@@ -46,7 +46,7 @@ namespace detail::rules {
 }
 }  // namespace detail::rules
 
-constexpr cluster_figures figures_of(const cluster& c, const gpu& g) {
+constexpr cluster_figures figures_of(const cluster& c, const gpu& device) {
   auto positive = [](const char* what, double v) {
     if (!(v > 0)) detail::rules::cluster_figure_must_be_positive(what, v);  // NaN too
   };
@@ -65,13 +65,13 @@ constexpr cluster_figures figures_of(const cluster& c, const gpu& g) {
                                                        c.intra_node_gb_per_s);
   constexpr double h100_tflops = 989, h100_nvlink = 450;  // gpus::h100_80gb
   cluster_figures f{};
-  double tflops = c.peak_tflops > 0 ? c.peak_tflops : static_cast<double>(g.dense_tflops);
+  double tflops = c.peak_tflops > 0 ? c.peak_tflops : static_cast<double>(device.dense_tflops);
   if (tflops == 0) {
     tflops = h100_tflops;
     f.assumed_peak = true;
   }
   double link =
-      c.intra_node_gb_per_s > 0 ? c.intra_node_gb_per_s : static_cast<double>(g.link_gb_per_s);
+      c.intra_node_gb_per_s > 0 ? c.intra_node_gb_per_s : static_cast<double>(device.link_gb_per_s);
   if (link == 0) {
     link = h100_nvlink;
     f.assumed_link = true;
@@ -400,10 +400,10 @@ constexpr step_time estimate_step_time(const training_plan_value& p, const clust
   return s;
 }
 
-/// The step-time estimate of plan `p` on `g` in cluster `net`.
-constexpr step_time estimate_step_time(const training_plan_value& p, const gpu& g,
+/// The step-time estimate of plan `p` on `device` in cluster `net`.
+constexpr step_time estimate_step_time(const training_plan_value& p, const gpu& device,
                                        const cluster& net = {}) {
-  return estimate_step_time(p, figures_of(net, g), work_of(p.setup, p.batch.sequence));
+  return estimate_step_time(p, figures_of(net, device), work_of(p.setup, p.batch.sequence));
 }
 
 /// Tokens per second of the whole job under the estimate.

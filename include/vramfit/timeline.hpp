@@ -631,7 +631,8 @@ struct step_writer {
     w.phase = step_phase::backward;
     w.region = moment::start_of_backward;
     auto add_head_gradients = [&] {
-      if (defers_root_gradients()) return defer_head_gradients(unit_bytes, root_entries(first_pass), adder());
+      if (defers_root_gradients())
+        return defer_head_gradients(unit_bytes, root_entries(first_pass), adder());
       for (bytes piece : outside.head_pieces)
         w.add("head and final norm gradients", gradient_entry(first_pass), piece);
     };

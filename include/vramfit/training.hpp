@@ -146,7 +146,8 @@ constexpr stage_model_states stage_model_states_of(const training& t, const tens
     add_group(t, tensors[i], s.range, i < first_layers, s.experts_per_rank, s.n, s.acc);
   s.shard_optimizer = l.zero != sharding::none;
   s.shard_grads = l.zero == sharding::zero2 || l.zero == sharding::zero3;
-  s.shard_weights = l.zero == sharding::zero3 || (l.shards_each_tensor() && l.zero == sharding::zero2);
+  s.shard_weights =
+      l.zero == sharding::zero3 || (l.shards_each_tensor() && l.zero == sharding::zero2);
   s.optimizer_space = space_of(l.optimizer_offload);
   s.weight_space = space_of(l.parameter_offload);
   if (l.gathers_units())
