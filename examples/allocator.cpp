@@ -48,7 +48,14 @@ constexpr activation_options batch{.micro_batch = 2, .sequence = 4096};
 
 // The allocator runs at compile time too, within the compilers' default limits for tiny models
 // only (an 8B model's replay needs a raised -fconstexpr-ops-limit / -fconstexpr-steps).
-constexpr model tiny = detail::llama_preset("tiny", 8, 1, 2, 1, 16, 16);
+constexpr model tiny{.name = "tiny",
+                     .hidden = 8,
+                     .layers = 1,
+                     .heads = 2,
+                     .kv_heads = 1,
+                     .head_dim = 128,
+                     .ffn = 16,
+                     .vocab = 16};
 constexpr reserved_memory_estimate tiny_steps = reserved_memory(
     training{tiny, mixed<bf16>::value, adamw<>::value}, {.micro_batch = 1, .sequence = 8});
 static_assert(tiny_steps.reserved >= tiny_steps.allocated);
