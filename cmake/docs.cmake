@@ -1,8 +1,7 @@
 cmake_minimum_required(VERSION 3.25)  # script mode: use current policies
-# Runs the example EXE. Without BLOCKS, DOC is its output. With BLOCKS, DOC is written by hand and
-# the example prints only blocks, "<!-- output: file.cpp#name -->\n" ... "<!-- end output -->\n":
-# each block of DOC is replaced by the block of that name. MODE=write stores the result as DOC;
-# MODE=check fails when DOC differs.
+# Runs EXE; MODE=write stores the result as DOC, MODE=check fails where DOC differs. The result is
+# its output, or with BLOCKS the hand-written DOC with each "<!-- output: file.cpp#name -->" ...
+# "<!-- end output -->" block replaced by the one of that name EXE prints (it prints only blocks).
 execute_process(COMMAND ${EXE} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE errors)
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "${EXE} failed (${result}):\n${errors}")
