@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace vramfit::report {
@@ -44,6 +45,22 @@ class table {
  private:
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
+};
+
+/// The blocks an example prints into its hand-written page (cmake/docs.cmake puts each between
+/// the page's markers of its name). A blank line ends each, so that no table runs into the marker.
+class page_blocks {
+ public:
+  page_blocks(std::ostream& out, std::string source) : out_(out), source_(std::move(source)) {}
+  template <class Body>
+  void print(const char* name, const Body& body) const {
+    out_ << "<!-- output: " << source_ << "#" << name << " -->\n"
+         << body << "\n<!-- end output -->\n";
+  }
+
+ private:
+  std::ostream& out_;
+  std::string source_;
 };
 
 /// A ledger as a Markdown table: every entry with where it lives, when, its bytes and source.

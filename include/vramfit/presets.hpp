@@ -10,28 +10,34 @@
 
 namespace vramfit {
 namespace detail {
-constexpr model gpt2_preset(const char* name, std::int64_t hidden, std::int64_t layers,
-                            std::int64_t heads) {
+/// The sizes that set a GPT-2 or BERT block; the rest of the block follows from them.
+struct classic_shape {
+  const char* name;
+  std::int64_t hidden;
+  std::int64_t layers;
+  std::int64_t heads;
+};
+
+constexpr model gpt2_preset(classic_shape s) {
   model m = classic_block(family::gpt2);
-  m.hidden = hidden;
-  m.layers = layers;
-  m.heads = m.kv_heads = heads;
-  m.head_dim = hidden / heads;
-  m.ffn = 4 * hidden;
+  m.hidden = s.hidden;
+  m.layers = s.layers;
+  m.heads = m.kv_heads = s.heads;
+  m.head_dim = s.hidden / s.heads;
+  m.ffn = 4 * s.hidden;
   m.vocab = 50257;
   m.tied_embeddings = true;
   m.max_positions = 1024;
   m.dropout = true;
   m.gelu_in_python = true;
-  copy_name(m.name, name);
+  copy_name(m.name, s.name);
   return m;
 }
 
 /// BERT's encoder has GPT-2's block shapes (GELU MLP of 4 x hidden, LayerNorm, biases, learned
 /// positions, tied head); it adds token types and a pooler.
-constexpr model bert_preset(const char* name, std::int64_t hidden, std::int64_t layers,
-                            std::int64_t heads) {
-  model m = gpt2_preset(name, hidden, layers, heads);
+constexpr model bert_preset(classic_shape s) {
+  model m = gpt2_preset(s);
   m.family = family::bert;
   m.gelu_in_python = false;  // BertConfig hidden_act "gelu": the fused F.gelu
   m.vocab = 30522;
@@ -39,158 +45,367 @@ constexpr model bert_preset(const char* name, std::int64_t hidden, std::int64_t 
   m.encoder = {.token_types = 2, .pooler = true};
   return m;
 }
-
-/// A Llama-style decoder: SwiGLU, RMSNorm, rotary, no biases, untied, head_dim 128.
-constexpr model llama_preset(const char* name, std::int64_t hidden, std::int64_t layers,
-                             std::int64_t heads, std::int64_t kv_heads, std::int64_t ffn,
-                             std::int64_t vocab) {
-  model m{.hidden = hidden,
-          .layers = layers,
-          .heads = heads,
-          .kv_heads = kv_heads,
-          .head_dim = 128,
-          .ffn = ffn,
-          .vocab = vocab};
-  copy_name(m.name, name);
-  return m;
-}
-
-template <class Edit>
-constexpr model edited(model m, Edit edit) {
-  edit(m);
-  return m;
-}
 }  // namespace detail
 
 namespace models {
-// clang-format off
+// Each preset's fields as its config.json states them; what is left out keeps model's default, the
+// Llama layout (SwiGLU, RMSNorm, rotary, no biases, untied).
+
 // GPT-2 (openai-community/gpt2*): keras-hub gpt2 presets 124,439,808 / 354,823,168 / 774,030,080 /
 // 1,557,611,200.
-struct gpt2 : model_type<detail::gpt2_preset("GPT-2 (124M)", 768, 12, 12)> {};
-struct gpt2_medium : model_type<detail::gpt2_preset("GPT-2 Medium (355M)", 1024, 24, 16)> {};
-struct gpt2_large : model_type<detail::gpt2_preset("GPT-2 Large (774M)", 1280, 36, 20)> {};
-struct gpt2_xl : model_type<detail::gpt2_preset("GPT-2 XL (1.5B)", 1600, 48, 25)> {};
+struct gpt2 : model_type<detail::gpt2_preset(
+                  {.name = "GPT-2 (124M)", .hidden = 768, .layers = 12, .heads = 12})> {};
+struct gpt2_medium
+    : model_type<detail::gpt2_preset(
+          {.name = "GPT-2 Medium (355M)", .hidden = 1024, .layers = 24, .heads = 16})> {};
+struct gpt2_large
+    : model_type<detail::gpt2_preset(
+          {.name = "GPT-2 Large (774M)", .hidden = 1280, .layers = 36, .heads = 20})> {};
+struct gpt2_xl : model_type<detail::gpt2_preset(
+                     {.name = "GPT-2 XL (1.5B)", .hidden = 1600, .layers = 48, .heads = 25})> {};
 
 // Llama 2 (meta-llama/Llama-2-*-hf); their safetensors also hold each layer's rotary inv_freq.
-struct llama_2_7b : model_type<detail::edited(detail::llama_preset("Llama-2-7B", 4096, 32, 32, 32, 11008, 32000),
-    [](model& m) { m.checkpoint_rotary_buffers = true; })> {};
-struct llama_2_13b : model_type<detail::edited(detail::llama_preset("Llama-2-13B", 5120, 40, 40, 40, 13824, 32000),
-    [](model& m) { m.checkpoint_rotary_buffers = true; })> {};
-struct llama_2_70b : model_type<detail::edited(detail::llama_preset("Llama-2-70B", 8192, 80, 64, 8, 28672, 32000),
-    [](model& m) { m.checkpoint_rotary_buffers = true; })> {};
+struct llama_2_7b : model_type<model{.name = "Llama-2-7B",
+                                     .hidden = 4096,
+                                     .layers = 32,
+                                     .heads = 32,
+                                     .kv_heads = 32,
+                                     .head_dim = 128,
+                                     .ffn = 11008,
+                                     .vocab = 32000,
+                                     .checkpoint_rotary_buffers = true}> {};
+struct llama_2_13b : model_type<model{.name = "Llama-2-13B",
+                                      .hidden = 5120,
+                                      .layers = 40,
+                                      .heads = 40,
+                                      .kv_heads = 40,
+                                      .head_dim = 128,
+                                      .ffn = 13824,
+                                      .vocab = 32000,
+                                      .checkpoint_rotary_buffers = true}> {};
+struct llama_2_70b : model_type<model{.name = "Llama-2-70B",
+                                      .hidden = 8192,
+                                      .layers = 80,
+                                      .heads = 64,
+                                      .kv_heads = 8,
+                                      .head_dim = 128,
+                                      .ffn = 28672,
+                                      .vocab = 32000,
+                                      .checkpoint_rotary_buffers = true}> {};
 
 // Llama 3 / 3.1 (meta-llama/Meta-Llama-3-8B, Llama-3.1-70B, Llama-3.1-405B).
-struct llama_3_8b : model_type<detail::llama_preset("Llama-3-8B", 4096, 32, 32, 8, 14336, 128256)> {};
-struct llama_3_70b : model_type<detail::llama_preset("Llama-3-70B", 8192, 80, 64, 8, 28672, 128256)> {};
-struct llama_3_1_405b : model_type<detail::llama_preset("Llama-3.1-405B", 16384, 126, 128, 8, 53248, 128256)> {};
+struct llama_3_8b : model_type<model{.name = "Llama-3-8B",
+                                     .hidden = 4096,
+                                     .layers = 32,
+                                     .heads = 32,
+                                     .kv_heads = 8,
+                                     .head_dim = 128,
+                                     .ffn = 14336,
+                                     .vocab = 128256}> {};
+struct llama_3_70b : model_type<model{.name = "Llama-3-70B",
+                                      .hidden = 8192,
+                                      .layers = 80,
+                                      .heads = 64,
+                                      .kv_heads = 8,
+                                      .head_dim = 128,
+                                      .ffn = 28672,
+                                      .vocab = 128256}> {};
+struct llama_3_1_405b : model_type<model{.name = "Llama-3.1-405B",
+                                         .hidden = 16384,
+                                         .layers = 126,
+                                         .heads = 128,
+                                         .kv_heads = 8,
+                                         .head_dim = 128,
+                                         .ffn = 53248,
+                                         .vocab = 128256}> {};
 
 // Mistral and Mixtral (mistralai/Mistral-7B-v0.1, Mixtral-8x7B-v0.1, Mixtral-8x22B-v0.1).
-struct mistral_7b : model_type<detail::edited(detail::llama_preset("Mistral-7B-v0.1", 4096, 32, 32, 8, 14336, 32000),
-    [](model& m) { m.sliding_window = 4096; })> {};
-struct mixtral_8x7b : model_type<detail::edited(detail::llama_preset("Mixtral-8x7B-v0.1", 4096, 32, 32, 8, 14336, 32000),
-    [](model& m) { m.moe = {.routed_experts = 8, .top_k = 2, .expert_ffn = 14336}; })> {};
-struct mixtral_8x22b : model_type<detail::edited(detail::llama_preset("Mixtral-8x22B-v0.1", 6144, 56, 48, 8, 16384, 32000),
-    [](model& m) { m.moe = {.routed_experts = 8, .top_k = 2, .expert_ffn = 16384}; })> {};
+struct mistral_7b : model_type<model{.name = "Mistral-7B-v0.1",
+                                     .hidden = 4096,
+                                     .layers = 32,
+                                     .heads = 32,
+                                     .kv_heads = 8,
+                                     .head_dim = 128,
+                                     .ffn = 14336,
+                                     .vocab = 32000,
+                                     .sliding_window = 4096}> {};
+struct mixtral_8x7b
+    : model_type<model{.name = "Mixtral-8x7B-v0.1",
+                       .hidden = 4096,
+                       .layers = 32,
+                       .heads = 32,
+                       .kv_heads = 8,
+                       .head_dim = 128,
+                       .ffn = 14336,
+                       .vocab = 32000,
+                       .moe = {.routed_experts = 8, .top_k = 2, .expert_ffn = 14336}}> {};
+struct mixtral_8x22b
+    : model_type<model{.name = "Mixtral-8x22B-v0.1",
+                       .hidden = 6144,
+                       .layers = 56,
+                       .heads = 48,
+                       .kv_heads = 8,
+                       .head_dim = 128,
+                       .ffn = 16384,
+                       .vocab = 32000,
+                       .moe = {.routed_experts = 8, .top_k = 2, .expert_ffn = 16384}}> {};
 
 // Qwen2.5 (Qwen/Qwen2.5-*): Q, K and V biases; the 0.5B ties its embeddings.
-struct qwen2_5_0_5b : model_type<detail::edited(detail::llama_preset("Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936),
-    [](model& m) { m.head_dim = 64; m.bias = bias_kind::qkv; m.tied_embeddings = true; })> {};
-struct qwen2_5_7b : model_type<detail::edited(detail::llama_preset("Qwen2.5-7B", 3584, 28, 28, 4, 18944, 152064),
-    [](model& m) { m.bias = bias_kind::qkv; })> {};
-struct qwen2_5_72b : model_type<detail::edited(detail::llama_preset("Qwen2.5-72B", 8192, 80, 64, 8, 29568, 152064),
-    [](model& m) { m.bias = bias_kind::qkv; })> {};
+struct qwen2_5_0_5b : model_type<model{.name = "Qwen2.5-0.5B",
+                                       .hidden = 896,
+                                       .layers = 24,
+                                       .heads = 14,
+                                       .kv_heads = 2,
+                                       .head_dim = 64,
+                                       .ffn = 4864,
+                                       .vocab = 151936,
+                                       .bias = bias_kind::qkv,
+                                       .tied_embeddings = true}> {};
+struct qwen2_5_7b : model_type<model{.name = "Qwen2.5-7B",
+                                     .hidden = 3584,
+                                     .layers = 28,
+                                     .heads = 28,
+                                     .kv_heads = 4,
+                                     .head_dim = 128,
+                                     .ffn = 18944,
+                                     .vocab = 152064,
+                                     .bias = bias_kind::qkv}> {};
+struct qwen2_5_72b : model_type<model{.name = "Qwen2.5-72B",
+                                      .hidden = 8192,
+                                      .layers = 80,
+                                      .heads = 64,
+                                      .kv_heads = 8,
+                                      .head_dim = 128,
+                                      .ffn = 29568,
+                                      .vocab = 152064,
+                                      .bias = bias_kind::qkv}> {};
 
 // Qwen3 (Qwen/Qwen3-0.6B, Qwen3-8B, Qwen3-30B-A3B): per-head q_norm and k_norm, head_dim 128, no
 // biases; the 0.6B ties its embeddings; the 30B-A3B routes every layer to 8 of 128 experts.
-struct qwen3_0_6b : model_type<detail::edited(detail::llama_preset("Qwen3-0.6B", 1024, 28, 16, 8, 3072, 151936),
-    [](model& m) { m.qk_norm = true; m.tied_embeddings = true; })> {};
-struct qwen3_8b : model_type<detail::edited(detail::llama_preset("Qwen3-8B", 4096, 36, 32, 8, 12288, 151936),
-    [](model& m) { m.qk_norm = true; })> {};
-struct qwen3_30b_a3b : model_type<detail::edited(detail::llama_preset("Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 151936),
-    [](model& m) {
-      m.qk_norm = true;
-      m.moe = {.routed_experts = 128, .top_k = 8, .expert_ffn = 768, .layout = moe_layout::mlp_experts};
-    })> {};
+struct qwen3_0_6b : model_type<model{.name = "Qwen3-0.6B",
+                                     .hidden = 1024,
+                                     .layers = 28,
+                                     .heads = 16,
+                                     .kv_heads = 8,
+                                     .head_dim = 128,
+                                     .ffn = 3072,
+                                     .vocab = 151936,
+                                     .tied_embeddings = true,
+                                     .qk_norm = true}> {};
+struct qwen3_8b : model_type<model{.name = "Qwen3-8B",
+                                   .hidden = 4096,
+                                   .layers = 36,
+                                   .heads = 32,
+                                   .kv_heads = 8,
+                                   .head_dim = 128,
+                                   .ffn = 12288,
+                                   .vocab = 151936,
+                                   .qk_norm = true}> {};
+struct qwen3_30b_a3b : model_type<model{.name = "Qwen3-30B-A3B",
+                                        .hidden = 2048,
+                                        .layers = 48,
+                                        .heads = 32,
+                                        .kv_heads = 4,
+                                        .head_dim = 128,
+                                        .ffn = 6144,
+                                        .vocab = 151936,
+                                        .moe = {.routed_experts = 128,
+                                                .top_k = 8,
+                                                .expert_ffn = 768,
+                                                .layout = moe_layout::mlp_experts},
+                                        .qk_norm = true}> {};
 
 // Gemma 2 (google/gemma-2-*): GeGLU, four RMSNorms per layer, tied, sliding window on every other
 // layer.
-constexpr auto gemma2 = [](model& m) {
-  m.mlp = mlp_kind::geglu; m.norms_per_layer = 4; m.tied_embeddings = true;
-  m.sliding_window = 4096; m.sliding_window_period = 2;
-};
-struct gemma_2_2b : model_type<detail::edited(detail::llama_preset("Gemma-2-2B", 2304, 26, 8, 4, 9216, 256000),
-    [](model& m) { gemma2(m); m.head_dim = 256; })> {};
-struct gemma_2_9b : model_type<detail::edited(detail::llama_preset("Gemma-2-9B", 3584, 42, 16, 8, 14336, 256000),
-    [](model& m) { gemma2(m); m.head_dim = 256; })> {};
-struct gemma_2_27b : model_type<detail::edited(detail::llama_preset("Gemma-2-27B", 4608, 46, 32, 16, 36864, 256000),
-    gemma2)> {};
+struct gemma_2_2b : model_type<model{.name = "Gemma-2-2B",
+                                     .hidden = 2304,
+                                     .layers = 26,
+                                     .heads = 8,
+                                     .kv_heads = 4,
+                                     .head_dim = 256,
+                                     .ffn = 9216,
+                                     .vocab = 256000,
+                                     .mlp = mlp_kind::geglu,
+                                     .norms_per_layer = 4,
+                                     .tied_embeddings = true,
+                                     .sliding_window = 4096,
+                                     .sliding_window_period = 2}> {};
+struct gemma_2_9b : model_type<model{.name = "Gemma-2-9B",
+                                     .hidden = 3584,
+                                     .layers = 42,
+                                     .heads = 16,
+                                     .kv_heads = 8,
+                                     .head_dim = 256,
+                                     .ffn = 14336,
+                                     .vocab = 256000,
+                                     .mlp = mlp_kind::geglu,
+                                     .norms_per_layer = 4,
+                                     .tied_embeddings = true,
+                                     .sliding_window = 4096,
+                                     .sliding_window_period = 2}> {};
+struct gemma_2_27b : model_type<model{.name = "Gemma-2-27B",
+                                      .hidden = 4608,
+                                      .layers = 46,
+                                      .heads = 32,
+                                      .kv_heads = 16,
+                                      .head_dim = 128,
+                                      .ffn = 36864,
+                                      .vocab = 256000,
+                                      .mlp = mlp_kind::geglu,
+                                      .norms_per_layer = 4,
+                                      .tied_embeddings = true,
+                                      .sliding_window = 4096,
+                                      .sliding_window_period = 2}> {};
 
 // Phi-3-mini (microsoft/Phi-3-mini-4k-instruct): fused qkv_proj and gate_up_proj.
-struct phi_3_mini : model_type<detail::edited(detail::llama_preset("Phi-3-mini", 3072, 32, 32, 32, 8192, 32064),
-    [](model& m) { m.family = family::phi3; m.head_dim = 96; m.sliding_window = 2047; })> {};
+struct phi_3_mini : model_type<model{.name = "Phi-3-mini",
+                                     .family = family::phi3,
+                                     .hidden = 3072,
+                                     .layers = 32,
+                                     .heads = 32,
+                                     .kv_heads = 32,
+                                     .head_dim = 96,
+                                     .ffn = 8192,
+                                     .vocab = 32064,
+                                     .sliding_window = 2047}> {};
 
-// Falcon-7B (tiiuae/falcon-7b): multi-query attention, parallel attention + MLP, tied, no biases.
-struct falcon_7b : model_type<detail::edited(detail::gpt2_preset("Falcon-7B", 4544, 32, 71),
-    [](model& m) {
-      m.family = family::falcon; m.kv_heads = 1; m.vocab = 65024; m.bias = bias_kind::none;
-      m.norms_per_layer = 1; m.parallel_block = true; m.positions = position_kind::rotary;
-      m.max_positions = 0; m.dropout = false; m.gelu_in_python = false;  // nn.GELU
-    })> {};
+// Falcon-7B (tiiuae/falcon-7b): multi-query attention, parallel attention + MLP, tied, no biases,
+// nn.GELU (fused).
+struct falcon_7b : model_type<model{.name = "Falcon-7B",
+                                    .family = family::falcon,
+                                    .hidden = 4544,
+                                    .layers = 32,
+                                    .heads = 71,
+                                    .kv_heads = 1,
+                                    .head_dim = 64,
+                                    .ffn = 4 * 4544,
+                                    .vocab = 65024,
+                                    .mlp = mlp_kind::gelu,
+                                    .norm = norm_kind::layernorm,
+                                    .norms_per_layer = 1,
+                                    .tied_embeddings = true,
+                                    .parallel_block = true}> {};
 
-// DeepSeek-V3 and V2 (deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json, config_236B.json):
-// MLA and DeepSeekMoE; V3 without its multi-token-prediction module.
-struct deepseek_v3 : model_type<detail::edited(detail::llama_preset("DeepSeek-V3", 7168, 61, 128, 128, 18432, 129280),
-    [](model& m) {
-      m.head_dim = 64;
-      m.moe = {.routed_experts = 256, .top_k = 8, .shared_experts = 1, .expert_ffn = 2048,
-               .first_dense_layers = 3, .router_score_bias = true};
-      m.mla = {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
-               .qk_rope_head_dim = 64, .v_head_dim = 128};
-    })> {};
-struct deepseek_v2 : model_type<detail::edited(detail::llama_preset("DeepSeek-V2", 5120, 60, 128, 128, 12288, 102400),
-    [](model& m) {
-      m.head_dim = 64;
-      m.moe = {.routed_experts = 160, .top_k = 6, .shared_experts = 2, .expert_ffn = 1536,
-               .first_dense_layers = 1};
-      m.mla = {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
-               .qk_rope_head_dim = 64, .v_head_dim = 128};
-    })> {};
+// DeepSeek-V3 and V2 (deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json,
+// config_236B.json): MLA and DeepSeekMoE; V3 without its multi-token-prediction module.
+struct deepseek_v3 : model_type<model{.name = "DeepSeek-V3",
+                                      .hidden = 7168,
+                                      .layers = 61,
+                                      .heads = 128,
+                                      .kv_heads = 128,
+                                      .head_dim = 64,
+                                      .ffn = 18432,
+                                      .vocab = 129280,
+                                      .moe = {.routed_experts = 256,
+                                              .top_k = 8,
+                                              .shared_experts = 1,
+                                              .expert_ffn = 2048,
+                                              .first_dense_layers = 3,
+                                              .router_score_bias = true},
+                                      .mla = {.q_lora_rank = 1536,
+                                              .kv_lora_rank = 512,
+                                              .qk_nope_head_dim = 128,
+                                              .qk_rope_head_dim = 64,
+                                              .v_head_dim = 128}}> {};
+struct deepseek_v2 : model_type<model{.name = "DeepSeek-V2",
+                                      .hidden = 5120,
+                                      .layers = 60,
+                                      .heads = 128,
+                                      .kv_heads = 128,
+                                      .head_dim = 64,
+                                      .ffn = 12288,
+                                      .vocab = 102400,
+                                      .moe = {.routed_experts = 160,
+                                              .top_k = 6,
+                                              .shared_experts = 2,
+                                              .expert_ffn = 1536,
+                                              .first_dense_layers = 1},
+                                      .mla = {.q_lora_rank = 1536,
+                                              .kv_lora_rank = 512,
+                                              .qk_nope_head_dim = 128,
+                                              .qk_rope_head_dim = 64,
+                                              .v_head_dim = 128}}> {};
 
 // gpt-oss (openai/gpt-oss-20b, gpt-oss-120b): Q, K, V and O biases, one attention sink per head,
 // a 128-token window on every other layer from layer 0, every layer 4 experts of 32 or 128 with
 // biases and a router with a bias.
-constexpr auto gpt_oss = [](model& m) {
-  m.head_dim = 64; m.bias = bias_kind::attention; m.attention_sinks = true;
-  m.sliding_window = 128; m.sliding_window_period = 2;
-};
-struct gpt_oss_20b : model_type<detail::edited(detail::llama_preset("gpt-oss-20b", 2880, 24, 64, 8, 2880, 201088),
-    [](model& m) {
-      gpt_oss(m);
-      m.moe = {.routed_experts = 32, .top_k = 4, .expert_ffn = 2880, .layout = moe_layout::gpt_oss};
-    })> {};
-struct gpt_oss_120b : model_type<detail::edited(detail::llama_preset("gpt-oss-120b", 2880, 36, 64, 8, 2880, 201088),
-    [](model& m) {
-      gpt_oss(m);
-      m.moe = {.routed_experts = 128, .top_k = 4, .expert_ffn = 2880, .layout = moe_layout::gpt_oss};
-    })> {};
+struct gpt_oss_20b
+    : model_type<model{
+          .name = "gpt-oss-20b",
+          .hidden = 2880,
+          .layers = 24,
+          .heads = 64,
+          .kv_heads = 8,
+          .head_dim = 64,
+          .ffn = 2880,
+          .vocab = 201088,
+          .bias = bias_kind::attention,
+          .sliding_window = 128,
+          .sliding_window_period = 2,
+          .moe =
+              {.routed_experts = 32, .top_k = 4, .expert_ffn = 2880, .layout = moe_layout::gpt_oss},
+          .attention_sinks = true}> {};
+struct gpt_oss_120b : model_type<model{.name = "gpt-oss-120b",
+                                       .hidden = 2880,
+                                       .layers = 36,
+                                       .heads = 64,
+                                       .kv_heads = 8,
+                                       .head_dim = 64,
+                                       .ffn = 2880,
+                                       .vocab = 201088,
+                                       .bias = bias_kind::attention,
+                                       .sliding_window = 128,
+                                       .sliding_window_period = 2,
+                                       .moe = {.routed_experts = 128,
+                                               .top_k = 4,
+                                               .expert_ffn = 2880,
+                                               .layout = moe_layout::gpt_oss},
+                                       .attention_sinks = true}> {};
 
 // BERT (google-bert/bert-*-uncased) as BertModel, with the pooler.
-struct bert_base_uncased : model_type<detail::bert_preset("BERT-base-uncased", 768, 12, 12)> {};
-struct bert_large_uncased : model_type<detail::bert_preset("BERT-large-uncased", 1024, 24, 16)> {};
+struct bert_base_uncased
+    : model_type<detail::bert_preset(
+          {.name = "BERT-base-uncased", .hidden = 768, .layers = 12, .heads = 12})> {};
+struct bert_large_uncased
+    : model_type<detail::bert_preset(
+          {.name = "BERT-large-uncased", .hidden = 1024, .layers = 24, .heads = 16})> {};
 
 // DistilBERT (distilbert/distilbert-base-uncased) as DistilBertModel: BERT-base's block in 6
 // layers, no token types, no pooler.
-struct distilbert_base_uncased : model_type<detail::edited(detail::bert_preset("DistilBERT-base-uncased", 768, 6, 12),
-    [](model& m) { m.family = family::distilbert; m.encoder = {}; })> {};
+struct distilbert_base_uncased : model_type<model{.name = "DistilBERT-base-uncased",
+                                                  .family = family::distilbert,
+                                                  .hidden = 768,
+                                                  .layers = 6,
+                                                  .heads = 12,
+                                                  .kv_heads = 12,
+                                                  .head_dim = 64,
+                                                  .ffn = 4 * 768,
+                                                  .vocab = 30522,
+                                                  .mlp = mlp_kind::gelu,
+                                                  .norm = norm_kind::layernorm,
+                                                  .bias = bias_kind::all,
+                                                  .tied_embeddings = true,
+                                                  .positions = position_kind::learned,
+                                                  .max_positions = 512,
+                                                  .dropout = true}> {};
 
 // ViT-L/16 (torchvision vit_l_16): 224 px images, 16 px patches, 1000 classes.
-struct vit_l_16 : model_type<detail::edited(detail::bert_preset("ViT-L/16", 1024, 24, 16),
-    [](model& m) {
-      m.family = family::vit; m.vocab = 0; m.max_positions = 197; m.tied_embeddings = false;
-      m.dropout = false;
-      m.encoder = {.image_size = 224, .patch_size = 16, .channels = 3, .classes = 1000};
-    })> {};
-// clang-format on
+struct vit_l_16
+    : model_type<model{
+          .name = "ViT-L/16",
+          .family = family::vit,
+          .hidden = 1024,
+          .layers = 24,
+          .heads = 16,
+          .kv_heads = 16,
+          .head_dim = 64,
+          .ffn = 4 * 1024,
+          .mlp = mlp_kind::gelu,
+          .norm = norm_kind::layernorm,
+          .bias = bias_kind::all,
+          .positions = position_kind::learned,
+          .max_positions = 197,
+          .encoder = {.image_size = 224, .patch_size = 16, .channels = 3, .classes = 1000}}> {};
 }  // namespace models
 
 /// A preset by its command-line key.

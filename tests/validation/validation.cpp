@@ -331,8 +331,15 @@ std::vector<measured_case> cases() {
   // A100, techniques added in turn; "Peak Memory Active" in GiB. The rows from activation
   // checkpointing on (the earlier ones differ by packing and compile, neither modelled).
   {
-    model llama_3b = detail::llama_preset("Llama-3.2-3B", 3072, 28, 24, 8, 8192, 128256);
-    llama_3b.tied_embeddings = true;
+    const model llama_3b{.name = "Llama-3.2-3B",
+                         .hidden = 3072,
+                         .layers = 28,
+                         .heads = 24,
+                         .kv_heads = 8,
+                         .head_dim = 128,
+                         .ffn = 8192,
+                         .vocab = 128256,
+                         .tied_embeddings = true};
     struct tune_step {
       const char* name;
       bool in_backward, offload, eight_bit;
