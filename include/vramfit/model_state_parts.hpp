@@ -73,10 +73,9 @@ struct stage_range {
   bool first, last;
 };
 
-/// Whether pipeline stage `stage` holds `g`, a tensor outside the layers: embeddings (the tensors
-/// before the first layer group) on the first stage, the rest on the last (Megatron-LM:
-/// pre_process / post_process); a tied embedding is also needed by the head, so the last stage
-/// keeps its own copy (Megatron-LM: shared_embedding_or_output_weight).
+/// Whether pipeline stage `stage` holds `g`, a tensor outside the layers: embeddings on the first
+/// stage, the rest on the last, which keeps its own copy of a tied embedding for the head
+/// (Megatron-LM pre_process / post_process, shared_embedding_or_output_weight).
 constexpr bool stage_holds(const model& m, const tensor_group& g, const stage_range& stage,
                            bool before_layers) {
   if (!before_layers) return stage.last;
@@ -158,10 +157,8 @@ constexpr void add_optimizer_states(unsharded_states& acc, const training& t, co
 }
 
 /// Accumulates `count` trained tensors of `g` of shape `s` stored as `weight`: the weight, its
-/// gradient, master copy and optimizer states; where the master is the shard, its sharded
-/// gradient is in the master's format. A tensor in a format of its own (peft's fp32
-/// adapters over a 16-bit base) is trained as a plain tensor of it: its gradient and torch.optim's
-/// states (zeros_like) in that format, no master copy.
+/// gradient, master copy and optimizer states. A tensor in a format of its own (peft's fp32
+/// adapters over 16-bit weights) has its gradient and states in that format, and no master.
 constexpr void add_trained(unsharded_states& acc, const training& t, const tensor_group& g,
                            std::int64_t count, const local_shape& s, const element_format& weight,
                            std::int64_t shards) {

@@ -55,11 +55,9 @@ constexpr piece_filter pieces_of(layer_tensor kind, int part = -1, int output_li
   return {kind, static_cast<std::int8_t>(part), static_cast<std::int8_t>(output_linear)};
 }
 
-/// The CUDA stream an allocation is made on. PyTorch's caching allocator keeps a pool per stream
-/// (CUDACachingAllocator.cpp get_free_block: a block serves only requests of its own stream), and a
-/// freed block goes back to the pool of the stream that allocated it, whichever stream frees it
-/// (free_block; record_stream only delays that). So what a side stream allocates never reuses the
-/// default stream's cache, nor the other way round.
+/// The CUDA stream an allocation is made on: the caching allocator keeps a pool per stream, and a
+/// freed block goes back to its allocating stream's pool (CUDACachingAllocator.cpp get_free_block,
+/// free_block), so a side stream never reuses the default stream's cache, nor the other way round.
 enum class alloc_stream : unsigned char {
   main,            ///< the default (compute) stream
   reduce_scatter,  ///< the stream gradients are reduce-scattered on (frameworks.hpp)
@@ -127,11 +125,9 @@ struct step_timeline {
 
 namespace detail {
 
-/// Calls `visit(layer_piece)` for each tensor kind of one layer: its gradients, autocast copies
-/// and saved tensors, split the way its backward frees and allocates them (the MLP half first,
-/// each half beginning with its output linear; torch.autograd runs the graph in reverse; HF
-/// LlamaDecoderLayer, GPT2Block), its input when fully recomputed, and its backward's working
-/// tensors.
+/// Calls `visit(layer_piece)` for each tensor kind of one layer (gradients, autocast copies, saved
+/// tensors, a recomputed input, backward's working set), split as autograd's reverse order frees
+/// and allocates them: the MLP half first, each half from its output linear.
 template <class Visit>
 constexpr void for_each_layer_tensor(const training& t, const activation_options& o,
                                      const tensor_ledger& tensors, std::int64_t layer,
@@ -340,10 +336,9 @@ constexpr step_peak find_peak(const step_timeline& tl) {
   return best;
 }
 
-/// Sets each entry's bytes at the peak (persistent ones in full, the others as the events left
-/// them there), and a transient device entry's size to the most it holds at once in the step: a
-/// one-layer buffer sized for the largest layer type holds less on a stage without that type, or
-/// when its halves come and go in turn.
+/// Sets each entry's bytes at the peak (as the events left them there), and a transient device
+/// entry's size to the most it holds at once in the step: a one-layer buffer may hold less than
+/// its largest layer type, on a stage without that type or as its halves come and go.
 constexpr void time_entries(step_timeline& tl) {
   bytes alive[memory_ledger::capacity]{}, most[memory_ledger::capacity]{},
       at[memory_ledger::capacity]{};
@@ -638,10 +633,9 @@ struct step_writer {
     };
     const bytes loss_gradients = size_of(e.logits_gradient);
     if (first_tensor(e.head_and_loss) > bytes{}) {
-      // As autograd runs it (traced, docs/gpu-measurements.md): nll_loss's gradient, then
-      // log_softmax's; the first goes, and the log-probabilities with their node; the fp32
-      // copy's backward casts the second to the logits' 16-bit gradient, which lm_head's
-      // backward reads after the second has gone.
+      // As traced (docs/gpu-measurements.md): nll_loss's gradient, then log_softmax's; the first
+      // goes with the log-probabilities; the fp32 copy's backward casts the second to the logits'
+      // 16-bit gradient, which lm_head's backward reads after the second has gone.
       const bytes nll{loss_gradients.count / 2};
       const bytes log_softmax = loss_gradients - nll;
       const bytes logits_16bit = first_tensor(e.logits);  // zero: the logits are the fp32 ones

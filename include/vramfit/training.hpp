@@ -13,10 +13,9 @@ namespace vramfit {
 
 namespace detail {
 
-/// Calls `visit(bytes, shape, copies)` for the tensors of `g` at `layer` (-1: a tensor outside
-/// the layers) that the optimizer updates, in the order the model registers them: the weight when
-/// trained, then LoRA's A and B (peft LoraLayer). Routed experts come twice at most with all their
-/// copies on the first: the pairs of neighbours repeat after that.
+/// Calls `visit(bytes, shape, copies)` for the tensors of `g` at `layer` (-1: outside the layers)
+/// the optimizer updates, in the model's order: the weight, then LoRA's A and B. Routed experts
+/// come twice at most, all their copies on the first: neighbouring pairs repeat after that.
 template <class Visit>
 constexpr void for_each_updated_tensor(const training& t, const tensor_group& g, std::int64_t layer,
                                        std::int64_t experts_per_rank, std::int64_t shards,
@@ -44,9 +43,8 @@ constexpr void for_each_updated_tensor(const training& t, const tensor_group& g,
 }
 
 /// Calls `visit(bytes, shape, copies)` for every tensor the optimizer updates on a rank of stage
-/// `range`, in the model's order: the tensors before the layers, the layers, those after. Runs
-/// of identical layers are walked twice, with all their copies on the first pass: that meets
-/// every pair of neighbours.
+/// `range`, in the model's order. Runs of identical layers are walked twice, all their copies on
+/// the first pass: that meets every pair of neighbours.
 template <class Visit>
 constexpr void for_each_stage_updated_tensor(const training& t, const tensor_ledger& tensors,
                                              const stage_range& range,
