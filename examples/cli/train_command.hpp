@@ -54,7 +54,12 @@ inline std::string describe(const train_options& o, const training_plan_value& p
 
 inline cli::estimate estimate_of(const train_options& o, const training_plan_value& p,
                                  const gpu& device) {
-  const stage_state<step_timeline> most = most_loaded_step(p);
+  training_estimate t = vramfit::estimate(p, device);
+  // Asked for, the simulation happens or says why not (a stage deeper than it replays); by
+  // default such a stage takes the fixed share, which its ledger entry names.
+  const std::int64_t layers = stage_of(p.setup, t.stage).layers;
+  if (!t.allocator && o.reserve == reserve_model::simulated && layers > max_replayed_layers)
+    detail::rules::allocator_replay_needs_at_most_max_replayed_layers(layers);
   cli::estimate e;
   e.title = describe(o, p);
   e.model_name = p.setup.model.name;
@@ -62,16 +67,12 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   e.parameters = parameters(ledger);
   e.trainable_parameters = trainable_parameters(p.setup.finetune, ledger);
   e.device = device;
-  e.allocator = simulated_reserve(p, most);
-  // Asked for, the simulation happens or says why not (a stage deeper than it replays); by
-  // default such a stage takes the fixed share, which its ledger entry names.
-  if (!e.allocator && o.reserve == reserve_model::simulated)
-    e.allocator = reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage);
-  e.ledger = with_overheads(p, device, most.state.ledger, e.allocator);
-  e.timeline = most.state;
+  e.allocator = t.allocator;
+  e.ledger = t.ledger;
+  e.timeline = std::move(t.timeline);
   e.fit = fit(e.ledger, device);
   e.peak_at = peak_moment(e.ledger);
-  e.stage = most.stage;
+  e.stage = t.stage;
   const model& m = p.setup.model;
   for (bool moe : {false, true}) {
     if (moe && !m.is_moe()) continue;

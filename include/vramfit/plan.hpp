@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 
 #include "detail/tag.hpp"
 #include "gpu.hpp"
@@ -58,10 +60,26 @@ constexpr memory_ledger with_overheads(const training_plan_value& p, const gpu& 
   return rank;
 }
 
+/// One estimate of a training plan on `device`: the most loaded rank's stage and step timeline
+/// (built once), the caching allocator replayed over it when the plan simulates it, and the
+/// rank's ledger with the runtime overheads.
+struct training_estimate {
+  std::int64_t stage = 0;
+  step_timeline timeline{};
+  std::optional<reserved_memory_estimate> allocator{};
+  memory_ledger ledger{};
+};
+
+constexpr training_estimate estimate(const training_plan_value& p, const gpu& device) {
+  stage_state<step_timeline> most = most_loaded_step(p);
+  std::optional<reserved_memory_estimate> allocator = simulated_reserve(p, most);
+  memory_ledger ledger = with_overheads(p, device, most.state.ledger, allocator);
+  return {most.stage, std::move(most.state), allocator, ledger};
+}
+
 /// The most loaded rank's ledger on `device`, runtime overheads included.
 constexpr memory_ledger breakdown(const training_plan_value& p, const gpu& device) {
-  const stage_state<step_timeline> most = most_loaded_step(p);
-  return with_overheads(p, device, most.state.ledger, simulated_reserve(p, most));
+  return estimate(p, device).ledger;
 }
 
 /// A training plan as a type: `training_plan<models::llama_3_8b, mixed<bf16>, adamw<>,
