@@ -102,7 +102,7 @@ namespace rules {
   raise("a size literal must be written in plain decimal digits with an optional fraction");
 }
 [[noreturn]] inline void size_must_be_a_number_and_a_unit(std::string_view text) {
-  raise(std::string(1, '\'') + std::string(text.substr(0, 40)) +
+  raise(std::string(1, '\'') + std::string(text.substr(0, 40)) + (text.size() > 40 ? "..." : "") +
         "' is not a size such as 96GiB, 44GB or 1.5TiB (units B, KiB, MiB, GiB, TiB, PiB, KB, "
         "MB, GB, TB, PB) that is a whole number of bytes");
 }

@@ -1723,6 +1723,15 @@ TEST_CASE("issue 38: a config's activation by name, and a capacity's trailing ze
   };
   CHECK(activations("gelu") < activations("gelu_new"));
   CHECK(activations("gelu") == activations("gelu_pytorch_tanh"));
+  // A value shown cut says so: 40 bytes, then "...".
+  const result framework = run("train --model gpt2 --framework " + std::string(50, 'f'));
+  CHECK(framework.status == 2);
+  CHECK(framework.err.rfind("vramfit: unknown --framework '" + std::string(40, 'f') + "...'", 0) ==
+        0);
+  const result gpu = run("train --model gpt2 --gpu 8" + std::string(49, '0') + "GiB");
+  CHECK(gpu.status == 2);
+  CHECK(gpu.err.find("--gpu '8" + std::string(39, '0') + "...' is longer than") !=
+        std::string::npos);
   // 80 GiB with eighteen zeros after the point: 80 GiB, where it was an overflow.
   const result zeros = run("train --model gpt2 --gpu 80.0000000000000000GiB -f json");
   CHECK(zeros.status == 0);

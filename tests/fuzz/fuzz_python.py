@@ -184,6 +184,11 @@ def one_call(rng):
     if target < 19:
         argument = hostile_value(rng)
         return f"Model({argument!r:.300}).described", lambda: vramfit.Model(argument).described
+    if rng.random() < 0.5:  # a positional argument where none, or a result, is taken
+        argument = hostile_value(rng)
+        function = rng.choice([vramfit.models, vramfit.gpus, vramfit.frameworks,
+                               vramfit.assert_fits])
+        return f"{function.__name__}({argument!r:.300})", lambda: function(argument)
     listing = rng.choice([vramfit.models, vramfit.gpus, vramfit.frameworks])
     return f"{listing.__name__}()", listing
 

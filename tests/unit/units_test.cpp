@@ -3,6 +3,7 @@
 
 #include <boost/units/systems/information.hpp>
 #include <sstream>
+#include <string>
 #include <vramfit/units.hpp>
 
 using vramfit::bytes;
@@ -108,6 +109,8 @@ TEST_CASE("sizes written with their unit, exactly") {
   CHECK_THROWS_WITH(parse_size("80.0000000000000000000000000001GiB"),
                     "vramfit: '80.0000000000000000000000000001GiB' has more digits than a size is "
                     "read with (22, a fraction's trailing zeros aside)");
+  CHECK_THROWS_WITH(parse_size(std::string(50, 'x')),  // cut at 40, and said so
+                    doctest::Contains("'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is not a size"));
   CHECK_THROWS_WITH(parse_size("0.1234567890123456789012345678901234567890123456789B"),
                     doctest::Contains("'0.12345678901234567890123456789012345678...' has more "
                                       "digits"));
