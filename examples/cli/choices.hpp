@@ -18,6 +18,12 @@ struct named {
   const char* help = nullptr;  ///< what the choice means, where its name does not say
 };
 
+/// A value as a refusal shows it: its first 40 bytes, then "..." where it is longer, so that a
+/// cut value is not taken for the one given.
+inline std::string shown_value(std::string_view text) {
+  return text.size() > 40 ? std::string(text.substr(0, 40)) + "..." : std::string(text);
+}
+
 /// Whether `a` and `b` are the same name, ignoring case.
 inline bool same_name(std::string_view a, std::string_view b) {
   auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
@@ -42,7 +48,7 @@ const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* 
       begun.push_back(&e);
   }
   if (begun.size() == 1) return *begun.front();
-  const std::string shown(name.substr(0, 40));
+  const std::string shown = shown_value(name);
   if (begun.size() > 1) {
     std::string candidates;
     for (const Entry* e : begun)

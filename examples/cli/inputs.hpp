@@ -43,7 +43,7 @@ inline std::string config_text_name(const nlohmann::json& config) {
     if (it == config.end() || it->is_null()) continue;
     if (!it->is_string())
       detail::raise(std::string("config.json: field '") + key + "' must be a string, got " +
-                    it->dump().substr(0, 40));
+                    detail::shown(*it));
     std::string name = it->get<std::string>();
     while (!name.empty() && name.back() == '/') name.pop_back();
     name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0: the whole name
@@ -74,10 +74,11 @@ inline named_model load_model(const std::string& name) {
   if (slash != std::string::npos && slash > 0 && slash + 1 < name.size() &&
       name.find('/', slash + 1) == std::string::npos && !std::filesystem::exists(name, ec) &&
       name.find(".json") == std::string::npos)
-    detail::raise("'" + name.substr(0, 80) +
+    detail::raise("'" + (name.size() > 80 ? name.substr(0, 80) + "..." : name) +
                   "' is not a file or folder here, and vramfit does not download: fetch its "
                   "config.json (huggingface-cli download " +
-                  name.substr(0, 80) + " config.json) and give the file or its folder");
+                  (name.size() > 80 ? name.substr(0, 80) + "..." : name) +
+                  " config.json) and give the file or its folder");
   if (is_path(name)) {
     nlohmann::json config;
     try {
@@ -110,7 +111,7 @@ inline weight_layout weights_for(const std::optional<weight_layout>& given, cons
 inline gpu gpu_named(const std::string& key) {
   if (!key.empty() && key[0] >= '0' && key[0] <= '9') {
     constexpr std::size_t longest = sizeof(gpu::name) - sizeof("GPU of ");  // its name's room
-    const std::string shown = "--gpu '" + key.substr(0, 40) + "'";
+    const std::string shown = "--gpu '" + shown_value(key) + "'";
     if (key.size() > longest)
       detail::raise(shown + " is longer than " + std::to_string(longest) +
                     " characters: write a capacity such as 96GiB or 44GB");
@@ -201,7 +202,7 @@ inline const cli::framework& framework_named(const std::string& name, std::strin
     }
     known += (known.empty() ? "" : ", ") + std::string(f.name);
   }
-  detail::raise("unknown --framework '" + name.substr(0, 40) + "'; known: " + known);
+  detail::raise("unknown --framework '" + shown_value(name) + "'; known: " + known);
 }
 
 /// Fills in from `f` each option the command line left out, where its recipe `applies`: its

@@ -63,7 +63,7 @@ inline std::int64_t reshard_ranks(const std::string& text) {
   if (ec != std::errc{} || end != text.data() + text.size() || ranks < 2)
     detail::raise(
         "--reshard-after-forward must be true, false or a rank count of 2 or more, got '" +
-        text.substr(0, 40) + "'");
+        cli::shown_value(text) + "'");
   return ranks;
 }
 
@@ -123,7 +123,7 @@ inline std::int64_t whole_count(const std::string& text, const char* option, con
   }
   if (used != text.size() || !(n >= 1 && n <= 1e15L) || n != std::floor(n))
     detail::raise(std::string(option) + " takes a whole number of " + what +
-                  " from 1 to 1e15, such as " + example + "; got " + text.substr(0, 40));
+                  " from 1 to 1e15, such as " + example + "; got " + cli::shown_value(text));
   return static_cast<std::int64_t>(n);
 }
 

@@ -106,7 +106,7 @@ namespace detail::rules {
 [[noreturn]] inline void gpu_capacity_must_fit_its_name(std::string_view capacity,
                                                         std::size_t most) {
   raise("a GPU capacity is written in at most " + std::to_string(most) + " characters, got '" +
-        std::string(capacity.substr(0, 40)) + "'");
+        std::string(capacity.substr(0, 40)) + (capacity.size() > 40 ? "...'" : "'"));
 }
 }  // namespace detail::rules
 

@@ -177,6 +177,42 @@ class hf_fields {
   std::string where_;
 };
 
+// transformers activations.py ACT2CLS (main, 2025): the names ACT2FN accepts, and no others.
+inline constexpr const char* hf_activations[] = {
+    "gelu",      "gelu_10",    "gelu_fast",  "gelu_new",   "gelu_python", "gelu_pytorch_tanh",
+    "gelu_python_tanh", "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear",
+    "mish",      "quick_gelu", "relu",       "relu2",      "relu6",       "sigmoid",
+    "silu",      "sqrtsoftplus", "swish",    "tanh",       "prelu",       "xielu"};
+
+/// Whether the MLP's activation, the field `name` (`fallback` when absent, its configuration
+/// class's default), is NewGELUActivation's Python operations; refused unless transformers
+/// accepts it and vramfit counts its memory (`gated`: a GLU MLP, which has no Python form here).
+inline bool python_gelu(const hf_fields& f, const char* name, const char* fallback, bool gated) {
+  const std::string act = f.string_or(name, fallback);
+  // One autograd op that keeps only its input (derivatives.yaml gelu_backward, silu_backward,
+  // mish_backward, hardswish_backward, hardtanh_backward, leaky_relu_backward): F.gelu's memory.
+  constexpr std::string_view keeps_input[] = {"gelu",      "gelu_pytorch_tanh", "silu", "swish",
+                                              "mish",      "hardswish",         "relu6",
+                                              "leaky_relu"};
+  // gelu_python_tanh is NewGELUActivation's formula with x * 0.5 first: the same four tensors.
+  const bool python = act == "gelu_new" || act == "gelu_python_tanh";
+  if (std::find(std::begin(keeps_input), std::end(keeps_input), act) != std::end(keeps_input))
+    return false;
+  if (python && !gated) return true;
+  if (std::find_if(std::begin(hf_activations), std::end(hf_activations), [&](const char* known) {
+        return act == known;
+      }) == std::end(hf_activations)) {
+    std::string known;
+    for (const char* a : hf_activations) known += std::string(known.empty() ? "" : ", ") + a;
+    f.fail(std::string("field '") + name + "' must be an activation transformers knows (" +
+           known + "), got " + shown(nlohmann::json(act)));
+  }
+  f.fail(std::string("field '") + name + "' = " + shown(nlohmann::json(act)) +
+         " is not modelled: vramfit counts an activation that keeps only its input (gelu, "
+         "gelu_pytorch_tanh, silu, swish, mish, hardswish, relu6, leaky_relu)" +
+         (gated ? "" : " or gelu_new's Python operations (gelu_new, gelu_python_tanh)"));
+}
+
 inline void read_attention(const hf_fields& f, model& m) {
   m.hidden = f.integer({"hidden_size"});
   m.layers = f.integer({"num_hidden_layers"});
@@ -226,6 +262,11 @@ inline model read_llama_like(const hf_fields& f, std::string_view type) {
   read_attention(f, m);
   m.ffn = f.integer({"intermediate_size"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", type == "gemma2");
+  // Gemma2MLP reads hidden_activation (Gemma2Config has no hidden_act); the others hidden_act.
+  if (type == "gemma2")
+    python_gelu(f, "hidden_activation", "gelu_pytorch_tanh", true);
+  else
+    python_gelu(f, "hidden_act", "silu", true);
   if (f.boolean_or("attention_bias", false)) m.bias = bias_kind::attention;
   if (f.boolean_or("mlp_bias", false)) m.bias = bias_kind::all;
   if (type == "mistral" || type == "mixtral" || type == "phi3")
@@ -262,6 +303,7 @@ inline model read_deepseek(const hf_fields& f) {
   read_attention(f, m);
   m.ffn = f.integer({"intermediate_size"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  python_gelu(f, "hidden_act", "silu", true);
   m.mla = {.q_lora_rank = f.integer_or({"q_lora_rank"}, 0),
            .kv_lora_rank = f.integer({"kv_lora_rank"}),
            .qk_nope_head_dim = f.integer({"qk_nope_head_dim"}),
@@ -273,7 +315,12 @@ inline model read_deepseek(const hf_fields& f) {
            .shared_experts = f.integer_or({"n_shared_experts"}, 0),
            .expert_ffn = f.integer({"moe_intermediate_size"}),
            .first_dense_layers = f.integer_or({"first_k_dense_replace"}, 0),
-           .router_score_bias = f.string_or("topk_method", "") == "noaux_tc"};
+           .router_score_bias = f.string_or("topk_method", "greedy") == "noaux_tc"};
+  // DeepSeek's modeling_deepseek.py MoEGate knows these three (V2: the first two; V3: noaux_tc).
+  if (const std::string topk = f.string_or("topk_method", "greedy");
+      topk != "greedy" && topk != "group_limited_greedy" && topk != "noaux_tc")
+    f.fail("field 'topk_method' must be \"greedy\", \"group_limited_greedy\" or \"noaux_tc\", got " +
+           shown(nlohmann::json(topk)));
   if (const std::int64_t freq = f.integer_or({"moe_layer_freq"}, 1); freq != 1)
     f.fail("moe_layer_freq = " + str(freq) + " is not modelled (only every layer, 1)");
   return m;
@@ -314,6 +361,7 @@ inline model read_gpt_oss(const hf_fields& f) {
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
   if (f.boolean_or("attention_bias", true)) m.bias = bias_kind::attention;
   m.attention_sinks = true;
+  // hidden_act is not read: GptOssExperts compute their clamped GLU themselves, never ACT2FN.
   m.moe = {.routed_experts = f.integer({"num_local_experts"}),
            .top_k = f.integer({"num_experts_per_tok", "experts_per_token"}),
            .expert_ffn = m.ffn,
@@ -361,7 +409,7 @@ inline model read_gpt_bigcode(const hf_fields& f) {
   m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   // GPTBigCodeConfig: activation_function "gelu_pytorch_tanh" (fused); "gelu_new" is Python.
-  m.gelu_in_python = f.string_or("activation_function", "gelu_pytorch_tanh") == "gelu_new";
+  m.gelu_in_python = python_gelu(f, "activation_function", "gelu_pytorch_tanh", false);
   if (f.boolean_or("add_cross_attention", false))
     f.fail("add_cross_attention = true (an encoder-decoder GPTBigCode) is not modelled");
   return m;
@@ -378,6 +426,7 @@ inline model read_distilbert(const hf_fields& f) {
   m.ffn = f.integer({"hidden_dim"});
   m.vocab = f.integer({"vocab_size"});
   m.max_positions = f.integer({"max_position_embeddings"});
+  m.gelu_in_python = python_gelu(f, "activation", "gelu", false);  // DistilBertConfig.activation
   // Sinusoidal positions are a frozen table (modeling_distilbert.py Embeddings), not learned.
   if (f.boolean_or("sinusoidal_pos_embds", false))
     f.fail("sinusoidal_pos_embds = true (a frozen position table) is not modelled");
@@ -396,7 +445,7 @@ inline model read_gpt2(const hf_fields& f) {
   m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   // GPT2Config: activation_function "gelu_new", transformers activations.py NewGELUActivation.
-  m.gelu_in_python = f.string_or("activation_function", "gelu_new") == "gelu_new";
+  m.gelu_in_python = python_gelu(f, "activation_function", "gelu_new", false);
   return m;
 }
 
@@ -422,10 +471,12 @@ inline model read_falcon(const hf_fields& f) {
   m.parallel_block = f.boolean_or("parallel_attn", true);
   m.bias = f.boolean_or("bias", false) ? bias_kind::all : bias_kind::none;
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  m.gelu_in_python = python_gelu(f, "activation", "gelu", false);  // FalconMLP: config.activation
   return m;
 }
 
-inline model read_bert(const hf_fields& f) {
+// `activation`: hidden_act's default, BertConfig's "gelu" or BigBirdConfig's "gelu_new".
+inline model read_bert(const hf_fields& f, const char* activation = "gelu") {
   model m = classic_block(family::bert);
   m.tied_embeddings = true;
   read_attention(f, m);
@@ -435,16 +486,15 @@ inline model read_bert(const hf_fields& f) {
   m.encoder.token_types = f.integer({"type_vocab_size"});
   m.encoder.pooler = true;  // BertModel(add_pooling_layer=True); BigBirdModel likewise
   m.encoder.classes = sequence_classes(f);
+  m.gelu_in_python = python_gelu(f, "hidden_act", activation, false);
   return m;
 }
 
 // BigBirdConfig (configuration_big_bird.py): BERT's fields and tensors; block-sparse attention
 // has no parameters of its own. BigBirdForSequenceClassification's head has a dense layer.
 inline model read_big_bird(const hf_fields& f) {
-  model m = read_bert(f);
+  model m = read_bert(f, "gelu_new");  // BigBirdConfig: the tanh GELU in Python operations
   m.encoder.classifier_dense = m.encoder.classes > 0;
-  // BigBirdConfig: hidden_act "gelu_new", the tanh GELU in Python operations.
-  m.gelu_in_python = f.string_or("hidden_act", "gelu_new") == "gelu_new";
   if (!f.boolean_or("use_bias", true))
     f.fail("use_bias = false (Q, K and V without biases) is not modelled");
   return m;
@@ -461,6 +511,7 @@ inline model read_vit(const hf_fields& f) {
   m.encoder.image_size = f.integer({"image_size"});
   m.encoder.patch_size = f.integer({"patch_size"});
   m.encoder.channels = f.integer_or({"num_channels"}, 3);
+  m.gelu_in_python = python_gelu(f, "hidden_act", "gelu", false);  // ViTConfig: "gelu"
   m.encoder.classes = labels_of(f, -1);
   if (m.encoder.classes == -1) m.encoder.classes = f.integer({"num_labels"});
   if (m.encoder.patch_size > 0) {
@@ -528,6 +579,14 @@ inline model read_hf_model(const nlohmann::json& config, const std::string& wher
     m = read_falcon(fields);
   } else if (type == "bert") {
     m = read_bert(fields);
+    // BertSelfAttention: relative_key(_query) adds a distance embedding per layer.
+    const std::string positions = fields.string_or("position_embedding_type", "absolute");
+    if (positions == "relative_key" || positions == "relative_key_query")
+      fields.fail("field 'position_embedding_type' = \"" + positions +
+                  "\" (a distance embedding per layer) is not modelled");
+    if (positions != "absolute")
+      fields.fail("field 'position_embedding_type' must be \"absolute\", \"relative_key\" or "
+                  "\"relative_key_query\", got " + shown(nlohmann::json(positions)));
   } else if (type == "big_bird") {
     m = read_big_bird(fields);
   } else if (type == "distilbert") {

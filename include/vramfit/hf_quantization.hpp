@@ -8,6 +8,7 @@
 #include <string>
 
 #include "error.hpp"
+#include "hf_config.hpp"
 #include "inference.hpp"
 
 namespace vramfit {
@@ -18,9 +19,10 @@ inline std::int64_t quantization_integer(const nlohmann::json& q, const char* ke
                                          std::int64_t fallback) {
   const auto it = q.find(key);
   if (it == q.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer())
-    raise(std::string("config.json quantization_config: '") + key + "' must be an integer, got " +
-          it->dump().substr(0, 40));
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<std::uint64_t>() > 0x7fff'ffff'ffff'ffffu))
+    raise(std::string("config.json quantization_config: field '") + key +
+          "' must be an integer, got " + shown(*it));
   return it->get<std::int64_t>();
 }
 
@@ -30,8 +32,8 @@ inline bool quantization_flag(const nlohmann::json& q, const char* key) {
   const auto it = q.find(key);
   if (it == q.end() || it->is_null()) return false;
   if (!it->is_boolean())
-    raise(std::string("config.json quantization_config: '") + key +
-          "' must be true or false, got " + it->dump().substr(0, 40));
+    raise(std::string("config.json quantization_config: field '") + key +
+          "' must be true or false, got " + shown(*it));
   return it->get<bool>();
 }
 }  // namespace detail
@@ -44,21 +46,27 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
   const auto found = config.find("quantization_config");
   if (found == config.end() || found->is_null()) return std::nullopt;
   const nlohmann::json& q = *found;
-  if (!q.is_object()) detail::raise("config.json: quantization_config must be an object");
+  if (!q.is_object())
+    detail::raise("config.json: field 'quantization_config' must be an object, got " +
+                  detail::shown(q));
   const auto method = q.find("quant_method");
-  if (method == q.end() || !method->is_string())
-    detail::raise("config.json quantization_config: 'quant_method' must be a string");
+  if (method == q.end() || method->is_null())
+    detail::raise("config.json quantization_config: missing field 'quant_method'");
+  if (!method->is_string())
+    detail::raise("config.json quantization_config: field 'quant_method' must be a string, got " +
+                  detail::shown(*method));
   const std::string m = method->get<std::string>();
   if (m == "gptq" || m == "awq") {
     const std::int64_t bits = detail::quantization_integer(q, "bits", 4);
     std::int64_t group = detail::quantization_integer(q, "group_size", 128);
     if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
-      detail::raise("config.json quantization_config: " + m + " bits must be 2, 3, 4 or 8, got " +
-                    detail::str(bits));
+      detail::raise("config.json quantization_config: field 'bits' must be 2, 3, 4 or 8 for " + m +
+                    ", got " + detail::str(bits));
     if (group == -1) group = 2'147'483'647;  // one scale per output row: longer than any row
     if (group <= 0 || group > 2'147'483'647)
-      detail::raise("config.json quantization_config: group_size must be positive or -1, got " +
-                    detail::str(group));
+      detail::raise(
+          "config.json quantization_config: field 'group_size' must be positive or -1, got " +
+          detail::str(group));
     const element_format f = detail::group_quantized_format(
         static_cast<int>(bits), static_cast<int>(group), fp16::value, static_cast<int>(bits));
     return detail::named_layout(m.c_str(), f, fp16::value, false, false,
@@ -79,9 +87,9 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
     const bool typed = type != q.end() && !type->is_null();
     if (typed && (!type->is_string() || (*type != "fp4" && *type != "nf4")))
       detail::raise(
-          "config.json quantization_config: 'bnb_4bit_quant_type' must be \"nf4\" or "
+          "config.json quantization_config: field 'bnb_4bit_quant_type' must be \"nf4\" or "
           "\"fp4\", got " +
-          type->dump().substr(0, 40));
+          detail::shown(*type));
     const bool is_fp4 = typed && *type == "fp4";
     const bool dq = detail::quantization_flag(q, "bnb_4bit_use_double_quant");
     return is_fp4 ? (dq ? bnb_4bit<fp4_double_quant>::value : bnb_4bit<fp4>::value)
@@ -89,9 +97,9 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
   }
   if (m == "fp8") return fp8_weights<>::value;  // scales per block or tensor: a few bytes
   if (m == "mxfp4") return mxfp4_experts::value;
-  detail::raise("config.json quantization_config: quant_method '" + m.substr(0, 40) +
-                "' is not one vramfit reads (gptq, awq, bitsandbytes, fp8, mxfp4); give "
-                "--weights");
+  detail::raise("config.json quantization_config: field 'quant_method' = " +
+                detail::shown(*method) +
+                " is not one vramfit reads (gptq, awq, bitsandbytes, fp8, mxfp4); give --weights");
 }
 
 }  // namespace vramfit

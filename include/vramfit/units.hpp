@@ -102,13 +102,17 @@ namespace rules {
   raise("a size literal must be written in plain decimal digits with an optional fraction");
 }
 [[noreturn]] inline void size_must_be_a_number_and_a_unit(std::string_view text) {
-  raise(std::string(1, '\'') + std::string(text.substr(0, 40)) +
+  raise(std::string(1, '\'') + std::string(text.substr(0, 40)) + (text.size() > 40 ? "..." : "") +
         "' is not a size such as 96GiB, 44GB or 1.5TiB (units B, KiB, MiB, GiB, TiB, PiB, KB, "
         "MB, GB, TB, PB) that is a whole number of bytes");
 }
 }  // namespace rules
 
-enum class size_text : unsigned char { whole, not_decimal, not_whole_bytes };
+enum class size_text : unsigned char { whole, not_decimal, not_whole_bytes, too_large, too_long };
+
+/// The most significant digits (and fraction digits) a size is read with: 10^22 units of at most
+/// 2^50 bytes stay within 128 bits, and 10^22 bytes is past int64.
+inline constexpr int size_digits = 22;
 struct parsed_size {
   std::int64_t bytes = 0;
   size_text status = size_text::whole;
@@ -117,26 +121,42 @@ struct parsed_size {
 /// Parses plain decimal digits with an optional fraction ("1.5", "80", "1'000") exactly and
 /// multiplies by `unit_size` without going through floating point.
 constexpr parsed_size parse_decimal(std::string_view text, std::int64_t unit_size) {
-  std::int64_t mantissa = 0;
-  std::int64_t scale = 1;
   bool fraction = false, digits = false;
   for (const char c : text) {
-    if (c == '\'') continue;
-    if (c == '.' && !fraction) {
+    if (c == '.' && !fraction)
       fraction = true;
-    } else if (c >= '0' && c <= '9') {
-      mantissa = checked_add(checked_mul(mantissa, 10), c - '0');
-      if (fraction) scale = checked_mul(scale, 10);
+    else if (c >= '0' && c <= '9')
       digits = true;
-    } else {
+    else if (c != '\'')
       return {0, size_text::not_decimal};
-    }
   }
   if (!digits || (text.size() > 1 && text[0] == '0' && text[1] != '.'))
     return {0, size_text::not_decimal};
-  const std::int64_t scaled = checked_mul(mantissa, unit_size);
+  // A fraction's trailing zeros change nothing: "80.000000000000000000" is 80, not an overflow.
+  while (fraction && (text.back() == '0' || text.back() == '\'')) text.remove_suffix(1);
+  __extension__ using wide = __int128;  // g++ and clang++; __extension__ keeps -Wpedantic quiet
+  constexpr wide most = [] {
+    wide p = 1;
+    for (int i = 0; i < size_digits; ++i) p *= 10;
+    return p;
+  }();
+  wide mantissa = 0, scale = 1;
+  bool in_fraction = false;
+  for (const char c : text) {
+    if (c == '\'') continue;
+    if (c == '.') {
+      in_fraction = true;
+      continue;
+    }
+    mantissa = mantissa * 10 + (c - '0');
+    if (in_fraction) scale *= 10;
+    if (mantissa >= most || scale >= most)
+      return {0, in_fraction ? size_text::too_long : size_text::too_large};
+  }
+  const wide scaled = mantissa * unit_size;  // < 10^22 x 2^50 < 2^124
   if (scaled % scale != 0) return {0, size_text::not_whole_bytes};
-  return {scaled / scale, size_text::whole};
+  if (scaled / scale > INT64_MAX) return {0, size_text::too_large};
+  return {static_cast<std::int64_t>(scaled / scale), size_text::whole};
 }
 
 template <char... Chars>
@@ -145,6 +165,7 @@ consteval std::int64_t parse_size_literal(std::int64_t unit_size) {
   const parsed_size p = parse_decimal({text, sizeof text}, unit_size);
   if (p.status == size_text::not_decimal) rules::size_literal_must_be_plain_decimal();
   if (p.status == size_text::not_whole_bytes) rules::size_literal_is_not_a_whole_number_of_bytes();
+  if (p.status != size_text::whole) rules::count_overflows_int64("multiplication", 0, unit_size);
   return p.bytes;
 }
 }  // namespace detail
@@ -186,6 +207,14 @@ constexpr bytes parse_size(std::string_view text) {
     if (unit + i != text.size() || u.symbol[i] != '\0') continue;
     const detail::parsed_size p = detail::parse_decimal(text.substr(0, digits), u.size);
     if (p.status == detail::size_text::whole && p.bytes > 0) return bytes{p.bytes};
+    std::string shown(1, '\'');  // built by appends: g++ 12 warns wrongly on "'" + string
+    shown.append(text.substr(0, 40)).append(text.size() > 40 ? "...'" : "'");
+    if (p.status == detail::size_text::too_large)
+      detail::raise(shown + " is more than 9223372036854775807 bytes (8 EiB), the largest size");
+    if (p.status == detail::size_text::too_long)
+      detail::raise(shown + " has more digits than a size is read with (" +
+                    std::to_string(detail::size_digits) +
+                    ", a fraction's trailing zeros aside)");
   }
   detail::rules::size_must_be_a_number_and_a_unit(text);
 }

@@ -1699,3 +1699,41 @@ TEST_CASE("hostile values of every option: refused in one line naming it, or a c
   }
   CHECK(checked > 1000);  // the help was read: every subcommand has its options
 }
+
+TEST_CASE("issue 38: a config's activation by name, and a capacity's trailing zeros") {
+  const std::string gpt2 =
+      "'{\"model_type\": \"gpt2\", \"n_embd\": 768, \"n_layer\": 12, \"n_head\": 12, "
+      "\"vocab_size\": 50257, \"n_positions\": 1024, \"activation_function\": ";
+  const result relu = run("train --model " + gpt2 + "\"relu\"}'");
+  CHECK(relu.status == 2);
+  CHECK(relu.err.rfind("vramfit: config.json (model_type 'gpt2'): field 'activation_function' = "
+                       "\"relu\" is not modelled",
+                       0) == 0);
+  CHECK(std::count(relu.err.begin(), relu.err.end(), '\n') == 1);
+  const result typo = run("train --model " + gpt2 + "\"gelu-new\"}'");
+  CHECK(typo.status == 2);
+  CHECK(typo.err.find("field 'activation_function' must be an activation transformers knows") !=
+        std::string::npos);
+  // gelu_new (GPT-2's own) keeps four intermediates where gelu keeps one: more activations.
+  const auto activations = [&](const char* act) {
+    return nlohmann::json::parse(run("train --model " + gpt2 + "\"" + act + "\"}' -f json").out)
+        .at("memory")
+        .at("activations")
+        .get<std::int64_t>();
+  };
+  CHECK(activations("gelu") < activations("gelu_new"));
+  CHECK(activations("gelu") == activations("gelu_pytorch_tanh"));
+  // A value shown cut says so: 40 bytes, then "...".
+  const result framework = run("train --model gpt2 --framework " + std::string(50, 'f'));
+  CHECK(framework.status == 2);
+  CHECK(framework.err.rfind("vramfit: unknown --framework '" + std::string(40, 'f') + "...'", 0) ==
+        0);
+  const result gpu = run("train --model gpt2 --gpu 8" + std::string(49, '0') + "GiB");
+  CHECK(gpu.status == 2);
+  CHECK(gpu.err.find("--gpu '8" + std::string(39, '0') + "...' is longer than") !=
+        std::string::npos);
+  // 80 GiB with eighteen zeros after the point: 80 GiB, where it was an overflow.
+  const result zeros = run("train --model gpt2 --gpu 80.0000000000000000GiB -f json");
+  CHECK(zeros.status == 0);
+  CHECK(nlohmann::json::parse(zeros.out).at("device").at("capacity") == 85'899'345'920);
+}

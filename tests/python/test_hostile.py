@@ -49,6 +49,54 @@ class HostileKeywords(unittest.TestCase):
         self.assertIn("--lora-targets was given an empty value", str(caught.exception))
 
 
+class HostileCalls(unittest.TestCase):
+    """What tests/fuzz/fuzz_python.py found: each a one-line ValueError or TypeError that names
+    the input, where it was another exception, a wrong word or a whole value echoed back."""
+
+    def assert_one_line(self, kind, call, *expected):
+        with self.assertRaises(kind) as caught:
+            call()
+        message = str(caught.exception)
+        self.assertNotIn("\n", message)
+        self.assertLess(len(message), 300)
+        for text in expected:
+            self.assertIn(text, message)
+
+    def test_repr_of_a_model_the_tool_refuses_does_not_raise(self):
+        self.assertEqual(repr(vramfit.Model("no/such/config.json")),
+                         "vramfit.Model('no/such/config.json')")
+
+    def test_assert_fits_without_a_verdict_is_a_type_error(self):
+        self.assert_one_line(TypeError, lambda: vramfit.assert_fits(model="gpt2", explain=True),
+                             "assert_fits() takes an answer that fits or not")
+        self.assert_one_line(TypeError, lambda: vramfit.assert_fits(5), "got int")
+
+    def test_model_of_bytes_is_the_same_model_and_other_types_are_refused(self):
+        self.assertEqual(vramfit.Model(b"gpt2").name, vramfit.Model("gpt2").name)
+        self.assert_one_line(TypeError, lambda: vramfit.Model(5), "Model() takes", "not int")
+
+    def test_config_that_is_not_json_is_one_line(self):
+        cycle = {"model_type": "llama"}
+        cycle["self"] = cycle
+        deep = 1
+        for _ in range(100_000):
+            deep = [deep]
+        for config, expected in [(cycle, "Circular reference"), ({"a": deep}, "nests too deep"),
+                                 ({"a": float("nan")}, "not JSON")]:
+            self.assert_one_line(ValueError, lambda c=config: vramfit.Model.from_hf_config(c),
+                                 "from_hf_config(): the config is not JSON", expected)
+        self.assert_one_line(TypeError, lambda: vramfit.Model.from_hf_config({"a": {1, 2}}),
+                             "not JSON")
+
+    def test_values_no_bytes_hold_and_long_values_name_the_keyword_briefly(self):
+        self.assert_one_line(ValueError, lambda: vramfit.train(model="\ud800"),
+                             "model= (--model) '\\ud800'")
+        self.assert_one_line(TypeError, lambda: vramfit.train(check="x" * 100_000),
+                             "check= is a flag")
+        self.assert_one_line(TypeError, lambda: vramfit.cli("train", None), "not NoneType")
+        self.assert_one_line(ValueError, lambda: vramfit.cli("train", "\ud800"), "argument")
+
+
 class HostileFiles(unittest.TestCase):
     def test_utf16_config_is_one_line_error(self):
         with tempfile.TemporaryDirectory() as folder:

@@ -2,9 +2,11 @@
 // the public field names of each model's config.json; import and preset must agree exactly.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <tuple>
 #include <vector>
 #include <vramfit/hf_config.hpp>
 #include <vramfit/hf_quantization.hpp>
@@ -385,10 +387,13 @@ TEST_CASE("quantization_config: the weight layout a checkpoint loads as") {
   CHECK_THROWS_WITH(layout(R"({"quant_method": "bitsandbytes"})"),
                     doctest::Contains("neither load_in_4bit nor load_in_8bit"));
   CHECK_THROWS_WITH(layout(R"({"quant_method": "hqq"})"),
-                    doctest::Contains("quant_method 'hqq' is not one vramfit reads"));
+                    doctest::Contains("field 'quant_method' = \"hqq\" is not one vramfit reads"));
   CHECK_THROWS_WITH(layout(R"({"quant_method": "gptq", "bits": 5})"),
-                    doctest::Contains("gptq bits must be 2, 3, 4 or 8, got 5"));
-  CHECK_THROWS_WITH(layout(R"({"bits": 4})"), doctest::Contains("'quant_method' must be a string"));
+                    doctest::Contains("field 'bits' must be 2, 3, 4 or 8 for gptq, got 5"));
+  CHECK_THROWS_WITH(layout(R"({"bits": 4})"), doctest::Contains("missing field 'quant_method'"));
+  CHECK_THROWS_WITH(layout(R"({"quant_method": 4})"),
+                    "vramfit: config.json quantization_config: field 'quant_method' must be a "
+                    "string, got 4");
   CHECK_THROWS_WITH(layout(R"({"quant_method": "gptq", "group_size": "x"})"),
                     doctest::Contains("'group_size' must be an integer"));
   // The shipped gpt-oss configs name their MXFP4 experts.
@@ -456,4 +461,199 @@ TEST_CASE("every wrongly typed config.json field is refused by name, or is a fie
     }
   }
   CHECK(read_fields > 100);
+}
+
+namespace {
+// transformers activations.py ACT2CLS, typed out again here: the test's own list.
+const std::vector<std::string> transformers_activations = {
+    "gelu",         "gelu_10",   "gelu_fast", "gelu_new", "gelu_python",  "gelu_pytorch_tanh",
+    "gelu_python_tanh", "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear", "mish",
+    "quick_gelu",   "relu",      "relu2",     "relu6",    "sigmoid",      "silu",
+    "sqrtsoftplus", "swish",     "tanh",      "prelu",    "xielu"};
+}  // namespace
+
+TEST_CASE("activation fields: transformers' names only, and only those whose memory is counted") {
+  // Issue 38: an unknown or unmodelled activation read as the default. Expected by hand: the
+  // names that save only their input read as the fused GELU; gelu_new's Python form only where
+  // the MLP is not gated; every other name transformers knows is refused as not modelled.
+  const std::vector<std::string> keeps_input = {"gelu", "gelu_pytorch_tanh", "silu", "swish",
+                                                "mish", "hardswish", "relu6", "leaky_relu"};
+  const std::vector<std::string> python = {"gelu_new", "gelu_python_tanh"};
+  struct field_of {
+    const char* config;
+    const char* field;
+    bool gated;
+  };
+  const field_of fields[] = {
+      {"llama-3-8b", "hidden_act", true},        {"mixtral-8x7b", "hidden_act", true},
+      {"qwen3-30b-a3b", "hidden_act", true},     {"phi-3-mini", "hidden_act", true},
+      {"deepseek-v3", "hidden_act", true},       {"gemma-2-2b", "hidden_activation", true},
+      {"gpt2", "activation_function", false},    {"starcoder", "activation_function", false},
+      {"bert-base-uncased", "hidden_act", false}, {"bigbird-roberta-base", "hidden_act", false},
+      {"distilbert-base-uncased", "activation", false}, {"falcon-7b", "activation", false},
+      {"vit-l-16", "hidden_act", false}};
+  std::size_t checked = 0;
+  for (const field_of& f : fields) {
+    for (const std::string& act : transformers_activations) {
+      json c = config_of(f.config);
+      c[f.field] = act;
+      CAPTURE(f.config);
+      CAPTURE(act);
+      const bool plain = std::find(keeps_input.begin(), keeps_input.end(), act) != keeps_input.end();
+      const bool in_python =
+          !f.gated && std::find(python.begin(), python.end(), act) != python.end();
+      if (plain || in_python) {
+        CHECK(model_from_hf_config(c).gelu_in_python == in_python);
+      } else {
+        CHECK_THROWS_WITH(model_from_hf_config(c),
+                          doctest::Contains((std::string("field '") + f.field + "' = \"" + act +
+                                             "\" is not modelled")
+                                                .c_str()));
+      }
+      ++checked;
+    }
+    for (const char* unknown : {"Gelu", "gelu ", "", "swiglu", "geglu"}) {
+      json c = config_of(f.config);
+      c[f.field] = unknown;
+      CAPTURE(unknown);
+      CHECK_THROWS_WITH(model_from_hf_config(c),
+                        doctest::Contains((std::string("field '") + f.field +
+                                           "' must be an activation transformers knows")
+                                              .c_str()));
+    }
+  }
+  CHECK(checked == 13 * 24);
+  // The defaults, when the field is absent: GPT-2's and BigBird's gelu_new, BERT's gelu.
+  for (const auto& [file, field, python_default] :
+       {std::tuple{"gpt2", "activation_function", true},
+        std::tuple{"bigbird-roberta-base", "hidden_act", true},
+        std::tuple{"bert-base-uncased", "hidden_act", false}}) {
+    json c = config_of(file);
+    c.erase(field);
+    CHECK(model_from_hf_config(c).gelu_in_python == python_default);
+  }
+  // gpt-oss's experts never read hidden_act (modeling_gpt_oss.py GptOssExperts).
+  json oss = config_of("gpt-oss-20b");
+  const model base = model_from_hf_config(oss);
+  oss["hidden_act"] = "relu";
+  CHECK(model_from_hf_config(oss) == base);
+}
+
+TEST_CASE("enumerated fields: DeepSeek's topk_method and BERT's position_embedding_type") {
+  json c = config_of("deepseek-v3");
+  CHECK(model_from_hf_config(c).moe.router_score_bias);
+  c["topk_method"] = "greedy";
+  CHECK_FALSE(model_from_hf_config(c).moe.router_score_bias);
+  c["topk_method"] = "noaux";
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    "vramfit: config.json (model_type 'deepseek_v3'): field 'topk_method' must be "
+                    "\"greedy\", \"group_limited_greedy\" or \"noaux_tc\", got \"noaux\"");
+  json bert = config_of("bert-base-uncased");
+  const model absolute = model_from_hf_config(bert);
+  bert["position_embedding_type"] = "absolute";
+  CHECK(model_from_hf_config(bert) == absolute);
+  bert["position_embedding_type"] = "relative_key";
+  CHECK_THROWS_WITH(model_from_hf_config(bert),
+                    doctest::Contains("field 'position_embedding_type' = \"relative_key\" (a "
+                                      "distance embedding per layer) is not modelled"));
+  bert["position_embedding_type"] = "rotary";
+  CHECK_THROWS_WITH(model_from_hf_config(bert),
+                    doctest::Contains("field 'position_embedding_type' must be \"absolute\""));
+}
+
+namespace {
+/// The layout `config`'s quantization_config loads as, or nullopt where it is refused.
+std::optional<weight_layout> quantized(const json& config, std::string& refusal) {
+  try {
+    return hf_weight_layout(config);
+  } catch (const vramfit::error& e) {
+    refusal = e.what();
+    return std::nullopt;
+  }
+}
+
+/// Two layouts that load the same: the same name, flags and bytes of a Llama-3-8B and a gpt-oss.
+bool same_layout(const weight_layout& a, const weight_layout& b) {
+  static const model llama = model_from_hf_config(config_of("llama-3-8b"));
+  static const model oss = model_from_hf_config(config_of("gpt-oss-20b"));
+  return std::string(a.name) == b.name && a.experts_only == b.experts_only &&
+         a.quantize_routers == b.quantize_routers && a.act_order_index == b.act_order_index &&
+         a.quantized_at_load == b.quantized_at_load &&
+         weight_bytes(llama, {}, a) == weight_bytes(llama, {}, b) &&
+         weight_bytes(oss, {}, a) == weight_bytes(oss, {}, b);
+}
+}  // namespace
+
+TEST_CASE("every wrongly typed quantization_config field is refused by name, or is never read") {
+  // The nested object hf_weight_layout reads, as the config property above: every field of each
+  // method's quantization_config, given another value of its type and values of other types.
+  std::vector<json> configs;
+  for (const char* q :
+       {R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true})",
+        R"({"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": true})",
+        R"({"quant_method": "bitsandbytes", "load_in_4bit": true, "load_in_8bit": false,
+            "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true})",
+        R"({"quant_method": "bitsandbytes", "load_in_8bit": true})",
+        R"({"quant_method": "fp8", "weight_block_size": [128, 128]})"}) {
+    json c = llama_config();
+    c["quantization_config"] = json::parse(q);
+    configs.push_back(c);
+  }
+  configs.push_back(config_of("gpt-oss-20b"));  // mxfp4, as shipped
+  const std::vector<json> wrong = {"4", json::array({1}), json::object(), true, 0.5, 1e300,
+                                   json()};
+  std::size_t read_fields = 0, checked = 0;
+  for (const json& config : configs) {
+    std::string refusal;
+    const std::optional<weight_layout> base = quantized(config, refusal);
+    REQUIRE(base.has_value());
+    for (const auto& item : config["quantization_config"].items()) {
+      const std::string field = item.key();
+      const json& value = item.value();
+      bool read = false;
+      std::vector<json> others = other_values(value);
+      others.push_back(json());  // null: as if absent
+      if (value.is_string()) others.push_back("nf4x");
+      for (const json& other : others) {
+        json changed = config;
+        changed["quantization_config"][field] = other;
+        const std::optional<weight_layout> w = quantized(changed, refusal);
+        read = read || !w || !same_layout(*w, *base);
+      }
+      read_fields += read ? 1 : 0;
+      for (const json& w : wrong) {
+        if (w.type() == value.type() || w.is_null() ||
+            (w.is_number() && value.is_number_float()))
+          continue;
+        json changed = config;
+        changed["quantization_config"][field] = w;
+        refusal.clear();
+        const std::optional<weight_layout> layout = quantized(changed, refusal);
+        CAPTURE(config["quantization_config"].dump());
+        CAPTURE(field);
+        CAPTURE(w.dump());
+        CAPTURE(refusal);
+        if (read)
+          CHECK((!layout && refusal.find("'" + field + "'") != std::string::npos));
+        else
+          CHECK((!layout || same_layout(*layout, *base)));
+        CHECK(refusal.find('\n') == std::string::npos);
+        ++checked;
+      }
+    }
+  }
+  // gptq: quant_method, bits, group_size, desc_act; awq: quant_method, bits, group_size;
+  // bitsandbytes 4-bit: all five; 8-bit: both; fp8 and mxfp4: quant_method.
+  CHECK(read_fields == 4 + 3 + 5 + 2 + 1 + 1);
+  CHECK(checked > 90);
+  json c = llama_config();
+  c["quantization_config"] = "gptq";
+  CHECK_THROWS_WITH(hf_weight_layout(c),
+                    "vramfit: config.json: field 'quantization_config' must be an object, got "
+                    "\"gptq\"");
+  // 2^64 - 1 is no int64: read as one it wrapped to -1, GPTQ's "one scale per row".
+  c["quantization_config"] = json::parse(R"({"quant_method": "gptq", "group_size": 18446744073709551615})");
+  CHECK_THROWS_WITH(hf_weight_layout(c),
+                    doctest::Contains("field 'group_size' must be an integer, got "
+                                      "18446744073709551615"));
 }

@@ -27,7 +27,14 @@ def _word(arg):
     that a file name that is not UTF-8 (os.fsdecode's surrogates) reaches the tool unchanged."""
     if isinstance(arg, bytes):
         return arg
-    return os.fsencode(os.fspath(arg) if isinstance(arg, os.PathLike) else str(arg))
+    if isinstance(arg, bool) or not isinstance(arg, (str, int, float, os.PathLike)):
+        # str() of None, a list or True is no word the tool reads: refused, not passed on
+        raise TypeError(f"cli() takes str, bytes, paths and numbers, not {type(arg).__name__}")
+    text = os.fspath(arg) if isinstance(arg, os.PathLike) else str(arg)
+    try:
+        return os.fsencode(text)
+    except UnicodeEncodeError as e:  # a lone surrogate, which no bytes hold
+        raise ValueError(f"argument {text!r:.60}: {e.reason} at character {e.start}") from None
 
 
 def cli(*args: str) -> Run:

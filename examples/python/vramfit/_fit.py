@@ -35,6 +35,12 @@ def assert_fits(result=None, /, **options):
         result = train(**options)
     elif options:
         raise TypeError("assert_fits() takes a result or train()'s keywords, not both")
-    if not result.fits:
+    try:
+        fits = result.fits
+    except AttributeError:  # explain=, sweep= (no single verdict), or not a result at all
+        raise TypeError(f"assert_fits() takes an answer that fits or not (from train, infer, "
+                        f"load, min_gpus or plan, without explain= or sweep=), got "
+                        f"{type(result).__name__}") from None
+    if not fits:
         raise DoesNotFit(result)
     return result

@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 
-from ._cli import run_or_raise
+from ._cli import Error, run_or_raise
 
 
 class Model:
@@ -14,7 +14,10 @@ class Model:
     Face config given as a dict. `argument` is what the tool's --model receives."""
 
     def __init__(self, argument, described=None):
-        self.argument = os.fspath(argument)
+        if not isinstance(argument, (str, bytes, os.PathLike)):
+            raise TypeError(f"Model() takes a preset, a config.json path or its folder (a dict: "
+                            f"Model.from_hf_config), not {type(argument).__name__}")
+        self.argument = os.fsdecode(argument)  # bytes as os.fsdecode's str: the same bytes again
         if described is not None:
             self.__dict__["described"] = described
 
@@ -30,7 +33,13 @@ class Model:
             config = dict(config)
             if name is not None:
                 config["_name_or_path"] = str(name)
-            model = cls(json.dumps(config))
+            try:
+                text = json.dumps(config, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as e:  # not JSON: a set, NaN, a cycle
+                what = "nests too deep" if isinstance(e, RecursionError) else str(e)
+                raise (TypeError if isinstance(e, TypeError) else ValueError)(
+                    f"from_hf_config(): the config is not JSON: {what}") from None
+            model = cls(text)
         elif name is not None:
             raise TypeError("name= names a dict's model; a file is named after itself")
         else:
@@ -41,7 +50,8 @@ class Model:
     @functools.cached_property
     def described(self):
         """The tool's "model" entry: name, parameters, trainable_parameters (from infer)."""
-        run = run_or_raise(["infer", f"--model={self.argument}", "--format=json"])
+        given = ["--model", ""] if self.argument == "" else [f"--model={self.argument}"]
+        run = run_or_raise(["infer", *given, "--format=json"])
         return json.loads(run.out)["model"]
 
     @property
@@ -53,7 +63,11 @@ class Model:
         return self.described["parameters"]
 
     def __repr__(self):
-        return f"vramfit.Model({self.name!r})"
+        try:
+            shown = self.name
+        except Error:  # a repr never raises: a model the tool refuses shows as given
+            shown = self.argument
+        return f"vramfit.Model({shown!r})"
 
 
 def _listing(subcommand):

@@ -39,7 +39,7 @@ def _word(keyword, value):
         return os.fsdecode(os.fspath(value))
     if isinstance(value, Model):
         return value.argument
-    raise TypeError(f"{keyword}= takes a number or a string, not {type(value).__name__}")
+    raise TypeError(f"{keyword:.60}= takes a number or a string, not {type(value).__name__}")
 
 
 def _unknown(function, keyword, known):
@@ -47,12 +47,18 @@ def _unknown(function, keyword, known):
         return TypeError(f"{function}() does not take {keyword}=: {_RESERVED[keyword]}")
     close = difflib.get_close_matches(keyword, known, n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    return TypeError(f"{function}() got an unexpected keyword argument '{keyword}'{hint}")
+    shown = keyword if len(keyword) <= 60 else keyword[:60] + "..."
+    return TypeError(f"{function}() got an unexpected keyword argument {shown!r}{hint}")
 
 
-def _given(option, word):
+def _given(keyword, option, word):
     """--option=word; an empty word as its own argument, which the tool refuses by name (CLI11
     reads "--option=" as the option without a value, and takes the next word as its value)."""
+    try:
+        os.fsencode(word)
+    except UnicodeEncodeError as e:  # a lone surrogate: no bytes hold it, so no argument can
+        raise ValueError(f"{keyword}= (--{option}) {word!r:.60}: {e.reason} at character "
+                         f"{e.start}") from None
     return [f"--{option}", ""] if word == "" else [f"--{option}={word}"]
 
 
@@ -71,15 +77,15 @@ def argv(subcommand, options, function):
         if kind == "flag":
             if not isinstance(value, bool):
                 raise TypeError(f"{keyword}= is a flag (--{option}): True or False, "
-                                f"not {value!r}")
+                                f"not {value!r:.60}")
             if value:
                 words.append(f"--{option}")
         elif kind == "list":
             values = value if isinstance(value, (list, tuple)) else [value]
             for v in values:
-                words += _given(option, _word(keyword, v))
+                words += _given(keyword, option, _word(keyword, v))
         elif isinstance(value, (list, tuple)):
             raise TypeError(f"{keyword}= (--{option}) takes one value, not a list")
         else:
-            words += _given(option, _word(keyword, value))
+            words += _given(keyword, option, _word(keyword, value))
     return words + ["--format=json"]
