@@ -82,10 +82,9 @@ enum class layer_part : unsigned char { attention, mlp };
 /// One tensor (or set of tensors) autograd saves, per micro-batch, on one rank.
 struct saved_tensor {
   const char* name = "";  ///< a string literal
-  /// Where it is made: file, class.method and expression in Hugging Face transformers, peft or
-  /// PyTorch (tools/autograd/derivatives.yaml names what a backward formula reads). Read in the
-  /// transformers 5.x sources (modeling_qwen3.py; modeling_llama.py's functions are its copies)
-  /// and PyTorch main; the GPU traces that checked the ledger ran transformers 5.17, torch 2.11.
+  /// Where it is made: file, class.method and expression in transformers 5.x (modeling_qwen3.py,
+  /// which modeling_llama.py copies), peft or PyTorch main (autograd/derivatives.yaml says what a
+  /// backward reads); GPU traces checked the ledger on transformers 5.17, torch 2.11.
   const char* source = "";
   bytes size{};
   std::int64_t elements = 0;  ///< its elements (over every tensor the entry stands for)
@@ -171,28 +170,16 @@ constexpr bool fused_qkv(const model& m) {
 
 }  // namespace detail
 
-/// Whether Hugging Face's SDPA path gets an explicit attention mask in training. The causal mask
-/// is skipped for SDPA's is_causal only while the keys stay shorter than the sliding window
-/// (transformers masking_utils.py _ignore_causal_mask_sdpa: `local_attention_size is None or
-/// kv_length < local_attention_size`), so a window the sequence reaches makes a boolean
-/// [b, 1, s, s] mask. Modelled where every layer has the window (sliding_window_period 1:
-/// Mistral, Phi-3); the alternating windows of Gemma 2 are not.
+/// Whether Hugging Face's SDPA gets a boolean [b, 1, s, s] mask in training: once the sequence
+/// reaches a sliding window (masking_utils.py _ignore_causal_mask_sdpa). Modelled where every layer
+/// has the window (Mistral, Phi-3), not Gemma 2's alternating ones (docs/sources.md#hf-attention).
 constexpr bool sdpa_gets_mask(const model& m, const activation_options& o) {
   return m.sliding_window > 0 && m.sliding_window_period == 1 && o.sequence >= m.sliding_window;
 }
 
-/// The attention that runs when `o.attention` is asked for. PyTorch's SDPA (`flash`) picks a
-/// kernel: cuDNN and FlashAttention take 16-bit inputs only, and the memory-efficient kernel takes
-/// no grouped-query heads (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
-/// can_use_mem_efficient_attention: check_batch_size_and_num_heads_dense<false
-/// /*supports_grouped_query_attention*/>, torch 2.5 to 2.11). Hugging Face passes fewer KV heads
-/// with enable_gqa=True only without a mask (integrations/sdpa_attention.py use_gqa_in_sdpa):
-/// - with a mask (sdpa_gets_mask) it repeats K and V to every head first (`sdpa`), and a kernel
-///   that takes a bias runs (cuDNN in 16 bits, the memory-efficient one in fp32);
-/// - without one, attention in fp32 with grouped-query heads runs the math kernel (attention.cpp
-///   _scaled_dot_product_attention_math), which saves what eager attention saves: scaled Q, K and
-///   V repeated to every head, and the softmax output (measured on an H100, torch 2.11:
-///   Qwen2.5-0.5B fp32, docs/gpu-measurements.md).
+/// The attention that runs when SDPA (`flash`) is asked for: with a mask, grouped KV heads are
+/// repeated first (`sdpa`); without, fp32 with grouped heads runs the math kernel, which saves what
+/// eager does (sdp_utils.cpp, sdpa_attention.py use_gqa_in_sdpa: docs/sources.md#hf-attention).
 constexpr attention_kind attention_kernel(const model& m, const precision& p,
                                           const activation_options& o) {
   if (o.attention != attention_kind::flash) return o.attention;
@@ -251,11 +238,9 @@ class block_builder {
   /// What follows belongs to the MLP half of the layer.
   constexpr void begin_mlp() { part_ = layer_part::mlp; }
 
-  /// What the linears named in `modules` keep of their one input of `elements` values (`name`):
-  /// with trained weights, the input (one autocast copy per linear, else shared); with a frozen
-  /// LoRA base, nothing for a frozen linear (its weight gradient is not needed) and, per adapted
-  /// one, peft's lora_A input (cast to the adapter format, or to 16 bits per call under autocast)
-  /// and lora_A's rank-r output that lora_B keeps (peft tuners/lora/layer.py Linear.forward).
+  /// What the linears in `modules` keep of their one input (`name`): trained, the input (one
+  /// autocast copy per linear, else shared); on a frozen LoRA base, per adapted linear, lora_A's
+  /// cast input and its rank-r output that lora_B keeps (peft tuners/lora/layer.py Linear.forward).
   constexpr void linear_input(const char* name, const char* source, std::int64_t rows,
                               std::int64_t width, std::initializer_list<const char*> modules,
                               bool output_linear_input = false) {
@@ -371,10 +356,9 @@ class block_builder {
   saved_tensor_ledger ledger_{};
 };
 
-/// The format of eager attention's softmax output: fp32 in Hugging Face's Llama family
-/// (softmax(dtype=float32)) and in GPTBigCode (attention_softmax_in_fp32 upcasts); gpt-oss's
-/// softmax(dtype=combined_logits.dtype) keeps the logits' format; GPT-2 calls softmax without a
-/// dtype, which autocast runs in fp32 (softmax is on its fp32 list).
+/// The format of eager attention's softmax output: fp32 in HF's Llama family (softmax(dtype=
+/// float32)) and GPTBigCode (attention_softmax_in_fp32); gpt-oss keeps the logits' format; GPT-2's
+/// softmax without a dtype runs in fp32 under autocast (on its fp32 list).
 constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b) {
   if (m.attention_sinks) return b.beta();
   if (m.family == family::llama || m.family == family::phi3 || m.family == family::gpt_bigcode)
@@ -564,12 +548,9 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
                  "sin)"
                : "the query projection's output, read by the attention",
         b.split(heads * d), beta);
-  // Eager attention and SDPA without native GQA repeat the KV heads into new tensors
-  // (Hugging Face repeat_kv), as does the math kernel (repeat_interleave); flash attention
-  // keeps them un-repeated. With one KV head and one sequence Hugging Face's repeat stays a
-  // view ([1, 1, s, d] expanded and reshaped to [1, heads, s, d]: torch reshape copies only
-  // when strides cannot merge), and matmul's batch flattening of it is a view too: the
-  // un-repeated K and V are kept.
+  // Eager attention and SDPA without native GQA repeat the KV heads into new tensors (HF
+  // repeat_kv; the math kernel's repeat_interleave), flash keeps them. With one KV head and one
+  // sequence both repeat and matmul stay views (docs/sources.md#hf-attention): K, V kept as is.
   const bool repeat_is_view = kv == 1 && o.micro_batch == 1 && o.attention != attention_kind::flash;
   const bool repeated =
       b.attention() == attention_kind::eager || b.attention() == attention_kind::sdpa;
@@ -697,10 +678,9 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
   const std::int64_t n = checked_mul(tokens, width);
   const std::int64_t beta = b.beta();
   if (m.mlp == mlp_kind::gelu && m.gelu_in_python) {
-    // transformers activations.py NewGELUActivation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
-    // x^3))): pow keeps its input (cast to fp32 under autocast: pow is on its fp32 list), tanh its
-    // output, the last product both factors (1 + tanh is fp32 by promotion under autocast); the
-    // down projection keeps its input.
+    // transformers activations.py NewGELUActivation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))):
+    // pow keeps its input (fp32 under autocast, on its fp32 list), tanh its output, the last
+    // product both factors (fp32 by promotion); the down projection keeps its input.
     b.add("GELU input (kept by pow)",
           "activations.py NewGELUActivation.forward: torch.pow(input, 3.0)", n, b.autocast_wide());
     b.add("GELU tanh output",
@@ -731,10 +711,8 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
 }
 
 /// gpt-oss's experts as modeling_gpt_oss.py GptOssExperts trains them: a loop over the experts
-/// hit, each gathering its `routed` tokens' share, indexing its weights (a copy, which the
-/// matmuls keep), then the clamped GLU: gate_up (kept by both clamps through their views), the
-/// clamped gate, sigmoid(alpha x gate), up + 1 and their product, the down input, the expert
-/// output and its routing weight; the token indices serve the gather and index_add_.
+/// hit, each gathering its `routed` tokens' share and indexing its weights (a copy the matmuls
+/// keep), then the clamped GLU; the token indices serve the gather and index_add_.
 constexpr void gpt_oss_experts_block(block_builder& b, const model& m, std::int64_t routed,
                                      std::int64_t local_experts, std::int64_t width) {
   const std::int64_t beta = b.beta();
@@ -794,11 +772,9 @@ constexpr const char* mlp_input_source(const model& m, bool moe_layer, bool gpt_
          "mm_mat2_backward(grad, self, ...)";
 }
 
-/// A mixture-of-experts block over the layer's tokens: Hugging Face Mixtral/DeepSeek's router
-/// probabilities (fp32 softmax), top-k indices, the gathered input of every routed token, each
-/// expert's MLP over its tokens, and the weighted expert outputs. With a capacity factor, each
-/// expert takes ceil(cf x k x tokens / experts) tokens of its expert-parallel group (GShard
-/// §2.2).
+/// A mixture-of-experts block: HF Mixtral/DeepSeek's fp32 router probabilities, top-k indices, the
+/// routed tokens' gathered inputs, each expert's MLP and the weighted outputs. With a capacity
+/// factor an expert takes ceil(cf x k x tokens / experts) of its EP group's tokens (GShard §2.2).
 constexpr void moe_block(block_builder& b, const model& m, const activation_options& o,
                          const layout& l) {
   const moe_config& e = m.moe;
@@ -915,10 +891,9 @@ constexpr bytes layer_activation_bytes(const model& m, const precision& p,
   return sum;
 }
 
-/// How many of a stage's `layers` are checkpointed whole (their input kept, the rest recomputed
-/// in backward): the first recompute_layers under full recompute (all when -1), or one in every
-/// recompute_every (counted as the stage's first: the same bytes where its layers are alike), all
-/// under op-level SAC.
+/// How many of a stage's `layers` are checkpointed whole (input kept, the rest recomputed): the
+/// first recompute_layers under full recompute (all when -1), one in every recompute_every (counted
+/// as the stage's first: alike layers, same bytes), all under op-level SAC.
 constexpr std::int64_t checkpointed_layers(const activation_options& o, std::int64_t layers) {
   if (o.recompute == recompute_kind::op_sac) return layers;
   if (o.recompute != recompute_kind::full) return 0;
@@ -1097,10 +1072,9 @@ struct loss_tensors {
   bytes log_probs{};
 };
 
-/// The logits and the loss's tensors of `logits` = tokens x vocab values, by loss. The logits
-/// live while the loss is computed: the model's output is dropped before backward (transformers
-/// Trainer.compute_loss returns the loss alone; likewise `loss = model(...).loss`), so only what
-/// cross_entropy saves is kept for backward.
+/// The logits and the loss's tensors of `logits` = tokens x vocab values, by loss. The model's
+/// output is dropped before backward (transformers Trainer.compute_loss returns the loss alone):
+/// the logits live through the loss, then only what cross_entropy saves is kept.
 constexpr void logits_and_loss(loss_tensors& s, const activation_options& o, std::int64_t beta,
                                std::int64_t tokens, std::int64_t vocab) {
   const std::int64_t logits = checked_mul(tokens, vocab);
@@ -1127,10 +1101,9 @@ constexpr void logits_and_loss(loss_tensors& s, const activation_options& o, std
       break;
     case loss_kind::chunked_output:
     case loss_kind::linear_chunked: {
-      // torchtune modules/loss: each chunk (tensor_split of the sequence) is upcast with
-      // .float() and cross_entropy saves its fp32 log_softmax output; the upcast copy goes with
-      // its chunk. CEWithChunkedOutputLoss receives all the model's logits at once,
-      // LinearCrossEntropyLoss computes one chunk's; backward runs a chunk at a time.
+      // torchtune modules/loss: each chunk (tensor_split) is upcast by .float(), the copy going
+      // with its chunk, and cross_entropy saves its fp32 log_softmax; backward runs chunk by chunk.
+      // CEWithChunkedOutputLoss gets all the logits at once, LinearCrossEntropyLoss one chunk's.
       const std::int64_t chunk =
           checked_mul(checked_mul(ceil_div(o.sequence, o.loss_chunks), o.micro_batch), vocab);
       s.head += bytes{checked_mul(logits, 4)};
@@ -1224,11 +1197,9 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             held(detail::embedding_inputs(m, o, b, range)), 0,
             "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward,
             entry_role::embedding_inputs);
-  // The loss's tensors stay on the GPU under activation offload: backward reads them first, and
-  // torchtune computes the loss outside its OffloadActivations context.
-  // Two tensors where one micro-batch's are held: the norm's and head's inputs with the labels,
-  // then the log-probabilities, which cross_entropy makes after the logits (the timeline and the
-  // allocator replay place them so).
+  // Under activation offload the loss's tensors stay on the GPU (read first in backward;
+  // torchtune's loss is outside OffloadActivations). Two where one micro-batch's are held: norm and
+  // head inputs with labels, then cross_entropy's log-probabilities (as timeline and replay do).
   const bool two_parts = loss.log_probs > bytes{} && held(loss.head) == loss.head;
   add_entry(ledger, "final norm, head input and loss", component::activations, memory_space::device,
             held(loss.head), two_parts ? 2 : 0,
@@ -1276,13 +1247,9 @@ constexpr memory_ledger step_entries_of(const training& t, const activation_opti
 }
 }  // namespace detail
 
-/// The entries of one training step on a GPU of pipeline stage `stage`, before the timeline
-/// (timeline.hpp) times them: the model states and the activations, with the gradients' lifetime
-/// set: persistent where a framework keeps a flat gradient buffer (Megatron; DeepSpeed without
-/// ZeRO and with ZeRO-3) or a pipeline keeps them across its interleaved backward passes,
-/// otherwise from the first micro-batch's backward through the optimizer step (PyTorch
-/// zero_grad(set_to_none=True); DeepSpeed ZeRO-1's autograd gradients and ZeRO-2's
-/// grads_in_partition, stage_1_and_2.py).
+/// The entries of a step on a GPU of stage `stage`, before timeline.hpp times them. Gradients
+/// persist with a flat buffer (Megatron; DeepSpeed without ZeRO, ZeRO-3) or interleaved pipeline,
+/// else live from backward to step (zero_grad(set_to_none=True); ZeRO-1/2 stage_1_and_2.py).
 constexpr memory_ledger step_entries(const training& t, const activation_options& o,
                                      std::int64_t stage = 0) {
   const tensor_ledger tensors = vramfit::tensors(t.model);

@@ -84,10 +84,9 @@ constexpr std::int64_t millionths(std::string_view s) {
   return n;
 }
 
-/// roundup_power2_divisions: one power of two for every interval, or a list
-/// "[256:1,512:2,>:8]" of intervals (sizes in MiB, powers of two) and their divisions; the first
-/// item also sets every interval below it, ">" sets its last key's interval and all above
-/// (CUDAAllocatorConfig::parseRoundUpPower2Divisions).
+/// roundup_power2_divisions: one power of two for every interval, or "[256:1,512:2,>:8]" (MiB,
+/// powers of two: divisions); the first item also sets the intervals below it, ">" its last key's
+/// and all above (CUDAAllocatorConfig::parseRoundUpPower2Divisions).
 constexpr void read_divisions(alloc_conf& c, std::string_view value) {
   auto bad = [&] {
     rules::alloc_conf_value_must_be_valid(
@@ -132,9 +131,8 @@ constexpr void read_divisions(alloc_conf& c, std::string_view value) {
 }  // namespace detail
 
 /// Reads a PYTORCH_CUDA_ALLOC_CONF value such as "expandable_segments:True,max_split_size_mb:512".
-/// Options that do not change device reservations (the pinned-memory ones,
-/// release_lock_on_cudamalloc) are accepted and have no effect; backend:cudaMallocAsync is
-/// refused, as its pool is the driver's and is not simulated.
+/// Options that leave device reservations alone (pinned-memory ones, release_lock_on_cudamalloc)
+/// have no effect; backend:cudaMallocAsync is refused: its pool is the driver's, not simulated.
 constexpr alloc_conf parse_alloc_conf(std::string_view text) {
   using namespace detail;
   alloc_conf c{};

@@ -194,10 +194,9 @@ class caching_allocator {
     merge(handle);
   }
 
-  /// Takes over a segment as torch.cuda.memory._snapshot() shows it, so a simulation can start
-  /// from a real allocator's state: its blocks' sizes by address, free ones negative (what
-  /// segment_map() writes). Adopted in address order, segments rank as the allocator ranks them.
-  /// Returns the handle of its first block; the next blocks' handles follow in order.
+  /// Takes over a segment as torch.cuda.memory._snapshot() shows it (block sizes by address, free
+  /// ones negative: segment_map()), so a simulation starts from a real state; adopted in address
+  /// order, segments rank as the allocator's. Returns its first block's handle; the next follow.
   constexpr int adopt_segment(const std::vector<std::int64_t>& map, int stream = 0,
                               bool small = false) {
     // Checked first, so that a refused map leaves the allocator as it was.
@@ -239,11 +238,9 @@ class caching_allocator {
     return first;
   }
 
-  /// Where the next segment created or adopted lies: a replay of a real trace passes the address
-  /// cudaMalloc gave it, so that best fit breaks ties as PyTorch did. Without it a new segment
-  /// ranks below every earlier one: the driver hands out addresses top-down (in the H200 traces,
-  /// tests/validation/gpu/h200, 1,824 of 2,901 new large segments came below every segment then
-  /// held, 2 above all of them, the rest between).
+  /// Where the next segment created or adopted lies: a replay passes cudaMalloc's address so best
+  /// fit breaks ties as PyTorch did; else it ranks below all, as the driver hands out addresses
+  /// top-down (tests/validation/gpu/h200: 1,824 of 2,901 new large segments below all held).
   constexpr void next_segment_address(std::int64_t address) { next_address_ = address; }
 
   /// torch.cuda.reset_peak_memory_stats().
@@ -269,10 +266,9 @@ class caching_allocator {
     return sizes;
   }
   [[nodiscard]] constexpr std::size_t segment_count() const { return segments_.size(); }
-  /// What decides every later request, written out: each segment's attributes and block map, and
-  /// the statistics. Two allocators with equal states (handles aside, which only name blocks)
-  /// answer the same requests alike. Without garbage collection, the blocks' ages never matter;
-  /// with it they would, so such an allocator's state is empty: comparable to none.
+  /// The state deciding every later request: each segment's attributes and block map, and the
+  /// statistics; equal states (handles aside) answer alike. With garbage collection the blocks'
+  /// ages would matter, so such an allocator's state is empty: comparable to none.
   [[nodiscard]] constexpr std::vector<std::int64_t> state() const {
     std::vector<std::int64_t> out;
     if (collects_garbage() || next_address_ >= 0) return out;

@@ -256,10 +256,9 @@ constexpr element_format group_quantized_format(int bits, int group, const eleme
 }
 }  // namespace detail
 
-/// Group-wise quantization in the GPTQ/AWQ style: `Bits`-bit integers, one `Scale` scale per
-/// `Group` elements along each row (the input dimension), and a `ZeroBits`-bit zero point per group
-/// (0 for symmetric). GPTQ/AWQ int4 checkpoints store fp16 scales and 4-bit zeros packed into int32
-/// (AutoGPTQ QuantLinear: qweight, qzeros, scales).
+/// GPTQ/AWQ-style group-wise quantization: `Bits`-bit integers, one `Scale` scale and a `ZeroBits`
+/// zero point (0: symmetric) per `Group` elements of a row (input dimension). Int4 checkpoints:
+/// fp16 scales, 4-bit zeros packed in int32 (AutoGPTQ QuantLinear: qweight, qzeros, scales).
 template <int Bits, int Group = 128, StorageDtype Scale = fp16, int ZeroBits = Bits>
 struct group_quantized {
   static constexpr element_format value =

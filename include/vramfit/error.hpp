@@ -24,10 +24,9 @@ class overflow_error : public error {
 
 namespace detail {
 
-/// How a broken rule is reported. Every rule is a non-constexpr function named after the rule that
-/// calls raise(): in a constant expression the call of a non-constexpr function stops compilation,
-/// and both g++ and clang++ print that function's name (the rule) with the call trace (the
-/// numbers). At run time the rule throws with a message that names the rule and shows the numbers.
+/// How a broken rule is reported: each rule is a non-constexpr function named after it that calls
+/// raise(), so in a constant expression g++ and clang++ stop there and print its name and the call
+/// trace (the numbers); at run time it throws a message naming the rule and the numbers.
 template <class Error = error>
 [[noreturn]] inline void raise(std::string message) {
   // One line, whatever names and targets the message quotes (a model named after a file).

@@ -44,16 +44,11 @@ struct gpu_type {
 };
 
 namespace gpus {
+// nvidia-smi "Total" MiB from the issues cited (MI300X: rocm-smi bytes; "nominal": a vendor's),
+// dense 16-bit TFLOP/s and intra-node GB/s per direction from datasheets, and the H100 SXM's
+// cudaMemGetInfo total from vLLM's logs in the llm-d runs (docs/sources.md#gpu-figures).
+
 // clang-format off
-// nvidia-smi "Total" readings (MiB) as published in the issues cited; MI300X in bytes from
-// rocm-smi; the rest (marked "nominal") are vendor capacities without a driver reading found.
-// The last two numbers (dense 16-bit TFLOP/s, intra-node GB/s per direction) are datasheet figures:
-// NVIDIA's H100/H200/A100/L40S/L4/A6000/V100 datasheets (dense, no sparsity; torchtitan's
-// get_peak_flops uses the same 989/756/312), the Ada and GA102 whitepapers for the 4090 and 3090
-// (fp32 accumulate), AMD's MI300X and MI250X (half of the OAM) datasheets, Intel's Gaudi 3
-// whitepaper; PCIe parts get their x16 link (Gen5 64, Gen4 32 GB/s). Gaudi 2: not found (0).
-// The H100 SXM's cudaMemGetInfo total, 79.18 GiB (81080 MiB to the logged 0.01 GiB), is vLLM's
-// "total" in the llm-d runs (llm-d-benchmark config_explorer/empirical-vllm-memory-results.md).
 struct h100_80gb : gpu_type<gpu{"H100 80GB SXM", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, modal-client#2797)", 989, 450, 81080 * MiB}> {};
 struct h100_pcie : gpu_type<gpu{"H100 80GB PCIe", 81559 * MiB, gpu_generation::hopper, "nvidia-smi 81559MiB as the SXM part (modal-client#2797: H100)", 756, 64}> {};
 struct h100_96gb : gpu_type<gpu{"H100 96GB", 96 * GiB, gpu_generation::hopper, "nominal 96 GiB HBM3 (no driver reading found)", 989, 450}> {};

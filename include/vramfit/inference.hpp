@@ -121,10 +121,9 @@ struct kv_cache_config {
   /// (e.g. group_quantized<8, 128, fp16, 0> for int8 KV with an fp16 scale per head).
   element_format format = bf16::value;
   std::int64_t block_tokens = 0;  ///< paged attention blocks (vLLM: 16); 0: exactly the tokens
-  /// Hugging Face's DynamicCache: a sliding-window layer keeps a slice of the prefill's keys and
-  /// values, a view whose storage holds every prompt token until the first decode step replaces
-  /// it (transformers cache_utils.py DynamicSlidingWindowLayer; measured on an H200,
-  /// docs/gpu-measurements.md). Off: the layer keeps its window, as a paged engine does.
+  /// Hugging Face's DynamicCache: a sliding-window layer keeps a view of the prefill's K and V
+  /// whose storage holds the whole prompt until the first decode step (transformers cache_utils.py
+  /// DynamicSlidingWindowLayer; H200: docs/gpu-measurements.md). Off: the window, as paged engines.
   bool prompt_views = false;
 };
 
@@ -216,10 +215,9 @@ constexpr bytes kv_bytes_per_token(const model& m, const kv_cache_config& kv, st
   return kv_bytes_per_token_layer(m, kv, tp) * m.layers;
 }
 
-/// KV-cache bytes on one GPU of pipeline stage `stage` for the request shape: per sequence
-/// (batch x beams), per layer, the tokens it keeps (min(context, window) on sliding-window
-/// layers, or the whole prompt when the window keeps views of it), rounded up to whole paged
-/// blocks.
+/// KV-cache bytes on one GPU of stage `stage` for the request shape: per sequence (batch x beams)
+/// and layer, the tokens it keeps (min(context, window) on sliding-window layers, the whole prompt
+/// when the window keeps views of it), in whole paged blocks.
 constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_config& kv,
                                const request_shape& r, std::int64_t stage = 0) {
   detail::check(r, kv);
@@ -304,10 +302,9 @@ constexpr std::int64_t forward_tokens(const request_shape& r) {
   return detail::checked_mul(detail::checked_mul(r.batch, r.beams), chunk > 0 ? chunk : 1);
 }
 
-/// The 4D causal mask Hugging Face builds once per forward for eager attention, [sequences, 1,
-/// queries, keys] in the compute format (masking_utils.py eager_mask: sdpa_mask's booleans
-/// turned into 0 and the format's minimum); it lives through the forward. SDPA and flash get
-/// none without padding.
+/// The 4D causal mask HF builds per forward for eager attention, [sequences, 1, queries, keys] in
+/// the compute format (masking_utils.py eager_mask: sdpa_mask's booleans as 0 and the format's
+/// minimum), live through the forward. SDPA and flash get none without padding.
 constexpr bytes eager_mask_bytes(const request_shape& r, const element_format& compute) {
   if (r.attention != attention_kind::eager) return bytes{};
   const std::int64_t queries = forward_tokens(r) / detail::checked_mul(r.batch, r.beams);
@@ -315,16 +312,9 @@ constexpr bytes eager_mask_bytes(const request_shape& r, const element_format& c
       compute, detail::checked_mul(forward_tokens(r), r.prompt > queries ? r.prompt : queries));
 }
 
-/// A layer's attention at its fullest in a forward without autograd, beside the layer input
-/// the model loop keeps and the KV cache (whose K and V the attention reads): the normed input,
-/// Q, K and V repeated per query head (repeat_kv's reshape copies them, but for one KV head and
-/// one sequence, where it stays a view) and, for eager, the scores of every head, query and key
-/// at their fullest, in bytes per element: in 16 bits the masked scores (2), their fp32 copy
-/// and softmax's fp32 output (4 + 4: ATen SoftMax.cpp softmax(input, dim, dtype) converts with
-/// toType before _softmax, but for CUDA fp16, whose half_to_float kernel takes the 16-bit input:
-/// 2 + 4 then 2 + 4 + 2 at .to(query.dtype)); in fp32 the matmul's output and its scaled copy
-/// (4 + 4). transformers modeling_llama.py eager_attention_forward; traced on the CPU:
-/// tests/validation/eager_prefill_trace.txt. Flash: nothing here (the MLP's set is larger).
+/// A layer's attention at its fullest without autograd, beside the loop's input and the KV cache:
+/// normed input, Q, repeated K and V, and for eager every head's scores in their formats (traced:
+/// docs/sources.md#hf-attention, eager_attention_forward). Flash: none, the MLP's set is larger.
 constexpr bytes attention_working_bytes(const model& m, const layout& l, const request_shape& r,
                                         const element_format& compute) {
   if (r.attention == attention_kind::flash) return bytes{};
@@ -376,10 +366,9 @@ constexpr bytes inference_working_bytes(const model& m, const layout& l, const r
   return layer + bytes{detail::checked_mul(detail::checked_mul(sequences, m.vocab), 2 * 4)};
 }
 
-/// What Hugging Face's model loop keeps bound while a layer runs, beside the layer's own
-/// transients: the layer's input (the caller's `hidden_states`) and, from the second layer of a
-/// stage on, the embedding output (`inputs_embeds`), each tokens x hidden in the compute format
-/// (transformers modeling_llama.py LlamaModel.forward). vLLM's loop rebinds both.
+/// What HF's model loop keeps bound while a layer runs: its input (`hidden_states`) and, from a
+/// stage's second layer on, the embedding output (`inputs_embeds`), each tokens x hidden in the
+/// compute format (modeling_llama.py LlamaModel.forward). vLLM's loop rebinds both.
 constexpr bytes loop_held_bytes(const model& m, const layout& l, const request_shape& r,
                                 const element_format& compute, std::int64_t stage) {
   const std::int64_t held = l.layers_of_stage(m.layers, stage) > 1 ? 2 : 1;
@@ -387,9 +376,8 @@ constexpr bytes loop_held_bytes(const model& m, const layout& l, const request_s
 }
 
 /// The forward's end when it returns every position's logits: the final norm's output and the
-/// head's logits in the compute format, held together (transformers LlamaForCausalLM.forward:
-/// lm_head(hidden_states[:, slice_indices, :]) with logits_to_keep=0); the layers' transients
-/// are gone by then.
+/// logits in the compute format together, the layers' transients gone (LlamaForCausalLM.forward:
+/// lm_head(hidden_states[:, slice_indices, :]) with logits_to_keep=0).
 constexpr bytes all_logits_bytes(const model& m, const request_shape& r,
                                  const element_format& compute) {
   if (m.vocab <= 0) detail::rules::all_logits_need_a_vocabulary(m.name);
@@ -462,15 +450,9 @@ constexpr vllm_settings vllm_defaults(const gpu& device, std::int64_t tp = 1,
           .non_torch = vllm_measured_non_torch(tp)};
 }
 
-/// The peak of vLLM's profile run above the loaded weights (gpu_model_runner.py profile_run):
-/// a forward of max_num_batched_tokens tokens (its largest layer's transients), then, with its
-/// hidden states still held, the sampler on one row per sequence, min(tokens, max_num_seqs),
-/// of full-vocabulary logits (every tensor-parallel rank gathers them). The dummy sampling
-/// parameters (top_k = vocab - 1, top_p 0.9) take topk_topp_sampler.py's sorting path; at the
-/// sort the rank holds per logit: the model's logits, their fp32 copy, the sorted values (4 B)
-/// and indices (8 B), ATen's reverse indices (8 B, Sort.cu segmented_sort_pairs) and cub's
-/// alternate key and value buffers (4 + 8 B, DeviceSegmentedRadixSort without DoubleBuffer).
-/// ATen sorts at most 2^31 - 1 elements at a time, so its two scratch buffers cover one batch.
+/// The peak of vLLM's profile run above the loaded weights (gpu_model_runner.py profile_run): a
+/// forward of max_num_batched_tokens tokens, then, its hidden states held, the sampler's sort of
+/// min(tokens, max_num_seqs) full-vocabulary rows (bytes per logit: docs/sources.md#vllm-memory).
 constexpr bytes profile_run_peak(const model& m, const layout& l, const weight_layout& w,
                                  const vllm_settings& s) {
   using detail::checked_mul;

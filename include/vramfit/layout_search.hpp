@@ -515,12 +515,9 @@ class layout_searcher {
     return best;
   }
 
-  /// The fastest of `sizes` at which candidate `e` fits, from the fastest of all (`chosen`), with
-  /// its memory in e.required; false, with the candidate rejected, when none fits. Memory grows
-  /// with the micro-batch (a 1F1B stage holds min(p, m)·b sequences, which never falls as b
-  /// grows): the sizes that fit are a prefix. The smallest size decides whether any fits (one
-  /// evaluation where none does, the search's slowest case); then the fastest size; when it does
-  /// not fit, the fastest below the prefix's end.
+  /// The fastest of `sizes` at which `e` fits, from the fastest (`chosen`), memory in e.required;
+  /// false, rejected, if none. Memory grows with b (1F1B holds min(p, m)·b): the fitting sizes are
+  /// a prefix. The smallest says if any fits, then the fastest, else the fastest below its end.
   constexpr bool fastest_fitting(plan_candidate& e, std::int64_t per_replica,
                                  const micro_batch_sizes& sizes, const step_times& times,
                                  std::size_t& chosen) {
@@ -654,12 +651,9 @@ class layout_searcher {
 
 }  // namespace detail
 
-/// Searches layouts of `space.gpus` GPUs for `plan` (its model, precision, optimizer, fine-tuning,
-/// sequence, attention and loss; its layout, micro-batch and recompute are what is searched) on
-/// `device`, and returns the fastest `space.top` that fit, fastest first, with every other
-/// candidate counted by why it lost. `listed(candidate)` sees each candidate with its verdict as it
-/// is decided (one kept may later be outranked: `best` says who stayed); `progress(done, total)` is
-/// called per parallel structure.
+/// Searches layouts (and micro-batch, recompute) of `space.gpus` GPUs for `plan` on `device`: the
+/// fastest `space.top` that fit, fastest first, the rest counted by why they lost. `listed` sees
+/// each verdict as decided (`best`: who stayed); `progress(done, total)` runs per structure.
 template <class Listed = detail::ignore_candidate, class Progress = detail::ignore_progress>
 constexpr search_result search_layouts(const training_plan_value& plan, const gpu& device,
                                        const search_space& space = {}, Listed listed = {},

@@ -243,11 +243,9 @@ inline std::string in_model(const model& m) {
 }
 }  // namespace detail::rules
 
-/// Upper bounds on a model's sizes. They admit every real model with a wide margin (the largest
-/// published: hidden 18,432, FFN 53,248, vocabulary 262,144, 256 experts, 128 heads, 126 layers,
-/// 10M-token contexts) and keep every product of two or three sizes that a formula forms (a
-/// weight's rows x columns, heads x head_dim, patches x channels) far below 2^63; longer
-/// products (x layers, x experts, x tokens) are checked where they are formed.
+/// Upper bounds on a model's sizes: every real model fits with a wide margin (largest published:
+/// hidden 18,432, FFN 53,248, vocabulary 262,144, 256 experts, 128 heads, 126 layers, 10M tokens),
+/// and a product of two or three stays far below 2^63; longer ones are checked where formed.
 namespace bounds {
 inline constexpr std::int64_t width = std::int64_t{1}
                                       << 24;  ///< hidden, FFN, vocab, dims: 16,777,216

@@ -42,15 +42,9 @@ constexpr bool has_bias(const tensor_ledger& ledger, std::size_t i) {
 }
 }  // namespace detail
 
-/// The op-level policy's cache for layer `layer` with `tokens` tokens per micro-batch on a rank
-/// (before sequence parallelism splits them) in `bits`-bit activations. torchtitan
-/// models/llama3/infra/parallelize.py `_save_list` and `_get_custom_policy` ("saves output of all
-/// compute ops, except every second mm"): per checkpointed block, the 1st, 3rd, ... aten.mm, the
-/// flash and efficient SDPA (output and its fp32 log-sum-exp) and reduce_scatter_tensor. The MoE
-/// router's mm is forced to recompute (per_op_sac_force_recompute_mm_shapes_by_fqns,
-/// "moe.router.gate") and routed experts run as grouped GEMMs, not mm: neither is counted or
-/// cached. A linear with a bias runs as addmm (aten Linear.cpp folds a contiguous 3-D input with a
-/// bias into addmm), as does GPT-2's Conv1D: not cached. Eager attention has no SDPA to cache.
+/// The op-level policy's cache for `layer`, `tokens` tokens per micro-batch on a rank (before
+/// sequence parallelism) in `bits`-bit activations: the 1st, 3rd, ... aten.mm, SDPA, reduce_scatter
+/// (torchtitan parallelize.py _save_list; what it skips: docs/sources.md#torchtitan-op-sac).
 constexpr op_sac_layer op_sac_cache(const model& m, const layout& l, std::int64_t layer,
                                     std::int64_t tokens, std::int64_t bits, bool flash) {
   using detail::checked_add, detail::checked_mul;

@@ -78,10 +78,9 @@ struct optimizer {
 template <class T>
 concept Optimizer = detail::tag_of<T, optimizer>;
 
-/// What runs the update when the user does not choose: torch.optim defaults to foreach on CUDA
-/// (fused only when asked), except Adafactor, whose adafactor() takes the for-loop unless
-/// foreach=True (torch/optim/_adafactor.py); Lion (lion-pytorch) and Muon loop over the tensors;
-/// bitsandbytes updates in its own fused kernels.
+/// The default update: torch.optim's foreach on CUDA (fused only when asked), but Adafactor's
+/// for-loop unless foreach=True (torch/optim/_adafactor.py); Lion (lion-pytorch) and Muon loop
+/// over the tensors; bitsandbytes updates in its own fused kernels.
 constexpr optimizer_impl default_implementation(optimizer_kind k) {
   switch (k) {
     case optimizer_kind::adafactor:
@@ -346,10 +345,9 @@ constexpr state_size optimizer_state(const optimizer& opt, const tensor_shape& t
   return s;
 }
 
-/// The temporaries of one update step beyond params, gradients and states (steady state: step 2
-/// and later), as tensors in the format the optimizer updates. torch.optim's foreach functions
-/// allocate whole lists (one tensor per parameter, all at once); its for-loop functions allocate
-/// per tensor, and a temporary bound to a local name lives until the next tensor rebinds it.
+/// One update step's temporaries beyond params, gradients and states (step 2 on), in the update's
+/// format: torch.optim's foreach functions allocate whole lists at once, its for-loops per tensor,
+/// a temporary bound to a local name living until the next tensor rebinds it.
 struct step_scratch {
   std::int64_t lists = 0;       ///< foreach: lists as large as all updated tensors together
   std::int64_t current = 0;     ///< for-loop: copies of the tensor being updated
@@ -363,13 +361,9 @@ struct step_scratch {
   bool column_norm = false;
 };
 
-/// The fp32 staging buffer and semaphores of a CUDA reduction over dim -2 of a rows x cols tensor
-/// (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig): once a thread would read 256 values or
-/// more, each column is split over `ctas` blocks whose partial sums go to global memory,
-/// 4 B x cols x ctas x 32 x 4. ctas is bounded by the GPU's resident blocks: taken for an H100
-/// SXM's 132 SMs (16 blocks of 128 threads each); others differ in proportion. Measured on an
-/// H100: 1,049,088 B for 1024 x 128 (tests/validation/step_trace.py) and 134,218,240 B for
-/// 4096 x 4096 (tests/validation/gpu/steps.jsonl, Adafactor).
+/// The fp32 staging buffer and semaphores of a CUDA reduction over dim -2 of rows x cols: from 256
+/// values per thread, 4 B x cols x ctas x 32 x 4, ctas taken for an H100 SXM's 132 SMs (ATen
+/// Reduce.cuh setReduceConfig; H100 measurements: docs/sources.md#torch-optim).
 constexpr bytes column_norm_staging(std::int64_t rows, std::int64_t cols) {
   const std::int64_t per_thread = detail::ceil_div(rows, 4);
   if (per_thread < 256) return {};

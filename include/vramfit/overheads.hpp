@@ -13,11 +13,9 @@
 
 namespace vramfit {
 
-/// How the caching allocator's reserved-but-unallocated memory is found: by simulating the
-/// allocator over the step timeline (reserved_memory.hpp; what the CLI does, and costly in a
-/// constant expression: beyond tiny models it needs raised compiler limits), or as a fixed share
-/// of the tensors' peak (the default here, cheap to compile, and the only way without a
-/// timeline: inference, loading).
+/// How the allocator's reserved-but-unallocated memory is found: simulated over the step timeline
+/// (reserved_memory.hpp; the CLI's way, costly in a constant expression past tiny models), or a
+/// share of the tensors' peak (the default: cheap, and the only way without a timeline).
 enum class reserve_model : unsigned char { share, simulated };
 
 /// What a process needs on a GPU besides its tensors. A value of -1 takes the default for the

@@ -86,11 +86,9 @@ struct layout {
     using detail::checked_mul;
     return checked_mul(checked_mul(data, tensor), checked_mul(pipeline, context));
   }
-  /// Ranks one shard of the model states is divided over.
-  /// Ranks a sharded model state is split over: the data-parallel ranks (or a hybrid shard group)
-  /// times the context-parallel ones, which hold the same weights (torchtitan parallel_dims.py:
-  /// FSDP over the dp_shard_cp mesh; Megatron-LM distributed optimizer over the data-parallel
-  /// group with context parallel; DeepSpeed ZeRO over seq_data_parallel_group with Ulysses).
+  /// Ranks a sharded model state is split over: the data-parallel ranks (or hybrid shard group)
+  /// times the context-parallel ones, which hold the same weights (torchtitan parallel_dims.py
+  /// dp_shard_cp; Megatron-LM distributed optimizer; DeepSpeed ZeRO's seq_data_parallel_group).
   [[nodiscard]] constexpr std::int64_t shard_degree() const {
     return detail::checked_mul(shard_group > 0 ? shard_group : data, context);
   }

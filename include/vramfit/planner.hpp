@@ -20,12 +20,9 @@ constexpr training_plan_value without_reserve(training_plan_value p) {
   return p;
 }
 
-/// The largest n in [1, limit] with which `with(p, n)` fits `device` and n + 1 does not, 0 when
-/// none is found. A plan that replays the allocator is searched below the largest n whose tensors
-/// alone fit (no larger n fits: the tensors grow with the batch): until one n fits, the next tried
-/// is the largest whose tensors fit with the reserve the last replay found beyond its own; then the
-/// bracket is bisected. No monotonicity assumed: below the bound the reserve is not monotone (a
-/// larger batch may round into segments better), so a larger n may fit too.
+/// The largest n in [1, limit] with which `with(p, n)` fits `device` and n + 1 does not, 0 if none.
+/// With allocator replay: below the largest n whose tensors fit, try the largest fitting with the
+/// last replay's reserve until one fits, then bisect; the reserve is not monotone in n.
 template <class With>
 constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const gpu& device,
                                             std::int64_t limit, With with) {

@@ -98,12 +98,9 @@ class step_replay {
     bytes before{};
     std::vector<std::int64_t> last_start;  // the state the step before started from
     for (std::int64_t step = 1; step <= reserved_steps_simulated; ++step) {
-      // The replay is deterministic: a later step that starts from the state the step before
-      // started from replays it exactly, so it reserves nothing new and leaves every statistic
-      // as that step did, which ends the steps (below, for a step after the second). A step
-      // that reserved more has new segments to end with, so then nothing is compared; nor when
-      // the first step creates optimizer states, which mostly leave the second too little cache
-      // (it then reserves more, and writing the state out would cost 5 to 10 % of the replay).
+      // Deterministic replay: a step starting from its predecessor's start state repeats it and
+      // ends the steps. Not compared after a step that reserved more (new segments), nor when step
+      // 1 creates states: step 2 then mostly reserves more, and writing the state costs 5-10 %.
       std::vector<std::int64_t> start;
       if (mode_ == replay_mode::skip_repeats && (step == 2 || !last_start.empty()) &&
           !creates_states())
@@ -204,11 +201,9 @@ class step_replay {
         {layer, size, alloc_.allocate(size, static_cast<int>(stream))});
   }
 
-  /// Frees a tensor of `entry` in `layer` of `size` bytes, or if there is none (a later
-  /// micro-batch's gradient added into one that exists), `size` of its latest. Of several alike,
-  /// the most recent, or with `earliest` the first: in backward a gradient dies when the next
-  /// operator has read it, after that operator made its own (the loss's gradients, a tied head's
-  /// before the sum; traced on an H200).
+  /// Frees a tensor of `entry` in `layer` of `size` bytes, or `size` of its latest if none (a later
+  /// micro-batch's gradient added into one). Of several alike the latest, or with `earliest` the
+  /// first: in backward a gradient dies once the next operator made its own (traced on an H200).
   constexpr void drop(int entry, std::int64_t layer, bytes size, bool earliest = false) {
     std::vector<live_tensor>& held = live_[static_cast<std::size_t>(entry)];
     for (std::size_t k = 0; k < held.size(); ++k) {
@@ -330,10 +325,9 @@ class step_replay {
 
 }  // namespace detail
 
-/// The most layers a stage's replay takes: the replay's cost grows with them (the allocator's
-/// state after a layer depends on every layer before it, and a layer count's effect is not
-/// monotone: whether the first step's optimizer states fit the activations' freed cache decides
-/// whether later steps need new segments). Deeper stages take the fixed-share reserve.
+/// The most layers a stage's replay takes, as its cost grows with them (the state after a layer
+/// depends on all before, and whether the first step's states fit the freed cache is not monotone
+/// in layers). Deeper stages take the fixed-share reserve.
 inline constexpr std::int64_t max_replayed_layers = 1024;
 
 namespace detail::rules {
@@ -344,11 +338,9 @@ namespace detail::rules {
 }
 }  // namespace detail::rules
 
-/// The caching allocator over training steps of pipeline stage `stage`, replaying its timeline
-/// `tl` tensor by tensor: the first step creates the optimizer states in its step, later ones start
-/// with them and with the cache the earlier left. Steps run until one reserves nothing new after
-/// the second (the first step's states move later steps' activations to new segments), at most
-/// reserved_steps_simulated.
+/// Replays timeline `tl` of stage `stage` through the caching allocator step by step: the first
+/// creates the optimizer states, which move later steps' activations to new segments, so steps run
+/// until one after the second reserves nothing new, at most reserved_steps_simulated.
 constexpr reserved_memory_estimate reserved_memory(const training& t, const activation_options& o,
                                                    const step_timeline& tl,
                                                    const alloc_conf& conf = {},

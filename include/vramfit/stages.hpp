@@ -67,13 +67,9 @@ constexpr void for_each_layer_run(std::int64_t first, std::int64_t end, const Cu
   }
 }
 
-/// Calls `visit(stage)` for each pipeline stage that can need the most memory, in closed form:
-/// stages form runs that hold the same kinds and numbers of layers (a run ends at the first and
-/// last stages, where the stage length changes, and around each layer edge), and within a run an
-/// earlier stage holds at least as much (1F1B, interleaved and GPipe keep as many or more
-/// micro-batches in flight on earlier stages). With sliding-window layers every
-/// `sliding_window_period`-th layer differs, so the first `period` stages of each run are
-/// visited. A stage may be visited more than once; at most a few hundred are.
+/// Calls `visit(stage)` (perhaps twice, a few hundred at most) for each stage that can need the
+/// most, in closed form: in a run of stages with alike layers (broken at both ends and layer edges)
+/// the first holds most (1F1B, interleaved, GPipe); with sliding windows, the run's first `period`.
 template <class Visit>
 constexpr void for_each_distinct_stage(const layout& l, const model& m, const layer_edges& edges,
                                        Visit&& visit) {

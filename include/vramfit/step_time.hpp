@@ -84,13 +84,9 @@ constexpr cluster_figures figures_of(const cluster& c, const gpu& device) {
   return f;
 }
 
-/// What the estimate needs of the model, computed once per search. FLOPs of one token's forward
-/// pass, by where they run: 2 per weight a token multiplies (every
-/// parameter but the embedding lookups; a tied embedding is the head's matmul) and
-/// 4·layers·heads·head_dim·sequence for the attention core, causal sparsity not counted (PaLM,
-/// Chowdhery et al. 2022, appendix B; torchtitan get_num_flop_per_token: 6N + 12lhqt per
-/// training token). Backward costs twice the forward, less the weight gradients of frozen weights
-/// (LoRA, QLoRA): 2 + trainable_share times the weights' forward.
+/// The model's figures, once per search. Forward FLOPs per token: 2 per weight multiplied (a tied
+/// embedding as the head) + 4·layers·heads·head_dim·sequence, ignoring causality (PaLM appendix B,
+/// torchtitan get_num_flop_per_token); backward: 2 + trainable_share times the weights' forward.
 struct model_work {
   double layers = 0;     ///< the layers' weights, all layers
   double head = 0;       ///< the output projection
@@ -176,10 +172,9 @@ constexpr double as_double(std::int64_t v) {
   return static_cast<double>(v);
 }
 
-/// The forward and backward FLOPs per token of stage `stage`'s layers, recompute included, and
-/// of the head on the last stage. Recompute repeats forward work of the layers it covers: all of
-/// it (full, the first recompute_layers of each stage) or the attention core (selective;
-/// Korthikanti et al. 2022 §5).
+/// Forward and backward FLOPs per token of stage `stage`'s layers, recompute included, plus the
+/// head on the last stage. Recompute repeats the forward of what it covers: all (full, the first
+/// recompute_layers per stage) or the attention core (selective; Korthikanti et al. 2022 §5).
 constexpr double stage_flops(const training_plan_value& p, const model_work& f,
                              std::int64_t stage) {
   const model& m = p.setup.model;
@@ -230,12 +225,9 @@ constexpr double layers_on_largest_stage(const training_plan_value& p) {
   return as_double((layers + stages - 1) / stages);
 }
 
-/// Megatron-LM (Narayanan 2021 §3; Shoeybi et al. 2019 fig. 4): two all-reduces of the hidden
-/// states per layer forward (after attention, after the MLP) and two backward; sequence
-/// parallelism swaps each for an all-gather and a reduce-scatter of the same volume
-/// (Korthikanti 2022 §4.2.2). A full recompute repeats the forward's collectives; op-level SAC
-/// keeps the reduce-scatters' outputs and repeats the all-gathers (sequence parallelism) or
-/// all-reduces.
+/// Megatron-LM: two all-reduces of the hidden states per layer forward, two backward (Narayanan
+/// 2021 §3; Shoeybi 2019 fig. 4); sequence parallel: an all-gather and reduce-scatter each
+/// (Korthikanti 2022 §4.2.2). Full recompute repeats forward's; op SAC the all-gathers/all-reduces.
 constexpr double tensor_parallel_time(const training_plan_value& p, const cluster_figures& c) {
   const layout& l = p.setup.layout;
   const activation_options& o = p.batch;

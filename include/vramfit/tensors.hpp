@@ -420,11 +420,9 @@ constexpr tensor_ledger gpt2_tensors(const model& m) {
   b.add_norm(p, "ln_1", h, all);
   b.add_conv1d(p, "attn.c_attn", h, 3 * h, tensor_kind::attention, all, tp_split::qkv);
   b.add_conv1d(p, "attn.c_proj", h, h, tensor_kind::attention, all, tp_split::input);
-  // The causal mask buffer, bool, 1 x 1 x positions x positions per layer; the original
-  // checkpoint stores it (which is why the Hub shows 137M for the 124M model). transformers 5
-  // builds the mask per forward (masking_utils) and registers no buffer: traced on an H100 with
-  // transformers 5.17, a step starts with the parameters and optimizer states only
-  // (tests/validation/step_traces.json, cuda_reference.transformers.alive_at_start).
+  // The causal mask buffer, bool 1 x 1 x positions^2 per layer, is in the original checkpoint
+  // (the Hub's 137M for the 124M model); transformers 5 has none (masking_utils): traced (5.17,
+  // H100), a step starts with params and states (tests/validation/step_traces.json alive_at_start).
   b.add_state({p, "attn.bias"}, {1, 1, m.max_positions, m.max_positions}, tensor_kind::attention, 8,
               all, true);
   b.last().in_memory = false;
