@@ -178,11 +178,30 @@ class hf_fields {
 };
 
 // transformers activations.py ACT2CLS (main, 2025): the names ACT2FN accepts, and no others.
-inline constexpr const char* hf_activations[] = {
-    "gelu",      "gelu_10",    "gelu_fast",  "gelu_new",   "gelu_python", "gelu_pytorch_tanh",
-    "gelu_python_tanh", "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear",
-    "mish",      "quick_gelu", "relu",       "relu2",      "relu6",       "sigmoid",
-    "silu",      "sqrtsoftplus", "swish",    "tanh",       "prelu",       "xielu"};
+inline constexpr const char* hf_activations[] = {"gelu",
+                                                 "gelu_10",
+                                                 "gelu_fast",
+                                                 "gelu_new",
+                                                 "gelu_python",
+                                                 "gelu_pytorch_tanh",
+                                                 "gelu_python_tanh",
+                                                 "gelu_accurate",
+                                                 "hardswish",
+                                                 "laplace",
+                                                 "leaky_relu",
+                                                 "linear",
+                                                 "mish",
+                                                 "quick_gelu",
+                                                 "relu",
+                                                 "relu2",
+                                                 "relu6",
+                                                 "sigmoid",
+                                                 "silu",
+                                                 "sqrtsoftplus",
+                                                 "swish",
+                                                 "tanh",
+                                                 "prelu",
+                                                 "xielu"};
 
 /// Whether the MLP's activation, the field `name` (`fallback` when absent, its configuration
 /// class's default), is NewGELUActivation's Python operations; refused unless transformers
@@ -191,21 +210,19 @@ inline bool python_gelu(const hf_fields& f, const char* name, const char* fallba
   const std::string act = f.string_or(name, fallback);
   // One autograd op that keeps only its input (derivatives.yaml gelu_backward, silu_backward,
   // mish_backward, hardswish_backward, hardtanh_backward, leaky_relu_backward): F.gelu's memory.
-  constexpr std::string_view keeps_input[] = {"gelu",      "gelu_pytorch_tanh", "silu", "swish",
-                                              "mish",      "hardswish",         "relu6",
-                                              "leaky_relu"};
+  constexpr std::string_view keeps_input[] = {"gelu", "gelu_pytorch_tanh", "silu",  "swish",
+                                              "mish", "hardswish",         "relu6", "leaky_relu"};
   // gelu_python_tanh is NewGELUActivation's formula with x * 0.5 first: the same four tensors.
   const bool python = act == "gelu_new" || act == "gelu_python_tanh";
   if (std::find(std::begin(keeps_input), std::end(keeps_input), act) != std::end(keeps_input))
     return false;
   if (python && !gated) return true;
-  if (std::find_if(std::begin(hf_activations), std::end(hf_activations), [&](const char* known) {
-        return act == known;
-      }) == std::end(hf_activations)) {
+  if (std::find_if(std::begin(hf_activations), std::end(hf_activations),
+                   [&](const char* known) { return act == known; }) == std::end(hf_activations)) {
     std::string known;
     for (const char* a : hf_activations) known += std::string(known.empty() ? "" : ", ") + a;
-    f.fail(std::string("field '") + name + "' must be an activation transformers knows (" +
-           known + "), got " + shown(nlohmann::json(act)));
+    f.fail(std::string("field '") + name + "' must be an activation transformers knows (" + known +
+           "), got " + shown(nlohmann::json(act)));
   }
   f.fail(std::string("field '") + name + "' = " + shown(nlohmann::json(act)) +
          " is not modelled: vramfit counts an activation that keeps only its input (gelu, "
@@ -319,8 +336,9 @@ inline model read_deepseek(const hf_fields& f) {
   // DeepSeek's modeling_deepseek.py MoEGate knows these three (V2: the first two; V3: noaux_tc).
   if (const std::string topk = f.string_or("topk_method", "greedy");
       topk != "greedy" && topk != "group_limited_greedy" && topk != "noaux_tc")
-    f.fail("field 'topk_method' must be \"greedy\", \"group_limited_greedy\" or \"noaux_tc\", got " +
-           shown(nlohmann::json(topk)));
+    f.fail(
+        "field 'topk_method' must be \"greedy\", \"group_limited_greedy\" or \"noaux_tc\", got " +
+        shown(nlohmann::json(topk)));
   if (const std::int64_t freq = f.integer_or({"moe_layer_freq"}, 1); freq != 1)
     f.fail("moe_layer_freq = " + str(freq) + " is not modelled (only every layer, 1)");
   return m;
@@ -530,11 +548,9 @@ inline constexpr const char* hf_model_types[] = {
     "bert",   "big_bird", "distilbert", "vit",         "mistral3",    "llava"};
 
 namespace detail {
-/// Whether training drops out: a dropout field above 0, or one that config.json leaves out where
-/// its configuration class defaults to 0.1 (configuration_gpt2.py and configuration_gpt_bigcode.py
-/// resid_pdrop, embd_pdrop, attn_pdrop; configuration_bert.py and configuration_big_bird.py
-/// hidden_dropout_prob, attention_probs_dropout_prob; configuration_distilbert.py dropout,
-/// attention_dropout). The other classes read here default to 0.
+/// Whether training drops out: a dropout field above 0, or one config.json leaves out where its
+/// configuration class defaults to 0.1 (GPT-2, GPTBigCode, BERT, BigBird, DistilBERT: their
+/// configuration_*.py dropout fields); the other classes read here default to 0.
 inline bool trains_with_dropout(const hf_fields& fields, const std::string& type) {
   if (fields.any_positive({"resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob",
                            "attention_probs_dropout_prob", "attention_dropout", "hidden_dropout",
@@ -585,8 +601,10 @@ inline model read_hf_model(const nlohmann::json& config, const std::string& wher
       fields.fail("field 'position_embedding_type' = \"" + positions +
                   "\" (a distance embedding per layer) is not modelled");
     if (positions != "absolute")
-      fields.fail("field 'position_embedding_type' must be \"absolute\", \"relative_key\" or "
-                  "\"relative_key_query\", got " + shown(nlohmann::json(positions)));
+      fields.fail(
+          "field 'position_embedding_type' must be \"absolute\", \"relative_key\" or "
+          "\"relative_key_query\", got " +
+          shown(nlohmann::json(positions)));
   } else if (type == "big_bird") {
     m = read_big_bird(fields);
   } else if (type == "distilbert") {

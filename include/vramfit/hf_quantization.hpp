@@ -39,9 +39,8 @@ inline bool quantization_flag(const nlohmann::json& q, const char* key) {
 }  // namespace detail
 
 /// The weight layout `config`'s quantization_config describes, or none when the checkpoint is
-/// not quantized. Sources: transformers utils/quantization_config.py (GPTQConfig bits,
-/// group_size, desc_act; AwqConfig; BitsAndBytesConfig load_in_4bit/8bit, bnb_4bit_quant_type,
-/// bnb_4bit_use_double_quant; FineGrainedFP8Config weight_block_size; Mxfp4Config).
+/// not quantized (transformers utils/quantization_config.py: GPTQConfig, AwqConfig,
+/// BitsAndBytesConfig, FineGrainedFP8Config, Mxfp4Config and their fields read below).
 inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& config) {
   const auto found = config.find("quantization_config");
   if (found == config.end() || found->is_null()) return std::nullopt;
@@ -97,9 +96,9 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
   }
   if (m == "fp8") return fp8_weights<>::value;  // scales per block or tensor: a few bytes
   if (m == "mxfp4") return mxfp4_experts::value;
-  detail::raise("config.json quantization_config: field 'quant_method' = " +
-                detail::shown(*method) +
-                " is not one vramfit reads (gptq, awq, bitsandbytes, fp8, mxfp4); give --weights");
+  detail::raise(
+      "config.json quantization_config: field 'quant_method' = " + detail::shown(*method) +
+      " is not one vramfit reads (gptq, awq, bitsandbytes, fp8, mxfp4); give --weights");
 }
 
 }  // namespace vramfit

@@ -213,8 +213,7 @@ constexpr bytes parse_size(std::string_view text) {
       detail::raise(shown + " is more than 9223372036854775807 bytes (8 EiB), the largest size");
     if (p.status == detail::size_text::too_long)
       detail::raise(shown + " has more digits than a size is read with (" +
-                    std::to_string(detail::size_digits) +
-                    ", a fraction's trailing zeros aside)");
+                    std::to_string(detail::size_digits) + ", a fraction's trailing zeros aside)");
   }
   detail::rules::size_must_be_a_number_and_a_unit(text);
 }

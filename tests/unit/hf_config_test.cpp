@@ -465,33 +465,57 @@ TEST_CASE("every wrongly typed config.json field is refused by name, or is a fie
 
 namespace {
 // transformers activations.py ACT2CLS, typed out again here: the test's own list.
-const std::vector<std::string> transformers_activations = {
-    "gelu",         "gelu_10",   "gelu_fast", "gelu_new", "gelu_python",  "gelu_pytorch_tanh",
-    "gelu_python_tanh", "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear", "mish",
-    "quick_gelu",   "relu",      "relu2",     "relu6",    "sigmoid",      "silu",
-    "sqrtsoftplus", "swish",     "tanh",      "prelu",    "xielu"};
+const std::vector<std::string> transformers_activations = {"gelu",
+                                                           "gelu_10",
+                                                           "gelu_fast",
+                                                           "gelu_new",
+                                                           "gelu_python",
+                                                           "gelu_pytorch_tanh",
+                                                           "gelu_python_tanh",
+                                                           "gelu_accurate",
+                                                           "hardswish",
+                                                           "laplace",
+                                                           "leaky_relu",
+                                                           "linear",
+                                                           "mish",
+                                                           "quick_gelu",
+                                                           "relu",
+                                                           "relu2",
+                                                           "relu6",
+                                                           "sigmoid",
+                                                           "silu",
+                                                           "sqrtsoftplus",
+                                                           "swish",
+                                                           "tanh",
+                                                           "prelu",
+                                                           "xielu"};
 }  // namespace
 
 TEST_CASE("activation fields: transformers' names only, and only those whose memory is counted") {
   // Issue 38: an unknown or unmodelled activation read as the default. Expected by hand: the
   // names that save only their input read as the fused GELU; gelu_new's Python form only where
   // the MLP is not gated; every other name transformers knows is refused as not modelled.
-  const std::vector<std::string> keeps_input = {"gelu", "gelu_pytorch_tanh", "silu", "swish",
-                                                "mish", "hardswish", "relu6", "leaky_relu"};
+  const std::vector<std::string> keeps_input = {"gelu", "gelu_pytorch_tanh", "silu",  "swish",
+                                                "mish", "hardswish",         "relu6", "leaky_relu"};
   const std::vector<std::string> python = {"gelu_new", "gelu_python_tanh"};
   struct field_of {
     const char* config;
     const char* field;
     bool gated;
   };
-  const field_of fields[] = {
-      {"llama-3-8b", "hidden_act", true},        {"mixtral-8x7b", "hidden_act", true},
-      {"qwen3-30b-a3b", "hidden_act", true},     {"phi-3-mini", "hidden_act", true},
-      {"deepseek-v3", "hidden_act", true},       {"gemma-2-2b", "hidden_activation", true},
-      {"gpt2", "activation_function", false},    {"starcoder", "activation_function", false},
-      {"bert-base-uncased", "hidden_act", false}, {"bigbird-roberta-base", "hidden_act", false},
-      {"distilbert-base-uncased", "activation", false}, {"falcon-7b", "activation", false},
-      {"vit-l-16", "hidden_act", false}};
+  const field_of fields[] = {{"llama-3-8b", "hidden_act", true},
+                             {"mixtral-8x7b", "hidden_act", true},
+                             {"qwen3-30b-a3b", "hidden_act", true},
+                             {"phi-3-mini", "hidden_act", true},
+                             {"deepseek-v3", "hidden_act", true},
+                             {"gemma-2-2b", "hidden_activation", true},
+                             {"gpt2", "activation_function", false},
+                             {"starcoder", "activation_function", false},
+                             {"bert-base-uncased", "hidden_act", false},
+                             {"bigbird-roberta-base", "hidden_act", false},
+                             {"distilbert-base-uncased", "activation", false},
+                             {"falcon-7b", "activation", false},
+                             {"vit-l-16", "hidden_act", false}};
   std::size_t checked = 0;
   for (const field_of& f : fields) {
     for (const std::string& act : transformers_activations) {
@@ -499,7 +523,8 @@ TEST_CASE("activation fields: transformers' names only, and only those whose mem
       c[f.field] = act;
       CAPTURE(f.config);
       CAPTURE(act);
-      const bool plain = std::find(keeps_input.begin(), keeps_input.end(), act) != keeps_input.end();
+      const bool plain =
+          std::find(keeps_input.begin(), keeps_input.end(), act) != keeps_input.end();
       const bool in_python =
           !f.gated && std::find(python.begin(), python.end(), act) != python.end();
       if (plain || in_python) {
@@ -600,8 +625,7 @@ TEST_CASE("every wrongly typed quantization_config field is refused by name, or 
     configs.push_back(c);
   }
   configs.push_back(config_of("gpt-oss-20b"));  // mxfp4, as shipped
-  const std::vector<json> wrong = {"4", json::array({1}), json::object(), true, 0.5, 1e300,
-                                   json()};
+  const std::vector<json> wrong = {"4", json::array({1}), json::object(), true, 0.5, 1e300, json()};
   std::size_t read_fields = 0, checked = 0;
   for (const json& config : configs) {
     std::string refusal;
@@ -622,8 +646,7 @@ TEST_CASE("every wrongly typed quantization_config field is refused by name, or 
       }
       read_fields += read ? 1 : 0;
       for (const json& w : wrong) {
-        if (w.type() == value.type() || w.is_null() ||
-            (w.is_number() && value.is_number_float()))
+        if (w.type() == value.type() || w.is_null() || (w.is_number() && value.is_number_float()))
           continue;
         json changed = config;
         changed["quantization_config"][field] = w;
@@ -652,7 +675,8 @@ TEST_CASE("every wrongly typed quantization_config field is refused by name, or 
                     "vramfit: config.json: field 'quantization_config' must be an object, got "
                     "\"gptq\"");
   // 2^64 - 1 is no int64: read as one it wrapped to -1, GPTQ's "one scale per row".
-  c["quantization_config"] = json::parse(R"({"quant_method": "gptq", "group_size": 18446744073709551615})");
+  c["quantization_config"] =
+      json::parse(R"({"quant_method": "gptq", "group_size": 18446744073709551615})");
   CHECK_THROWS_WITH(hf_weight_layout(c),
                     doctest::Contains("field 'group_size' must be an integer, got "
                                       "18446744073709551615"));

@@ -94,7 +94,7 @@ TEST_CASE("sizes written with their unit, exactly") {
   // Issue 38: every refusal names the text; a fraction's trailing zeros are no overflow.
   CHECK(parse_size("80.000000000000000000GiB") == bytes{85'899'345'920});
   CHECK(parse_size("1.500000000000000000000000000000000000000000TiB") == bytes{1'649'267'441'664});
-  CHECK(parse_size("0.99999904632568359375MiB") == bytes{1'048'575});  // 1 - 2^-20 MiB
+  CHECK(parse_size("0.99999904632568359375MiB") == bytes{1'048'575});           // 1 - 2^-20 MiB
   CHECK(parse_size("8191.9990234375PiB") == bytes{9'223'370'937'343'148'032});  // 2^63 - 2^40
   CHECK_THROWS_WITH(parse_size("8192PiB"), doctest::Contains("'8192PiB' is more than"));  // 2^63
   CHECK_THROWS_WITH_AS(parse_size("99999999999999999PB"),
@@ -109,8 +109,9 @@ TEST_CASE("sizes written with their unit, exactly") {
   CHECK_THROWS_WITH(parse_size("80.0000000000000000000000000001GiB"),
                     "vramfit: '80.0000000000000000000000000001GiB' has more digits than a size is "
                     "read with (22, a fraction's trailing zeros aside)");
-  CHECK_THROWS_WITH(parse_size(std::string(50, 'x')),  // cut at 40, and said so
-                    doctest::Contains("'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is not a size"));
+  CHECK_THROWS_WITH(
+      parse_size(std::string(50, 'x')),  // cut at 40, and said so
+      doctest::Contains("'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is not a size"));
   CHECK_THROWS_WITH(parse_size("0.1234567890123456789012345678901234567890123456789B"),
                     doctest::Contains("'0.12345678901234567890123456789012345678...' has more "
                                       "digits"));
