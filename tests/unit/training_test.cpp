@@ -1,6 +1,7 @@
 // Unit tier: training model states against independent numbers: the seed articles' bytes per
-// parameter, the ZeRO paper's Table 1, DeepSpeed's estimator outputs for T0_3B, Megatron-LM's
-// bytes per parameter, and hand derivations.
+// parameter, the ZeRO paper's Table 1, DeepSpeed's estimator outputs for T0_3B, and hand
+// derivations. Each framework's own buffers: fsdp_test, deepspeed_zero_test, megatron_test,
+// ddp_test.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,55 +13,12 @@
 #include <vramfit/timeline.hpp>
 #include <vramfit/training.hpp>
 
+#include "model_state_checks.hpp"
 #include "tiny_llama.hpp"
 
 using namespace vramfit;
 using namespace vramfit::literals;
-
-namespace {
-/// A ledger of one [rows, cols] linear weight: every parameter is a matmul weight.
-constexpr tensor_ledger one_matrix(std::int64_t rows, std::int64_t cols) {
-  tensor_ledger l{};
-  tensor_group g{};
-  g.name.parts[0] = "linear.weight";
-  g.shape[0] = rows;
-  g.shape[1] = cols;
-  g.rank = 2;
-  g.kind = tensor_kind::mlp;
-  l.push_back(g);
-  return l;
-}
-
-/// A stand-in model for ledgers built by hand (used only by the layout rules).
-constexpr model stand_in{.name = "stand-in",
-                         .hidden = 64,
-                         .layers = 1,
-                         .heads = 1,
-                         .kv_heads = 1,
-                         .head_dim = 64,
-                         .ffn = 64,
-                         .vocab = 64};
-
-/// Weights + gradients + master weights + optimizer states on the device.
-bytes states_on_device(const memory_ledger& l) {
-  return total(l, component::weights) + total(l, component::gradients) +
-         total(l, component::master_weights) + total(l, component::optimizer_states);
-}
-
-/// The communication buckets (entries named "... bucket"), which DeepSpeed's estimators omit.
-bytes buckets(const memory_ledger& l) {
-  bytes sum{};
-  for (const memory_entry& e : l)
-    if (std::string(e.name).find("bucket") != std::string::npos) sum += e.size;
-  return sum;
-}
-
-bytes entry(const memory_ledger& l, const char* name) {
-  for (const memory_entry& e : l)
-    if (std::string(e.name) == name) return e.size;
-  return bytes{};
-}
-}  // namespace
+using namespace model_state_checks;
 
 TEST_CASE("bytes per parameter: the ZeRO paper's 16 and the seed articles' optimizer figures") {
   const std::int64_t n = 1'000'000;  // one 1000 x 1000 weight
@@ -96,38 +54,6 @@ TEST_CASE("the HF rule: mixed-precision AdamW is 18 bytes per parameter") {
   CHECK(entry(l, "autocast / fp8 weight copies") == bytes{2 * n});
   // Adam's step counter lives on the host unless fused (torch/optim/adam.py): 4 bytes.
   CHECK(total(l, memory_space::host) == bytes{4});
-}
-
-TEST_CASE("Megatron-LM: 18 bytes per parameter, 6 + 12/d with the distributed optimizer") {
-  // megatron/training/theoretical_memory_usage.py and dist_optimizer.md: bf16 params 2, fp32 main
-  // grads 4, fp32 master + Adam 12 (sharded over d with the distributed optimizer).
-  const std::int64_t n = 8192LL * 8192;
-  const tensor_ledger w = one_matrix(8192, 8192);
-  const training megatron{stand_in, mixed<bf16, fp32>::value, adam<>::value};
-  CHECK(states_on_device(model_states(megatron, w, 0)) == bytes{18 * n});
-  for (std::int64_t d : {2, 4, 8, 64}) {
-    CAPTURE(d);
-    training sharded = megatron;
-    sharded.layout.data = d;
-    sharded.layout.zero = sharding::zero1;
-    sharded.layout.implementation = shard_implementation::megatron;
-    CHECK(states_on_device(model_states(sharded, w, 0)) == bytes{6 * n + 12 * n / d});
-  }
-  // The table's other rows: fp16 params and grads 20 / 4 + 16/d; fp32 16 / 8 + 8/d.
-  const training half{
-      stand_in,
-      mixed<fp16, fp16>::value,
-      adam<>::value,
-      full_finetune::value,
-      {.data = 8, .zero = sharding::zero1, .implementation = shard_implementation::megatron}};
-  CHECK(states_on_device(model_states(half, w, 0)) == bytes{4 * n + 16 * n / 8});
-  const training single{
-      stand_in,
-      fp32_training::value,
-      adam<>::value,
-      full_finetune::value,
-      {.data = 8, .zero = sharding::zero1, .implementation = shard_implementation::megatron}};
-  CHECK(states_on_device(model_states(single, w, 0)) == bytes{8 * n + 8 * n / 8});
 }
 
 TEST_CASE("ZeRO paper Table 1: every cell within its printed rounding") {
@@ -205,49 +131,6 @@ TEST_CASE("ZeRO paper Table 1: every cell within its printed rounding") {
   }
 }
 
-TEST_CASE("Megatron-LM without the distributed optimizer: fp16 params and grads are 20 B") {
-  const std::int64_t n = 1024LL * 1024;
-  const training t{stand_in,
-                   mixed<fp16, fp16>::value,
-                   adam<>::value,
-                   full_finetune::value,
-                   {.implementation = shard_implementation::megatron}};
-  CHECK(states_on_device(model_states(t, one_matrix(1024, 1024), 0)) == bytes{20 * n});
-}
-
-namespace {
-/// bigscience/T0_3B as AutoModel loads it (T5Model, no LM head), by hand from its config:
-/// d_model 2048, d_kv 64 x 32 heads, d_ff 5120 (gated-gelu), 24 encoder + 24 decoder layers,
-/// vocab 32128, 32 relative-position buckets.
-constexpr tensor_ledger t0_3b() {
-  tensor_ledger l{};
-  auto add = [&l](const char* name, std::int64_t rows, std::int64_t cols, std::int64_t layers) {
-    tensor_group g{};
-    g.name.parts[0] = name;
-    g.shape[0] = rows;
-    g.shape[1] = cols;
-    g.rank = cols > 0 ? 2 : 1;
-    if (cols == 0) g.shape[1] = 0;
-    g.kind = tensor_kind::mlp;
-    g.layer_count = layers;
-    l.push_back(g);
-  };
-  add("shared.weight", 32128, 2048, 0);
-  add("encoder.block.{layer}.layer.0.SelfAttention.q/k/v/o.weight", 4 * 2048, 2048, 24);
-  add("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 32, 0);
-  add("encoder.block.{layer}.layer.{0,1}.layer_norm.weight", 2 * 2048, 0, 24);
-  add("encoder.block.{layer}.layer.1.DenseReluDense.wi_0/wi_1/wo.weight", 3 * 5120, 2048, 24);
-  add("encoder.final_layer_norm.weight", 2048, 0, 0);
-  add("decoder.block.{layer}.layer.{0,1}.{Self,EncDec}Attention.q/k/v/o.weight", 8 * 2048, 2048,
-      24);
-  add("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 32, 0);
-  add("decoder.block.{layer}.layer.{0,1,2}.layer_norm.weight", 3 * 2048, 0, 24);
-  add("decoder.block.{layer}.layer.2.DenseReluDense.wi_0/wi_1/wo.weight", 3 * 5120, 2048, 24);
-  add("decoder.final_layer_norm.weight", 2048, 0, 0);
-  return l;
-}
-}  // namespace
-
 TEST_CASE("the gradients' format: a choice under an fp32 master, the parameters' otherwise") {
   // mixed<bf16> with bf16 gradients is mixed<bf16, bf16>, named alike; back to fp32 is mixed<bf16>.
   const precision p = with_gradients(mixed<bf16>::value, bf16::value);
@@ -304,73 +187,6 @@ TEST_CASE("DeepSpeed's ZeRO-3 estimator for T0_3B, every cell") {
         parameters(t5), largest, c.gpus, 1, c.offload_optimizer, c.offload_params, c.zero_init);
     CHECK(to_string(e.per_gpu, GiB) == std::string(c.per_gpu));
     CHECK(to_string(e.per_node_cpu, GiB) == std::string(c.per_cpu));
-  }
-}
-
-TEST_CASE("DeepSpeed ZeRO-3 as stage3.py allocates: T0_3B, fp16, by hand") {
-  // Per GPU: the fp16 parameter and gradient partitions (grad_partitions_flat_buffer in the
-  // gradient-accumulation dtype), fp32 master and Adam's two states: 16 B x params / N for the
-  // whole run, where the estimator counts 18; in the step, one sub-group (sub_group_size 1e9) of
-  // gradients flattened (fp16) and cast (fp32): 6 B x min(params / N, 1e9).
-  const tensor_ledger t5 = t0_3b();
-  const std::int64_t params = 2'783'959'040;
-  model t5_shape = stand_in;
-  t5_shape.layers = 24;
-  for (const std::int64_t n : {1, 2, 4}) {
-    CAPTURE(n);
-    const training t{
-        t5_shape,
-        mixed<fp16, fp16>::value,
-        adam<>::value,
-        full_finetune::value,
-        {.data = n, .zero = sharding::zero3, .implementation = shard_implementation::deepspeed}};
-    const memory_ledger l = model_states(t, t5, 0);
-    const std::int64_t partition = (params + n - 1) / n;
-    CHECK(entry(l, "gradient partitions (flat buffer)") == bytes{2 * partition});
-    CHECK(states_on_device(l) - entry(l, "gradients flattened and cast to fp32 (one group)") ==
-          bytes{16 * partition});
-    const std::int64_t group = partition < 1'000'000'000 ? partition : 1'000'000'000;
-    CHECK(entry(l, "gradients flattened and cast to fp32 (one group)") == bytes{6 * group});
-    // The bucket (reduce_bucket_size 5e8 fp16 elements) for the whole run, its concatenated copy
-    // in backward.
-    CHECK(entry(l, "ZeRO reduce bucket") == bytes{1'000'000'000});
-    CHECK(entry(l, "ZeRO-3 reduce-scatter copy of the bucket") == bytes{1'000'000'000});
-  }
-}
-
-TEST_CASE("DeepSpeed ZeRO-1 and ZeRO-2: gradients as stage_1_and_2.py keeps them") {
-  using testing::tiny_llama;
-  constexpr std::int64_t params = testing::tiny_llama_parameters;  // 1,432
-  const std::int64_t n = 4;
-  for (const sharding stage : {sharding::zero1, sharding::zero2}) {
-    CAPTURE(static_cast<int>(stage));
-    const training t{tiny_llama,
-                     mixed<bf16, bf16>::value,
-                     adamw<>::value,
-                     full_finetune::value,
-                     {.data = n, .zero = stage, .implementation = shard_implementation::deepspeed}};
-    const memory_ledger l = model_states(t);
-    // ZeRO-1 accumulates whole bf16 gradients, ZeRO-2 its partition (grads_in_partition).
-    CHECK(total(l, component::gradients) -
-              entry(l, "gradients flattened and cast to fp32 (one group)") ==
-          bytes{stage == sharding::zero1 ? 2 * params : 2 * params / n});
-    // The step: the group's partition flattened (bf16) and cast (fp32), 6 B per element.
-    CHECK(entry(l, "gradients flattened and cast to fp32 (one group)") == bytes{6 * params / n});
-    // The reduce buffer of reduce_bucket_size (5e8) bf16 elements whatever the model's size
-    // (stage_1_and_2.py backward: torch.empty(int(self.reduce_bucket_size))), and the flattened
-    // copy of the 1,432 gradients in it, in backward only; overlap_comm adds a second buffer.
-    CHECK(entry(l, "ZeRO reduce bucket") == bytes{2 * 500'000'000 + 2 * params});
-    training overlapped = t;
-    overlapped.layout.zero_overlap_comm = true;
-    CHECK(entry(model_states(overlapped), "ZeRO reduce bucket") ==
-          bytes{2 * 2 * 500'000'000 + 2 * params});
-    // ZeRO-1 reduces into the partition before the step: 3/4 of the gradients go.
-    const step_timeline tl =
-        step_timeline_of(t, activation_options{.micro_batch = 1, .sequence = 4});
-    bytes reduced{};
-    for (const timeline_event& e : tl.events)
-      if (std::string(e.what) == "gradients reduced into the ZeRO-1 partition") reduced = e.delta;
-    CHECK(reduced == (stage == sharding::zero1 ? bytes{-2 * params * 3 / 4} : bytes{}));
   }
 }
 
@@ -526,145 +342,6 @@ TEST_CASE("expert parallel: each rank holds its share of the experts") {
   CHECK(entry(model_states(t), "weights") == bytes{2 * (non_expert + 32LL * 176'160'768)});
 }
 
-TEST_CASE("DDP keeps bucket copies of the gradients unless they are bucket views") {
-  const model& m = models::llama_3_8b::value;
-  const std::int64_t p = 8'030'261'248;
-  const memory_ledger copies = model_states(
-      training{m, amp<bf16>::value, adamw<>::value, full_finetune::value, parallel<ddp<8>>::value});
-  CHECK(entry(copies, "DDP gradient buckets") == bytes{4 * p});
-  const memory_ledger views = model_states(training{
-      m, amp<bf16>::value, adamw<>::value, full_finetune::value, parallel<ddp<8, true>>::value});
-  CHECK(entry(views, "DDP gradient buckets") == bytes{0});
-}
-
-TEST_CASE("FSDP shards each tensor along dim 0 and gathers a whole unit") {
-  // Llama-3-8B, FSDP full shard over 8 ranks, amp: fp32 parameters sharded, bf16 compute.
-  const model& m = models::llama_3_8b::value;
-  const memory_ledger l = model_states(training{m, amp<bf16>::value, adamw<>::value,
-                                                full_finetune::value, parallel<fsdp<8>>::value});
-  // Every dim 0 here divides by 8: exactly 4 B x P / 8.
-  CHECK(entry(l, "weights (ZeRO-3 partition)") == bytes{4 * 8'030'261'248 / 8});
-  CHECK(total(l, component::optimizer_states) == bytes{8 * 8'030'261'248 / 8});
-  // Gathered in bf16: the root (embedding + final norm + head = 1,050,677,248 elements) around
-  // the layers, the current and the prefetched layer (218,112,000 elements each: q, o 4096^2,
-  // k, v 1024 x 4096, gate, up, down 4096 x 14336, two norms). In backward, FSDP1's flat
-  // gradients (fp32 under amp): a layer's, and the root's until its post-backward.
-  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
-  const std::int64_t layer = 2 * 4096LL * 4096 + 2 * 1024LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
-  CHECK(layer == 218'112'000);
-  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * layer});
-  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
-        bytes{4 * layer});
-  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{4 * root});
-}
-
-TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a copy-in buffer") {
-  // Llama-3-8B, fully_shard over 8 ranks with MixedPrecisionPolicy(param bf16, reduce fp32) on a
-  // bf16 model with an fp32 master: the sharded parameter is the fp32 master itself (no 16-bit
-  // shard, no separate master), its sharded gradient fp32.
-  const model& m = models::llama_3_8b::value;
-  const std::int64_t p = 8'030'261'248;
-  const training t{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value,
-                   parallel<fully_shard<8>>::value};
-  const memory_ledger l = model_states(t);
-  CHECK(entry(l, "weights (ZeRO-3 partition)") == bytes{4 * p / 8});
-  CHECK(entry(l, "master weights (partition)") == bytes{0});
-  CHECK(entry(l, "gradients (partition)") == bytes{4 * p / 8});
-  CHECK(total(l, component::optimizer_states) == bytes{8 * p / 8});
-  // The root unit (1,050,677,248 elements) and two layers (218,112,000 each) gathered in bf16;
-  // in backward a unit's bf16 gradients and the fp32 reduce-scatter buffer they are copied into.
-  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
-  const std::int64_t layer = 218'112'000;
-  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * layer});
-  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
-        bytes{(2 + 4) * layer});
-  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{(2 + 4) * root});
-  // FSDP1 keeps the bf16 shard beside the fp32 master and reduces its flat bf16 gradient.
-  const memory_ledger v1 = model_states(training{m, mixed<bf16, bf16>::value, adamw<>::value,
-                                                 full_finetune::value, parallel<fsdp<8>>::value});
-  CHECK(entry(v1, "weights (ZeRO-3 partition)") == bytes{2 * p / 8});
-  CHECK(entry(v1, "master weights (partition)") == bytes{4 * p / 8});
-  CHECK(entry(v1, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * layer});
-  CHECK(entry(v1, "FSDP root gradients (unsharded, to its post-backward)") == bytes{2 * root});
-}
-
-TEST_CASE("FSDP2's root gradients: the head's from its backward, the rest at the post-backward") {
-  // Llama-3-8B, fully_shard over 8 ranks, bf16 compute with fp32 reduce: the head's backward
-  // makes lm_head's and the final norm's bf16 gradients; the root's post-backward, last, adds
-  // the embedding's, copies all three into the fp32 reduce-scatter input and frees them, then
-  // the input once its output is the sharded gradient.
-  const model& m = models::llama_3_8b::value;
-  const training t{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value,
-                   parallel<fully_shard<8>>::value};
-  const step_timeline tl = step_timeline_of(t, activation_options{.sequence = 4096});
-  const std::int64_t head = 128'256LL * 4096 + 4096, root = 2 * 128'256LL * 4096 + 4096;
-  std::vector<std::pair<step_phase, std::int64_t>> root_events;
-  for (const timeline_event& e : tl.events)
-    if (std::string_view(tl.ledger[static_cast<std::size_t>(e.entry)].name) ==
-        "FSDP root gradients (unsharded, to its post-backward)")
-      root_events.emplace_back(e.phase, e.delta.count);
-  REQUIRE(root_events.size() == 5);
-  CHECK(root_events[0].second == 2 * head);           // the head's backward
-  CHECK(root_events[1].second == 2 * (root - head));  // the embedding's, at the post-backward
-  CHECK(root_events[2].second == 4 * root);           // the fp32 reduce-scatter input
-  CHECK(root_events[3].second == -2 * root);          // the unsharded ones, copied in
-  CHECK(root_events[4].second == -4 * root);          // the input, once reduced
-  for (const auto& [phase, delta] : root_events) CHECK(phase == step_phase::backward);
-  // A tied head's weight is the embedding (Qwen2.5-0.5B: 151,936 x 896, and the final norm):
-  // all of the root's unsharded gradients come with the head's backward.
-  const training tied{models::qwen2_5_0_5b::value, mixed<bf16, bf16>::value, adamw<>::value,
-                      full_finetune::value, parallel<fully_shard<8>>::value};
-  int head_events = 0;
-  for (const timeline_event& e : step_timeline_of(tied, activation_options{}).events) {
-    if (std::string_view(e.what) != "FSDP root gradients (the head's, unsharded)") continue;
-    ++head_events;
-    CHECK(e.delta == bytes{2 * (151'936LL * 896 + 896)});
-  }
-  CHECK(head_events == 1);
-}
-
-TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int a share of it") {
-  const model& m = models::llama_3_8b::value;
-  const std::int64_t p = 8'030'261'248;
-  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
-  auto states = [&](const layout& l) {
-    return model_states(
-        training{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value, l});
-  };
-  // False: all of the model's bf16 parameters from forward to backward; the units are not
-  // gathered again, so only their gradient buffers remain.
-  const memory_ledger kept = states(parallel<fully_shard<8, 1>>::value);
-  CHECK(entry(kept, "parameters kept gathered after forward (reshard_after_forward)") ==
-        bytes{2 * p});
-  CHECK(entry(kept, "gathered FSDP units (root + current and prefetched layers)") == bytes{0});
-  CHECK(entry(kept, "FSDP root gradients (unsharded, to its post-backward)") ==
-        bytes{(2 + 4) * root});
-  // 4 of the 8 ranks: each keeps a quarter, and gathers units from it again.
-  const memory_ledger quarter = states(parallel<fully_shard<8, 4>>::value);
-  CHECK(entry(quarter, "parameters kept gathered after forward (reshard_after_forward)") ==
-        bytes{2 * p / 4});
-  CHECK(entry(quarter, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * 2 * 218'112'000});
-  // The rules: FSDP2 full sharding only, and a rank count dividing the shard ranks.
-  CHECK(check_layout(parallel<fsdp<8>>::value, m).rule == layout_rule::none);
-  layout v1 = parallel<fsdp<8>>::value;
-  v1.reshard_after_forward = 4;
-  CHECK(check_layout(v1, m).rule == layout_rule::reshard_after_forward_needs_fsdp2_full_shard);
-  layout three = parallel<fully_shard<8>>::value;
-  three.reshard_after_forward = 3;
-  CHECK(check_layout(three, m).rule ==
-        layout_rule::reshard_after_forward_must_divide_the_shard_ranks);
-  layout version = parallel<fsdp<8>>::value;
-  version.fsdp_version = 3;
-  CHECK_THROWS_WITH_AS(validated(version, m),
-                       doctest::Contains("the FSDP version must be 1 (FullyShardedDataParallel) "
-                                         "or 2 (fully_shard), got 3"),
-                       error);
-}
-
 TEST_CASE(
     "a sharded layout names its implementation, which zero<> and unsharded layouts need not") {
   const model m = models::llama_3_8b::value;
@@ -693,50 +370,6 @@ TEST_CASE(
   CHECK(rounding(shard_implementation::deepspeed) == bytes{});
 }
 
-TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for trained ones") {
-  // LoRA r = 16 on q_proj and v_proj of Llama-3-8B, bf16 base, FSDP over 8 ranks: the root unit
-  // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) has no gradient; a layer
-  // gathers its 218,112,000 frozen bf16 elements and its adapters (16 x (4096 + 4096) for q_proj,
-  // 16 x (4096 + 1024) for v_proj) in the bf16 compute format, twice (current and prefetched);
-  // the layer's adapters have the only (bf16) gradients.
-  const model& m = models::llama_3_8b::value;
-  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
-  training t{m, pure<bf16>::value, adamw<>::value, full_finetune::value, parallel<fsdp<8>>::value};
-  t.finetune = lora_finetuning(16, "q_proj,v_proj");
-  const std::int64_t adapters = 16 * (4096 + 4096) + 16 * (4096 + 1024);
-  const memory_ledger l = model_states(t);
-  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
-        bytes{2 * root + 2 * (2 * 218'112'000 + 2 * adapters)});
-  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
-        bytes{2 * adapters});
-  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{0});
-}
-
-TEST_CASE("ZeRO-1/2 with the optimizer offloaded: 16-bit weights and a staging buffer on the GPU") {
-  // DeepSpeed's estimator (offload_optimizer=cpu) counts 2 P on the GPU; stage_1_and_2.py also
-  // keeps a staging buffer of the largest parameter (the 128,256 x 4096 embedding) in fp16, and
-  // ZeRO-1 its whole fp16 gradients until the boundary. On the host, per rank of 4: a pinned
-  // fp16 copy of the parameter partition, fp32 gradients, master and Adam's two states.
-  const model& m = models::llama_3_8b::value;
-  const std::int64_t p = 8'030'261'248;
-  const bytes staging{2 * 128'256LL * 4096};
-  for (const sharding stage : {sharding::zero1, sharding::zero2}) {
-    CAPTURE(static_cast<int>(stage));
-    const memory_ledger l =
-        model_states(training{m,
-                              mixed<fp16, fp16>::value,
-                              adam<>::value,
-                              full_finetune::value,
-                              {.data = 4,
-                               .zero = stage,
-                               .implementation = shard_implementation::deepspeed,
-                               .optimizer_offload = offload_target::cpu}});
-    CHECK(total(l) - buckets(l) ==
-          bytes{2 * p} + staging + (stage == sharding::zero1 ? bytes{2 * p} : bytes{}));
-    CHECK(total(l, memory_space::host) == bytes{(2 + 4 + 4 + 8) * p / 4});
-  }
-}
-
 TEST_CASE("the most loaded pipeline stage") {
   // Llama-3-8B over 4 stages of 8 layers: the last stage also holds the final norm, so it is
   // 4096 parameters heavier than the first (the embedding and the head are the same size): 18 B
@@ -751,19 +384,6 @@ TEST_CASE("the most loaded pipeline stage") {
                       parallel<pipeline_parallel<2>>::value};
   const bytes wte{2 * 50257 * 768};
   CHECK(entry(model_states(gpt2, 1), "weights") == bytes{2 * (6 * 7'087'872 + 2 * 768)} + wte);
-}
-
-TEST_CASE("hybrid FSDP shards within a group and replicates across groups") {
-  // 16 ranks in groups of 8: the states are sharded 8 ways, as full sharding over 8 would be.
-  const model& m = models::llama_3_8b::value;
-  const auto states = [&](const layout& l) {
-    return total(
-        model_states(training{m, amp<bf16>::value, adamw<>::value, full_finetune::value, l}),
-        component::optimizer_states);
-  };
-  CHECK(states(parallel<fsdp<16, fsdp_strategy::hybrid_shard, 8>>::value) ==
-        states(parallel<fsdp<8>>::value));
-  CHECK(states(parallel<fsdp<16>>::value) < states(parallel<fsdp<8>>::value));
 }
 
 TEST_CASE("trainable parameters of the whole model") {

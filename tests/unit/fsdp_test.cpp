@@ -1,0 +1,175 @@
+// Unit tier: PyTorch FSDP (fsdp.hpp): dim-0 shards, the units it gathers, FSDP2's master and
+// reduce-scatter copy, reshard_after_forward and hybrid sharding, derived by hand.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vramfit/presets.hpp>
+#include <vramfit/timeline.hpp>
+#include <vramfit/training.hpp>
+
+#include "model_state_checks.hpp"
+#include "tiny_llama.hpp"
+
+using namespace vramfit;
+using namespace vramfit::literals;
+using namespace model_state_checks;
+
+TEST_CASE("FSDP shards each tensor along dim 0 and gathers a whole unit") {
+  // Llama-3-8B, FSDP full shard over 8 ranks, amp: fp32 parameters sharded, bf16 compute.
+  const model& m = models::llama_3_8b::value;
+  const memory_ledger l = model_states(training{m, amp<bf16>::value, adamw<>::value,
+                                                full_finetune::value, parallel<fsdp<8>>::value});
+  // Every dim 0 here divides by 8: exactly 4 B x P / 8.
+  CHECK(entry(l, "weights (ZeRO-3 partition)") == bytes{4 * 8'030'261'248 / 8});
+  CHECK(total(l, component::optimizer_states) == bytes{8 * 8'030'261'248 / 8});
+  // Gathered in bf16: the root (embedding + final norm + head = 1,050,677,248 elements) around
+  // the layers, the current and the prefetched layer (218,112,000 elements each: q, o 4096^2,
+  // k, v 1024 x 4096, gate, up, down 4096 x 14336, two norms). In backward, FSDP1's flat
+  // gradients (fp32 under amp): a layer's, and the root's until its post-backward.
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  const std::int64_t layer = 2 * 4096LL * 4096 + 2 * 1024LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
+  CHECK(layer == 218'112'000);
+  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * layer});
+  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+        bytes{4 * layer});
+  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{4 * root});
+}
+
+TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a copy-in buffer") {
+  // Llama-3-8B, fully_shard over 8 ranks with MixedPrecisionPolicy(param bf16, reduce fp32) on a
+  // bf16 model with an fp32 master: the sharded parameter is the fp32 master itself (no 16-bit
+  // shard, no separate master), its sharded gradient fp32.
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t p = 8'030'261'248;
+  const training t{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value,
+                   parallel<fully_shard<8>>::value};
+  const memory_ledger l = model_states(t);
+  CHECK(entry(l, "weights (ZeRO-3 partition)") == bytes{4 * p / 8});
+  CHECK(entry(l, "master weights (partition)") == bytes{0});
+  CHECK(entry(l, "gradients (partition)") == bytes{4 * p / 8});
+  CHECK(total(l, component::optimizer_states) == bytes{8 * p / 8});
+  // The root unit (1,050,677,248 elements) and two layers (218,112,000 each) gathered in bf16;
+  // in backward a unit's bf16 gradients and the fp32 reduce-scatter buffer they are copied into.
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  const std::int64_t layer = 218'112'000;
+  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * layer});
+  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+        bytes{(2 + 4) * layer});
+  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{(2 + 4) * root});
+  // FSDP1 keeps the bf16 shard beside the fp32 master and reduces its flat bf16 gradient.
+  const memory_ledger v1 = model_states(training{m, mixed<bf16, bf16>::value, adamw<>::value,
+                                                 full_finetune::value, parallel<fsdp<8>>::value});
+  CHECK(entry(v1, "weights (ZeRO-3 partition)") == bytes{2 * p / 8});
+  CHECK(entry(v1, "master weights (partition)") == bytes{4 * p / 8});
+  CHECK(entry(v1, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * layer});
+  CHECK(entry(v1, "FSDP root gradients (unsharded, to its post-backward)") == bytes{2 * root});
+}
+
+TEST_CASE("FSDP2's root gradients: the head's from its backward, the rest at the post-backward") {
+  // Llama-3-8B, fully_shard over 8 ranks, bf16 compute with fp32 reduce: the head's backward
+  // makes lm_head's and the final norm's bf16 gradients; the root's post-backward, last, adds
+  // the embedding's, copies all three into the fp32 reduce-scatter input and frees them, then
+  // the input once its output is the sharded gradient.
+  const model& m = models::llama_3_8b::value;
+  const training t{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value,
+                   parallel<fully_shard<8>>::value};
+  const step_timeline tl = step_timeline_of(t, activation_options{.sequence = 4096});
+  const std::int64_t head = 128'256LL * 4096 + 4096, root = 2 * 128'256LL * 4096 + 4096;
+  std::vector<std::pair<step_phase, std::int64_t>> root_events;
+  for (const timeline_event& e : tl.events)
+    if (std::string_view(tl.ledger[static_cast<std::size_t>(e.entry)].name) ==
+        "FSDP root gradients (unsharded, to its post-backward)")
+      root_events.emplace_back(e.phase, e.delta.count);
+  REQUIRE(root_events.size() == 5);
+  CHECK(root_events[0].second == 2 * head);           // the head's backward
+  CHECK(root_events[1].second == 2 * (root - head));  // the embedding's, at the post-backward
+  CHECK(root_events[2].second == 4 * root);           // the fp32 reduce-scatter input
+  CHECK(root_events[3].second == -2 * root);          // the unsharded ones, copied in
+  CHECK(root_events[4].second == -4 * root);          // the input, once reduced
+  for (const auto& [phase, delta] : root_events) CHECK(phase == step_phase::backward);
+  // A tied head's weight is the embedding (Qwen2.5-0.5B: 151,936 x 896, and the final norm):
+  // all of the root's unsharded gradients come with the head's backward.
+  const training tied{models::qwen2_5_0_5b::value, mixed<bf16, bf16>::value, adamw<>::value,
+                      full_finetune::value, parallel<fully_shard<8>>::value};
+  int head_events = 0;
+  for (const timeline_event& e : step_timeline_of(tied, activation_options{}).events) {
+    if (std::string_view(e.what) != "FSDP root gradients (the head's, unsharded)") continue;
+    ++head_events;
+    CHECK(e.delta == bytes{2 * (151'936LL * 896 + 896)});
+  }
+  CHECK(head_events == 1);
+}
+
+TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int a share of it") {
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t p = 8'030'261'248;
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  auto states = [&](const layout& l) {
+    return model_states(
+        training{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value, l});
+  };
+  // False: all of the model's bf16 parameters from forward to backward; the units are not
+  // gathered again, so only their gradient buffers remain.
+  const memory_ledger kept = states(parallel<fully_shard<8, 1>>::value);
+  CHECK(entry(kept, "parameters kept gathered after forward (reshard_after_forward)") ==
+        bytes{2 * p});
+  CHECK(entry(kept, "gathered FSDP units (root + current and prefetched layers)") == bytes{0});
+  CHECK(entry(kept, "FSDP root gradients (unsharded, to its post-backward)") ==
+        bytes{(2 + 4) * root});
+  // 4 of the 8 ranks: each keeps a quarter, and gathers units from it again.
+  const memory_ledger quarter = states(parallel<fully_shard<8, 4>>::value);
+  CHECK(entry(quarter, "parameters kept gathered after forward (reshard_after_forward)") ==
+        bytes{2 * p / 4});
+  CHECK(entry(quarter, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * 218'112'000});
+  // The rules: FSDP2 full sharding only, and a rank count dividing the shard ranks.
+  CHECK(check_layout(parallel<fsdp<8>>::value, m).rule == layout_rule::none);
+  layout v1 = parallel<fsdp<8>>::value;
+  v1.reshard_after_forward = 4;
+  CHECK(check_layout(v1, m).rule == layout_rule::reshard_after_forward_needs_fsdp2_full_shard);
+  layout three = parallel<fully_shard<8>>::value;
+  three.reshard_after_forward = 3;
+  CHECK(check_layout(three, m).rule ==
+        layout_rule::reshard_after_forward_must_divide_the_shard_ranks);
+  layout version = parallel<fsdp<8>>::value;
+  version.fsdp_version = 3;
+  CHECK_THROWS_WITH_AS(validated(version, m),
+                       doctest::Contains("the FSDP version must be 1 (FullyShardedDataParallel) "
+                                         "or 2 (fully_shard), got 3"),
+                       error);
+}
+
+TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for trained ones") {
+  // LoRA r = 16 on q_proj and v_proj of Llama-3-8B, bf16 base, FSDP over 8 ranks: the root unit
+  // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) has no gradient; a layer
+  // gathers its 218,112,000 frozen bf16 elements and its adapters (16 x (4096 + 4096) for q_proj,
+  // 16 x (4096 + 1024) for v_proj) in the bf16 compute format, twice (current and prefetched);
+  // the layer's adapters have the only (bf16) gradients.
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  training t{m, pure<bf16>::value, adamw<>::value, full_finetune::value, parallel<fsdp<8>>::value};
+  t.finetune = lora_finetuning(16, "q_proj,v_proj");
+  const std::int64_t adapters = 16 * (4096 + 4096) + 16 * (4096 + 1024);
+  const memory_ledger l = model_states(t);
+  CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * (2 * 218'112'000 + 2 * adapters)});
+  CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+        bytes{2 * adapters});
+  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{0});
+}
+
+TEST_CASE("hybrid FSDP shards within a group and replicates across groups") {
+  // 16 ranks in groups of 8: the states are sharded 8 ways, as full sharding over 8 would be.
+  const model& m = models::llama_3_8b::value;
+  const auto states = [&](const layout& l) {
+    return total(
+        model_states(training{m, amp<bf16>::value, adamw<>::value, full_finetune::value, l}),
+        component::optimizer_states);
+  };
+  CHECK(states(parallel<fsdp<16, fsdp_strategy::hybrid_shard, 8>>::value) ==
+        states(parallel<fsdp<8>>::value));
+  CHECK(states(parallel<fsdp<16>>::value) < states(parallel<fsdp<8>>::value));
+}
