@@ -42,8 +42,8 @@ int main() {
   for (const preset& p : presets) {
     const tensor_ledger ledger = tensors(p.value);
     const layer_size largest = largest_layer(ledger, p.value.layers);
-    totals.add({std::string("`") + p.key + "`", grouped(checkpoint_elements(ledger)),
-                grouped(parameters(ledger)), grouped(active_parameters(p.value, ledger)),
+    totals.add({std::string("`") + p.key + "`", grouped(parameters(ledger)),
+                grouped(checkpoint_elements(ledger)), grouped(active_parameters(p.value, ledger)),
                 grouped(parameter_tensors(ledger)),
                 grouped(largest.parameters) + " (layer " + std::to_string(largest.layer) + ")"});
     std::vector<std::string> row{std::string("`") + p.key + "`"};
