@@ -191,6 +191,12 @@ constexpr attention_kind attention_kernel(const model& m, const precision& p,
 
 namespace detail {
 
+/// What a saved entry is to the schedule (saved_tensor's two flags).
+struct saved_flags {
+  bool selective = false;            ///< recomputed by selective checkpointing
+  bool output_linear_input = false;  ///< the input of the part's last linear (o_proj, down_proj)
+};
+
 /// Builds the saved-tensor ledger of one block for one micro-batch on one rank.
 class block_builder {
  public:
@@ -224,16 +230,16 @@ class block_builder {
   }
 
   constexpr void add(const char* name, const char* source, std::int64_t elements, std::int64_t bits,
-                     bool selective = false, bool output_linear_input = false) {
+                     saved_flags flags = {}) {
     if (elements == 0 || bits == 0) return;
     ledger_.push_back({.name = name,
                        .source = source,
                        .size = bytes_for_bits(checked_mul(elements, bits)),
                        .elements = elements,
                        .bits = bits,
-                       .recomputed_by_selective = selective,
+                       .recomputed_by_selective = flags.selective,
                        .part = part_,
-                       .output_linear_input = output_linear_input});
+                       .output_linear_input = flags.output_linear_input});
   }
   /// What follows belongs to the MLP half of the layer.
   constexpr void begin_mlp() { part_ = layer_part::mlp; }
@@ -243,12 +249,11 @@ class block_builder {
   /// cast input and its rank-r output that lora_B keeps (peft tuners/lora/layer.py Linear.forward).
   constexpr void linear_input(const char* name, const char* source, std::int64_t rows,
                               std::int64_t width, std::initializer_list<const char*> modules,
-                              bool output_linear_input = false) {
+                              saved_flags flags = {}) {
     const std::int64_t elements = checked_mul(rows, width);
     const auto readers = static_cast<std::int64_t>(modules.size());
     if (!frozen_base_) {
-      add(name, source, checked_mul(elements, input_casts(readers)), beta_, false,
-          output_linear_input);
+      add(name, source, checked_mul(elements, input_casts(readers)), beta_, flags);
       return;
     }
     std::int64_t adapted = 0;
@@ -259,7 +264,7 @@ class block_builder {
     add("LoRA input (adapter format)",
         "peft tuners/lora/layer.py Linear.forward: x = self._cast_input_dtype(x, "
         "lora_A.weight.dtype)",
-        checked_mul(elements, copies), bits, false, output_linear_input);
+        checked_mul(elements, copies), bits, flags);
     add("LoRA A output (rank r)",
         "peft tuners/lora/layer.py Linear.forward: lora_B(lora_A(dropout(x))) * scaling",
         checked_mul(checked_mul(rows, f_.lora.rank), adapted), bits);
@@ -394,23 +399,24 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
     b.add("attention softmax output (with the sink column)",
           "modeling_gpt_oss.py eager_attention_forward: probs = F.softmax(combined_logits, "
           "dim=-1, dtype=combined_logits.dtype)",
-          checked_add(scores, rows), softmax_bits, true);
+          checked_add(scores, rows), softmax_bits, {.selective = true});
     b.add("attention logits max indices (int64)",
           "modeling_gpt_oss.py eager_attention_forward: combined_logits.max(dim=-1, "
           "keepdim=True)",
-          rows, 64, true);
+          rows, 64, {.selective = true});
   } else {
-    b.add("attention softmax output", eager_softmax_source(m), scores, softmax_bits, true);
+    b.add("attention softmax output", eager_softmax_source(m), scores, softmax_bits,
+          {.selective = true});
   }
   if (o.attention_dropout) {
     b.add("attention dropout mask",
           "torch nn.functional.dropout, derivatives.yaml native_dropout: "
           "native_dropout_backward(grad, result1, ...)",
-          scores, o.dropout_mask_bits, true);
+          scores, o.dropout_mask_bits, {.selective = true});
     b.add("attention dropout output",
           "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states) "
           "after nn.functional.dropout",
-          scores, b.beta(), true);
+          scores, b.beta(), {.selective = true});
   } else if (softmax_bits != b.beta()) {
     b.add("attention probabilities (16-bit copy)",
           m.family == family::gpt2
@@ -418,7 +424,7 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
                 "by torch.matmul(attn_weights, value)"
               : "modeling_llama.py eager_attention_forward: softmax(...).to(query.dtype), read by "
                 "torch.matmul(attn_weights, value_states)",
-          scores, b.beta(), true);
+          scores, b.beta(), {.selective = true});
   }
 }
 
@@ -496,7 +502,7 @@ constexpr void mla_attention(block_builder& b, const model& m, const activation_
   if (b.attention() == attention_kind::eager) {
     eager_scores(b, m, o, heads);
     b.add("attention output (o_proj input)", out_projection_source(m),
-          b.split(heads * a.v_head_dim), beta, false, true);
+          b.split(heads * a.v_head_dim), beta, {.output_linear_input = true});
   } else {
     b.add("attention output", sdpa_backward_source, b.split(heads * a.v_head_dim), beta);
     softmax_lse(b, o, heads);
@@ -587,7 +593,7 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
   if (b.attention() == attention_kind::eager) {
     eager_scores(b, m, o, heads);
     b.linear_input("attention output (merged heads, o_proj input)", out_projection_source(m),
-                   b.split(1), width, {"o_proj"}, true);
+                   b.split(1), width, {"o_proj"}, {.output_linear_input = true});
     return;
   }
   if (m.family == family::phi3 && b.beta() == 16)
@@ -599,14 +605,14 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
           "attn_output.reshape(*input_shape, -1).contiguous() copies it",
           b.split(width), b.beta());
   b.linear_input("attention output (o_proj input)", out_projection_source(m), b.split(1), width,
-                 {"o_proj"}, true);
+                 {"o_proj"}, {.output_linear_input = true});
   softmax_lse(b, o, heads);
   if (sdpa_gets_mask(m, o))
     // aten attention.cpp convert_boolean_attn_mask turns Hugging Face's boolean mask into an
     // additive bias in Q's format in every layer's call, and the kernel saves it.
     b.add("attention mask (SDPA's additive bias)",
           "aten transformers/attention.cpp convert_boolean_attn_mask, saved by the SDPA kernel",
-          checked_mul(b.tokens(), o.sequence), b.beta(), true);
+          checked_mul(b.tokens(), o.sequence), b.beta(), {.selective = true});
 }
 
 /// The attention sub-block's saved tensors (the input norm is added by the caller).
@@ -638,7 +644,10 @@ struct gated_mlp_sources {
   const char* down_input;
 };
 
-constexpr gated_mlp_sources gated_sources(const model& m, bool routed_experts) {
+/// Whose MLP mlp_block builds: a dense (or shared-expert) one, or the routed experts'.
+enum class mlp_role : unsigned char { dense, routed_experts };
+
+constexpr gated_mlp_sources gated_sources(const model& m, mlp_role role) {
   if (m.family == family::phi3)
     return {
         "modeling_phi3.py Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1), "
@@ -646,7 +655,7 @@ constexpr gated_mlp_sources gated_sources(const model& m, bool routed_experts) {
         "modeling_phi3.py Phi3MLP.forward: up_states * self.activation_fn(gate)",
         "modeling_phi3.py Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1)",
         "modeling_phi3.py Phi3MLP.forward: self.down_proj(up_states)"};
-  if (routed_experts)
+  if (role == mlp_role::routed_experts)
     return {
         "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: "
         "self.act_fn(self.w1(hidden_states))",
@@ -672,9 +681,9 @@ constexpr const char* gelu_down_input_source(const model& m) {
 }
 
 /// A dense MLP of `width` (already split over tensor parallel) over `tokens` tokens
-/// (`routed_experts`: the routed experts' MLPs of an MoE layer).
+/// (`mlp_role::routed_experts`: the routed experts' MLPs of an MoE layer).
 constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, std::int64_t width,
-                         const char* what, bool routed_experts = false) {
+                         const char* what, mlp_role role = mlp_role::dense) {
   const std::int64_t n = checked_mul(tokens, width);
   const std::int64_t beta = b.beta();
   if (m.mlp == mlp_kind::gelu && m.gelu_in_python) {
@@ -690,23 +699,26 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
     b.add("GELU 1 + tanh", "activations.py NewGELUActivation.forward: (1.0 + torch.tanh(...))", n,
           b.autocast_wide());
     b.add("GELU 0.5 x", "activations.py NewGELUActivation.forward: 0.5 * input", n, beta);
-    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta, false, true);
+    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta,
+          {.output_linear_input = true});
   } else if (m.mlp == mlp_kind::gelu) {
     // up output: the GELU input
     b.add(what,
           "nn.functional.gelu, derivatives.yaml gelu: gelu_backward(grad, self, "
           "approximate=approximate)",
           n, beta);
-    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta, false, true);
+    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta,
+          {.output_linear_input = true});
   } else {
-    const gated_mlp_sources src = gated_sources(m, routed_experts);
+    const gated_mlp_sources src = gated_sources(m, role);
     b.add(what, src.gate, n, beta);  // gate output: the activation's input
     b.add("activation output", src.activation, n, beta);
     b.add("up output", src.up, n, beta);
     if (m.family == family::llama)
-      b.linear_input("gate x up (down input)", src.down_input, tokens, width, {"down_proj"}, true);
+      b.linear_input("gate x up (down input)", src.down_input, tokens, width, {"down_proj"},
+                     {.output_linear_input = true});
     else
-      b.add("gate x up (down input)", src.down_input, n, beta, false, true);
+      b.add("gate x up (down input)", src.down_input, n, beta, {.output_linear_input = true});
   }
 }
 
@@ -745,7 +757,7 @@ constexpr void gpt_oss_experts_block(block_builder& b, const model& m, std::int6
         checked_mul(routed, width), beta);
   b.add("expert GLU product (down input)",
         "modeling_gpt_oss.py GptOssExperts.forward: gated_output @ self.down_proj[expert_idx]",
-        checked_mul(routed, width), beta, false, true);
+        checked_mul(routed, width), beta, {.output_linear_input = true});
   b.add("expert outputs (before weighting)",
         "modeling_gpt_oss.py GptOssExperts.forward: out[0] * routing_weights[token_idx, "
         "expert_idx, None]",
@@ -812,7 +824,7 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
           "modeling_mixtral.py MixtralSparseMoeBlock.forward: current_state = "
           "hidden_states[None, top_x].reshape(-1, hidden_dim)",
           checked_mul(routed, m.hidden), b.beta());
-    mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output", true);
+    mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output", mlp_role::routed_experts);
     b.add("expert outputs (before weighting)",
           "modeling_mixtral.py MixtralSparseMoeBlock.forward: expert_layer(current_state) * "
           "routing_weights[top_x, idx, None]",
