@@ -213,7 +213,7 @@ class caching_allocator {
     settle_peak();
     const int first = static_cast<int>(blocks_.size());
     const auto s = static_cast<std::int64_t>(segments_.size());
-    push_segment({total, stream, small, false, false, first});
+    push_segment({.size = total, .stream = stream, .small = small, .first = first});
     reserve(total, small);
     ++stats_.segments;
     ++pool_of(small).segments;
@@ -476,7 +476,7 @@ class caching_allocator {
     if (!may_reserve(total)) return -1;
     reserve(total, small);
     const int b = static_cast<int>(blocks_.size());
-    push_segment({total, stream, small, false, false, b});
+    push_segment({.size = total, .stream = stream, .small = small, .first = b});
     blocks_.push_back({static_cast<std::int64_t>(segments_.size() - 1), 0, total});
     ++stats_.segments;
     ++pool_of(small).segments;
@@ -510,7 +510,7 @@ class caching_allocator {
     const std::int64_t mapped = caching::round_up(size, page_of(small));
     if (!may_reserve(mapped)) return -1;
     if (s == segments_.size()) {
-      push_segment({0, stream, small, true, false, -1});
+      push_segment({.size = 0, .stream = stream, .small = small, .expandable = true});
       ++stats_.segments;
       ++pool_of(small).segments;
     }
