@@ -30,10 +30,14 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
   const element_format& compute = t.precision.compute;
   const std::size_t first_layers = first_layer_group(tensors);
   // The root's tensors (all, or those after the layers), or layer `layer`'s.
-  auto unit = [&](std::int64_t layer, bool root, bool after_layers_only = false) {
+  enum class unit_of : unsigned char { layer, root, root_after_layers };
+  auto unit = [&](std::int64_t layer, unit_of which) {
+    const bool root = which != unit_of::layer;
+    const bool after_layers_only = which == unit_of::root_after_layers;
     unsharded_states acc{};
     const stage_range only =
-        root ? stage_range{0, 0, stage.first, stage.last} : stage_range{layer, 1, false, false};
+        root ? stage_range{.first_layer = 0, .layers = 0, .first = stage.first, .last = stage.last}
+             : stage_range{.first_layer = layer, .layers = 1, .first = false, .last = false};
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const tensor_group& g = tensors[i];
       const bool before = i < first_layers;
@@ -44,7 +48,7 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
   };
   auto size = [&](const fsdp_unit& u) { return elements_in(compute, u.trained) * 2 + u.frozen; };
   const std::int64_t end = stage.first_layer + stage.layers;
-  fsdp_units units{unit(0, true), unit(0, true, true).trained, {}};
+  fsdp_units units{unit(0, unit_of::root), unit(0, unit_of::root_after_layers).trained, {}};
   std::int64_t considered[2 * tensor_ledger::capacity + 1] = {};  // each edge once
   std::size_t edges = 0;
   auto consider = [&](std::int64_t layer) {
@@ -52,7 +56,7 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
     for (std::size_t i = 0; i < edges; ++i)
       if (considered[i] == layer) return;
     considered[edges++] = layer;
-    const fsdp_unit u = unit(layer, false);
+    const fsdp_unit u = unit(layer, unit_of::layer);
     if (size(u) > size(units.layer)) units.layer = u;
   };
   consider(stage.first_layer);
