@@ -203,10 +203,14 @@ inline constexpr const char* hf_activations[] = {"gelu",
                                                  "prelu",
                                                  "xielu"};
 
+/// An MLP's form: up, activation, down; or a GLU (gate x up), which has no Python form here.
+enum class mlp_form : unsigned char { plain, gated };
+
 /// Whether the MLP's activation, the field `name` (`fallback` when absent, its configuration
 /// class's default), is NewGELUActivation's Python operations; refused unless transformers
-/// accepts it and vramfit counts its memory (`gated`: a GLU MLP, which has no Python form here).
-inline bool python_gelu(const hf_fields& f, const char* name, const char* fallback, bool gated) {
+/// accepts it and vramfit counts its memory.
+inline bool python_gelu(const hf_fields& f, const char* name, const char* fallback, mlp_form form) {
+  const bool gated = form == mlp_form::gated;
   const std::string act = f.string_or(name, fallback);
   // One autograd op that keeps only its input (derivatives.yaml gelu_backward, silu_backward,
   // mish_backward, hardswish_backward, hardtanh_backward, leaky_relu_backward): F.gelu's memory.
@@ -281,9 +285,9 @@ inline model read_llama_like(const hf_fields& f, std::string_view type) {
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", type == "gemma2");
   // Gemma2MLP reads hidden_activation (Gemma2Config has no hidden_act); the others hidden_act.
   if (type == "gemma2")
-    python_gelu(f, "hidden_activation", "gelu_pytorch_tanh", true);
+    python_gelu(f, "hidden_activation", "gelu_pytorch_tanh", mlp_form::gated);
   else
-    python_gelu(f, "hidden_act", "silu", true);
+    python_gelu(f, "hidden_act", "silu", mlp_form::gated);
   if (f.boolean_or("attention_bias", false)) m.bias = bias_kind::attention;
   if (f.boolean_or("mlp_bias", false)) m.bias = bias_kind::all;
   if (type == "mistral" || type == "mixtral" || type == "phi3")
@@ -320,7 +324,7 @@ inline model read_deepseek(const hf_fields& f) {
   read_attention(f, m);
   m.ffn = f.integer({"intermediate_size"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
-  python_gelu(f, "hidden_act", "silu", true);
+  python_gelu(f, "hidden_act", "silu", mlp_form::gated);
   m.mla = {.q_lora_rank = f.integer_or({"q_lora_rank"}, 0),
            .kv_lora_rank = f.integer({"kv_lora_rank"}),
            .qk_nope_head_dim = f.integer({"qk_nope_head_dim"}),
@@ -427,7 +431,7 @@ inline model read_gpt_bigcode(const hf_fields& f) {
   m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   // GPTBigCodeConfig: activation_function "gelu_pytorch_tanh" (fused); "gelu_new" is Python.
-  m.gelu_in_python = python_gelu(f, "activation_function", "gelu_pytorch_tanh", false);
+  m.gelu_in_python = python_gelu(f, "activation_function", "gelu_pytorch_tanh", mlp_form::plain);
   if (f.boolean_or("add_cross_attention", false))
     f.fail("add_cross_attention = true (an encoder-decoder GPTBigCode) is not modelled");
   return m;
@@ -444,7 +448,8 @@ inline model read_distilbert(const hf_fields& f) {
   m.ffn = f.integer({"hidden_dim"});
   m.vocab = f.integer({"vocab_size"});
   m.max_positions = f.integer({"max_position_embeddings"});
-  m.gelu_in_python = python_gelu(f, "activation", "gelu", false);  // DistilBertConfig.activation
+  // DistilBertConfig.activation
+  m.gelu_in_python = python_gelu(f, "activation", "gelu", mlp_form::plain);
   // Sinusoidal positions are a frozen table (modeling_distilbert.py Embeddings), not learned.
   if (f.boolean_or("sinusoidal_pos_embds", false))
     f.fail("sinusoidal_pos_embds = true (a frozen position table) is not modelled");
@@ -463,7 +468,7 @@ inline model read_gpt2(const hf_fields& f) {
   m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   // GPT2Config: activation_function "gelu_new", transformers activations.py NewGELUActivation.
-  m.gelu_in_python = python_gelu(f, "activation_function", "gelu_new", false);
+  m.gelu_in_python = python_gelu(f, "activation_function", "gelu_new", mlp_form::plain);
   return m;
 }
 
@@ -489,7 +494,8 @@ inline model read_falcon(const hf_fields& f) {
   m.parallel_block = f.boolean_or("parallel_attn", true);
   m.bias = f.boolean_or("bias", false) ? bias_kind::all : bias_kind::none;
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
-  m.gelu_in_python = python_gelu(f, "activation", "gelu", false);  // FalconMLP: config.activation
+  // FalconMLP: config.activation
+  m.gelu_in_python = python_gelu(f, "activation", "gelu", mlp_form::plain);
   return m;
 }
 
@@ -504,7 +510,7 @@ inline model read_bert(const hf_fields& f, const char* activation = "gelu") {
   m.encoder.token_types = f.integer({"type_vocab_size"});
   m.encoder.pooler = true;  // BertModel(add_pooling_layer=True); BigBirdModel likewise
   m.encoder.classes = sequence_classes(f);
-  m.gelu_in_python = python_gelu(f, "hidden_act", activation, false);
+  m.gelu_in_python = python_gelu(f, "hidden_act", activation, mlp_form::plain);
   return m;
 }
 
@@ -529,7 +535,7 @@ inline model read_vit(const hf_fields& f) {
   m.encoder.image_size = f.integer({"image_size"});
   m.encoder.patch_size = f.integer({"patch_size"});
   m.encoder.channels = f.integer_or({"num_channels"}, 3);
-  m.gelu_in_python = python_gelu(f, "hidden_act", "gelu", false);  // ViTConfig: "gelu"
+  m.gelu_in_python = python_gelu(f, "hidden_act", "gelu", mlp_form::plain);  // ViTConfig: "gelu"
   m.encoder.classes = labels_of(f, -1);
   if (m.encoder.classes == -1) m.encoder.classes = f.integer({"num_labels"});
   if (m.encoder.patch_size > 0) {
