@@ -139,7 +139,8 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   for (const tensor_group& g : tensors) {
     if (!g.in_layer(layer)) continue;
     unsharded_states acc{};
-    add_group(t, g, {layer, 1, false, false}, false, experts_per_rank, shards, acc);
+    add_group(t, g, {.first_layer = layer, .layers = 1, .first = false, .last = false}, false,
+              experts_per_rank, shards, acc);
     const int part = g.kind == tensor_kind::attention ? 0 : 1;
     const bool out = g.split == tp_split::input && g.rank == 2;
     // One tensor per weight (per routed expert): its gradient and its autocast copy.
@@ -147,8 +148,18 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
       if (all == bytes{}) return;
       if (count < 1) count = 1;
       const bytes size{all.count / count};
-      visit(layer_piece{kind, part, out, false, cached, size, count - 1});
-      visit(layer_piece{kind, part, out, false, cached, all - size * (count - 1), 1});
+      visit(layer_piece{.kind = kind,
+                        .part = part,
+                        .output_linear = out,
+                        .cached = cached,
+                        .size = size,
+                        .count = count - 1});
+      visit(layer_piece{.kind = kind,
+                        .part = part,
+                        .output_linear = out,
+                        .cached = cached,
+                        .size = all - size * (count - 1),
+                        .count = 1});
     };
     each(layer_tensor::gradient, rank_share(acc.gradients, acc.dim0_gradients, l, sharded_grads),
          acc.trained_tensors, false);
@@ -157,21 +168,30 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
          false);
   }
   for (const saved_tensor& x : layer_saved_tensors(m, t.precision, o, l, moe, t.finetune))
-    visit(layer_piece{layer_tensor::saved, static_cast<int>(x.part), x.output_linear_input,
-                      o.recompute == recompute_kind::selective && x.recomputed_by_selective, false,
-                      x.size, 1});
+    visit(layer_piece{
+        .kind = layer_tensor::saved,
+        .part = static_cast<int>(x.part),
+        .output_linear = x.output_linear_input,
+        .selective = o.recompute == recompute_kind::selective && x.recomputed_by_selective,
+        .size = x.size,
+        .count = 1});
   if (full_recompute)
     visit(layer_piece{
-        layer_tensor::kept_input, 0, false, false, false,
-        layer_activation_bytes(m, t.precision, o, l, moe, checkpoint_policy(o), t.finetune), 1});
+        .kind = layer_tensor::kept_input,
+        .part = 0,
+        .size = layer_activation_bytes(m, t.precision, o, l, moe, checkpoint_policy(o), t.finetune),
+        .count = 1});
   // The backward's working tensors, taken as three of one size: the gated MLP's mm and two
   // products, the eager softmax's gradient, output and kernel buffer, or flash's dQ, dK, dV.
   const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe);
   for (int part : {0, 1}) {
     const bytes all = part ? w.mlp : w.attention;
-    visit(layer_piece{layer_tensor::working, part, false, false, false, bytes{all.count / 3}, 2});
-    visit(layer_piece{layer_tensor::working, part, false, false, false,
-                      all - bytes{all.count / 3} * 2, 1});
+    visit(layer_piece{
+        .kind = layer_tensor::working, .part = part, .size = bytes{all.count / 3}, .count = 2});
+    visit(layer_piece{.kind = layer_tensor::working,
+                      .part = part,
+                      .size = all - bytes{all.count / 3} * 2,
+                      .count = 1});
   }
 }
 
@@ -396,8 +416,8 @@ constexpr head_gradients head_gradient_tensors(const training& t, const tensor_l
       if (!past_layers || g.layer_count > 0 || after_layers.size() == after_layers.capacity)
         continue;
       unsharded_states acc{};
-      add_group(t, g, {0, 0, range.first, true}, false, layers.experts_per_rank, layers.shards,
-                acc);
+      add_group(t, g, {.first_layer = 0, .layers = 0, .first = range.first, .last = true}, false,
+                layers.experts_per_rank, layers.shards, acc);
       const bytes share =
           rank_share(acc.gradients, acc.dim0_gradients, t.layout, layers.sharded_grads);
       if (share > bytes{}) after_layers.push_back(share);
@@ -486,7 +506,8 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
     for (const tensor_group& g : tensors) {
       if (g.layer_count > 0) break;
       unsharded_states acc{};
-      add_group(t, g, {0, 0, true, range.last}, true, c.experts_per_rank, c.shards, acc);
+      add_group(t, g, {.first_layer = 0, .layers = 0, .first = true, .last = range.last}, true,
+                c.experts_per_rank, c.shards, acc);
       const bytes share = rank_share(acc.gradients, acc.dim0_gradients, t.layout, c.sharded_grads);
       embedding += share;
       if (t.model.tied_embeddings && g.split == tp_split::vocab) out.tied_grads += share;
