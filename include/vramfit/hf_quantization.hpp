@@ -68,8 +68,9 @@ inline std::optional<weight_layout> hf_weight_layout(const nlohmann::json& confi
           detail::str(group));
     const element_format f = detail::group_quantized_format(
         static_cast<int>(bits), static_cast<int>(group), fp16::value, static_cast<int>(bits));
-    return detail::named_layout(m.c_str(), f, fp16::value, false, false,
-                                m == "gptq" && detail::quantization_flag(q, "desc_act"));
+    return detail::named_layout(
+        m.c_str(), f, fp16::value,
+        {.act_order_index = m == "gptq" && detail::quantization_flag(q, "desc_act")});
   }
   if (m == "bitsandbytes") {
     if (detail::quantization_flag(q, "load_in_8bit") &&

@@ -36,13 +36,24 @@ template <class T>
 concept WeightLayout = detail::tag_of<T, weight_layout>;
 
 namespace detail {
+/// weight_layout's flags, and what ends its name.
+struct layout_flags {
+  bool experts_only = false;
+  bool quantize_routers = false;
+  bool act_order_index = false;
+  const char* suffix = "";
+};
+
 constexpr weight_layout named_layout(const char* name, const element_format& linear,
-                                     const element_format& other, bool experts_only = false,
-                                     bool routers = false, bool act_order = false,
-                                     const char* suffix = "") {
+                                     const element_format& other, layout_flags flags = {}) {
   // The layouts that convert every nn.Linear are bitsandbytes', which quantizes as it loads.
-  weight_layout w{{}, linear, other, experts_only, routers, act_order, routers};
-  copy_name(w.name, name, suffix);
+  weight_layout w{.linear = linear,
+                  .other = other,
+                  .experts_only = flags.experts_only,
+                  .quantize_routers = flags.quantize_routers,
+                  .act_order_index = flags.act_order_index,
+                  .quantized_at_load = flags.quantize_routers};
+  copy_name(w.name, name, flags.suffix);
   return w;
 }
 /// One fp32 scale per row: blocks longer than any row.
@@ -61,7 +72,7 @@ struct bnb_int8 {
   static constexpr weight_layout value = detail::named_layout(
       "bnb-int8",
       element_format{"int8+SCB", 8, {detail::whole_row, 32, 0}, {}, 0, block_layout::per_row},
-      fp16::value, false, true);
+      fp16::value, {.quantize_routers = true});
 };
 
 /// bitsandbytes 4-bit: NF4 (with double quantization by default; also nf4, fp4,
@@ -69,8 +80,9 @@ struct bnb_int8 {
 /// with bnb_4bit_compute_dtype=bf16). Named after its format: "bnb-nf4+dq".
 template <StorageDtype Quantized = nf4_double_quant, StorageDtype Other = bf16>
 struct bnb_4bit {
-  static constexpr weight_layout value = detail::named_layout(
-      "bnb-", Quantized::value, Other::value, false, true, false, Quantized::value.name);
+  static constexpr weight_layout value =
+      detail::named_layout("bnb-", Quantized::value, Other::value,
+                           {.quantize_routers = true, .suffix = Quantized::value.name});
 };
 
 /// GPTQ (AutoGPTQ QuantLinear): `Bits`-bit weights in groups of `Group` with fp16 scales and
@@ -79,7 +91,7 @@ struct bnb_4bit {
 template <int Bits = 4, int Group = 128, bool ActOrder = false>
 struct gptq {
   static constexpr weight_layout value = detail::named_layout(
-      "gptq", group_quantized<Bits, Group>::value, fp16::value, false, false, ActOrder);
+      "gptq", group_quantized<Bits, Group>::value, fp16::value, {.act_order_index = ActOrder});
 };
 
 /// AWQ (AutoAWQ WQLinear_GEMM): 4-bit weights, group 128, fp16 scales and packed zeros.
@@ -107,7 +119,7 @@ struct fp8_weights {
 /// MXFP4 routed experts, everything else bf16 (OpenAI gpt-oss checkpoints).
 struct mxfp4_experts {
   static constexpr weight_layout value =
-      detail::named_layout("mxfp4-experts", mxfp4::value, bf16::value, true);
+      detail::named_layout("mxfp4-experts", mxfp4::value, bf16::value, {.experts_only = true});
 };
 
 /// NVFP4 linears, bf16 for the rest (TensorRT Model Optimizer NVFP4 checkpoints).
@@ -459,7 +471,8 @@ constexpr bytes profile_run_peak(const model& m, const layout& l, const weight_l
   const element_format compute = activation_format(w);
   const std::int64_t tokens = s.max_num_batched_tokens;
   const std::int64_t rows = tokens < s.max_num_seqs ? tokens : s.max_num_seqs;
-  const bytes forward = inference_working_bytes(m, l, {.prompt = tokens}, compute, false);
+  constexpr bool with_logits = false;  // the sampler's, counted below
+  const bytes forward = inference_working_bytes(m, l, {.prompt = tokens}, compute, with_logits);
   const std::int64_t logits = checked_mul(rows, m.vocab);
   const std::int64_t int_max = 2'147'483'647;
   const std::int64_t batch = logits < int_max ? logits : int_max / m.vocab * m.vocab;
