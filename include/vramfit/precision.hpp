@@ -56,8 +56,11 @@ struct fp32_training {
 /// anatomy": 6 B weights = 4 fp32 + 2 half, 4 B gradients, 8 B AdamW: 18 B per parameter).
 template <StorageDtype Half = bf16>
 struct amp {
-  static constexpr precision value = detail::named(
-      {"", fp32::value, fp32::value, {}, Half::value, true}, "amp-", Half::value.name);
+  static constexpr precision value = detail::named({.weights = fp32::value,
+                                                    .gradients = fp32::value,
+                                                    .compute = Half::value,
+                                                    .autocast_weight_copies = true},
+                                                   "amp-", Half::value.name);
 };
 
 /// Pure 16-bit training: weights, gradients and optimizer states in 16 bit (torchtune dtype bf16,
