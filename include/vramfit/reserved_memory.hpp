@@ -94,7 +94,7 @@ class step_replay {
 
   /// Runs training steps until one after the second reserves nothing new.
   constexpr void run(reserved_memory_estimate& out) {
-    set_up(false);
+    set_up(made::at_start);
     bytes before{};
     std::vector<std::int64_t> last_start;  // the state the step before started from
     for (std::int64_t step = 1; step <= reserved_steps_simulated; ++step) {
@@ -201,13 +201,17 @@ class step_replay {
         {layer, size, alloc_.allocate(size, static_cast<int>(stream))});
   }
 
+  /// Which of several alike tensors drop frees.
+  enum class of_alike : unsigned char { latest, earliest };
+
   /// Frees a tensor of `entry` in `layer` of `size` bytes, or `size` of its latest if none (a later
-  /// micro-batch's gradient added into one). Of several alike the latest, or with `earliest` the
-  /// first: in backward a gradient dies once the next operator made its own (traced on an H200).
-  constexpr void drop(int entry, std::int64_t layer, bytes size, bool earliest = false) {
+  /// micro-batch's gradient added into one). Of several alike the latest, or the earliest: in
+  /// backward a gradient dies once the next operator made its own (traced on an H200).
+  constexpr void drop(int entry, std::int64_t layer, bytes size,
+                      of_alike which = of_alike::latest) {
     std::vector<live_tensor>& held = live_[static_cast<std::size_t>(entry)];
     for (std::size_t k = 0; k < held.size(); ++k) {
-      const std::size_t i = earliest ? k : held.size() - 1 - k;
+      const std::size_t i = which == of_alike::earliest ? k : held.size() - 1 - k;
       if (held[i].layer == layer && held[i].size == size) {
         alloc_.release(held[i].handle);
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
@@ -246,9 +250,13 @@ class step_replay {
     }
   }
 
-  /// The persistent tensors of the stage's device entries. The optimizer states come with the
-  /// first step (torch.optim creates them in step()) unless `states`.
-  constexpr void set_up(bool states) {
+  /// When persistent tensors are made: at the start, or lazily in the first step.
+  enum class made : unsigned char { at_start, in_first_step };
+
+  /// The persistent tensors of the stage's device entries made `when`: the optimizer states
+  /// come with the first step (torch.optim creates them in step()), the rest at the start.
+  constexpr void set_up(made when) {
+    const bool states = when == made::in_first_step;
     for (std::size_t i = 0; i < tl_.ledger.size(); ++i) {
       const memory_entry& e = tl_.ledger[i];
       if (e.space != memory_space::device || e.lifetime != lifetime::persistent) continue;
@@ -278,7 +286,7 @@ class step_replay {
     for (std::size_t i = 0; i < tl_.events.size();) {
       const timeline_event& e = tl_.events[i];
       if (!states_made && e.phase == step_phase::optimizer) {
-        set_up(true);
+        set_up(made::in_first_step);
         states_made = true;
       }
       std::size_t j = i + 1;
@@ -288,7 +296,7 @@ class step_replay {
         for (std::size_t k = i; k < j; ++k) replay(k, layer_at(e, rep));
       i = j;
     }
-    if (!states_made) set_up(true);
+    if (!states_made) set_up(made::in_first_step);
     // What the step allocated and the timeline leaves standing at its end (the activations of a
     // pipeline's earlier micro-batches) goes with it.
     for (std::size_t i = 0; i < tl_.ledger.size(); ++i)
@@ -312,7 +320,7 @@ class step_replay {
     } else if (sizes.empty() && allocates) {
       hold_all(e.entry, total, whole ? x.tensors : 1, e.stream);
     } else if (sizes.empty()) {
-      drop(e.entry, -1, total, true);
+      drop(e.entry, -1, total, of_alike::earliest);
     }
     for (bytes size : sizes) {
       if (allocates)
