@@ -145,6 +145,9 @@ struct layer_range {
 /// Whether a linear layer adds a bias (nn.Linear's bias=).
 enum class with_bias : bool { no, yes };
 
+/// Whether a state tensor is in the checkpoint (tensor_group::in_checkpoint).
+enum class checkpointed : bool { no, yes };
+
 /// Builds a ledger with the reference implementation's names.
 class ledger_builder {
  public:
@@ -172,12 +175,12 @@ class ledger_builder {
   /// A state tensor: stored, not learned.
   constexpr void add_state(std::initializer_list<const char*> name_parts,
                            std::initializer_list<std::int64_t> shape, tensor_kind kind,
-                           std::int64_t bits, layer_range layers, bool in_checkpoint) {
+                           std::int64_t bits, layer_range layers, checkpointed saved) {
     add(name_parts, shape, kind, layers);
     tensor_group& g = ledger_[ledger_.size() - 1];
     g.role = tensor_role::state;
     g.state_bits = bits;
-    g.in_checkpoint = in_checkpoint;
+    g.in_checkpoint = saved == checkpointed::yes;
   }
 
   /// A norm: weight, and bias for LayerNorm.
@@ -371,7 +374,7 @@ constexpr void add_llama_moe(ledger_builder& b, const char* p) {
     // DeepSeek-V3 modeling: MoEGate.e_score_correction_bias, fp32, updated by the aux-loss-free
     // balancing rule (DeepSeek-V3 report, section 2.1.2), not by gradients.
     b.add_state({p, "mlp.gate.e_score_correction_bias"}, {e.routed_experts}, tensor_kind::router,
-                32, moe_layers, true);
+                32, moe_layers, checkpointed::yes);
   }
   b.add({p, "mlp.experts.{expert}.gate_proj.weight"}, {e.expert_ffn, h}, tensor_kind::expert,
         moe_layers, e.routed_experts, tp_split::output);
@@ -404,7 +407,7 @@ constexpr tensor_ledger llama_tensors(const model& m) {
   for (std::int64_t i = 0; i < m.norms_per_layer; ++i) b.add_norm(p, norm_names[i], m.hidden, all);
   if (m.checkpoint_rotary_buffers) {
     b.add_state({p, "self_attn.rotary_emb.inv_freq"}, {m.head_dim / 2}, tensor_kind::attention, 32,
-                all, true);
+                all, checkpointed::yes);
   }
   b.add_final_norm_and_head("model.", "norm");
   return b.result();
@@ -424,7 +427,7 @@ constexpr tensor_ledger gpt2_tensors(const model& m) {
   // (the Hub's 137M for the 124M model); transformers 5 has none (masking_utils): traced (5.17,
   // H100), a step starts with params and states (tests/validation/step_traces.json alive_at_start).
   b.add_state({p, "attn.bias"}, {1, 1, m.max_positions, m.max_positions}, tensor_kind::attention, 8,
-              all, true);
+              all, checkpointed::yes);
   b.last().in_memory = false;
   b.add_norm(p, "ln_2", h, all);
   b.add_conv1d(p, "mlp.c_fc", h, m.ffn, tensor_kind::mlp, all, tp_split::output);
