@@ -218,15 +218,19 @@ constexpr std::int64_t trained_tensors(const finetuning& f, const tensor_group& 
 }
 
 namespace detail {
+/// Whether a module is a linear one, which "all-linear" targets.
+enum class linear_module : bool { no, yes };
+
 /// Whether the module whose name has `length` characters `at(0)`, ... is one of the
-/// comma-separated `targets`; "all-linear" takes every linear module (`linear`).
+/// comma-separated `targets`; "all-linear" takes every linear module.
 template <class CharAt>
-constexpr bool targets_module(const char* targets, CharAt&& at, std::size_t length, bool linear) {
+constexpr bool targets_module(const char* targets, CharAt&& at, std::size_t length,
+                              linear_module linear) {
   constexpr char all_linear[] = "all-linear";
   bool is_all = true;
   for (std::size_t i = 0; i < sizeof all_linear; ++i)
     is_all = is_all && targets[i] == all_linear[i];
-  if (is_all) return linear;
+  if (is_all) return linear == linear_module::yes;
   for (std::size_t begin = 0; targets[begin] != '\0';) {
     std::size_t n = 0;
     while (targets[begin + n] != '\0' && targets[begin + n] != ',') ++n;
@@ -243,7 +247,7 @@ constexpr bool lora_targets(const char* targets, const char* module) {
   std::size_t length = 0;
   while (module[length] != '\0') ++length;
   return targets_module(
-      targets, [module](std::size_t i) { return module[i]; }, length, true);
+      targets, [module](std::size_t i) { return module[i]; }, length, linear_module::yes);
 }
 
 /// Whether the weight named `name` ("model.layers.{layer}.self_attn.q_proj.weight") is one of
@@ -263,7 +267,7 @@ constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
                       g.kind == tensor_kind::expert || g.kind == tensor_kind::router;
   return targets_module(
       targets, [&](std::size_t i) { return name[module_begin + i]; }, module_end - module_begin,
-      linear);
+      linear ? linear_module::yes : linear_module::no);
 }
 }  // namespace detail
 
