@@ -50,7 +50,9 @@ constexpr void for_each_stage_updated_tensor(const training& t, const tensor_led
                                              const stage_range& range,
                                              std::int64_t experts_per_rank, std::int64_t shards,
                                              Visit&& visit) {
-  auto outside = [&](bool before) {
+  enum class side : unsigned char { before_layers, after_layers };
+  auto outside = [&](side of_layers) {
+    const bool before = of_layers == side::before_layers;
     bool seen_layers = false;
     for (const tensor_group& g : tensors) {
       seen_layers = seen_layers || g.layer_count > 0;
@@ -68,10 +70,10 @@ constexpr void for_each_stage_updated_tensor(const training& t, const tensor_led
                                           rep == 0 ? checked_mul(copies, count) : std::int64_t{0});
                                   });
   };
-  outside(true);
+  outside(side::before_layers);
   for_each_layer_run(range.first_layer, range.first_layer + range.layers,
                      edges_of(tensors, t.finetune).at, run);
-  outside(false);
+  outside(side::after_layers);
 }
 
 /// The optimizer step's temporaries, tensor by tensor in the model's order (step_scratch_of):
