@@ -139,33 +139,31 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   for (const tensor_group& g : tensors) {
     if (!g.in_layer(layer)) continue;
     unsharded_states acc{};
-    add_group(t, g, {.first_layer = layer, .layers = 1, .first = false, .last = false}, false,
-              experts_per_rank, shards, acc);
+    constexpr bool before_layers = false;
+    add_group(t, g, {.first_layer = layer, .layers = 1, .first = false, .last = false},
+              before_layers, experts_per_rank, shards, acc);
     const int part = g.kind == tensor_kind::attention ? 0 : 1;
     const bool out = g.split == tp_split::input && g.rank == 2;
     // One tensor per weight (per routed expert): its gradient and its autocast copy.
-    auto each = [&](layer_tensor kind, bytes all, std::int64_t count, bool cached) {
+    auto each = [&](layer_piece piece, bytes all, std::int64_t count) {
       if (all == bytes{}) return;
       if (count < 1) count = 1;
       const bytes size{all.count / count};
-      visit(layer_piece{.kind = kind,
-                        .part = part,
-                        .output_linear = out,
-                        .cached = cached,
-                        .size = size,
-                        .count = count - 1});
-      visit(layer_piece{.kind = kind,
-                        .part = part,
-                        .output_linear = out,
-                        .cached = cached,
-                        .size = all - size * (count - 1),
-                        .count = 1});
+      piece.part = part;
+      piece.output_linear = out;
+      piece.size = size;
+      piece.count = count - 1;
+      visit(piece);
+      piece.size = all - size * (count - 1);
+      piece.count = 1;
+      visit(piece);
     };
-    each(layer_tensor::gradient, rank_share(acc.gradients, acc.dim0_gradients, l, sharded_grads),
-         acc.trained_tensors, false);
-    each(layer_tensor::cast, acc.cast_copies - acc.frozen_cast_copies, acc.trained_tensors, true);
-    each(layer_tensor::cast, acc.frozen_cast_copies, acc.weight_tensors - acc.trained_tensors,
-         false);
+    each({.kind = layer_tensor::gradient},
+         rank_share(acc.gradients, acc.dim0_gradients, l, sharded_grads), acc.trained_tensors);
+    each({.kind = layer_tensor::cast, .cached = true}, acc.cast_copies - acc.frozen_cast_copies,
+         acc.trained_tensors);
+    each({.kind = layer_tensor::cast}, acc.frozen_cast_copies,
+         acc.weight_tensors - acc.trained_tensors);
   }
   for (const saved_tensor& x : layer_saved_tensors(m, t.precision, o, l, moe, t.finetune))
     visit(layer_piece{
@@ -416,8 +414,9 @@ constexpr head_gradients head_gradient_tensors(const training& t, const tensor_l
       if (!past_layers || g.layer_count > 0 || after_layers.size() == after_layers.capacity)
         continue;
       unsharded_states acc{};
-      add_group(t, g, {.first_layer = 0, .layers = 0, .first = range.first, .last = true}, false,
-                layers.experts_per_rank, layers.shards, acc);
+      constexpr bool before_layers = false;
+      add_group(t, g, {.first_layer = 0, .layers = 0, .first = range.first, .last = true},
+                before_layers, layers.experts_per_rank, layers.shards, acc);
       const bytes share =
           rank_share(acc.gradients, acc.dim0_gradients, t.layout, layers.sharded_grads);
       if (share > bytes{}) after_layers.push_back(share);
@@ -506,8 +505,9 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
     for (const tensor_group& g : tensors) {
       if (g.layer_count > 0) break;
       unsharded_states acc{};
-      add_group(t, g, {.first_layer = 0, .layers = 0, .first = true, .last = range.last}, true,
-                c.experts_per_rank, c.shards, acc);
+      constexpr bool before_layers = true;
+      add_group(t, g, {.first_layer = 0, .layers = 0, .first = true, .last = range.last},
+                before_layers, c.experts_per_rank, c.shards, acc);
       const bytes share = rank_share(acc.gradients, acc.dim0_gradients, t.layout, c.sharded_grads);
       embedding += share;
       if (t.model.tied_embeddings && g.split == tp_split::vocab) out.tied_grads += share;
@@ -803,8 +803,10 @@ struct step_writer {
     units_released = true;
   }
 
+  enum class pass : unsigned char { first, later };
   /// One micro-batch's forward and backward (the first, or each later one: all alike).
-  constexpr void micro_batch(bool first_pass) {
+  constexpr void micro_batch(pass which) {
+    const bool first_pass = which == pass::first;
     w.micro_batch = first_pass ? 0 : 1;
     forward(first_pass);
     loss();
@@ -874,8 +876,8 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
     writer.w.side_gradients = roles.gradients;
     writer.w.gradient_stream = alloc_stream::reduce_scatter;
   }
-  writer.micro_batch(true);
-  if (o.micro_batches > 1) writer.micro_batch(false);
+  writer.micro_batch(step_writer::pass::first);
+  if (o.micro_batches > 1) writer.micro_batch(step_writer::pass::later);
   writer.optimizer_step();
   tl.peak = find_peak(tl);
   time_entries(tl);
