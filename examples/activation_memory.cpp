@@ -106,18 +106,18 @@ int main() {
                              recompute_kind::op_sac}) {
       const activation_options o{
           .micro_batch = 1, .sequence = 4096, .attention = a, .recompute = r};
-      const memory_ledger l = training_step(single, o);
-      const bytes acts = total(l, component::activations);
+      const timed_ledger l = training_step(single, o);
+      const bytes acts = total(l.entries, component::activations);
       const char* names[] = {"none", "selective", "full", "op-level SAC"};
       steps.add({a == attention_kind::eager ? "eager" : "flash", names[static_cast<int>(r)],
-                 to_string(acts), to_string(total(l) - acts), to_string(peak(l))});
+                 to_string(acts), to_string(total(l.entries) - acts), to_string(peak(l))});
     }
   }
   page.print("steps", steps);
 
-  const memory_ledger l = training_step(fsdp8, batch);
+  const timed_ledger l = training_step(fsdp8, batch);
   std::ostringstream step;
-  step << report::ledger_table(l) << "\nPeak: " << to_string(peak(l)) << " at the "
-       << to_string(peak_moment(l)) << ".\n";
+  step << report::ledger_table(l.entries) << "\nPeak: " << to_string(peak(l)) << " at the "
+       << to_string(l.peak_at) << ".\n";
   page.print("fsdp-step", step.str());
 }

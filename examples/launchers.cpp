@@ -74,7 +74,8 @@ static_assert(check_fits<offloaded, gpus::rtx_4090>());
 // The host holds the bf16 weights and gradient partitions, the fp32 gradients, master weights and
 // Adam states: 2 + 2 + 4 + 4 + 8 = 20 B per parameter (stage3.py; DeepSpeed's own estimator
 // counts 18, without the bf16 gradient buffer).
-static_assert(total(offloaded::breakdown(), memory_space::host) == bytes{20 * 8'030'261'248});
+static_assert(total(offloaded::breakdown().entries, memory_space::host) ==
+              bytes{20 * 8'030'261'248});
 // [end:offload]
 
 // [start:server]
@@ -89,11 +90,11 @@ static_assert(budget.sequences >= 50);
 
 namespace {
 /// A breakdown entry by entry, and its peak against the GPU's capacity.
-std::string breakdown_text(const memory_ledger& l, const gpu& device) {
+std::string breakdown_text(const timed_ledger& l, const gpu& device) {
   std::ostringstream out;
-  out << report::ledger_table(l) << "\nPeak per GPU: **" << to_string(peak(l)) << "** of "
-      << to_string(device.capacity) << " (" << device.name << "), at the "
-      << to_string(peak_moment(l)) << ".\n";
+  out << report::ledger_table(l.entries) << "\nPeak per GPU: **" << to_string(peak(l)) << "** of "
+      << to_string(device.capacity) << " (" << device.name << "), at the " << to_string(l.peak_at)
+      << ".\n";
   return out.str();
 }
 }  // namespace

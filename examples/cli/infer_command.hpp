@@ -214,9 +214,8 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
   e.parameters = parameters(tensors(s.m));
   e.device = s.g;
   const stage_states most = most_loaded_gpu(s.m, s.l, s.w, s.kv, s.r, s.g);
-  e.ledger = most.ledger;
+  e.ledger = by_lifetimes(most.ledger);
   e.stage = most.stage;
-  e.peak_at = peak_moment(e.ledger);
   e.fit.required = peak(e.ledger);
   e.fit.available = s.g.capacity;
   const int status = o.check && !e.fit.fits() ? 1 : 0;

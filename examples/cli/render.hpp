@@ -26,9 +26,8 @@ struct estimate {
   std::int64_t parameters = 0;
   std::int64_t trainable_parameters = 0;
   gpu device{};
-  memory_ledger ledger{};  ///< runtime overheads included
+  timed_ledger ledger{};  ///< runtime overheads included
   fit_report fit{};
-  moment peak_at = moment::end_of_forward;
   std::int64_t stage = 0;
   bytes activations_per_layer{};
   /// The caching allocator simulated over the steps, when it was (training).
@@ -47,18 +46,11 @@ inline const component shown_components[] = {component::weights,          compon
                                              component::activations,      component::kv_cache,
                                              component::buffers,          component::overhead};
 
-inline bytes component_at_peak(const estimate& e, component c) {
-  bytes sum{};
-  for (const memory_entry& m : e.ledger)
-    if (m.space == memory_space::device && m.component == c) sum += at_peak(m, e.peak_at);
-  return sum;
-}
-
 /// What the caching allocator holds at its peak: the tensors' peak and the reserve beyond it
 /// (simulated or the fixed share), without the CUDA context, workspaces and NCCL.
 inline bytes reserved_of(const estimate& e) {
   bytes reserve{};
-  for (const memory_entry& m : e.ledger)
+  for (const memory_entry& m : e.ledger.entries)
     if (m.role == entry_role::allocator_reserve) reserve += m.size;
   return e.fit.required - e.fit.overhead + reserve;
 }
@@ -92,22 +84,22 @@ inline void print_table(std::ostream& out, const estimate& e, const size_style& 
   out << e.title << "\n" << e.model_name << ": " << report::grouped(e.parameters) << " parameters";
   if (e.trainable_parameters > 0)
     out << ", " << report::grouped(e.trainable_parameters) << " trainable";
-  out << "\nMost loaded GPU: pipeline stage " << e.stage << ", peak at the " << to_string(e.peak_at)
-      << "\n\n";
+  out << "\nMost loaded GPU: pipeline stage " << e.stage << ", peak at the "
+      << to_string(e.ledger.peak_at) << "\n\n";
   char line[128];
   std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "component", "allocated", "at peak");
   out << line;
   for (component c : shown_components) {
-    const bytes all = total(e.ledger, c);
+    const bytes all = total(e.ledger.entries, c);
     if (all == bytes{}) continue;
     std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", to_string(c), size(all).c_str(),
-                  size(component_at_peak(e, c)).c_str());
+                  size(at_peak(e.ledger, c)).c_str());
     out << line;
   }
   std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "total (peak)", "",
                 size(e.fit.required).c_str());
   out << line;
-  const bytes host = total(e.ledger, memory_space::host);
+  const bytes host = total(e.ledger.entries, memory_space::host);
   if (host > bytes{}) {
     std::snprintf(line, sizeof line, "  %-18s %14s\n", "host memory", size(host).c_str());
     out << line;
@@ -121,12 +113,14 @@ inline void print_markdown(std::ostream& out, const estimate& e, const size_styl
   out << "### " << e.title << "\n\n"
       << e.model_name << ": " << report::grouped(e.parameters) << " parameters, "
       << report::grouped(e.trainable_parameters) << " trainable. Most loaded GPU: pipeline stage "
-      << e.stage << ", peak at the " << to_string(e.peak_at) << ".\n\n";
+      << e.stage << ", peak at the " << to_string(e.ledger.peak_at) << ".\n\n";
   report::table t({"entry", "component", "where", "bytes", "at peak", "source"});
   const char* where[] = {"device", "host", "nvme"};
-  for (const memory_entry& m : e.ledger)
+  for (std::size_t i = 0; i < e.ledger.entries.size(); ++i) {
+    const memory_entry& m = e.ledger.entries[i];
     t.add({m.name, to_string(m.component), where[static_cast<int>(m.space)], size(m.size),
-           size(at_peak(m, e.peak_at)), m.source});
+           size(e.ledger.at_peak[i]), m.source});
+  }
   t.add({"**peak per GPU**", "", "", "", "**" + size(e.fit.required) + "**", ""});
   out << t << "\n";
   if (e.allocator) out << "The " << allocator_summary(e, size) << ".\n\n";
@@ -141,21 +135,22 @@ inline nlohmann::json device_json(const gpu& device) {
 /// The stable JSON interface (docs/cli.md#json); more keys may follow, none change.
 inline nlohmann::json to_json(const estimate& e) {
   nlohmann::json memory;
-  for (component c : shown_components) memory[to_string(c)] = total(e.ledger, c).count;
+  for (component c : shown_components) memory[to_string(c)] = total(e.ledger.entries, c).count;
   memory["activations_per_layer"] = e.activations_per_layer.count;
   memory["total"] = e.fit.required.count;
   memory["reserved"] = reserved_of(e).count;
   memory["allocated"] = allocated_of(e).count;
-  nlohmann::json at_peak;
-  for (component c : shown_components) at_peak[to_string(c)] = component_at_peak(e, c).count;
+  nlohmann::json peak_parts;
+  for (component c : shown_components) peak_parts[to_string(c)] = at_peak(e.ledger, c).count;
   nlohmann::json entries = nlohmann::json::array();
   const char* where[] = {"device", "host", "nvme"};
-  for (const memory_entry& m : e.ledger) {
+  for (std::size_t i = 0; i < e.ledger.entries.size(); ++i) {
+    const memory_entry& m = e.ledger.entries[i];
     entries.push_back({{"name", m.name},
                        {"component", to_string(m.component)},
                        {"space", where[static_cast<int>(m.space)]},
                        {"bytes", m.size.count},
-                       {"at_peak", vramfit::at_peak(m, e.peak_at).count},
+                       {"at_peak", e.ledger.at_peak[i].count},
                        {"tensors", m.tensors},
                        {"source", m.source}});
   }
@@ -168,9 +163,9 @@ inline nlohmann::json to_json(const estimate& e) {
           {"fits", e.fit.fits()},
           {"configuration", e.title},
           {"pipeline_stage", e.stage},
-          {"peak_moment", to_string(e.peak_at)},
-          {"at_peak", at_peak},
-          {"host", total(e.ledger, memory_space::host).count},
+          {"peak_moment", to_string(e.ledger.peak_at)},
+          {"at_peak", peak_parts},
+          {"host", total(e.ledger.entries, memory_space::host).count},
           {"entries", entries}};
 }
 
@@ -187,13 +182,13 @@ inline void print_svg(std::ostream& out, const estimate& e, const size_style& si
       << "<title>" << svg::escape(e.title) << "</title>\n";
   const double below = svg::title(out, e.title, left);
   out << "<text x=\"" << left << "\" y=\"" << below + 4 << "\">Per GPU at the "
-      << to_string(e.peak_at) << ": " << svg::escape(size(e.fit.required)) << " of "
+      << to_string(e.ledger.peak_at) << ": " << svg::escape(size(e.fit.required)) << " of "
       << svg::escape(size(e.fit.available)) << " (" << svg::escape(e.device.name) << ") - "
       << svg::escape(verdict(e, size)) << "</text>\n";
   double at = 0;
   int legend = 0;
   for (std::size_t i = 0; i < std::size(shown_components); ++i) {
-    const bytes b = component_at_peak(e, shown_components[i]);
+    const bytes b = at_peak(e.ledger, shown_components[i]);
     if (b == bytes{}) continue;
     const double x0 = x_of(at);
     at += static_cast<double>(b.count);

@@ -71,7 +71,6 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   e.ledger = t.ledger;
   e.timeline = std::move(t.timeline);
   e.fit = fit(e.ledger, device);
-  e.peak_at = peak_moment(e.ledger);
   e.stage = t.stage;
   const model& m = p.setup.model;
   for (bool moe : {false, true}) {

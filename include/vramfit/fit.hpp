@@ -19,9 +19,10 @@ struct fit_report {
 };
 
 /// The fit report of a ledger (overheads included) on `device`.
-constexpr fit_report fit(const memory_ledger& l, const gpu& device) {
+constexpr fit_report fit(const timed_ledger& ledger, const gpu& device) {
+  const memory_ledger& l = ledger.entries;
   fit_report r{};
-  r.required = peak(l);
+  r.required = peak(ledger);
   r.available = device.capacity;
   r.weights = total(l, component::weights);
   r.gradients = total(l, component::gradients);

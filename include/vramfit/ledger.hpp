@@ -114,11 +114,6 @@ struct memory_entry {
   /// zero when they are alike.
   bytes first_tensor{};
   const char* source = "";  ///< where the formula comes from
-  /// Set by the step timeline (timeline.hpp): the bytes of this entry alive at the step's peak,
-  /// and the moment that peak belongs to. Untimed ledgers derive both from the lifetimes.
-  bool timed = false;
-  bytes at_peak{};
-  moment peak_at = moment::end_of_forward;
 };
 
 /// A GPU's entries. Each add_entry call site adds at most one: 27 for the model states
@@ -198,38 +193,57 @@ constexpr bytes total_at(const memory_ledger& ledger, moment m) {
   return sum;
 }
 
-/// Whether the step timeline has set what each entry holds at the peak.
-constexpr bool is_timed(const memory_ledger& ledger) {
-  for (const memory_entry& e : ledger)
-    if (e.timed) return true;
-  return false;
-}
-
-/// The moment of the step with the most device bytes (the first of equals); for a timed ledger,
-/// the moment its timeline's peak event belongs to.
+/// The moment of the step with the most device bytes by the entries' lifetimes (the first of
+/// equals).
 constexpr moment peak_moment(const memory_ledger& ledger) {
-  for (const memory_entry& e : ledger)
-    if (e.timed) return e.peak_at;
   moment most = moments[0];
   for (moment m : moments)
     if (total_at(ledger, m) > total_at(ledger, most)) most = m;
   return most;
 }
 
-/// The bytes of `e` allocated at the peak at `m`: what the timeline found for a timed entry; for
-/// the others, all of them or none by their lifetime (entries appended after the timeline, such as
-/// runtime overheads, are persistent).
-constexpr bytes at_peak(const memory_entry& e, moment m) {
-  if (e.timed) return e.at_peak;
-  return alive_at(e, m) ? e.size : bytes{};
+/// The device peak of a ledger by its entries' lifetimes: the bytes at its fullest moment, not a
+/// sum of maxima. A training step's peak is its timeline's (timed_ledger).
+constexpr bytes peak(const memory_ledger& ledger) {
+  return total_at(ledger, peak_moment(ledger));
 }
 
-/// The device peak of one training step: the bytes at its fullest moment, not a sum of maxima.
-constexpr bytes peak(const memory_ledger& ledger) {
-  const moment m = peak_moment(ledger);
+/// A ledger and what each entry holds at the peak: a view of a training step's timeline
+/// (timeline.hpp's ledger_of), or of a ledger without one by its lifetimes (by_lifetimes).
+struct timed_ledger {
+  memory_ledger entries{};
+  detail::static_vector<bytes, memory_ledger::capacity> at_peak{};  ///< device bytes, per entry
+  moment peak_at = moment::end_of_forward;  ///< the moment of the step the peak falls in
+};
+
+/// Appends `more`, each entry's bytes at the peak by its lifetime (runtime overheads are
+/// persistent: all of them).
+constexpr void append(timed_ledger& ledger, const memory_ledger& more) {
+  for (const memory_entry& e : more) {
+    ledger.entries.push_back(e);
+    const bool at_peak = e.space == memory_space::device && alive_at(e, ledger.peak_at);
+    ledger.at_peak.push_back(at_peak ? e.size : bytes{});
+  }
+}
+
+/// A ledger without a timeline seen at its peak moment by the entries' lifetimes.
+constexpr timed_ledger by_lifetimes(const memory_ledger& ledger) {
+  timed_ledger out{.peak_at = peak_moment(ledger)};
+  append(out, ledger);
+  return out;
+}
+
+/// The device bytes at the peak.
+constexpr bytes peak(const timed_ledger& ledger) {
   bytes sum{};
-  for (const memory_entry& e : ledger)
-    if (e.space == memory_space::device) sum += at_peak(e, m);
+  for (bytes b : ledger.at_peak) sum += b;
+  return sum;
+}
+/// The device bytes of one component at the peak.
+constexpr bytes at_peak(const timed_ledger& ledger, component what) {
+  bytes sum{};
+  for (std::size_t i = 0; i < ledger.entries.size(); ++i)
+    if (ledger.entries[i].component == what) sum += ledger.at_peak[i];
   return sum;
 }
 

@@ -31,13 +31,13 @@ constexpr stage_state<step_timeline> most_loaded_step(const training_plan_value&
   return most_loaded_by(
       t.layout, t.model, edges_of(tensors(t.model), t.finetune),
       [&](std::int64_t s) { return step_timeline_of(t, p.batch, s); },
-      [](const step_timeline& tl) { return peak(tl.ledger); });
+      [](const step_timeline& tl) { return tl.peak.alive; });
 }
 
 /// The ledger of the most loaded rank, without runtime overheads.
-constexpr stage_states most_loaded_rank(const training_plan_value& p) {
+constexpr stage_state<timed_ledger> most_loaded_rank(const training_plan_value& p) {
   const stage_state<step_timeline> most = most_loaded_step(p);
-  return {most.stage, most.state.ledger};
+  return {most.stage, ledger_of(most.state)};
 }
 
 /// The caching allocator over the most loaded rank's steps when the plan simulates it
@@ -51,9 +51,9 @@ constexpr std::optional<reserved_memory_estimate> simulated_reserve(
 
 /// `rank`'s ledger on `device` with the runtime overheads, the allocator's reserve from `allocator`
 /// when simulated.
-constexpr memory_ledger with_overheads(const training_plan_value& p, const gpu& device,
-                                       memory_ledger rank,
-                                       const std::optional<reserved_memory_estimate>& allocator) {
+constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& device,
+                                      timed_ledger rank,
+                                      const std::optional<reserved_memory_estimate>& allocator) {
   std::optional<bytes> reserved;
   if (allocator) reserved = allocator->reserved;
   append(rank, overheads(p.overheads, device, peak(rank), p.setup.layout.world(), reserved));
@@ -67,18 +67,18 @@ struct training_estimate {
   std::int64_t stage = 0;
   step_timeline timeline{};
   std::optional<reserved_memory_estimate> allocator{};
-  memory_ledger ledger{};
+  timed_ledger ledger{};
 };
 
 constexpr training_estimate estimate(const training_plan_value& p, const gpu& device) {
   stage_state<step_timeline> most = most_loaded_step(p);
   std::optional<reserved_memory_estimate> allocator = simulated_reserve(p, most);
-  memory_ledger ledger = with_overheads(p, device, most.state.ledger, allocator);
+  timed_ledger ledger = with_overheads(p, device, ledger_of(most.state), allocator);
   return {most.stage, std::move(most.state), allocator, ledger};
 }
 
 /// The most loaded rank's ledger on `device`, runtime overheads included.
-constexpr memory_ledger breakdown(const training_plan_value& p, const gpu& device) {
+constexpr timed_ledger breakdown(const training_plan_value& p, const gpu& device) {
   return estimate(p, device).ledger;
 }
 
@@ -92,10 +92,10 @@ struct training_plan {
       training{M::value, P::value, O::value, F::value, L::value}, Batch, Overheads};
 
   /// The most loaded rank's ledger without runtime overheads.
-  static constexpr memory_ledger breakdown() { return most_loaded_rank(value).ledger; }
+  static constexpr timed_ledger breakdown() { return most_loaded_rank(value).state; }
   /// The most loaded rank's ledger on `G`, runtime overheads included.
   template <Gpu G>
-  static constexpr memory_ledger breakdown_on() {
+  static constexpr timed_ledger breakdown_on() {
     return vramfit::breakdown(value, G::value);
   }
   /// The peak of the most loaded rank's tensors, without runtime overheads (fit() and
@@ -117,10 +117,10 @@ struct inference_plan_value {
 };
 
 /// The most loaded GPU's ledger on `device` (the pipeline stage that needs the most), runtime
-/// overheads included.
-constexpr memory_ledger breakdown(const inference_plan_value& p, const gpu& device) {
-  return most_loaded_gpu(p.model, p.layout, p.weights, p.kv, p.requests, device, p.overheads)
-      .ledger;
+/// overheads included, seen at its peak by the entries' lifetimes.
+constexpr timed_ledger breakdown(const inference_plan_value& p, const gpu& device) {
+  return by_lifetimes(
+      most_loaded_gpu(p.model, p.layout, p.weights, p.kv, p.requests, device, p.overheads).ledger);
 }
 
 /// An inference plan as a type: `inference_plan<models::llama_2_70b, gptq<>,
@@ -132,7 +132,7 @@ struct inference_plan {
   static constexpr inference_plan_value value{M::value, W::value, KV,
                                               Requests, L::value, Overheads};
   template <Gpu G>
-  static constexpr memory_ledger breakdown_on() {
+  static constexpr timed_ledger breakdown_on() {
     return vramfit::breakdown(value, G::value);
   }
 };

@@ -111,11 +111,12 @@ struct layer_context {
   bool sharded_grads = false;
 };
 
-/// A step's timeline: its timed ledger (each entry's bytes at the peak set), its events, what is
-/// allocated when it starts (steady state: the optimizer states exist) and its peak; its layer
-/// runs, which the events of layers refer to by their first layer.
+/// A step's timeline: its ledger (each entry as large as it grows in the step) and each entry's
+/// device bytes at the peak, its events, what is allocated when it starts (steady state: the
+/// optimizer states exist) and its peak; its layer runs, which the events of layers refer to.
 struct step_timeline {
   memory_ledger ledger{};
+  detail::static_vector<bytes, memory_ledger::capacity> at_peak{};
   timeline_events events{};
   bytes at_start{};
   step_peak peak{};
@@ -387,14 +388,10 @@ constexpr void time_entries(step_timeline& tl) {
     if (tl.peak.event >= end)
       for (std::size_t i = 0; i < tl.ledger.size(); ++i) at[i] = alive[i];
   });
-  const moment region =
-      tl.events.empty() ? moment::end_of_forward : tl.events[tl.peak.event].region;
   for (std::size_t i = 0; i < tl.ledger.size(); ++i) {
     memory_entry& e = tl.ledger[i];
-    e.timed = true;
     if (e.lifetime != lifetime::persistent && e.space == memory_space::device) e.size = most[i];
-    e.at_peak = e.space == memory_space::device ? at[i] : bytes{};
-    e.peak_at = region;
+    tl.at_peak.push_back(e.space == memory_space::device ? at[i] : bytes{});
   }
 }
 
@@ -904,11 +901,17 @@ constexpr void for_each_event(const step_timeline& tl, std::int64_t expand, Visi
                            });
 }
 
-/// Everything one training step keeps on a GPU of pipeline stage `stage`, each entry timed: its
-/// bytes at the step's peak set from the timeline, so that peak() is the timeline's peak.
-constexpr memory_ledger training_step(const training& t, const activation_options& o,
-                                      std::int64_t stage = 0) {
-  return step_timeline_of(t, o, stage).ledger;
+/// The step's ledger seen at its peak: the timeline's.
+constexpr timed_ledger ledger_of(const step_timeline& tl) {
+  const moment region =
+      tl.events.empty() ? moment::end_of_forward : tl.events[tl.peak.event].region;
+  return {.entries = tl.ledger, .at_peak = tl.at_peak, .peak_at = region};
+}
+
+/// Everything one training step keeps on a GPU of pipeline stage `stage`, seen at the step's peak.
+constexpr timed_ledger training_step(const training& t, const activation_options& o,
+                                     std::int64_t stage = 0) {
+  return ledger_of(step_timeline_of(t, o, stage));
 }
 
 }  // namespace vramfit

@@ -451,12 +451,17 @@ const gpu& random_gpu(FuzzedDataProvider& in) {
 
 // --- Invariants cheap enough to check on every input. ---
 
-void check_ledger(const memory_ledger& l) {
-  const bytes top = peak(l);
+void check_ledger(const timed_ledger& timed) {
+  const memory_ledger& l = timed.entries;
+  const bytes top = peak(timed);
   bytes persistent{};
-  for (const memory_entry& e : l) {
+  expect(timed.at_peak.size() == l.size(), "an entry without its bytes at the peak");
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    const memory_entry& e = l[i];
     expect(e.size >= bytes{}, "a ledger entry is negative");
     expect(e.tensors >= 0, "a ledger entry's tensor count is negative");
+    expect(timed.at_peak[i] >= bytes{} && timed.at_peak[i] <= e.size,
+           "an entry holds more at the peak than at its fullest, or less than nothing");
     if (e.space != memory_space::device) continue;
     expect(top >= e.size, "the peak is smaller than one of its device entries");
     if (e.lifetime == lifetime::persistent) persistent += e.size;
@@ -590,14 +595,14 @@ void run(FuzzedDataProvider& in) {
     validated(t.layout, m);
     const stage_states most = most_loaded_stage(t);
     expect(most.stage >= 0 && most.stage < t.layout.pipeline, "most loaded stage out of range");
-    check_ledger(most.ledger);
+    check_ledger(by_lifetimes(most.ledger));
     const i64 stage = in.ConsumeIntegralInRange<i64>(0, t.layout.pipeline - 1);
     check_ledger(training_step(t, batch, stage));
     for (const bool moe : {false, true})
       expect(
           layer_activation_bytes(m, t.precision, batch, t.layout, moe, batch.recompute) >= bytes{},
           "negative activations of a layer");
-    const memory_ledger whole = breakdown(plan, g);
+    const timed_ledger whole = breakdown(plan, g);
     check_ledger(whole);
     const fit_report r = fit(plan, g);
     check_fit(r);

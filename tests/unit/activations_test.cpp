@@ -263,11 +263,11 @@ TEST_CASE("the step's peak is the largest moment, not a sum of maxima") {
   const model& m = models::llama_3_8b::value;
   const training t{m, amp<bf16>::value, adamw<>::value};
   const activation_options o{.micro_batch = 4, .sequence = 4096};
-  const memory_ledger step = training_step(t, o);
-  const bytes persistent_states =
-      total(step, component::weights) - bytes{} + total(step, component::optimizer_states);
-  const bytes gradients = total(step, component::gradients);
-  const bytes acts = total(step, component::activations);
+  const timed_ledger step = training_step(t, o);
+  const bytes persistent_states = total(step.entries, component::weights) - bytes{} +
+                                  total(step.entries, component::optimizer_states);
+  const bytes gradients = total(step.entries, component::gradients);
+  const bytes acts = total(step.entries, component::activations);
   CHECK(peak(step) < persistent_states + gradients + acts);
   CHECK(peak(step) >= persistent_states);
   // With gradient accumulation the gradients persist and coexist with the activations.

@@ -49,9 +49,9 @@ TEST_CASE("fits and the report behind it") {
   const fit_report r = fit(full_plan::value, gpus::h100_80gb::value);
   CHECK(r.available == gpus::h100_80gb::value.capacity);
   // required = the step's peak + the overheads; the components are their ledger totals.
-  const memory_ledger l = breakdown(full_plan::value, gpus::h100_80gb::value);
+  const timed_ledger l = breakdown(full_plan::value, gpus::h100_80gb::value);
   CHECK(r.required == peak(l));
-  CHECK(r.overhead == total(l, component::overhead));
+  CHECK(r.overhead == total(l.entries, component::overhead));
   CHECK(r.required == full_plan::tensors_peak() + r.overhead);
   CHECK_FALSE(r.fits());
 }
@@ -61,9 +61,9 @@ TEST_CASE("the most loaded rank of a pipeline is the one checked") {
       training_plan<models::llama_3_8b, mixed<bf16>, adamw<>, full_finetune,
                     parallel<pipeline_parallel<4>>,
                     activation_options{.micro_batch = 1, .sequence = 4096, .micro_batches = 8}>;
-  const stage_states most = most_loaded_rank(piped::value);
+  const stage_state<timed_ledger> most = most_loaded_rank(piped::value);
   for (std::int64_t s = 0; s < 4; ++s)
-    CHECK(peak(training_step(piped::value.setup, piped::value.batch, s)) <= peak(most.ledger));
+    CHECK(peak(training_step(piped::value.setup, piped::value.batch, s)) <= peak(most.state));
   // Stage 0 holds 4 micro-batches of activations, the last stage one: stage 0 is the heaviest.
   CHECK(most.stage == 0);
 }

@@ -189,10 +189,10 @@ TEST_CASE("an optimizer in backward steps one tensor at a time and frees each gr
   // the head's with the final norm's (E + 512). Nothing is left for a step at the end.
   const training t = in_backward(adamw<>::value);
   const activation_options o{.micro_batch = 1, .sequence = 64};
-  const memory_ledger step = training_step(t, o);
-  for (const memory_entry& e : step)
+  const timed_ledger step = training_step(t, o);
+  for (const memory_entry& e : step.entries)
     if (e.component == component::gradients) CHECK(e.size == bytes{2 * 262'144 + 2 * norm});
-  CHECK(peak_moment(step) != moment::optimizer_step);
+  CHECK(step.peak_at != moment::optimizer_step);
   const step_timeline tl = step_timeline_of(t, o);
   CHECK(std::string(tl.events[tl.events.size() - 1].what) != "gradients freed");
   // torchtune's rule: no gradient accumulation; DeepSpeed's flat buffers have no hooks.

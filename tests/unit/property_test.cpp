@@ -49,7 +49,7 @@ bytes required(const training_plan_value& p) {
   return fit(p, gpus::h100_80gb::value).required;
 }
 bytes activation_total(const training_plan_value& p) {
-  return total(training_step(p.setup, p.batch), component::activations);
+  return total(training_step(p.setup, p.batch).entries, component::activations);
 }
 }  // namespace
 
@@ -112,7 +112,7 @@ TEST_CASE("recompute never increases activation memory (1,000 configurations)") 
     const bytes full = activation_total(p);
     CHECK(selective <= none);
     CHECK(full <= selective + full);  // full keeps inputs only; its transient is one layer
-    CHECK(total(training_step(p.setup, p.batch), component::activations) == full);
+    CHECK(total(training_step(p.setup, p.batch).entries, component::activations) == full);
   }
 }
 
@@ -120,18 +120,25 @@ TEST_CASE("the ledger's entries sum to its totals, and the timed peak is what th
   generator g(3);
   for (int i = 0; i < 1000; ++i) {
     const training_plan_value p = g.next();
-    const memory_ledger l = breakdown(p, gpus::h100_80gb::value);
-    bytes by_component{}, held{};
-    for (int c = 0; c < component_count; ++c) by_component += total(l, static_cast<component>(c));
-    CHECK(by_component == total(l));
-    const moment m = peak_moment(l);
-    for (const memory_entry& e : l) {
-      CHECK(at_peak(e, m) >= bytes{});
-      CHECK(at_peak(e, m) <= e.size);  // no entry holds more at the peak than at its fullest
-      if (e.space == memory_space::device) held += at_peak(e, m);
+    const timed_ledger timed = breakdown(p, gpus::h100_80gb::value);
+    const memory_ledger& l = timed.entries;
+    bytes by_component{}, by_component_at_peak{}, held{};
+    for (int c = 0; c < component_count; ++c) {
+      by_component += total(l, static_cast<component>(c));
+      by_component_at_peak += at_peak(timed, static_cast<component>(c));
     }
-    CHECK(peak(l) == held);
-    CHECK(peak(l) <= total(l));
+    CHECK(by_component == total(l));
+    REQUIRE(timed.at_peak.size() == l.size());
+    for (std::size_t e = 0; e < l.size(); ++e) {
+      const bytes at = timed.at_peak[e];
+      CHECK(at >= bytes{});
+      CHECK(at <= l[e].size);  // no entry holds more at the peak than at its fullest
+      if (l[e].space != memory_space::device) CHECK(at == bytes{});
+      held += at;
+    }
+    CHECK(peak(timed) == held);
+    CHECK(by_component_at_peak == held);
+    CHECK(peak(timed) <= total(l));
   }
 }
 

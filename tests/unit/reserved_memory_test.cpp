@@ -208,18 +208,18 @@ TEST_CASE("estimates take the simulated reserve, the planner confirms with it") 
                    full_finetune::value, parallel<fsdp<8>>::value};
   const activation_options o{.micro_batch = 2, .sequence = 4096};
   training_plan_value simulated{t, o, {.reserve = reserve_model::simulated}};
-  const memory_ledger l = breakdown(simulated, gpus::h100_80gb::value);
-  const memory_ledger tensors_only = most_loaded_rank(simulated).ledger;
+  const timed_ledger l = breakdown(simulated, gpus::h100_80gb::value);
+  const timed_ledger tensors_only = most_loaded_rank(simulated).state;
   const reserved_memory_estimate r = reserved_memory(t, o);
-  bytes reserve{};
-  for (const memory_entry& e : l)
-    if (std::string_view(e.name) == "caching allocator: reserved beyond allocated")
-      reserve = e.size;
-  CHECK(reserve == r.reserved - peak(tensors_only));
+  const int simulated_reserve = entry_with(l.entries, entry_role::allocator_reserve);
+  REQUIRE(simulated_reserve >= 0);
+  const memory_entry& reserve = l.entries[static_cast<std::size_t>(simulated_reserve)];
+  CHECK(std::string_view(reserve.name) == "caching allocator: reserved beyond allocated");
+  CHECK(reserve.size == r.reserved - peak(tensors_only));
   CHECK(peak(l) == r.reserved + 512 * MiB + 32 * MiB + 512 * MiB);  // context, cuBLAS, NCCL
   // A fixed share given takes the fallback.
   simulated.overheads.fragmentation_percent = 5;
-  const memory_ledger shared = breakdown(simulated, gpus::h100_80gb::value);
+  const memory_ledger shared = breakdown(simulated, gpus::h100_80gb::value).entries;
   const int share = entry_with(shared, entry_role::allocator_reserve);
   REQUIRE(share >= 0);
   CHECK(std::string_view(shared[static_cast<std::size_t>(share)].name) ==
@@ -245,7 +245,7 @@ TEST_CASE("a stage deeper than the replay takes takes the fixed share") {
                     doctest::Contains("simulated for stages of at most 1024 layers, got 1025"));
   const training_plan_value p{t, o, {.reserve = reserve_model::simulated}};
   CHECK_FALSE(simulated_reserve(p, most_loaded_step(p)).has_value());
-  const memory_ledger l = breakdown(p, gpus::h100_80gb::value);
+  const memory_ledger l = breakdown(p, gpus::h100_80gb::value).entries;
   const int share = entry_with(l, entry_role::allocator_reserve);
   REQUIRE(share >= 0);
   CHECK(std::string_view(l[static_cast<std::size_t>(share)].name) ==

@@ -160,7 +160,7 @@ fails when one differs by more than 1 % and 16 KiB.
   int optimizer_misses = 0;
   for (const nlohmann::json& c : traces["cases"]) {
     const traced_case tc = describe(c["case"]);
-    const memory_ledger ledger = training_step(tc.setup, tc.batch);
+    const memory_ledger ledger = training_step(tc.setup, tc.batch).entries;
     std::int64_t traced = 0;
     for (const nlohmann::json& p : c["step2"]["phase_peaks"])
       if (p["phase"] == "optimizer")
