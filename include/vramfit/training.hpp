@@ -134,8 +134,7 @@ constexpr bytes step_temporaries(const training& t, const tensor_ledger& tensors
 
 /// Accumulates the tensors of pipeline stage `stage` and reads how the layout shards them.
 constexpr stage_model_states stage_model_states_of(const training& t, const tensor_ledger& tensors,
-                                                   std::int64_t stage,
-                                                   const gathered_units* gathered = nullptr) {
+                                                   std::int64_t stage) {
   const layout& l = validated(t.layout, t.model);
   stage_model_states s{t, tensors, stage_of(t, stage)};
   s.experts_per_rank = t.model.is_moe() ? t.model.moe.routed_experts / l.expert : 1;
@@ -150,8 +149,7 @@ constexpr stage_model_states stage_model_states_of(const training& t, const tens
       l.zero == sharding::zero3 || (l.shards_each_tensor() && l.zero == sharding::zero2);
   s.optimizer_space = space_of(l.optimizer_offload);
   s.weight_space = space_of(l.parameter_offload);
-  if (l.gathers_units())
-    s.gathered = gathered ? *gathered : gathered_units_of(t, tensors, s.range, s.experts_per_rank);
+  if (l.gathers_units()) s.gathered = gathered_units_of(t, tensors, s.range, s.experts_per_rank);
   return s;
 }
 
