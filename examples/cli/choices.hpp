@@ -284,6 +284,12 @@ inline constexpr named<sweep_axis> sweep_axes[] = {{"micro-batch", sweep_axis::m
 inline constexpr named<reserve_model> reserve_models[] = {{"share", reserve_model::share},
                                                           {"simulated", reserve_model::simulated}};
 
+/// --metric: the figure a verdict compares with the card.
+inline constexpr named<memory_metric> memory_metrics[] = {
+    {"nvidia-smi", memory_metric::nvidia_smi, "reserved, CUDA context, workspaces, NCCL"},
+    {"reserved", memory_metric::reserved, "torch.cuda.max_memory_reserved"},
+    {"allocated", memory_metric::allocated, "torch.cuda.max_memory_allocated"}};
+
 /// infer --logits: whether every position's logits are computed (a plain forward), or the last's.
 inline constexpr named<bool> logit_choices[] = {{"last", false}, {"all", true}};
 

@@ -37,6 +37,7 @@ struct infer_options {
   std::optional<std::int64_t> utilization;
   std::optional<std::int64_t> max_num_batched_tokens, max_num_seqs, non_torch_mib;
   std::string framework;
+  memory_metric metric = memory_metric::nvidia_smi;
   output_format format = output_format::table;
   bool check = false;
 };
@@ -97,6 +98,7 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--non-torch", o.non_torch_mib,
                "MiB outside torch after vLLM's baseline snapshot (default: the measured 0.13 GiB "
                "at TP 1, 0.55 GiB at TP 2 or more)");
+  add_metric_option(c, o.metric);
   add_estimate_format(c, o.format);
   c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
 }
@@ -125,13 +127,13 @@ inline request_shape request_of(const infer_options& o) {
     detail::raise(
         "--max-num-batched-tokens, --max-num-seqs and --non-torch size vLLM's KV pool: give "
         "--utilization too");
-  if (serving &&
-      (o.beams > 1 || o.prefill_chunk > 0 || o.all_logits || o.attention != attention_kind::flash ||
-       o.format == output_format::markdown || o.format == output_format::svg))
+  if (serving && (o.beams > 1 || o.prefill_chunk > 0 || o.all_logits ||
+                  o.attention != attention_kind::flash || o.metric != memory_metric::nvidia_smi ||
+                  o.format == output_format::markdown || o.format == output_format::svg))
     detail::raise(
         "--utilization sizes vLLM's KV pool (table or json): --beams, --prefill-chunk, --logits "
-        "all, --attention (Hugging Face's) and -f markdown|svg describe one request's memory; "
-        "leave them out");
+        "all, --attention (Hugging Face's), --metric and -f markdown|svg describe one request's "
+        "memory; leave them out");
   if (o.prefill_chunk >= o.context)
     detail::raise("--prefill-chunk " + std::to_string(o.prefill_chunk) +
                   " is not shorter than the prompt (" + std::to_string(o.context) +
@@ -159,6 +161,7 @@ struct infer_setup {
   request_shape r;
   std::int64_t context;
   std::string title;
+  runtime_overheads overheads;
 };
 
 /// vLLM's KV pool at --utilization: what it leaves for the cache, as a table or JSON.
@@ -213,10 +216,11 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
   e.model_name = s.m.name;
   e.parameters = parameters(tensors(s.m));
   e.device = s.g;
-  const stage_states most = most_loaded_gpu(s.m, s.l, s.w, s.kv, s.r, s.g);
+  const stage_states most = most_loaded_gpu(s.m, s.l, s.w, s.kv, s.r, s.g, s.overheads);
   e.ledger = by_lifetimes(most.ledger);
   e.stage = most.stage;
-  e.fit.required = peak(e.ledger);
+  e.metric = s.overheads.metric;
+  e.fit.required = peak(e.ledger) - not_counted(most.ledger, e.metric);
   e.fit.available = s.g.capacity;
   const int status = o.check && !e.fit.fits() ? 1 : 0;
   if (o.format == output_format::markdown) {
@@ -228,8 +232,9 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
     return status;
   }
   // The most sequences at this context, and the longest context at this batch (0: none fits).
-  const std::int64_t batch = max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536);
-  const std::int64_t longest = max_context(s.m, s.l, s.w, s.kv, s.r, s.g);
+  const std::int64_t batch = max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536, s.overheads);
+  const std::int64_t longest =
+      max_context(s.m, s.l, s.w, s.kv, s.r, s.g, std::int64_t{1} << 24, s.overheads);
   if (o.format == output_format::json) {
     nlohmann::json j = cli::to_json(e);
     j["max_batch"] = batch;
@@ -279,7 +284,8 @@ inline int run_infer(std::ostream& out, const CLI::App& cmd, const infer_options
                 gpu_named(o.gpu),
                 request_of(o),
                 detail::checked_add(o.context, o.generate),
-                ""};
+                "",
+                {.metric = o.metric}};
   std::ostringstream title;
   title << "Inference " << m.name << " | weights " << s.w.name << " | KV "
         << name_of(kv_formats, o.kv_dtype) << " | " << s.l.world()

@@ -189,6 +189,14 @@ inline void add_estimate_format(CLI::App& cmd, output_format& format) {
       ->capture_default_str();
 }
 
+/// --metric, which decides the verdict, the largest micro-batch, sequence, batch and context.
+inline void add_metric_option(CLI::App& cmd, memory_metric& metric) {
+  add_choice(cmd, "--metric", metric, memory_metrics, "--metric",
+             "What is compared with the GPU's memory: " + choice_list(memory_metrics))
+      ->type_name(choice_type(memory_metrics))
+      ->capture_default_str();
+}
+
 /// The framework `name` names, for `subcommand`.
 inline const cli::framework& framework_named(const std::string& name, std::string_view subcommand) {
   std::string known;

@@ -14,6 +14,7 @@
 #include <vramfit/vramfit.hpp>
 
 #include "../report.hpp"
+#include "choices.hpp"
 #include "sizes.hpp"
 #include "svg.hpp"
 
@@ -27,7 +28,8 @@ struct estimate {
   std::int64_t trainable_parameters = 0;
   gpu device{};
   timed_ledger ledger{};  ///< runtime overheads included
-  fit_report fit{};
+  fit_report fit{};       ///< its required bytes as `metric` counts them
+  memory_metric metric = memory_metric::nvidia_smi;
   std::int64_t stage = 0;
   bytes activations_per_layer{};
   /// The caching allocator simulated over the steps, when it was (training).
@@ -46,18 +48,20 @@ inline const component shown_components[] = {component::weights,          compon
                                              component::activations,      component::kv_cache,
                                              component::buffers,          component::overhead};
 
+/// The peak as `metric` counts it.
+inline bytes peak_of(const estimate& e, memory_metric metric) {
+  return peak(e.ledger) - not_counted(e.ledger.entries, metric);
+}
+
 /// What the caching allocator holds at its peak: the tensors' peak and the reserve beyond it
 /// (simulated or the fixed share), without the CUDA context, workspaces and NCCL.
 inline bytes reserved_of(const estimate& e) {
-  bytes reserve{};
-  for (const memory_entry& m : e.ledger.entries)
-    if (m.role == entry_role::allocator_reserve) reserve += m.size;
-  return e.fit.required - e.fit.overhead + reserve;
+  return peak_of(e, memory_metric::reserved);
 }
 
 /// What its blocks hold at its peak: simulated, or the tensors' peak.
 inline bytes allocated_of(const estimate& e) {
-  return e.allocator ? e.allocator->allocated : e.fit.required - e.fit.overhead;
+  return e.allocator ? e.allocator->allocated : peak_of(e, memory_metric::allocated);
 }
 
 inline std::string allocator_summary(const estimate& e, const size_style& size) {
@@ -96,7 +100,8 @@ inline void print_table(std::ostream& out, const estimate& e, const size_style& 
                   size(at_peak(e.ledger, c)).c_str());
     out << line;
   }
-  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "total (peak)", "",
+  const char* totals[] = {"total (peak)", "reserved (peak)", "allocated (peak)"};
+  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", totals[static_cast<int>(e.metric)], "",
                 size(e.fit.required).c_str());
   out << line;
   const bytes host = total(e.ledger.entries, memory_space::host);
@@ -138,6 +143,7 @@ inline nlohmann::json to_json(const estimate& e) {
   for (component c : shown_components) memory[to_string(c)] = total(e.ledger.entries, c).count;
   memory["activations_per_layer"] = e.activations_per_layer.count;
   memory["total"] = e.fit.required.count;
+  memory["nvidia_smi"] = peak_of(e, memory_metric::nvidia_smi).count;
   memory["reserved"] = reserved_of(e).count;
   memory["allocated"] = allocated_of(e).count;
   nlohmann::json peak_parts;
@@ -161,6 +167,7 @@ inline nlohmann::json to_json(const estimate& e) {
           {"memory", memory},
           {"device", device_json(e.device)},
           {"fits", e.fit.fits()},
+          {"metric", name_of(memory_metrics, e.metric)},
           {"configuration", e.title},
           {"pipeline_stage", e.stage},
           {"peak_moment", to_string(e.ledger.peak_at)},

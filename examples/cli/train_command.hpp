@@ -70,7 +70,8 @@ inline cli::estimate estimate_of(const train_options& o, const training_plan_val
   e.allocator = t.allocator;
   e.ledger = t.ledger;
   e.timeline = std::move(t.timeline);
-  e.fit = fit(e.ledger, device);
+  e.metric = p.overheads.metric;
+  e.fit = fit(e.ledger, device, e.metric);
   e.stage = t.stage;
   const model& m = p.setup.model;
   for (bool moe : {false, true}) {

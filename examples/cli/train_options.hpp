@@ -70,6 +70,7 @@ struct train_options {
   std::string alloc_conf;
   std::optional<reserve_model> reserve;  ///< unset: simulated, share with a percentage
   std::int64_t fragmentation_percent = -1;
+  memory_metric metric = memory_metric::nvidia_smi;
   output_format format = output_format::table;
   std::optional<sweep_axis> sweep;
   std::int64_t sweep_max = 0;
@@ -239,6 +240,7 @@ inline void add_output_options(CLI::App& cmd, train_options& o) {
                  "The share of the tensors' peak that --reserve share adds (5, or 1 with "
                  "expandable segments, when not given)")
       ->check(CLI::Range(0, 1000));
+  add_metric_option(cmd, o.metric);
   add_estimate_format(cmd, o.format);
   add_choice(cmd, "--sweep", o.sweep, sweep_axes, "--sweep",
              "Repeat for doubling micro-batch or seq-len: micro-batch or seq-len");

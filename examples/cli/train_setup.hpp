@@ -338,7 +338,8 @@ inline runtime_overheads overheads_of(const train_options& o) {
   runtime_overheads overheads{
       .fragmentation_percent = o.fragmentation_percent,
       .reserve = simulates(o) ? reserve_model::simulated : reserve_model::share,
-      .allocator = checked_alloc_conf(o)};
+      .allocator = checked_alloc_conf(o),
+      .metric = o.metric};
   if (o.expandable_segments) overheads.allocator.expandable_segments = true;
   return overheads;
 }

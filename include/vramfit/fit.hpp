@@ -10,7 +10,7 @@ namespace vramfit {
 /// What a fit check found, in bytes. Structural: compilers print it in full when it is a template
 /// argument, which is how a failed check shows its numbers.
 struct fit_report {
-  bytes required{};   ///< the most loaded rank's peak plus runtime overheads
+  bytes required{};   ///< the most loaded rank's peak with what the metric counts beside it
   bytes available{};  ///< the GPU's capacity
   bytes weights{}, gradients{}, optimizer_states{}, master_weights{}, activations{}, kv_cache{},
       buffers{}, overhead{};
@@ -18,11 +18,12 @@ struct fit_report {
   [[nodiscard]] constexpr bool fits() const { return required <= available; }
 };
 
-/// The fit report of a ledger (overheads included) on `device`.
-constexpr fit_report fit(const timed_ledger& ledger, const gpu& device) {
+/// The fit report of a ledger (overheads included) on `device`, its peak counted by `metric`.
+constexpr fit_report fit(const timed_ledger& ledger, const gpu& device,
+                         memory_metric metric = memory_metric::nvidia_smi) {
   const memory_ledger& l = ledger.entries;
   fit_report r{};
-  r.required = peak(ledger);
+  r.required = peak(ledger) - not_counted(l, metric);
   r.available = device.capacity;
   r.weights = total(l, component::weights);
   r.gradients = total(l, component::gradients);
@@ -37,12 +38,12 @@ constexpr fit_report fit(const timed_ledger& ledger, const gpu& device) {
 
 /// The fit of a training plan on GPU `device`: its most loaded rank.
 constexpr fit_report fit(const training_plan_value& p, const gpu& device) {
-  return fit(breakdown(p, device), device);
+  return fit(breakdown(p, device), device, p.overheads.metric);
 }
 
 /// The fit of an inference plan on GPU `device`: its most loaded GPU.
 constexpr fit_report fit(const inference_plan_value& p, const gpu& device) {
-  return fit(breakdown(p, device), device);
+  return fit(breakdown(p, device), device, p.overheads.metric);
 }
 
 /// A training or an inference plan type.

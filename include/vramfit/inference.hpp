@@ -557,11 +557,13 @@ constexpr stage_states most_loaded_gpu(const model& m, const layout& l, const we
   });
 }
 
-/// The most memory a request shape needs on the most loaded GPU, runtime overheads included.
+/// The most memory a request shape needs on the most loaded GPU, runtime overheads included, as
+/// `o.metric` counts it.
 constexpr bytes inference_required(const model& m, const layout& l, const weight_layout& w,
                                    const kv_cache_config& kv, const request_shape& r,
                                    const gpu& device, const runtime_overheads& o = {}) {
-  return peak(most_loaded_gpu(m, l, w, kv, r, device, o).ledger);
+  const memory_ledger ledger = most_loaded_gpu(m, l, w, kv, r, device, o).ledger;
+  return peak(ledger) - not_counted(ledger, o.metric);
 }
 
 /// The largest batch (up to `limit`) whose requests of the given context fit `device`; 0 when not

@@ -98,6 +98,7 @@ enum class entry_role : unsigned char {
   gathered_parameters,   ///< sharded parameters gathered: units at once, or the whole model
   root_gradients,        ///< the root unit's unsharded gradients, reduced last
   allocator_reserve,     ///< what the caching allocator reserves beyond the tensors
+  outside_allocator,     ///< the CUDA context, library workspaces, NCCL's buffers
 };
 
 /// One line of a ledger. Names and sources are string literals: a ledger is cheap to build in a

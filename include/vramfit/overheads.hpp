@@ -18,6 +18,11 @@ namespace vramfit {
 /// share of the tensors' peak (the default: cheap, and the only way without a timeline).
 enum class reserve_model : unsigned char { share, simulated };
 
+/// The figure a verdict compares with the card: PyTorch's max_memory_allocated (the tensors'
+/// blocks), max_memory_reserved (and the caching allocator's reserve beyond them), or the
+/// process's memory as nvidia-smi shows it (and the CUDA context, workspaces and NCCL buffers).
+enum class memory_metric : unsigned char { nvidia_smi, reserved, allocated };
+
 /// What a process needs on a GPU besides its tensors. A value of -1 takes the default for the
 /// GPU's generation.
 struct runtime_overheads {
@@ -37,18 +42,40 @@ struct runtime_overheads {
   std::int64_t fragmentation_percent = -1;
   reserve_model reserve = reserve_model::share;
   alloc_conf allocator{};  ///< PYTORCH_CUDA_ALLOC_CONF
+  memory_metric metric = memory_metric::nvidia_smi;
 };
+
+/// The device bytes of `ledger` that `metric` does not count (persistent overheads, so the same
+/// at every moment): the reserve's for allocated, and what sits outside the allocator.
+constexpr bytes not_counted(const memory_ledger& ledger, memory_metric metric) {
+  bytes out{};
+  for (const memory_entry& e : ledger) {
+    const bool outside = e.role == entry_role::outside_allocator;
+    const bool reserve = e.role == entry_role::allocator_reserve;
+    if (e.space == memory_space::device && ((metric != memory_metric::nvidia_smi && outside) ||
+                                            (metric == memory_metric::allocated && reserve)))
+      out += e.size;
+  }
+  return out;
+}
 
 /// Whether `o` has the caching allocator simulated: the simulated reserve, no fixed share given.
 constexpr bool replays_allocator(const runtime_overheads& o) {
   return o.reserve == reserve_model::simulated && o.fragmentation_percent < 0;
 }
 
+/// The caching allocator's steady-state peaks, replayed over the step (reserved_memory.hpp).
+struct allocator_peaks {
+  bytes reserved{};
+  bytes allocated{};  ///< its blocks at their rounded sizes: max_memory_allocated
+};
+
 /// The overheads of one process on `device` whose tensors peak at `tensors_peak`, in a job of
-/// `world` GPUs: ledger entries of component `overhead`, all persistent. `reserved`: the caching
-/// allocator's simulated peak reserved bytes, when known.
+/// `world` GPUs: ledger entries of component `overhead`, all persistent. `simulated`: the caching
+/// allocator's replayed peaks, when known.
 constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device, bytes tensors_peak,
-                                  std::int64_t world, std::optional<bytes> reserved = {}) {
+                                  std::int64_t world,
+                                  std::optional<allocator_peaks> simulated = {}) {
   const bool volta = device.generation == gpu_generation::volta;
   const bool hopper_or_later =
       device.generation == gpu_generation::hopper || device.generation == gpu_generation::blackwell;
@@ -63,19 +90,28 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device,
                                                                  : 5;
   memory_ledger l{};
   const auto space = memory_space::device;
+  constexpr auto always = lifetime::persistent;
+  constexpr auto outside = entry_role::outside_allocator;
   add_entry(l, "CUDA context", component::overhead, space, context, 0,
             volta ? "HF Model training anatomy: 1343 MiB on a V100 (measured)"
-                  : "assumed 512 MiB with lazy loading (pytorch/pytorch#107667)");
+                  : "assumed 512 MiB with lazy loading (pytorch/pytorch#107667)",
+            always, outside);
   add_entry(l, "cuBLAS workspace", component::overhead, space, cublas, 0,
-            "PyTorch CublasHandlePool.cpp default workspace size");
+            "PyTorch CublasHandlePool.cpp default workspace size", always, outside);
   add_entry(l, "NCCL buffers", component::overhead, space, nccl, 0,
-            "assumed 512 MiB for multi-GPU jobs (NCCL_BUFFSIZE 4 MiB per channel)");
-  if (reserved)
+            "assumed 512 MiB for multi-GPU jobs (NCCL_BUFFSIZE 4 MiB per channel)", always,
+            outside);
+  if (simulated) {
+    const bytes blocks = simulated->allocated > tensors_peak ? simulated->allocated : tensors_peak;
+    add_entry(l, "caching allocator: blocks beyond the tensors", component::overhead, space,
+              blocks - tensors_peak, 0,
+              "CUDACachingAllocator rounds each block up (512 B; small remainders kept whole)",
+              always);
     add_entry(l, "caching allocator: reserved beyond allocated", component::overhead, space,
-              *reserved > tensors_peak ? *reserved - tensors_peak : bytes{}, 0,
+              simulated->reserved > blocks ? simulated->reserved - blocks : bytes{}, 0,
               "CUDACachingAllocator simulated over the step's tensors (reserved_memory.hpp)",
-              lifetime::persistent, entry_role::allocator_reserve);
-  else
+              always, entry_role::allocator_reserve);
+  } else
     add_entry(l, "allocator fragmentation reserve", component::overhead, space,
               divide_up(tensors_peak * percent, 100), 0,
               "assumed share of reserved-but-unallocated memory (pytorch#137151)",

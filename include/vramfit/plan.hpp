@@ -54,9 +54,9 @@ constexpr std::optional<reserved_memory_estimate> simulated_reserve(
 constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& device,
                                       timed_ledger rank,
                                       const std::optional<reserved_memory_estimate>& allocator) {
-  std::optional<bytes> reserved;
-  if (allocator) reserved = allocator->reserved;
-  append(rank, overheads(p.overheads, device, peak(rank), p.setup.layout.world(), reserved));
+  std::optional<allocator_peaks> simulated;
+  if (allocator) simulated = allocator_peaks{allocator->reserved, allocator->allocated};
+  append(rank, overheads(p.overheads, device, peak(rank), p.setup.layout.world(), simulated));
   return rank;
 }
 

@@ -175,6 +175,67 @@ TEST_CASE("infer's JSON: the most sequences and the longest context that fit") {
   CHECK(none.at("max_context") == 0);
 }
 
+TEST_CASE("--metric: the verdict and the largest values follow the figure compared") {
+  // Llama-3-8B under FSDP on 8 H100s: the simulated reserve and the runtime overheads between
+  // the three figures, each entry named in the JSON.
+  const std::string base = "train -m llama-3-8b --dp 8 --fsdp full -b 2 -f json --metric ";
+  std::map<std::string, nlohmann::json> by;
+  for (const char* metric : {"nvidia-smi", "reserved", "allocated"}) {
+    const result r = run(base + metric);
+    REQUIRE(r.status == 0);
+    by[metric] = nlohmann::json::parse(r.out);
+    CHECK(by[metric].at("metric") == metric);
+  }
+  const nlohmann::json& smi = by["nvidia-smi"];
+  std::int64_t outside = 0, reserve = 0;
+  for (const auto& e : smi.at("entries")) {
+    const std::string name = e.at("name");
+    if (name == "CUDA context" || name == "cuBLAS workspace" || name == "NCCL buffers")
+      outside += e.at("bytes").get<std::int64_t>();
+    if (name == "caching allocator: reserved beyond allocated") reserve = e.at("bytes");
+  }
+  CHECK(outside == (512 + 32 + 512) * 1024 * 1024);  // context, Hopper's cuBLAS, NCCL
+  const nlohmann::json& m = smi.at("memory");
+  const std::int64_t total = m.at("total");
+  CHECK(m.at("nvidia_smi") == total);
+  CHECK(m.at("reserved").get<std::int64_t>() == total - outside);
+  CHECK(m.at("reserved").get<std::int64_t>() - reserve == m.at("allocated").get<std::int64_t>());
+  // The three JSONs list the same figures; only the compared total and what follows it differ.
+  for (const char* metric : {"reserved", "allocated"}) {
+    const nlohmann::json& j = by[metric];
+    CHECK(j.at("memory").at("total") == m.at(metric));
+    CHECK(j.at("memory").at("nvidia_smi") == total);
+    CHECK(j.at("entries") == smi.at("entries"));
+  }
+  // Less counted, more fits: each largest micro-batch fits by its metric and one more does not.
+  const std::int64_t b_smi = smi.at("max_micro_batch"),
+                     b_res = by["reserved"].at("max_micro_batch"),
+                     b_all = by["allocated"].at("max_micro_batch");
+  CHECK(b_smi <= b_res);
+  CHECK(b_res <= b_all);
+  CHECK(b_smi < b_all);
+  const std::string check = "train -m llama-3-8b --dp 8 --fsdp full --check --metric allocated -b ";
+  CHECK(run(check + std::to_string(b_all)).status == 0);
+  CHECK(run(check + std::to_string(b_all + 1)).status == 1);
+  CHECK(run("train -m llama-3-8b -b 2 --metric allocated").out.find("allocated (peak)") !=
+        std::string::npos);
+
+  // infer: the share's reserve and the CUDA context and cuBLAS workspace of one GPU.
+  const nlohmann::json served = nlohmann::json::parse(run("infer -m gpt2 -f json").out);
+  const nlohmann::json& sm = served.at("memory");
+  CHECK(sm.at("nvidia_smi").get<std::int64_t>() - sm.at("reserved").get<std::int64_t>() ==
+        (512 + 32) * 1024 * 1024);
+  CHECK(sm.at("allocated") < sm.at("reserved"));
+  const nlohmann::json allocated =
+      nlohmann::json::parse(run("infer -m gpt2 -f json --metric allocated").out);
+  CHECK(allocated.at("memory").at("total") == sm.at("allocated"));
+  CHECK(allocated.at("max_batch").get<std::int64_t>() > served.at("max_batch").get<std::int64_t>());
+  const result pool = run("infer -m gpt2 --utilization 90 --metric reserved");
+  CHECK(pool.status == 2);
+  CHECK(pool.err.find("--metric") != std::string::npos);
+  CHECK(run("train -m gpt2 --metric smi").status == 2);
+}
+
 TEST_CASE("--check: 1 when the plan does not fit, 0 when it does") {
   CHECK(run("train --model llama-3-8b --check").status == 1);
   CHECK(run("train --model llama-3-8b --qlora --check").status == 0);
@@ -1466,6 +1527,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--alloc-conf expandable_segments:True",
                                           "--expandable-segments",
                                           "--fragmentation-percent 10",
+                                          "--metric allocated",
                                           "--format json",
                                           "--sweep micro-batch",
                                           "--sweep-max 4",
@@ -1505,7 +1567,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                         "--cuda-graphs 100",   "--tp 2",           "--pp 2",
                         "--gpu a100-80gb",     "--utilization 90", "--max-num-batched-tokens 1024",
                         "--max-num-seqs 4",    "--non-torch 100",  "--format json",
-                        "--params 7e9",        "--units GB"})
+                        "--params 7e9",        "--units GB",       "--metric reserved"})
     probes.push_back({"infer", o});
   for (const char* o : {"--max-num-batched-tokens 1024", "--max-num-seqs 4", "--non-torch 100"})
     probes.push_back({"infer --utilization 90", o});
