@@ -10,6 +10,8 @@ cmake_minimum_required(VERSION 3.25)  # script mode: use current policies
 #                                          -DPYTHONPATH, the built module; skipped without them).
 # MODE=check fails on a difference; MODE=write rewrites the blocks and files.
 
+include(${CMAKE_CURRENT_LIST_DIR}/blocks.cmake)
+
 function(read_region file region out)
   file(READ ${ROOT}/examples/${file} source)
   set(start_marker "// [start:${region}]\n")
@@ -72,18 +74,12 @@ foreach(page IN LISTS pages)
   file(READ ${page} text)
   set(result "")
   while(TRUE)
-    string(REGEX MATCH "<!-- (snippet|vramfit|vramfit-svg|vramfit-python): [^\n]* -->\n" marker
-           "${text}")
+    next_marker("<!-- (snippet|vramfit|vramfit-svg|vramfit-python): [^\n]* -->\n" "${text}"
+                marker before text)
     if(NOT marker)
       break()
     endif()
-    string(FIND "${text}" "${marker}" at)
-    string(LENGTH "${marker}" marker_length)
-    math(EXPR after "${at} + ${marker_length}")
-    string(SUBSTRING "${text}" 0 ${after} before)
-    string(SUBSTRING "${text}" ${after} -1 rest)
     string(APPEND result "${before}")
-    set(text "${rest}")
     if(marker MATCHES "^<!-- vramfit-python: ")
       if(NOT PYTHON)
         continue()  # no module built: the blocks stay as they are

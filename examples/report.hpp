@@ -47,8 +47,9 @@ class table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-/// The blocks an example prints into its hand-written page (cmake/docs.cmake puts each between
-/// the page's markers of its name). A blank line ends each, so that no table runs into the marker.
+/// The blocks an example or a validation program prints into its hand-written page
+/// (cmake/docs.cmake puts each between the page's markers of its name). A blank line ends each, so
+/// that no table runs into the marker.
 class page_blocks {
  public:
   page_blocks(std::ostream& out, std::string source) : out_(out), source_(std::move(source)) {}
