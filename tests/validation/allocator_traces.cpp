@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
         .push_back(path);
   }
   std::sort(files.begin(), files.end());
+  std::sort(expandable.begin(), expandable.end());  // directory order differs between checkouts
   const report::page_blocks page(std::cout, "allocator_traces.cpp");
   std::string replays =
       "| traced step | GPU | steps | requests | frees | segments held | reserved (B) | "
