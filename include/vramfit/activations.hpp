@@ -1000,6 +1000,22 @@ constexpr in_flight micro_batches_in_flight(const layout& l, const activation_op
   return {p - stage < m ? p - stage : m, 1};
 }
 
+/// The model chunk that alone holds some tensors: the first stage's first (the embedding's
+/// inputs), the last stage's last (the final norm's, head's and loss's).
+enum class model_chunk : unsigned char { first, last };
+
+/// Micro-batches of `chunk` in flight on its stage. Interleaved, at most min(m, 2p) of the first
+/// and one of the last, whose backward follows each forward (docs/sources.md#megatron-schedules);
+/// otherwise every chunk is the stage.
+constexpr in_flight micro_batches_in_flight(const layout& l, const activation_options& o,
+                                            std::int64_t stage, model_chunk chunk) {
+  if (l.pipeline == 1 || o.schedule != pipeline_schedule::interleaved)
+    return micro_batches_in_flight(l, o, stage);
+  if (chunk == model_chunk::last) return {1, 1};
+  const std::int64_t two_groups = detail::checked_mul(2, l.pipeline);
+  return {o.micro_batches < two_groups ? o.micro_batches : two_groups, 1};
+}
+
 namespace detail {
 
 /// What the layers of a stage keep, for one micro-batch: their saved activations under their
@@ -1049,28 +1065,29 @@ constexpr stage_layers layers_of_stage(const training& t, const activation_optio
 
 /// The embedding's saved inputs on the first stage (input ids, BERT's token types, ViT's image,
 /// the dropout mask) and Hugging Face's rotary tables, which every layer's rotary multiply saves.
+/// What the embedding keeps for backward on the first stage, per micro-batch.
 constexpr bytes embedding_inputs(const model& m, const activation_options& o,
                                  const block_builder& b, const stage_range& range) {
+  if (!range.first) return {};
   const std::int64_t tokens = b.tokens();
-  bytes embedding{};
-  if (range.first) {
-    embedding += bytes{checked_mul(8, tokens)};  // input ids (int64), embedding backward
-    if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
-    if (m.family == family::vit) {
-      const encoder_config& e = m.encoder;
-      embedding += bytes_for_bits(checked_mul(
-          checked_mul(o.micro_batch, e.channels * e.image_size * e.image_size), b.beta()));
-    }
-    if (o.hidden_dropout)
-      embedding += bytes_for_bits(checked_mul(b.replicated(m.hidden), o.dropout_mask_bits));
+  bytes embedding{checked_mul(8, tokens)};  // input ids (int64), embedding backward
+  if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
+  if (m.family == family::vit) {
+    const encoder_config& e = m.encoder;
+    embedding += bytes_for_bits(checked_mul(
+        checked_mul(o.micro_batch, e.channels * e.image_size * e.image_size), b.beta()));
   }
-  if (m.positions == position_kind::rotary && range.layers > 0) {
-    // Hugging Face computes cos and sin once per forward ([b, s, rotary dim]) and every layer's
-    // rotary multiply saves them.
-    const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
-    embedding += bytes_for_bits(checked_mul(checked_mul(2 * rotary, tokens), b.beta()));
-  }
+  if (o.hidden_dropout)
+    embedding += bytes_for_bits(checked_mul(b.replicated(m.hidden), o.dropout_mask_bits));
   return embedding;
+}
+
+/// The rotary tables of a stage's forward, per micro-batch: Hugging Face computes cos and sin once
+/// per forward ([b, s, rotary dim]) and every layer's rotary multiply saves them.
+constexpr bytes rotary_tables(const model& m, const block_builder& b, const stage_range& range) {
+  if (m.positions != position_kind::rotary || range.layers == 0) return {};
+  const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
+  return bytes_for_bits(checked_mul(checked_mul(2 * rotary, b.tokens()), b.beta()));
 }
 
 /// What the final norm, the head and the loss keep and make on the last stage.
@@ -1191,10 +1208,13 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   detail::check(o, l);
   detail::check_sequence(m, o.sequence);
   const detail::stage_range range = stage_of(t, stage);
-  const in_flight flight = micro_batches_in_flight(l, o, stage);
-  auto held = [&](bytes per_micro_batch) {
+  auto held_by = [](const in_flight& flight, bytes per_micro_batch) {
     return divide_up(per_micro_batch * flight.num, flight.den);
   };
+  const in_flight flight = micro_batches_in_flight(l, o, stage);
+  auto held = [&](bytes per_micro_batch) { return held_by(flight, per_micro_batch); };
+  const in_flight first_chunk = micro_batches_in_flight(l, o, stage, model_chunk::first);
+  const in_flight last_chunk = micro_batches_in_flight(l, o, stage, model_chunk::last);
   const detail::block_builder b(m, t.precision, o, l);
   const detail::stage_layers layers = detail::layers_of_stage(t, o, l, range);
   const detail::loss_tensors loss = detail::head_and_loss(t, o, l, b, range);
@@ -1206,15 +1226,17 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             lifetime::forward_backward, entry_role::saved_activations);
   // Model-level tensors, per micro-batch in flight.
   add_entry(ledger, "embedding inputs and rotary tables", component::activations, space,
-            held(detail::embedding_inputs(m, o, b, range)), 0,
-            "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward,
+            held_by(first_chunk, detail::embedding_inputs(m, o, b, range)) +
+                held(detail::rotary_tables(m, b, range)),
+            0, "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward,
             entry_role::embedding_inputs);
   // Under activation offload the loss's tensors stay on the GPU (read first in backward;
   // torchtune's loss is outside OffloadActivations). Two where one micro-batch's are held: norm and
   // head inputs with labels, then cross_entropy's log-probabilities (as timeline and replay do).
-  const bool two_parts = loss.log_probs > bytes{} && held(loss.head) == loss.head;
+  const bytes head = held_by(last_chunk, loss.head);
+  const bool two_parts = loss.log_probs > bytes{} && head == loss.head;
   add_entry(ledger, "final norm, head input and loss", component::activations, memory_space::device,
-            held(loss.head), two_parts ? 2 : 0,
+            head, two_parts ? 2 : 0,
             "final norm and head inputs, labels (int64), cross-entropy log_softmax output",
             lifetime::until_head_backward);
   if (two_parts) ledger[ledger.size() - 1].first_tensor = loss.head - loss.log_probs;

@@ -237,9 +237,8 @@ TEST_CASE("pipeline stages hold p - r micro-batches in 1F1B") {
   const bytes layer =
       layer_activation_bytes(m, mixed<bf16>::value, o, t.layout, false, recompute_kind::none);
   auto saved = [&](std::int64_t stage) {
-    for (const memory_entry& e : activations(t, o, stage))
-      if (std::string(e.name) == "saved activations (layers x micro-batches)") return e.size;
-    return bytes{};
+    const memory_ledger l = activations(t, o, stage);
+    return l[static_cast<std::size_t>(entry_with(l, entry_role::saved_activations))].size;
   };
   CHECK(saved(0) == layer * 8 * 4);
   CHECK(saved(1) == layer * 8 * 3);
@@ -254,6 +253,47 @@ TEST_CASE("pipeline stages hold p - r micro-batches in 1F1B") {
   const in_flight f = micro_batches_in_flight(t.layout, interleaved, 0);
   CHECK(f.num == 4 * (2 - 1) + 2 * 4 - 1);
   CHECK(f.den == 2);
+}
+
+TEST_CASE("interleaved: the embedding's chunk holds up to 2p micro-batches, the head's one") {
+  // Megatron-Core, p = 4, v = 2, m = 8. Rank 0 runs chunk 0 of micro-batches 0-3, chunk 1 of 0-3,
+  // chunk 0 of 4-6 before its first backward (chunk 1 of micro-batch 0), then chunk 0 of 7: 8 of
+  // chunk 0 at once. Rank 3 runs chunks 0 of 0-3 before its first chunk-1 forward, whose backward
+  // comes next: one micro-batch's final norm, head and loss at a time.
+  const model& m = models::llama_3_8b::value;
+  const training t{m, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+                   parallel<pipeline_parallel<4>>::value};
+  activation_options o{.micro_batch = 1, .sequence = 2048, .micro_batches = 8};
+  o.schedule = pipeline_schedule::interleaved;
+  o.virtual_stages = 2;
+  auto entry = [&](std::int64_t stage, entry_role role) {
+    const memory_ledger l = activations(t, o, stage);
+    const int at = entry_with(l, role);
+    return at < 0 ? bytes{} : l[static_cast<std::size_t>(at)].size;
+  };
+  // Input ids, 8 B a token, for 8 micro-batches; bf16 cos and sin of 128 per token, per forward of
+  // a chunk: (4 x 1 + 2 x 4 - 1) / 2 stages' worth.
+  const std::int64_t tokens = 2048;
+  CHECK(entry(0, entry_role::embedding_inputs) ==
+        bytes{8 * tokens * 8 + (2 * 128 * tokens * 2 * 11 + 1) / 2});
+  const in_flight first = micro_batches_in_flight(t.layout, o, 0, model_chunk::first);
+  CHECK((first.num == 8 && first.den == 1));
+  o.micro_batches = 16;  // 2p of chunk 0 at most
+  CHECK(micro_batches_in_flight(t.layout, o, 0, model_chunk::first).num == 8);
+  // The head's tensors: those of the last stage under 1F1B, which holds one micro-batch (p - r).
+  const memory_ledger head_stage = activations(t, o, 3);
+  activation_options one_f_one_b = o;
+  one_f_one_b.schedule = pipeline_schedule::one_f_one_b;
+  one_f_one_b.virtual_stages = 1;
+  const memory_ledger plain = activations(t, one_f_one_b, 3);
+  auto head = [](const memory_ledger& l) {
+    for (const memory_entry& e : l)
+      if (e.lifetime == lifetime::until_head_backward) return e.size;
+    return bytes{};
+  };
+  CHECK(head(plain) > bytes{});
+  CHECK(head(head_stage) == head(plain));
+  CHECK(micro_batches_in_flight(t.layout, o, 3, model_chunk::last).num == 1);
 }
 
 TEST_CASE("the step's peak is the largest moment, not a sum of maxima") {
