@@ -118,11 +118,8 @@ int main() {
   for (int i = 0; i < 3; ++i) {
     const memory_ledger l = model_states(
         training{models::mixtral_8x7b::value, mixed<bf16, bf16>::value, adam<>::value, modes[i]});
-    bytes trained{}, frozen{};
-    for (const memory_entry& e : l) {
-      if (std::string(e.name) == "weights (trained)") trained = e.size;
-      if (std::string(e.name) == "weights (frozen)") frozen = e.size;
-    }
+    const bytes trained = size_of(l, entry_role::trained_weights);
+    const bytes frozen = size_of(l, entry_role::frozen_weights);
     cases.add({names[i], to_string(trained, prefixes::decimal),
                to_string(frozen, prefixes::decimal),
                to_string(total(l, component::gradients), prefixes::decimal),

@@ -89,6 +89,8 @@ constexpr const char* to_string(moment m) {
 /// entry is written, so that nothing finds an entry by the text it prints.
 enum class entry_role : unsigned char {
   none,
+  trained_weights,       ///< the weights trained, where some are frozen
+  frozen_weights,        ///< the weights not trained, where some are trained
   saved_activations,     ///< the layers' saved tensors, over the micro-batches kept
   embedding_inputs,      ///< what the embeddings keep for backward, and rotary tables
   logits,                ///< the loss's logits in forward
@@ -142,6 +144,12 @@ constexpr int entry_with(const memory_ledger& ledger, entry_role role) {
   for (std::size_t i = 0; i < ledger.size(); ++i)
     if (ledger[i].role == role) return static_cast<int>(i);
   return -1;
+}
+
+/// The bytes of the entry of role `role`, zero when there is none.
+constexpr bytes size_of(const memory_ledger& ledger, entry_role role) {
+  const int at = entry_with(ledger, role);
+  return at < 0 ? bytes{} : ledger[static_cast<std::size_t>(at)].size;
 }
 
 /// Bytes of the entries in `space`, optionally of one component.

@@ -167,10 +167,11 @@ constexpr void add_weights(memory_ledger& ledger, const stage_model_states& s) {
   } else {
     add_entry(ledger, "weights (trained)", component::weights, s.weight_space,
               s.shard(acc.trained_weights, acc.dim0_trained_weights, sharded), acc.trained_tensors,
-              source);
+              source, lifetime::persistent, entry_role::trained_weights);
     add_entry(ledger, "weights (frozen)", component::weights, s.weight_space,
               s.shard(acc.frozen_weights, acc.dim0_frozen_weights, sharded),
-              acc.weight_tensors - acc.trained_tensors, source);
+              acc.weight_tensors - acc.trained_tensors, source, lifetime::persistent,
+              entry_role::frozen_weights);
   }
   add_entry(ledger, "model buffers (states)", component::weights, memory_space::device,
             acc.state_buffers, 0, "tensor ledger: stored non-parameter tensors");

@@ -237,8 +237,7 @@ TEST_CASE("pipeline stages hold p - r micro-batches in 1F1B") {
   const bytes layer =
       layer_activation_bytes(m, mixed<bf16>::value, o, t.layout, false, recompute_kind::none);
   auto saved = [&](std::int64_t stage) {
-    const memory_ledger l = activations(t, o, stage);
-    return l[static_cast<std::size_t>(entry_with(l, entry_role::saved_activations))].size;
+    return size_of(activations(t, o, stage), entry_role::saved_activations);
   };
   CHECK(saved(0) == layer * 8 * 4);
   CHECK(saved(1) == layer * 8 * 3);
@@ -266,15 +265,10 @@ TEST_CASE("interleaved: the embedding's chunk holds up to 2p micro-batches, the 
   activation_options o{.micro_batch = 1, .sequence = 2048, .micro_batches = 8};
   o.schedule = pipeline_schedule::interleaved;
   o.virtual_stages = 2;
-  auto entry = [&](std::int64_t stage, entry_role role) {
-    const memory_ledger l = activations(t, o, stage);
-    const int at = entry_with(l, role);
-    return at < 0 ? bytes{} : l[static_cast<std::size_t>(at)].size;
-  };
   // Input ids, 8 B a token, for 8 micro-batches; bf16 cos and sin of 128 per token, per forward of
   // a chunk: (4 x 1 + 2 x 4 - 1) / 2 stages' worth.
   const std::int64_t tokens = 2048;
-  CHECK(entry(0, entry_role::embedding_inputs) ==
+  CHECK(size_of(activations(t, o, 0), entry_role::embedding_inputs) ==
         bytes{8 * tokens * 8 + (2 * 128 * tokens * 2 * 11 + 1) / 2});
   const in_flight first = micro_batches_in_flight(t.layout, o, 0, model_chunk::first);
   CHECK((first.num == 8 && first.den == 1));
