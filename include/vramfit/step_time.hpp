@@ -325,8 +325,10 @@ constexpr double data_parallel_time(const training_plan_value& p, const cluster_
   const layout& l = p.setup.layout;
   const double micro_batches = as_double(p.batch.micro_batches);
   const replicated_weights w = replicated_weights_of(p, f);
-  const double weight = element_bytes(p.setup.precision.weights);
-  const double grad = element_bytes(p.setup.precision.gradients);
+  // FSDP gathers in MixedPrecision's param_dtype, the compute format (frameworks.hpp).
+  const precision& mp = p.setup.precision;
+  const double weight = element_bytes(gathers_in_compute_format(l) ? mp.compute : mp.weights);
+  const double grad = element_bytes(mp.gradients);
   const double replicas = as_double(l.data) * as_double(l.context);  // gradients averaged over both
   const double backward = compute * 2 / 3;
   double data_time = 0, overlap = 0;

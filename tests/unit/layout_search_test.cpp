@@ -308,6 +308,13 @@ TEST_CASE("data parallel: ZeRO-3 moves 3Ψ where DDP and ZeRO-1 move 2Ψ") {
   p.setup.layout.data = 16;
   CHECK(estimate_step_time(p, h100, instant).data ==
         doctest::Approx(3 * (15.0 / 16) * psi / 50e9).epsilon(1e-6));
+  // FSDP under AMP: fp32 parameters gathered in MixedPrecision's bf16 param_dtype, forward and
+  // backward, and the fp32 gradients reduce-scattered.
+  p.setup.precision = amp<bf16>::value;
+  p.setup.layout = {
+      .data = 8, .zero = sharding::zero3, .implementation = shard_implementation::fsdp};
+  CHECK(estimate_step_time(p, h100, instant).data ==
+        doctest::Approx((2 + 2) * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
 }
 
 TEST_CASE("context parallel: the K/V ring, exposed only beyond the attention it overlaps") {
