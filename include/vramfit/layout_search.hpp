@@ -354,7 +354,9 @@ class layout_searcher {
     const sharding_family f = space_.sharding;
     const bool any = f == sharding_family::any;
     shard(sharding::none, layout{}.implementation, 0);  // plain DDP, as `train` without --zero
-    if (f == sharding_family::deepspeed || any)
+    // DeepSpeed's pipeline engine runs 1F1B only: not a GPipe schedule given.
+    const bool gpipe = l.pipeline > 1 && plan_.batch.schedule == pipeline_schedule::gpipe;
+    if ((f == sharding_family::deepspeed || any) && !gpipe)
       for (const sharding s : {sharding::zero1, sharding::zero2, sharding::zero3})
         shard(s, deepspeed, 0);
     if (f == sharding_family::megatron || any) shard(sharding::zero1, megatron, 0);
@@ -378,9 +380,10 @@ class layout_searcher {
       return reject(c, rejection::breaks_a_rule);
     }
     // Virtual stages: 1, or a divisor of each stage's layers (Megatron-LM needs layers
-    // divisible by p·v).
+    // divisible by p·v); DeepSpeed's pipeline engine runs 1F1B only.
     const std::int64_t pp = c.layout.pipeline;
-    const std::int64_t chunks = pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
+    const bool interleaves = c.layout.implementation != shard_implementation::deepspeed;
+    const std::int64_t chunks = interleaves && pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
     for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, max_virtual_stages_searched),
                      [&](std::int64_t v) {
                        if (!allowed(space_.virtual_stages, v)) return;

@@ -176,6 +176,10 @@ namespace detail::rules {
   raise("DeepSpeed's pipeline engine forbids ZeRO stage " + str(stage) +
         " with pipeline parallelism (degree " + str(pp) + "); use ZeRO-1");
 }
+[[noreturn]] inline void deepspeed_pipeline_runs_one_f_one_b(std::int64_t pp) {
+  raise("DeepSpeed's pipeline engine runs the 1F1B schedule only (degree " + str(pp) +
+        "): no interleaved or GPipe schedule with DeepSpeed's ZeRO");
+}
 [[noreturn]] inline void parameter_offload_needs_zero3() {
   raise("offloading parameters needs ZeRO-3 (or FSDP full sharding)");
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vramfit/layout_search.hpp>
 #include <vramfit/presets.hpp>
 #include <vramfit/timeline.hpp>
 #include <vramfit/training.hpp>
@@ -103,5 +104,43 @@ TEST_CASE("ZeRO-1/2 with the optimizer offloaded: 16-bit weights and a staging b
     CHECK(total(l) - buckets(l) ==
           bytes{2 * p} + staging + (stage == sharding::zero1 ? bytes{2 * p} : bytes{}));
     CHECK(total(l, memory_space::host) == bytes{(2 + 4 + 4 + 8) * p / 4});
+  }
+}
+
+TEST_CASE("DeepSpeed's pipeline engine runs 1F1B only, and the planner keeps to it") {
+  // deepspeed/runtime/pipe/engine.py steps TrainSchedule (schedule.py): no interleaved chunks,
+  // no GPipe schedule.
+  const training t{models::llama_3_8b::value,
+                   mixed<bf16>::value,
+                   adamw<>::value,
+                   full_finetune::value,
+                   {.data = 2,
+                    .pipeline = 2,
+                    .zero = sharding::zero1,
+                    .implementation = shard_implementation::deepspeed}};
+  activation_options o{.micro_batch = 1, .sequence = 1024, .micro_batches = 4};
+  CHECK(total(activations(t, o)) > bytes{});
+  for (const pipeline_schedule s : {pipeline_schedule::interleaved, pipeline_schedule::gpipe}) {
+    o.schedule = s;
+    o.virtual_stages = s == pipeline_schedule::interleaved ? 2 : 1;
+    CHECK_THROWS_WITH_AS(activations(t, o), doctest::Contains("runs the 1F1B schedule only"),
+                         error);
+  }
+  // Searched with a GPipe schedule or interleaved chunks, no DeepSpeed layout is ranked.
+  training_plan_value base{{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value},
+                           {.sequence = 2048, .schedule = pipeline_schedule::gpipe}};
+  for (const pipeline_schedule s : {pipeline_schedule::gpipe, pipeline_schedule::interleaved}) {
+    base.batch.schedule = s;
+    const search_result found =
+        search_layouts(base, gpus::h100_80gb::value,
+                       {.gpus = 16, .sharding = sharding_family::deepspeed, .top = 32});
+    REQUIRE(found.found());
+    for (const plan_candidate& c : found.best) {
+      CAPTURE(c.layout.pipeline);
+      if (c.layout.zero != sharding::none && c.layout.pipeline > 1) {
+        CHECK(s == pipeline_schedule::interleaved);
+        CHECK(c.virtual_stages == 1);
+      }
+    }
   }
 }

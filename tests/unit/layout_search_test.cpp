@@ -50,6 +50,8 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
           const std::int64_t per_replica = global_batch / dp;
           for (std::int64_t v = 1; v <= m.layers; ++v) {
             if (v > 1 && (pp == 1 || m.layers % (pp * v) != 0)) continue;
+            // DeepSpeed's pipeline engine runs 1F1B only.
+            if (v > 1 && l.implementation == shard_implementation::deepspeed) continue;
             // Per recompute policy the fastest micro-batch (ties: the larger); across policies
             // the fastest (ties: the smaller memory).
             found_layout fastest{};
