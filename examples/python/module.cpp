@@ -30,7 +30,7 @@ py::str decoded(const std::string& text) {
 /// One run of the tool on `args` (the words after "vramfit", str or bytes: a path that is not
 /// UTF-8 comes as os.fsencode's bytes): its exit status, stdout and stderr. Other Python threads
 /// go on while it runs.
-std::tuple<int, py::str, py::str> run(const std::vector<std::string>& args) {
+std::tuple<int, std::string, std::string> run_raw(const std::vector<std::string>& args) {
   std::ostringstream out, err;
   int status = 0;
   {
@@ -38,7 +38,19 @@ std::tuple<int, py::str, py::str> run(const std::vector<std::string>& args) {
     vramfit::cli::tool tool;
     status = tool.run(args, out, err);
   }
-  return {status, decoded(out.str()), decoded(err.str())};
+  return {status, std::move(out).str(), std::move(err).str()};
+}
+
+/// `run_raw` with stdout and stderr as str.
+std::tuple<int, py::str, py::str> run(const std::vector<std::string>& args) {
+  auto [status, out, err] = run_raw(args);
+  return {status, decoded(out), decoded(err)};
+}
+
+/// `run_raw` with stdout and stderr as bytes, as the tool wrote them: the `vramfit` console script.
+std::tuple<int, py::bytes, py::bytes> run_bytes(const std::vector<std::string>& args) {
+  auto [status, out, err] = run_raw(args);
+  return {status, py::bytes(out), py::bytes(err)};
 }
 
 /// The options of subcommand `name` as (long name without dashes, kind, values): the shared
@@ -65,6 +77,8 @@ PYBIND11_MODULE(_vramfit, m) {
   m.attr("version") = vramfit::version;
   m.def("run", &run, py::arg("args"),
         "Runs `vramfit ARGS...`: (exit status, standard output, standard error)");
+  m.def("run_bytes", &run_bytes, py::arg("args"),
+        "`run`, with standard output and standard error as bytes");
   m.def("options", &options, py::arg("subcommand"),
         "The options of a subcommand: (name, 'flag'|'list'|'value', values)");
   m.def("usage", &usage, py::arg("subcommand"), "`vramfit SUBCOMMAND --help`");

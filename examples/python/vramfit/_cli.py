@@ -1,6 +1,8 @@
 """The command-line tool in-process: one run of `vramfit ARGS...`, and its refusals as Error."""
 
 import os
+import signal
+import sys
 from typing import NamedTuple
 
 from . import _vramfit
@@ -51,3 +53,16 @@ def run_or_raise(args):
             message = message[: -len(_HELP_HINT)]
         raise Error(message)
     return run
+
+
+def main():
+    """The `vramfit` console script (pyproject.toml): the tool on sys.argv, its output as the
+    bytes it wrote, and its exit status."""
+    if hasattr(signal, "SIGPIPE"):  # `vramfit ... | head` ends quietly, as the binary does
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    status, out, err = _vramfit.run_bytes([_word(a) for a in sys.argv[1:]])
+    for stream, text in ((sys.stdout, out), (sys.stderr, err)):
+        stream.flush()
+        stream.buffer.write(text)
+        stream.buffer.flush()
+    sys.exit(status)
