@@ -9,6 +9,8 @@
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "suggest.hpp"
+
 namespace vramfit::cli {
 
 template <class Value>
@@ -33,12 +35,31 @@ inline bool same_name(std::string_view a, std::string_view b) {
   return true;
 }
 
+/// Another name for a choice: the ecosystem's spelling of it (a torch dtype, a Hugging Face
+/// `optim`), or, with no `choice`, a name vramfit refuses because it models no such thing.
+struct alias {
+  const char* name;
+  const char* choice;  ///< the table's name it means; nullptr: refused
+  const char* why;     ///< what the name means where it comes from
+};
+
+/// A list of aliases (empty for most options).
+struct alias_list {
+  const alias* first = nullptr;
+  std::size_t size = 0;
+  template <std::size_t N>
+  constexpr alias_list(const alias (&a)[N]) : first(a), size(N) {}  // NOLINT: implicit on purpose
+  constexpr alias_list() = default;
+  [[nodiscard]] constexpr const alias* begin() const { return first; }
+  [[nodiscard]] constexpr const alias* end() const { return first + size; }
+};
+
 /// The entry of `table` that `name` means: its key, or the name the output prints for it
 /// (`printed`), in any case, or else the one key that `name` begins. None or several: an error
-/// that lists the keys (or the candidates), then `hint`.
+/// that lists the keys (or the candidates), then `hint`, then the closest keys and `aliases`.
 template <class Entry, std::size_t N, class Key, class Printed>
 const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* what, Key&& key,
-                    Printed&& printed, const char* hint = "") {
+                    Printed&& printed, const char* hint = "", alias_list aliases = {}) {
   for (const Entry& e : table)
     if (same_name(name, key(e)) || same_name(name, printed(e))) return e;
   std::vector<const Entry*> begun;  // keys that `name` begins
@@ -56,9 +77,15 @@ const Entry& lookup(const Entry (&table)[N], std::string_view name, const char* 
     detail::raise(std::string(what) + " '" + shown + "' is ambiguous: " + candidates + hint);
   }
   std::string known;
-  for (const Entry& e : table)
+  std::vector<std::string> keys;
+  for (const Entry& e : table) {
     known += std::string(known.empty() ? "" : ", ") + std::string(key(e));
-  detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known + hint);
+    keys.emplace_back(key(e));
+  }
+  for (const alias& a : aliases)
+    if (a.choice != nullptr) keys.emplace_back(a.name);
+  detail::raise("unknown " + std::string(what) + " '" + shown + "'; known: " + known + hint +
+                did_you_mean(name, keys));
 }
 
 /// `words` separated by single spaces: a command line, a completion script's list.
@@ -106,9 +133,26 @@ std::string choice_type(const named<Value> (&table)[N]) {
   return "TEXT:{" + names + "}";
 }
 
-/// The value called `name` among `table` (see lookup), or an error listing the names.
+/// The value called `name` among `table` (see lookup) or `aliases` (exactly, in any case;
+/// "torch.bfloat16" as "bfloat16"), or an error listing the names.
 template <class Value, std::size_t N>
-Value choose(const named<Value> (&table)[N], std::string_view name, const char* what) {
+Value choose(const named<Value> (&table)[N], std::string_view name, const char* what,
+             alias_list aliases = {}) {
+  std::string_view bare = name;  // torch prints dtypes as "torch.bfloat16"
+  if (bare.size() > 6 && same_name(bare.substr(0, 6), "torch.")) bare = bare.substr(6);
+  for (const alias& a : aliases) {
+    if (!same_name(bare, a.name) && !same_name(name, a.name)) continue;
+    if (a.choice == nullptr)
+      detail::raise(std::string(what) + " '" + shown_value(name) + "' (" + a.why +
+                    ") is not modeled by vramfit; known: " + [&table] {
+                      std::string known;
+                      for (const named<Value>& n : table)
+                        known += std::string(known.empty() ? "" : ", ") + n.name;
+                      return known;
+                    }());
+    name = a.choice;
+    break;
+  }
   return lookup(
              table, name, what, [](const named<Value>& n) { return std::string_view(n.name); },
              [](const named<Value>& n) {
@@ -116,7 +160,8 @@ Value choose(const named<Value> (&table)[N], std::string_view name, const char* 
                  return std::string_view(n.value.name);
                else
                  return std::string_view(n.name);
-             })
+             },
+             "", aliases)
       .value;
 }
 
@@ -155,6 +200,76 @@ inline constexpr named<optimizer> optimizers[] = {
     {"adamw-8bit", adamw_8bit<>::value},
     {"paged-adamw-8bit", adamw_8bit<optimizer_options{.paged = true}>::value},
     {"muon", muon<>::value},
+};
+
+/// torch dtypes for an option that takes one float format; --precision reads them as that one
+/// dtype everywhere (pure), as a model cast with .to(dtype) and trained by torch.optim is.
+inline constexpr alias torch_dtypes[] = {
+    {"bfloat16", "bf16", "torch.bfloat16"},  // torch/_C/_VariableFunctions: torch.bfloat16
+    {"float16", "fp16", "torch.float16"},    // torch.float16, also named torch.half
+    {"half", "fp16", "torch.half"},          // torch.half is torch.float16
+    {"float32", "fp32", "torch.float32"},    // torch.float32, also named torch.float
+    {"float", "fp32", "torch.float"},        // torch.float is torch.float32
+};
+
+/// --kv-dtype: the torch dtypes, and vLLM's --kv-cache-dtype names of the same formats.
+inline constexpr alias kv_dtypes[] = {
+    {"bfloat16", "bf16", "torch.bfloat16"},           // torch.bfloat16
+    {"float16", "fp16", "torch.float16"},             // torch.float16
+    {"half", "fp16", "torch.half"},                   // torch.half is torch.float16
+    {"float32", "fp32", "torch.float32"},             // torch.float32
+    {"float", "fp32", "torch.float"},                 // torch.float is torch.float32
+    {"float8_e4m3fn", "fp8", "torch.float8_e4m3fn"},  // torch.float8_e4m3fn: 1 byte, E4M3
+    {"fp8_e4m3", "fp8", "vLLM kv_cache_dtype"},       // vllm/config/cache.py CacheDType: E4M3
+};
+
+/// Hugging Face TrainingArguments.optim (transformers training_args.py OptimizerNames), each as
+/// trainer.py get_optimizer_cls_and_kwargs builds it; sgd, adagrad, rmsprop and adafactor are
+/// also vramfit's names. Those vramfit does not model identically are refused, saying why.
+inline constexpr alias hf_optimizers[] = {
+    {"adamw_torch", "adamw", "torch.optim.AdamW"},  // trainer.py: AdamW(**adam_kwargs)
+    {"adamw_torch_fused", "adamw-fused", "torch.optim.AdamW(fused=True)"},  // {"fused": True}
+    {"adamw_bnb_8bit", "adamw-8bit", "bitsandbytes AdamW, optim_bits=8"},   // bnb AdamW 8-bit
+    {"adamw_8bit", "adamw-8bit", "bitsandbytes AdamW, optim_bits=8"},  // "alias for adamw_bnb_8bit"
+    {"paged_adamw_8bit", "paged-adamw-8bit", "bitsandbytes AdamW, optim_bits=8, is_paged"},
+    {"paged_adamw_32bit", nullptr,
+     "Hugging Face optim: bitsandbytes' paged AdamW with fp32 states; vramfit models "
+     "paged-adamw-8bit only"},
+    {"lion_32bit", nullptr,
+     "Hugging Face optim: bitsandbytes' Lion, fp32 states in a fused kernel; vramfit's lion is "
+     "lion-pytorch's, its state like the weights"},
+    {"lion_8bit", nullptr, "Hugging Face optim: bitsandbytes' 8-bit Lion"},
+    {"paged_lion_32bit", nullptr, "Hugging Face optim: bitsandbytes' paged Lion"},
+    {"paged_lion_8bit", nullptr, "Hugging Face optim: bitsandbytes' paged 8-bit Lion"},
+    {"adamw_hf", nullptr, "Hugging Face optim: transformers' own AdamW"},
+    {"adamw_torch_xla", nullptr, "Hugging Face optim: torch_xla's syncfree AdamW"},
+    {"adamw_torch_npu_fused", nullptr, "Hugging Face optim: torch_npu's NpuFusedAdamW"},
+    {"adamw_apex_fused", nullptr, "Hugging Face optim: apex FusedAdam"},
+    {"adamw_anyprecision", nullptr, "Hugging Face optim: torchdistx AnyPrecisionAdamW"},
+    {"adamw_torch_4bit", nullptr, "Hugging Face optim: torchao AdamW4bit"},
+    {"adamw_torch_8bit", nullptr, "Hugging Face optim: torchao AdamW8bit"},
+    {"ademamix", nullptr, "Hugging Face optim: bitsandbytes AdEMAMix"},
+    {"ademamix_8bit", nullptr, "Hugging Face optim: bitsandbytes AdEMAMix"},
+    {"paged_ademamix_32bit", nullptr, "Hugging Face optim: bitsandbytes AdEMAMix"},
+    {"paged_ademamix_8bit", nullptr, "Hugging Face optim: bitsandbytes AdEMAMix"},
+    {"rmsprop_bnb", nullptr, "Hugging Face optim: bitsandbytes RMSprop"},
+    {"rmsprop_bnb_8bit", nullptr, "Hugging Face optim: bitsandbytes RMSprop"},
+    {"rmsprop_bnb_32bit", nullptr, "Hugging Face optim: bitsandbytes RMSprop"},
+    {"galore_adamw", nullptr, "Hugging Face optim: GaLore"},
+    {"galore_adamw_8bit", nullptr, "Hugging Face optim: GaLore"},
+    {"galore_adafactor", nullptr, "Hugging Face optim: GaLore"},
+    {"galore_adamw_layerwise", nullptr, "Hugging Face optim: GaLore"},
+    {"galore_adamw_8bit_layerwise", nullptr, "Hugging Face optim: GaLore"},
+    {"galore_adafactor_layerwise", nullptr, "Hugging Face optim: GaLore"},
+    {"lomo", nullptr, "Hugging Face optim: LOMO"},
+    {"adalomo", nullptr, "Hugging Face optim: AdaLomo"},
+    {"grokadamw", nullptr, "Hugging Face optim: GrokAdamW"},
+    {"schedule_free_radam", nullptr, "Hugging Face optim: schedule-free RAdam"},
+    {"schedule_free_adamw", nullptr, "Hugging Face optim: schedule-free AdamW"},
+    {"schedule_free_sgd", nullptr, "Hugging Face optim: schedule-free SGD"},
+    {"apollo_adamw", nullptr, "Hugging Face optim: APOLLO"},
+    {"apollo_adamw_layerwise", nullptr, "Hugging Face optim: APOLLO"},
+    {"stable_adamw", nullptr, "Hugging Face optim: StableAdamW"},
 };
 
 inline constexpr named<optimizer_impl> optimizer_impls[] = {

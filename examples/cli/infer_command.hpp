@@ -43,14 +43,17 @@ struct infer_options {
 };
 
 inline void add_infer_options(CLI::App& c, infer_options& o) {
-  c.add_option("--model,-m", o.model, "A preset, a config.json path, or its text")
+  c.add_option("--model,-m", o.model,
+               "A preset, a config.json path or its text, or a Hugging Face id in the local cache")
       ->capture_default_str();
   c.add_option("--framework", o.framework,
                "vllm: its defaults for the options not given (vramfit frameworks lists them)");
   add_choice(
       c, "--weights", o.weights, weight_layouts, "weight format",
-      choice_list(weight_layouts) + " (default: a config.json's quantization_config, else bf16)");
-  add_choice(c, "--kv-dtype", o.kv_dtype, kv_formats, "KV dtype", choice_list(kv_formats))
+      choice_list(weight_layouts) + " (default: a config.json's quantization_config, else bf16)",
+      torch_dtypes);
+  add_choice(c, "--kv-dtype", o.kv_dtype, kv_formats, "KV dtype", choice_list(kv_formats),
+             kv_dtypes)
       ->capture_default_str();
   c.add_option("--batch,-b", o.batch, "Sequences")->check(positive)->capture_default_str();
   c.add_option("--beams", o.beams, "Beams per sequence (each keeps its own cache)")

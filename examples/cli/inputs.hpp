@@ -16,6 +16,7 @@
 
 #include "choices.hpp"
 #include "frameworks.hpp"
+#include "hf_cache.hpp"
 #include "input_checks.hpp"
 
 namespace vramfit::cli {
@@ -60,8 +61,8 @@ inline std::string message_of(const vramfit::error& e) {
 }
 
 /// A preset by its key or its name in any case ("Llama-3-8B"), a config.json file, a folder
-/// holding one (a downloaded checkpoint), or a config.json's text ("{...}": what the Python
-/// module passes for a dict, so that no file is written).
+/// holding one (a downloaded checkpoint), a config.json's text ("{...}": what the Python
+/// module passes for a dict, so that no file is written), or a Hugging Face id in the cache.
 inline named_model load_model(const std::string& name) {
   if (!name.empty() && name.front() == '{') {
     nlohmann::json config = detail::parse_config(name, "--model's config.json text");
@@ -69,16 +70,11 @@ inline named_model load_model(const std::string& name) {
     const model m = model_from_hf_config(config, printable(config_text_name(config)));
     return {m, std::move(config)};
   }
-  std::error_code ec;
-  const std::size_t slash = name.find('/');
-  if (slash != std::string::npos && slash > 0 && slash + 1 < name.size() &&
-      name.find('/', slash + 1) == std::string::npos && !std::filesystem::exists(name, ec) &&
-      name.find(".json") == std::string::npos)
-    detail::raise("'" + (name.size() > 80 ? name.substr(0, 80) + "..." : name) +
-                  "' is not a file or folder here, and vramfit does not download: fetch its "
-                  "config.json (huggingface-cli download " +
-                  (name.size() > 80 ? name.substr(0, 80) + "..." : name) +
-                  " config.json) and give the file or its folder");
+  if (looks_like_hub_id(name)) {
+    nlohmann::json config = read_hub_config(name);
+    const model m = model_from_hf_config(config, printable(parse_hub_id(name).repo));
+    return {m, std::move(config)};
+  }
   if (is_path(name)) {
     nlohmann::json config;
     try {
@@ -120,9 +116,20 @@ inline gpu gpu_named(const std::string& key) {
       if (g.capacity > bytes{}) return g;
     } catch (const vramfit::error&) {  // the library's message names no option; overflow too
     }
+    // "4090" is a card's number more often than a capacity: name the presets it is part of.
+    std::vector<std::string> keys, holding;
+    for (const gpu_preset& p : gpu_presets) {
+      keys.emplace_back(p.key);
+      if (std::string_view(p.key).find(key) != std::string_view::npos) holding.emplace_back(p.key);
+    }
+    std::string presets;
+    for (const std::string& k : holding.empty() ? close_matches(key, keys) : holding)
+      presets += (presets.empty() ? "" : " or ") + k;
     detail::raise(shown +
                   " is not a capacity of at most 8 EiB such as 96GiB, 44GB or 1.5TiB (units B, "
-                  "KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB) in whole bytes");
+                  "KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB) in whole bytes, nor a GPU preset" +
+                  (presets.empty() ? std::string(" (vramfit gpus lists them)")
+                                   : "; did you mean " + presets + "?"));
   }
   return cli::lookup(
              gpu_presets, key, "--gpu", [](const gpu_preset& p) { return std::string_view(p.key); },
@@ -158,14 +165,16 @@ inline const CLI::Validator non_negative = count_from(0, "NONNEGATIVE");
 
 /// Registers option `name`, whose text is one of `table`'s names, as its value in `value` (a
 /// Value, or an optional one left unset unless given): looked up once, as the command line is
-/// parsed, in any case or by a unique beginning (choose). Its captured default is `value`'s name.
+/// parsed, in any case or by a unique beginning, or as one of `aliases` (choose). Its captured
+/// default is `value`'s name.
 template <class Value, std::size_t N, class Stored>
 CLI::Option* add_choice(CLI::App& cmd, const std::string& name, Stored& value,
-                        const named<Value> (&table)[N], const char* what, const std::string& help) {
+                        const named<Value> (&table)[N], const char* what, const std::string& help,
+                        alias_list aliases = {}) {
   const std::string option = name.substr(0, name.find(','));  // "--format,-f": "--format"
-  const auto parse = [&value, &table, what, option](const CLI::results_t& words) {
+  const auto parse = [&value, &table, what, option, aliases](const CLI::results_t& words) {
     try {
-      value = cli::choose(table, words.front(), what);
+      value = cli::choose(table, words.front(), what, aliases);
     } catch (const vramfit::error& e) {  // named as the user wrote it, unless it already is
       const std::string message = message_of(e);
       if (message.find(option) != std::string::npos) throw;

@@ -31,16 +31,18 @@ struct load_options {
 };
 
 inline void add_load_options(CLI::App& c, load_options& o) {
-  c.add_option("--model,-m", o.model, "A preset, a config.json path, or its text")
+  c.add_option("--model,-m", o.model,
+               "A preset, a config.json path or its text, or a Hugging Face id in the local cache")
       ->capture_default_str();
   add_choice(c, "--weights", o.weights, weight_layouts, "weight format",
-             "The loaded format, as infer's --weights");
+             "The loaded format, as infer's --weights", torch_dtypes);
   add_choice(c, "--init", o.init, load_kinds, "initialization", choice_list(load_kinds))
       ->capture_default_str();
   add_choice(c, "--checkpoint-dtype", o.checkpoint, checkpoint_formats, "checkpoint format",
              "The checkpoint's format, which bitsandbytes quantizes from as it loads (meta "
              "init): " +
-                 choice_list(checkpoint_formats) + " (default: bf16)");
+                 choice_list(checkpoint_formats) + " (default: bf16)",
+             torch_dtypes);
   c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
   c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")

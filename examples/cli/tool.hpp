@@ -120,8 +120,50 @@ inline tool::tool() {
       ->type_name(choice_type(completion_shells));
 }
 
+/// Refuses a first word that names no subcommand ("trian"), with the closest names: CLI11 would
+/// say only that a subcommand is required.
+inline void refuse_unknown_subcommand(const CLI::App& app, const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--units") {  // the one option before a subcommand that takes a value
+      ++i;
+      continue;
+    }
+    if (args[i].empty() || args[i].front() == '-') continue;
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      if (sub->get_name() == args[i]) return;
+      names.push_back(sub->get_name());
+    }
+    detail::raise("unknown subcommand '" + shown_value(args[i]) + "'" +
+                  did_you_mean(args[i], names) + " (vramfit --help lists them)");
+  }
+}
+
+/// CLI11's "not expected" for an unknown option, with the options closest to the first one
+/// among those of the subcommand given (and the tool's own).
+inline std::string with_close_options(const CLI::App& app, const std::string& message) {
+  std::string word;
+  for (const std::string& w : app.remaining(true))
+    if (w.size() > 1 && w.front() == '-') {
+      word = w.substr(0, w.find('='));  // "--micro-batchh=4"
+      break;
+    }
+  if (word.empty()) return message;
+  std::vector<std::string> names;
+  const auto add = [&names](const CLI::App& cmd) {
+    for (const CLI::Option* o : cmd.get_options()) {
+      for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+      for (const std::string& s : o->get_snames()) names.push_back("-" + s);
+    }
+  };
+  add(app);
+  for (const CLI::App* sub : app.get_subcommands()) add(*sub);
+  return message + did_you_mean(word, names);
+}
+
 inline int tool::run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   try {
+    refuse_unknown_subcommand(app_, args);
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
     app_.parse(reversed);
     refuse_empty_values(app_);
@@ -132,6 +174,9 @@ inline int tool::run(const std::vector<std::string>& args, std::ostream& out, st
     return app_.exit(e, out, err);
   } catch (const CLI::CallForVersion& e) {
     return app_.exit(e, out, err);
+  } catch (const CLI::ExtrasError& e) {
+    err << refusal_line(with_close_options(app_, e.what()) + " (see vramfit --help)") << "\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     err << refusal_line(std::string(e.what()) + " (see vramfit --help)") << "\n";
     return 2;

@@ -80,19 +80,25 @@ struct train_options {
 
 /// The model, its precision and its optimizer.
 inline void add_model_options(CLI::App& cmd, train_options& o) {
-  cmd.add_option("--model,-m", o.model,
-                 "A preset (see `vramfit models`), a config.json path, or its text")
+  cmd.add_option(
+         "--model,-m", o.model,
+         "A preset (see `vramfit models`), a config.json path or its text, or a Hugging Face "
+         "id (org/name[@revision]) in the local Hugging Face cache")
       ->capture_default_str();
   cmd.add_option("--framework", o.framework,
                  "torchtitan, torchtune, deepspeed, megatron, fsdp1 or hf-trainer: its defaults "
                  "for the options not given (vramfit frameworks lists them)");
-  add_choice(cmd, "--precision", o.precision, precisions, "precision", choice_list(precisions))
+  add_choice(cmd, "--precision", o.precision, precisions, "precision",
+             choice_list(precisions) + " (torch dtypes too: bfloat16 is bf16)", torch_dtypes)
       ->capture_default_str();
   add_choice(cmd, "--grad-dtype", o.grad_dtype, float_formats, "gradient format",
              choice_list(float_formats) +
                  ": the gradients' format where an fp32 master allows a choice (default: the "
-                 "policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)");
-  add_choice(cmd, "--optimizer", o.optimizer, optimizers, "optimizer", choice_list(optimizers))
+                 "policy's; bf16-fp32-master keeps fp32 as Megatron-LM does)",
+             torch_dtypes);
+  add_choice(cmd, "--optimizer", o.optimizer, optimizers, "optimizer",
+             choice_list(optimizers) + " (Hugging Face optim names too: adamw_torch is adamw)",
+             hf_optimizers)
       ->capture_default_str();
   add_choice(cmd, "--optimizer-impl", o.optimizer_impl, optimizer_impls, "optimizer implementation",
              choice_list(optimizer_impls) + "; default: what torch.optim picks on CUDA");
@@ -214,7 +220,8 @@ inline void add_finetune_options(CLI::App& cmd, train_options& o) {
   add_choice(cmd, "--lora-dtype", o.lora_dtype, float_formats, "LoRA format",
              choice_list(float_formats) +
                  ": the LoRA adapters' format (default: peft's, fp32 over 16-bit weights: "
-                 "get_peft_model autocast_adapter_dtype=True)");
+                 "get_peft_model autocast_adapter_dtype=True)",
+             torch_dtypes);
   cmd.add_flag("--qlora", o.qlora,
                "QLoRA: NF4 base (double quantization), bf16 embeddings and head, LoRA r=16 on "
                "all-linear unless set");
