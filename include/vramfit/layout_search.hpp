@@ -213,13 +213,14 @@ class layout_searcher {
   constexpr layout_searcher(const training_plan_value& plan, const gpu& device,
                             const search_space& space, Listed& listed, Progress& progress)
       : plan_(plan),
+        own_(plan.overheads),
         m_(plan.setup.model),
         g_(device),
         space_(space),
         listed_(listed),
         progress_(progress) {
     // One allocator simulation per evaluation would cost the search its speed: it ranks with the
-    // fixed-share reserve, and confirm() checks the kept candidates with the simulation.
+    // fixed-share reserve, and confirmed() checks each candidate that would rank with the replay.
     plan_.overheads.reserve = reserve_model::share;
     const std::int64_t n = space.gpus;
     if (n <= 0 || n > max_world_size) rules::searched_gpus_must_be_in_range(n, max_world_size);
@@ -236,7 +237,7 @@ class layout_searcher {
   /// Two passes per offload setting: every candidate's lower bound of its step time (cheap: no
   /// memory), then memory for the candidates in order of that bound, so that the best k are
   /// found early and the rest are cut without a memory evaluation.
-  constexpr search_result run(const training_plan_value& plan) {
+  constexpr search_result run() {
     std::int64_t done = 0;
     for (const bool offloaded : {false, true}) {
       if (offloaded && (r_.found() || !space_.try_offload)) break;
@@ -252,48 +253,10 @@ class layout_searcher {
         compete(b);
       }
     }
-    confirm(plan.overheads);
     return r_;
   }
 
  private:
-  /// The kept candidates with the plan's own runtime overheads (its simulated allocator): one
-  /// that no longer fits takes the largest smaller micro-batch that does (its time estimated
-  /// again), or is counted as not fitting; then they are ranked again.
-  constexpr void confirm(const runtime_overheads& own) {
-    if (!replays_allocator(own)) return;
-    decltype(r_.best) kept{};
-    for (plan_candidate e : r_.best) {
-      const std::int64_t per_replica = r_.global_batch / e.layout.data;
-      const micro_batch_sizes sizes = sizes_of(per_replica);
-      const auto with = [&](std::int64_t i) {
-        training_plan_value p = plan_of(e, per_replica, sizes[static_cast<std::size_t>(i)]);
-        p.overheads = own;
-        return p;
-      };
-      std::int64_t at = 0;
-      while (sizes[static_cast<std::size_t>(at)] != e.micro_batch) ++at;
-      const std::int64_t fitting = largest_fitting(0, at, [&](std::int64_t i) {
-        ++r_.memory_evaluations;
-        return fit(with(i), g_).required <= g_.capacity;
-      });
-      if (fitting < 0) {
-        --r_.counts[static_cast<int>(rejection::ranked)];
-        ++r_.counts[static_cast<int>(rejection::does_not_fit)];
-        continue;
-      }
-      const training_plan_value p = with(fitting);
-      e.micro_batch = p.batch.micro_batch;
-      e.micro_batches = p.batch.micro_batches;
-      e.required = fit(p, g_).required;
-      e.time = estimate_step_time(p, net_, work_);
-      e.tokens_per_second = tokens_per_second(p, e.time);
-      kept.push_back(e);
-    }
-    std::sort(kept.begin(), kept.end(), ranks_before);
-    r_.best = kept;
-  }
-
   /// Every tp | n (up to the bound), pp | n/tp, cp | n/(tp·pp), dp the rest, ep | dp·cp.
   template <class Visit>
   constexpr void for_each_structure(Visit visit) const {
@@ -439,12 +402,75 @@ class layout_searcher {
     bool found = false;
     for_each_recompute(b.candidate(), [&](plan_candidate& e) {
       if (!evaluate(e, b.per_replica, sizes)) return;
+      if (would_rank(e) && !(found && ranks_before(fastest, e)) &&
+          !confirmed(e, b.per_replica, sizes))
+        return;
       if (found) listed_(ranks_before(e, fastest) ? fastest : e);
       if (!found || ranks_before(e, fastest)) fastest = e;
       if (found) ++r_.counts[static_cast<int>(rejection::outranked)];
       found = true;
     });
     if (found) keep(fastest);
+  }
+
+  /// Whether `e` would enter the top.
+  [[nodiscard]] constexpr bool would_rank(const plan_candidate& e) const {
+    return r_.best.size() < top_ || ranks_before(e, r_.best[top_ - 1]);
+  }
+
+  /// `e` with the plan's own overheads (the replayed allocator) where the search ranked it with
+  /// the fixed share: as it is, or with the fewest more layers recomputed, or the largest smaller
+  /// micro-batch (all layers recomputed under full recompute) that fits then, its time estimated
+  /// again; false, with `e` rejected, when none fits.
+  constexpr bool confirmed(plan_candidate& e, std::int64_t per_replica,
+                           const micro_batch_sizes& sizes) {
+    if (!replays_allocator(own_)) return true;
+    const auto with = [&](const plan_candidate& c, std::int64_t size) {
+      training_plan_value p = plan_of(c, per_replica, size);
+      p.overheads = own_;
+      return p;
+    };
+    const auto required = [&](const plan_candidate& c, std::int64_t size) {
+      ++r_.memory_evaluations;
+      return fit(with(c, size), g_).required;
+    };
+    const auto fits = [&](const plan_candidate& c, std::int64_t size) {
+      return required(c, size) <= g_.capacity;
+    };
+    const auto take = [&](const plan_candidate& c, std::int64_t size, bytes needs) {
+      const training_plan_value p = with(c, size);
+      e = c;
+      e.micro_batch = size;
+      e.micro_batches = per_replica / size;
+      e.required = needs;
+      e.time = estimate_step_time(p, net_, work_);
+      e.tokens_per_second = tokens_per_second(p, e.time);
+      return true;
+    };
+    if (const bytes as_ranked = required(e, e.micro_batch); as_ranked <= g_.capacity)
+      return take(e, e.micro_batch, as_ranked);
+    plan_candidate c = e;
+    if (c.recompute == recompute_kind::full && c.recompute_layers > 0) {  // -1: all of them
+      // Memory falls with the layers recomputed: more of them, up to all.
+      const std::int64_t most = (m_.layers + c.layout.pipeline - 1) / c.layout.pipeline;
+      const std::int64_t spared = largest_fitting(0, most - c.recompute_layers - 1, [&](auto t) {
+        plan_candidate d = c;
+        d.recompute_layers = t == 0 ? -1 : most - t;
+        return fits(d, c.micro_batch);
+      });
+      c.recompute_layers = spared <= 0 ? -1 : most - spared;
+      if (spared >= 0) return take(c, c.micro_batch, required(c, c.micro_batch));
+    }
+    std::int64_t at = 0;
+    while (sizes[static_cast<std::size_t>(at)] != c.micro_batch) ++at;
+    const std::int64_t fitting = largest_fitting(
+        0, at - 1, [&](std::int64_t i) { return fits(c, sizes[static_cast<std::size_t>(i)]); });
+    if (fitting < 0) {
+      reject(e, rejection::does_not_fit);
+      return false;
+    }
+    const std::int64_t size = sizes[static_cast<std::size_t>(fitting)];
+    return take(c, size, required(c, size));
   }
 
   /// Whether a time cannot reach the top: the top is full and its k-th is faster.
@@ -641,6 +667,7 @@ class layout_searcher {
   }
 
   training_plan_value plan_;  ///< searched with the fixed-share reserve
+  runtime_overheads own_{};   ///< the plan's own, which confirmed() checks with
   const model& m_;
   const gpu& g_;
   const search_space& space_;
@@ -661,7 +688,7 @@ template <class Listed = detail::ignore_candidate, class Progress = detail::igno
 constexpr search_result search_layouts(const training_plan_value& plan, const gpu& device,
                                        const search_space& space = {}, Listed listed = {},
                                        Progress progress = {}) {
-  return detail::layout_searcher<Listed, Progress>(plan, device, space, listed, progress).run(plan);
+  return detail::layout_searcher<Listed, Progress>(plan, device, space, listed, progress).run();
 }
 
 }  // namespace vramfit

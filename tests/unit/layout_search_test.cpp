@@ -30,7 +30,7 @@ struct found_layout {
 /// chosen micro-batch) and micro-batch: for each layout (structure,
 /// sharding, virtual stages) the fastest configuration that fits, fastest first.
 std::vector<found_layout> brute_force(const training_plan_value& plan, std::int64_t n,
-                                      std::int64_t global_batch) {
+                                      std::int64_t global_batch, const gpu& device = h100) {
   std::vector<found_layout> best;
   const model& m = plan.setup.model;
   for (std::int64_t tp = 1; tp <= std::min<std::int64_t>(n, 8); ++tp)
@@ -68,9 +68,9 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
                 q.batch.virtual_stages = v;
                 q.batch.schedule =
                     v > 1 ? pipeline_schedule::interleaved : pipeline_schedule::one_f_one_b;
-                const bytes required = fit(q, h100).required;
-                if (required > h100.capacity) continue;
-                const double t = estimate_step_time(q, h100).total();
+                const bytes required = fit(q, device).required;
+                if (required > device.capacity) continue;
+                const double t = estimate_step_time(q, device).total();
                 if (policy.time == 0 || t <= policy.time) {
                   policy = {t, required};
                   chosen = q;
@@ -81,9 +81,9 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
               for (std::int64_t k = 1; policy.time > 0 && r == 2 && k < most; ++k) {
                 training_plan_value q = chosen;
                 q.batch.recompute_layers = k;
-                const bytes required = fit(q, h100).required;
-                if (required > h100.capacity) continue;
-                policy = {estimate_step_time(q, h100).total(), required};
+                const bytes required = fit(q, device).required;
+                if (required > device.capacity) continue;
+                policy = {estimate_step_time(q, device).total(), required};
                 break;
               }
               if (policy.time > 0 &&
@@ -120,6 +120,32 @@ TEST_CASE("with full recompute fixed, pruning keeps what the layer refinement ca
     unpruned.prune = false;
     CHECK(times(search_layouts(plan, h100, space)) == times(search_layouts(plan, h100, unpruned)));
   }
+}
+
+TEST_CASE(
+    "with the replayed allocator, a layout ranked with the share that no longer fits is "
+    "replaced") {
+  // The search ranks with the fixed share and replays the allocator for each candidate that would
+  // rank: on a card one byte too small for the share's fastest layout once replayed, the top
+  // still holds as many layouts as fit (brute force over the replay), each of them fitting.
+  training_plan_value plan = llama_plan();
+  plan.setup.model.layers = 4;
+  const search_space space{.gpus = 8, .global_batch = 8, .top = 3};
+  const search_result shared = search_layouts(plan, h100, space);
+  REQUIRE(shared.found());
+  plan.overheads.reserve = reserve_model::simulated;
+  const bytes replayed = fit(testing::trained_as(plan, shared.best[0]), h100).required;
+  REQUIRE(replayed > shared.best[0].required);
+  gpu tight = h100;
+  tight.capacity = replayed - bytes{1};
+  const std::vector<found_layout> brute = brute_force(plan, 8, 8, tight);
+  const search_result found = search_layouts(plan, tight, space);
+  CHECK(found.best.size() == std::min<std::size_t>(3, brute.size()));
+  REQUIRE(found.found());
+  CHECK(found.best[0].time.total() >= brute[0].time);
+  for (const plan_candidate& c : found.best)
+    CHECK(fit(testing::trained_as(plan, c), tight).required == c.required);
+  CHECK(found.best[0].required <= tight.capacity);
 }
 
 TEST_CASE("the search ranks what brute force ranks, pruned or not") {
