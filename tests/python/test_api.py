@@ -55,6 +55,21 @@ class Results(unittest.TestCase):
         r = vramfit.train(model="llama-3-8b", zero=3, dp=8)
         self.assertEqual(sum(r["at_peak"].values()), r.peak)
 
+    def test_metric_chooses_the_peak_compared(self):
+        # The JSON's three peaks; metric= picks the one the verdict and .peak are.
+        smi = vramfit.train(model="llama-3-8b", fsdp="full", dp=8)
+        memory = smi["memory"]
+        self.assertEqual(smi.peak, memory["nvidia_smi"])
+        for metric in ("reserved", "allocated"):
+            r = vramfit.train(model="llama-3-8b", fsdp="full", dp=8, metric=metric)
+            self.assertEqual(r["metric"], metric)
+            self.assertEqual(r.peak, memory[metric])
+            self.assertEqual(r["entries"], smi["entries"])
+        self.assertLess(memory["allocated"], memory["reserved"])
+        self.assertLess(memory["reserved"], memory["nvidia_smi"])
+        with self.assertRaisesRegex(vramfit.Error, "did you mean"):
+            vramfit.train(model="gpt2", metric="allocatd")
+
     def test_load(self):
         expected = cli_json("load", "--model", "llama-3-70b", "--weights", "nf4")
         r = vramfit.load(model="llama-3-70b", weights="nf4")
