@@ -18,42 +18,11 @@
 #include <sstream>
 #include <string>
 
+#include "cli_support.hpp"
+
 namespace {
-/// The tests write their files, and give the tool relative paths, in the build tree's
-/// VRAMFIT_CLI_TEST_DIR, wherever they are started from: never in the source tree.
-[[maybe_unused]] const bool in_test_dir = [] {
-  std::filesystem::create_directories(VRAMFIT_CLI_TEST_DIR);
-  std::filesystem::current_path(VRAMFIT_CLI_TEST_DIR);
-  return true;
-}();
-
-struct result {
-  int status;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// Runs the tool with `args` (shell words).
-result run(const std::string& args) {
-  // ctest runs test cases in parallel processes: each call gets its own files.
-  static int calls = 0;
-  const std::string stem =
-      "vramfit_cli_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
-  const std::string out = stem + ".out", err = stem + ".err";
-  // A hang is a failure (status 124), not a stuck test run.
-  const int raw = std::system(
-      ("timeout 20 " + std::string(VRAMFIT_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
-  result r{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
+using vramfit::cli_test::data_dir, vramfit::cli_test::result, vramfit::cli_test::run,
+    vramfit::cli_test::slurp;
 
 bool valid_xml(const std::string& text) {
   XML_Parser parser = XML_ParserCreate(nullptr);
@@ -62,7 +31,6 @@ bool valid_xml(const std::string& text) {
   return ok;
 }
 
-const std::string data_dir = VRAMFIT_TEST_DATA_DIR;
 }  // namespace
 
 TEST_CASE("train --format json has every stable key, bytes as integers") {

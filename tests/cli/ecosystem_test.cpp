@@ -3,54 +3,20 @@
 // and "did you mean" for a mistyped subcommand, option or choice.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "cli_support.hpp"
 
 namespace {
 namespace fs = std::filesystem;
 
-/// Files go in the build tree's VRAMFIT_CLI_TEST_DIR, never the source tree.
-[[maybe_unused]] const bool in_test_dir = [] {
-  fs::create_directories(VRAMFIT_CLI_TEST_DIR);
-  fs::current_path(VRAMFIT_CLI_TEST_DIR);
-  return true;
-}();
+using vramfit::cli_test::data_dir, vramfit::cli_test::result, vramfit::cli_test::run;
 
-struct result {
-  int status;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// Runs the tool with `args` (shell words), after `env` (shell words: "HF_HOME=x", "-u HOME").
-result run(const std::string& args, const std::string& env = "") {
-  static int calls = 0;  // ctest runs test cases in parallel processes: each call its own files
-  const std::string stem =
-      "vramfit_eco_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
-  const std::string out = stem + ".out", err = stem + ".err";
-  const int raw = std::system(("env " + env + " timeout 20 " + std::string(VRAMFIT_CLI) + " " +
-                               args + " >" + out + " 2>" + err)
-                                  .c_str());
-  result r{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
-
-const std::string data_dir = VRAMFIT_TEST_DATA_DIR;
 const std::string cache = data_dir + "/hf-cache";
 const std::string hub_env = "HF_HUB_CACHE=" + cache;
 const std::string id = "Qwen/Qwen2.5-0.5B";

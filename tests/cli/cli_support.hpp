@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+// What the CLI tests share: the tool run as a user runs it, from the build tree's test directory.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace vramfit::cli_test {
+
+/// The tests write their files, and give the tool relative paths, in the build tree's
+/// VRAMFIT_CLI_TEST_DIR, wherever they are started from: never in the source tree.
+[[maybe_unused]] inline const bool in_test_dir = [] {
+  std::filesystem::create_directories(VRAMFIT_CLI_TEST_DIR);
+  std::filesystem::current_path(VRAMFIT_CLI_TEST_DIR);
+  return true;
+}();
+
+inline const std::string data_dir = VRAMFIT_TEST_DATA_DIR;
+
+struct result {
+  int status;
+  std::string out, err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Runs the tool with `args` (shell words), after `env` when given (env(1)'s words: "HF_HOME=x",
+/// "-u HOME"). A hang is a failure (status 124), not a stuck test run.
+inline result run(const std::string& args, const std::string& env = "") {
+  static int calls = 0;  // ctest runs test cases in parallel processes: each call its own files
+  const std::string stem =
+      "vramfit_cli_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
+  const std::string out = stem + ".out", err = stem + ".err";
+  const std::string prefix = env.empty() ? "" : "env " + env + " ";
+  const int raw = std::system(
+      (prefix + "timeout 20 " + std::string(VRAMFIT_CLI) + " " + args + " >" + out + " 2>" + err)
+          .c_str());
+  result r{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+}  // namespace vramfit::cli_test
