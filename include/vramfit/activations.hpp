@@ -1067,9 +1067,8 @@ constexpr stage_layers layers_of_stage(const training& t, const activation_optio
   return s;
 }
 
-/// The embedding's saved inputs on the first stage (input ids, BERT's token types, ViT's image,
-/// the dropout mask) and Hugging Face's rotary tables, which every layer's rotary multiply saves.
-/// What the embedding keeps for backward on the first stage, per micro-batch.
+/// The embedding's saved inputs on the first stage, per micro-batch: input ids, BERT's token
+/// types, ViT's image, the dropout mask.
 constexpr bytes embedding_inputs(const model& m, const activation_options& o,
                                  const block_builder& b, const stage_range& range) {
   if (!range.first) return {};

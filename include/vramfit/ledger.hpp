@@ -248,6 +248,7 @@ constexpr bytes peak(const timed_ledger& ledger) {
   for (bytes b : ledger.at_peak) sum += b;
   return sum;
 }
+
 /// The device bytes of one component at the peak.
 constexpr bytes at_peak(const timed_ledger& ledger, component what) {
   bytes sum{};
