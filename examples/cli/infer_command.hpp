@@ -177,6 +177,7 @@ inline int run_serving(std::ostream& out, const infer_options& o, const infer_se
   if (o.non_torch_mib) v.non_torch = checked_size(*o.non_torch_mib, "--non-torch");
   v.cuda_graphs = bytes{s.r.cuda_graphs};
   const serving_budget b = serve(s.m, s.l, s.w, s.kv, s.context, s.g, v);
+  const bool fits = b.sequences >= o.batch;  // --batch sequences of the context in the pool
   nlohmann::json j{{"configuration", s.title},
                    {"device", device_json(s.g)},
                    {"max_num_batched_tokens", v.max_num_batched_tokens},
@@ -189,7 +190,7 @@ inline int run_serving(std::ostream& out, const infer_options& o, const infer_se
                    {"kv_pool", b.kv_pool.count},
                    {"kv_tokens", b.kv_tokens},
                    {"sequences", b.sequences},
-                   {"fits", b.sequences >= o.batch}};
+                   {"fits", fits}};
   j["device"]["cuda_total"] = b.total.count;
   if (o.format == output_format::json) {
     out << j.dump(2) << "\n";
@@ -206,9 +207,12 @@ inline int run_serving(std::ostream& out, const infer_options& o, const infer_se
         << "  - CUDA graphs      " << size(b.cuda_graphs) << "\n"
         << "  = KV pool          " << size(b.kv_pool) << "\n\n"
         << "  " << report::grouped(b.kv_tokens) << " KV tokens, " << report::grouped(b.sequences)
-        << " concurrent sequences of " << s.context << " tokens\n";
+        << " concurrent sequences of " << s.context << " tokens\n\n"
+        << "  " << s.g.name << ": a KV pool of " << report::grouped(b.sequences)
+        << " sequences, batch " << report::grouped(o.batch) << " -> "
+        << (fits ? "fits" : "does not fit") << "\n";
   }
-  return o.check && b.sequences < o.batch ? 1 : 0;
+  return o.check && !fits ? 1 : 0;
 }
 
 /// One request's memory on the most loaded GPU, in the format asked for.
