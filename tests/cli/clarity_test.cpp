@@ -2,60 +2,14 @@
 // table, --help listing only what a subcommand accepts, and one meaning for each exit status.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli_support.hpp"
+
 namespace {
-namespace fs = std::filesystem;
-
-/// Files go in the build tree's VRAMFIT_CLI_TEST_DIR, never the source tree.
-[[maybe_unused]] const bool in_test_dir = [] {
-  fs::create_directories(VRAMFIT_CLI_TEST_DIR);
-  fs::current_path(VRAMFIT_CLI_TEST_DIR);
-  return true;
-}();
-
-struct result {
-  int status;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// Runs the tool with `args` (shell words).
-result run(const std::string& args) {
-  static int calls = 0;  // ctest runs test cases in parallel processes: each call its own files
-  const std::string stem =
-      "vramfit_clar_" + std::to_string(getpid()) + "_" + std::to_string(++calls);
-  const std::string out = stem + ".out", err = stem + ".err";
-  const int raw = std::system(
-      ("timeout 20 " + std::string(VRAMFIT_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
-  result r{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
-
-/// A refusal: status 2 and one line that starts "vramfit: " and holds `part`.
-void check_refusal(const result& r, const std::string& part) {
-  CHECK(r.status == 2);
-  CHECK(r.out.empty());
-  CHECK(r.err.rfind("vramfit: ", 0) == 0);
-  CHECK(r.err.find('\n') == r.err.size() - 1);
-  CHECK(r.err.find(part) != std::string::npos);
-}
+using vramfit::cli_test::check_refusal, vramfit::cli_test::result, vramfit::cli_test::run;
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -2,6 +2,7 @@
 // What the CLI tests share: the tool run as a user runs it, from the build tree's test directory.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdlib>
@@ -49,6 +50,15 @@ inline result run(const std::string& args, const std::string& env = "") {
   std::filesystem::remove(out);
   std::filesystem::remove(err);
   return r;
+}
+
+/// A refusal: status 2 and one line that starts "vramfit: " and holds `part`.
+inline void check_refusal(const result& r, const std::string& part) {
+  CHECK(r.status == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.rfind("vramfit: ", 0) == 0);
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.err.find(part) != std::string::npos);
 }
 
 }  // namespace vramfit::cli_test

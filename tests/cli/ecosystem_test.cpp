@@ -15,7 +15,8 @@
 namespace {
 namespace fs = std::filesystem;
 
-using vramfit::cli_test::data_dir, vramfit::cli_test::result, vramfit::cli_test::run;
+using vramfit::cli_test::check_refusal, vramfit::cli_test::data_dir, vramfit::cli_test::result,
+    vramfit::cli_test::run;
 
 const std::string cache = data_dir + "/hf-cache";
 const std::string hub_env = "HF_HUB_CACHE=" + cache;
@@ -23,15 +24,6 @@ const std::string id = "Qwen/Qwen2.5-0.5B";
 const std::string commit = "ce9db8f82b98b9693c181d1a65a68a812a84fb01";
 const std::string snapshot_config =
     cache + "/models--Qwen--Qwen2.5-0.5B/snapshots/" + commit + "/config.json";
-
-/// A refusal: status 2 and one line that starts "vramfit: " and holds `part`.
-void check_refusal(const result& r, const std::string& part) {
-  CHECK(r.status == 2);
-  CHECK(r.out.empty());
-  CHECK(r.err.rfind("vramfit: ", 0) == 0);
-  CHECK(r.err.find('\n') == r.err.size() - 1);
-  CHECK(r.err.find(part) != std::string::npos);
-}
 
 /// The JSON of a run, with the model's name left out.
 nlohmann::json unnamed(const result& r) {
