@@ -155,10 +155,14 @@ constexpr void check(const activation_options& o, const layout& l) {
   if (o.capacity_factor_percent < 0)
     rules::batch_shape_must_be_positive("MoE capacity factor (or 0: dropless)",
                                         o.capacity_factor_percent);
-  // deepspeed/runtime/pipe/engine.py steps TrainSchedule (schedule.py), 1F1B only.
+  // deepspeed/runtime/pipe/engine.py steps TrainSchedule (schedule.py), 1F1B only; Megatron-Core's
+  // get_forward_backward_func (pipeline_parallel/schedules.py) 1F1B with or without interleaving.
   if (l.pipeline > 1 && l.implementation == shard_implementation::deepspeed &&
       o.schedule != pipeline_schedule::one_f_one_b)
     rules::deepspeed_pipeline_runs_one_f_one_b(l.pipeline);
+  if (l.pipeline > 1 && l.implementation == shard_implementation::megatron &&
+      o.schedule == pipeline_schedule::gpipe)
+    rules::megatron_pipeline_runs_no_gpipe(l.pipeline);
   if (o.sequence % l.context != 0)
     rules::context_parallel_must_divide_sequence(l.context, o.sequence);
   if (l.sequence && (o.sequence / l.context) % l.tensor != 0)

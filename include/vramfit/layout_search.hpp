@@ -317,12 +317,12 @@ class layout_searcher {
     const sharding_family f = space_.sharding;
     const bool any = f == sharding_family::any;
     shard(sharding::none, layout{}.implementation, 0);  // plain DDP, as `train` without --zero
-    // DeepSpeed's pipeline engine runs 1F1B only: not a GPipe schedule given.
+    // Neither DeepSpeed's pipeline engine nor Megatron-LM runs a GPipe schedule given.
     const bool gpipe = l.pipeline > 1 && plan_.batch.schedule == pipeline_schedule::gpipe;
     if ((f == sharding_family::deepspeed || any) && !gpipe)
       for (const sharding s : {sharding::zero1, sharding::zero2, sharding::zero3})
         shard(s, deepspeed, 0);
-    if (f == sharding_family::megatron || any) shard(sharding::zero1, megatron, 0);
+    if ((f == sharding_family::megatron || any) && !gpipe) shard(sharding::zero1, megatron, 0);
     if (f == sharding_family::fsdp || any) {
       if (space_.shard_group == 0) {
         shard(sharding::zero2, fsdp, 0);

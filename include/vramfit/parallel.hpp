@@ -180,6 +180,10 @@ namespace detail::rules {
   raise("DeepSpeed's pipeline engine runs the 1F1B schedule only (degree " + str(pp) +
         "): no interleaved or GPipe schedule with DeepSpeed's ZeRO");
 }
+[[noreturn]] inline void megatron_pipeline_runs_no_gpipe(std::int64_t pp) {
+  raise("Megatron-LM's pipeline schedules are 1F1B and interleaved 1F1B (degree " + str(pp) +
+        "): no GPipe schedule with its distributed optimizer");
+}
 [[noreturn]] inline void parameter_offload_needs_zero3() {
   raise("offloading parameters needs ZeRO-3 (or FSDP full sharding)");
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vramfit/layout_search.hpp>
 #include <vramfit/presets.hpp>
 #include <vramfit/timeline.hpp>
 #include <vramfit/training.hpp>
@@ -54,4 +55,32 @@ TEST_CASE("Megatron-LM without the distributed optimizer: fp16 params and grads 
                    full_finetune::value,
                    {.implementation = shard_implementation::megatron}};
   CHECK(states_on_device(model_states(t, one_matrix(1024, 1024), 0)) == bytes{20 * n});
+}
+
+TEST_CASE("Megatron-LM's schedules are 1F1B and interleaved 1F1B: no GPipe") {
+  // megatron/core/pipeline_parallel/schedules.py get_forward_backward_func: no pipelining,
+  // pipelining without interleaving (1F1B) or with it.
+  const training t{models::llama_3_8b::value,
+                   mixed<bf16>::value,
+                   adamw<>::value,
+                   full_finetune::value,
+                   {.data = 2,
+                    .pipeline = 2,
+                    .zero = sharding::zero1,
+                    .implementation = shard_implementation::megatron}};
+  activation_options o{.micro_batch = 1, .sequence = 1024, .micro_batches = 4};
+  o.schedule = pipeline_schedule::interleaved;
+  o.virtual_stages = 2;
+  CHECK(total(activations(t, o)) > bytes{});
+  o.schedule = pipeline_schedule::gpipe;
+  o.virtual_stages = 1;
+  CHECK_THROWS_WITH_AS(activations(t, o), doctest::Contains("no GPipe schedule"), error);
+  // Searched with a GPipe schedule, no Megatron layout with a pipeline is ranked.
+  const training_plan_value base{{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value},
+                                 {.sequence = 2048, .schedule = pipeline_schedule::gpipe}};
+  const search_result found = search_layouts(
+      base, gpus::h100_80gb::value, {.gpus = 16, .sharding = sharding_family::megatron, .top = 32});
+  REQUIRE(found.found());
+  for (const plan_candidate& c : found.best)
+    CHECK((c.layout.zero == sharding::none || c.layout.pipeline == 1));
 }
