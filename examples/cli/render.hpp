@@ -91,7 +91,7 @@ inline void print_table(std::ostream& out, const estimate& e, const size_style& 
   out << "\nMost loaded GPU: pipeline stage " << e.stage << ", peak at the "
       << to_string(e.ledger.peak_at) << "\n\n";
   char line[128];
-  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "component", "allocated", "at peak");
+  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "component", "at its most", "at peak");
   out << line;
   for (component c : shown_components) {
     const bytes all = total(e.ledger.entries, c);
@@ -106,8 +106,12 @@ inline void print_table(std::ostream& out, const estimate& e, const size_style& 
   out << line;
   const bytes host = total(e.ledger.entries, memory_space::host);
   if (host > bytes{}) {
-    std::snprintf(line, sizeof line, "  %-18s %14s\n", "host memory", size(host).c_str());
-    out << line;
+    std::string what;  // what the host holds, so that a small figure does not puzzle
+    for (const memory_entry& m : e.ledger.entries)
+      if (m.space == memory_space::host && m.size > bytes{})
+        what += std::string(what.empty() ? "" : ", ") + m.name;
+    std::snprintf(line, sizeof line, "  %-18s %14s  ", "host memory", size(host).c_str());
+    out << line << what << "\n";
   }
   if (e.allocator) out << "  " << allocator_summary(e, size) << "\n";
   out << "\n  " << e.device.name << ": " << size(e.fit.available) << " -> " << verdict(e, size)
