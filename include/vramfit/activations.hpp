@@ -79,6 +79,15 @@ struct activation_options {
 /// The half of a layer a saved tensor belongs to: its backward runs MLP first, then attention.
 enum class layer_part : unsigned char { attention, mlp };
 
+/// When its half's backward frees a saved tensor, besides its output linear's input (the first):
+/// after the last backward op that reads it, as autograd releases a node's saved tensors once the
+/// node has run (torch/csrc/autograd/engine.cpp call_function: fn.release_variables()).
+enum class freed_at : unsigned char {
+  half_end,    ///< by the half's projections and norm, after its working set and weight gradients
+  core_start,  ///< by the ops before the working set: eager attention's value matmul and dropout
+  core_end,    ///< by the working set's op: eager attention's softmax backward
+};
+
 /// One tensor (or set of tensors) autograd saves, per micro-batch, on one rank.
 struct saved_tensor {
   const char* name = "";  ///< a string literal
@@ -93,6 +102,7 @@ struct saved_tensor {
   layer_part part = layer_part::attention;
   /// The input of the part's last linear (o_proj, down_proj): the first its backward frees.
   bool output_linear_input = false;
+  freed_at freed = freed_at::half_end;  ///< when the rest is freed
 };
 
 /// The most a layer saves: four norms of 3 entries, MLA attention with its two norms and eager
@@ -203,6 +213,7 @@ namespace detail {
 struct saved_flags {
   bool selective = false;            ///< recomputed by selective checkpointing
   bool output_linear_input = false;  ///< the input of the part's last linear (o_proj, down_proj)
+  freed_at freed = freed_at::half_end;
 };
 
 /// Builds the saved-tensor ledger of one block for one micro-batch on one rank.
@@ -247,7 +258,8 @@ class block_builder {
                        .bits = bits,
                        .recomputed_by_selective = flags.selective,
                        .part = part_,
-                       .output_linear_input = flags.output_linear_input});
+                       .output_linear_input = flags.output_linear_input,
+                       .freed = flags.freed});
   }
   /// What follows belongs to the MLP half of the layer.
   constexpr void begin_mlp() { part_ = layer_part::mlp; }
@@ -400,6 +412,10 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
       checked_mul(checked_mul(o.micro_batch, local_heads), b.tokens() / o.micro_batch);
   const std::int64_t scores = checked_mul(rows, o.sequence);
   const std::int64_t softmax_bits = eager_softmax_bits(m, b);
+  // The softmax's backward frees its output; the value matmul's and the dropout's backward, which
+  // run before it, free theirs (a 16-bit copy, the dropout's output and mask) first.
+  constexpr saved_flags softmax_output{.selective = true, .freed = freed_at::core_end};
+  constexpr saved_flags value_matmul_input{.selective = true, .freed = freed_at::core_start};
   if (m.attention_sinks) {
     // modeling_gpt_oss.py eager_attention_forward: each row gains its head's sink logit
     // ([.., s, s + 1]); max(dim=-1) keeps its int64 indices; the value matmul reads a view of the
@@ -407,24 +423,24 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
     b.add("attention softmax output (with the sink column)",
           "modeling_gpt_oss.py eager_attention_forward: probs = F.softmax(combined_logits, "
           "dim=-1, dtype=combined_logits.dtype)",
-          checked_add(scores, rows), softmax_bits, {.selective = true});
+          checked_add(scores, rows), softmax_bits, softmax_output);
     b.add("attention logits max indices (int64)",
           "modeling_gpt_oss.py eager_attention_forward: combined_logits.max(dim=-1, "
           "keepdim=True)",
           rows, 64, {.selective = true});
   } else {
     b.add("attention softmax output", eager_softmax_source(m), scores, softmax_bits,
-          {.selective = true});
+          softmax_output);
   }
   if (o.attention_dropout) {
     b.add("attention dropout mask",
           "torch nn.functional.dropout, derivatives.yaml native_dropout: "
           "native_dropout_backward(grad, result1, ...)",
-          scores, o.dropout_mask_bits, {.selective = true});
+          scores, o.dropout_mask_bits, value_matmul_input);
     b.add("attention dropout output",
           "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states) "
           "after nn.functional.dropout",
-          scores, b.beta(), {.selective = true});
+          scores, b.beta(), value_matmul_input);
   } else if (softmax_bits != b.beta()) {
     b.add("attention probabilities (16-bit copy)",
           m.family == family::gpt2
@@ -432,7 +448,7 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
                 "by torch.matmul(attn_weights, value)"
               : "modeling_llama.py eager_attention_forward: softmax(...).to(query.dtype), read by "
                 "torch.matmul(attn_weights, value_states)",
-          scores, b.beta(), {.selective = true});
+          scores, b.beta(), value_matmul_input);
   }
 }
 
@@ -585,12 +601,15 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
           "self.num_key_value_heads * self.head_dim :]",
           b.split((heads + 2 * kv) * d), beta);
   else
+    // Eager's value matmul reads V last: its backward frees it before the softmax's.
     b.add("value",
           copies ? "modeling_llama.py eager_attention_forward: value_states = repeat_kv(value, "
                    "module.num_key_value_groups)"
                  : "modeling_llama.py LlamaAttention.forward: "
                    "self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)",
-          b.split(kv_saved * d), beta);
+          b.split(kv_saved * d), beta,
+          {.freed =
+               b.attention() == attention_kind::eager ? freed_at::core_start : freed_at::half_end});
 }
 
 /// What multi-head attention (not MLA) keeps of its core: eager's scores, or SDPA's output and
@@ -934,6 +953,12 @@ struct layer_backward_working {
   /// Attention core. Eager: the softmax gradient in the softmax's format, the softmax backward's
   /// output and the buffer its CUDA kernel takes (tests/validation E11). Flash/SDPA: dQ, dK, dV.
   bytes attention{};
+  /// Eager attention's score-sized gradients in the compute format around its core, each
+  /// `score_gradient`: one before (the value matmul's, which a cast or the dropout's backward turns
+  /// into the softmax's), and after the softmax's backward one or two (its input's gradient cast
+  /// back, then scaled). Traced on an H200 and on the CPU (docs/timeline.md).
+  bytes score_gradient{};
+  std::int64_t gradients_before = 0, gradients_after = 0;
 };
 
 constexpr layer_backward_working layer_backward_bytes(const model& m, const precision& p,
@@ -963,6 +988,12 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
                                             checked_mul(b.tokens() / o.micro_batch, o.sequence));
     const std::int64_t bits = detail::eager_softmax_bits(m, b);
     w.attention = bytes_for_bits(checked_mul(scores, 3 * bits));
+    // modeling_llama.py eager_attention_forward: softmax(dtype=float32).to(query.dtype), dropout,
+    // matmul(attn_weights, value_states); matmul(query, key.transpose(2, 3)) * scaling.
+    const bool cast = bits != beta;
+    w.score_gradient = bytes_for_bits(checked_mul(scores, beta));
+    w.gradients_before = cast || o.attention_dropout ? 1 : 0;
+    w.gradients_after = cast ? 2 : 1;
   } else {
     const std::int64_t qkv_width =
         m.is_mla()

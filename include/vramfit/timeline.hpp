@@ -23,7 +23,19 @@ constexpr const char* to_string(step_phase p) {
 }
 
 /// The kinds of tensor a layer's step allocates, as the timeline frees and allocates them.
-enum class layer_tensor : unsigned char { gradient, cast, saved, kept_input, working };
+/// A half's backward working set is the gradient entering its core (`core_gradient`: the down
+/// projection's input gradient, eager softmax's fp32 gradient) and what the core makes from it;
+/// eager attention's 16-bit score gradients come before and after it (layer_backward_working).
+enum class layer_tensor : unsigned char {
+  gradient,
+  cast,
+  saved,
+  kept_input,
+  core_gradient,
+  working,
+  gradient_before_core,
+  gradient_after_core
+};
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
 /// (part 1) half.
@@ -33,6 +45,7 @@ struct layer_piece {
   bool output_linear = false;  ///< of the half's output linear (o_proj, down_proj)
   bool selective = false;      ///< a saved tensor that selective recompute drops and recomputes
   bool cached = false;         ///< an autocast copy of a trained weight (cached to the region end)
+  freed_at freed = freed_at::half_end;  ///< a saved tensor's free in its half's backward
   bytes size{};
   std::int64_t count = 1;
 };
@@ -42,12 +55,13 @@ struct layer_piece {
 struct piece_filter {
   layer_tensor kind = layer_tensor::saved;
   std::int8_t part = -1, output_linear = -1, selective = -1, cached = -1;
+  std::optional<freed_at> freed{};
 
   [[nodiscard]] constexpr bool takes(const layer_piece& x) const {
     auto matches = [](std::int8_t want, bool flag) { return want < 0 || (want == 1) == flag; };
     return x.kind == kind && (part < 0 || part == x.part) &&
            matches(output_linear, x.output_linear) && matches(selective, x.selective) &&
-           matches(cached, x.cached);
+           matches(cached, x.cached) && (!freed || *freed == x.freed);
   }
 };
 
@@ -83,7 +97,7 @@ struct timeline_event {
 };
 
 /// Events of a step: at most about 56 outside the layers, and per layer run and micro-batch pass
-/// 2 in forward and at most 38 in backward (step_writer); DeepSeek-V3's stage has 71. A vector,
+/// 2 in forward and at most 48 in backward (step_writer); DeepSeek-V3's stage has 71. A vector,
 /// as a timeline lives within one evaluation: a fixed capacity would be zeroed on every build.
 using timeline_events = std::vector<timeline_event>;
 
@@ -172,6 +186,7 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
         .part = static_cast<int>(x.part),
         .output_linear = x.output_linear_input,
         .selective = o.recompute == recompute_kind::selective && x.recomputed_by_selective,
+        .freed = x.freed,
         .size = x.size,
         .count = 1});
   if (full_recompute)
@@ -181,30 +196,52 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
         .size = layer_activation_bytes(m, t.precision, o, l, moe, checkpoint_policy(o), t.finetune),
         .count = 1});
   // The backward's working tensors, taken as three of one size: the gated MLP's mm and two
-  // products, the eager softmax's gradient, output and kernel buffer, or flash's dQ, dK, dV.
+  // products, the eager softmax's gradient, output and kernel buffer, or flash's dQ, dK, dV; the
+  // first is the core's incoming gradient.
   const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe);
   for (int part : {0, 1}) {
     const bytes all = part ? w.mlp : w.attention;
-    visit(layer_piece{
-        .kind = layer_tensor::working, .part = part, .size = bytes{all.count / 3}, .count = 2});
-    visit(layer_piece{.kind = layer_tensor::working,
-                      .part = part,
-                      .size = all - bytes{all.count / 3} * 2,
-                      .count = 1});
+    const bytes third{all.count / 3};
+    visit(layer_piece{.kind = layer_tensor::core_gradient, .part = part, .size = third});
+    visit(layer_piece{.kind = layer_tensor::working, .part = part, .size = third});
+    visit(layer_piece{.kind = layer_tensor::working, .part = part, .size = all - third * 2});
   }
+  visit(layer_piece{.kind = layer_tensor::gradient_before_core,
+                    .size = w.score_gradient,
+                    .count = w.gradients_before});
+  visit(layer_piece{.kind = layer_tensor::gradient_after_core,
+                    .size = w.score_gradient,
+                    .count = w.gradients_after});
 }
 
 /// One layer's tensors summed the way the timeline uses them.
 struct layer_pattern {
   bytes grads_out[2]{}, grads_rest[2]{};  ///< [layer_part]
   bytes saved_out[2]{}, saved_rest[2]{};
+  bytes saved_core_start[2]{}, saved_core_end[2]{};  ///< freed around the working set (freed_at)
   bytes selective[2]{};  ///< saved tensors that selective recompute drops and recomputes
   bytes casts_out[2]{}, casts_rest[2]{};  ///< autocast weight copies
   bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
   bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
   bool full = false;
-  layer_backward_working working{};
+  layer_backward_working working{};                         ///< with the core's incoming gradients:
+  bytes core_gradient[2]{};                                 ///< [layer_part]
+  bytes score_gradients_before{}, score_gradients_after{};  ///< eager attention's, around its core
 };
+
+/// The sums of `p` a saved tensor `x` counts in, by when its half's backward frees it.
+constexpr bytes (&saved_by_free(layer_pattern& p, const layer_piece& x))[2] {
+  if (x.output_linear) return p.saved_out;
+  switch (x.freed) {
+    case freed_at::core_start:
+      return p.saved_core_start;
+    case freed_at::core_end:
+      return p.saved_core_end;
+    case freed_at::half_end:
+      break;
+  }
+  return p.saved_rest;
+}
 
 constexpr layer_pattern pattern_of(const training& t, const activation_options& o,
                                    const tensor_ledger& tensors, std::int64_t layer,
@@ -226,24 +263,38 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::saved:
                               if (x.selective) p.selective[part] += all;
-                              (x.output_linear ? p.saved_out : p.saved_rest)[part] += all;
+                              saved_by_free(p, x)[part] += all;
                               break;
                             case layer_tensor::kept_input:
                               p.kept_input += all;
                               break;
+                            case layer_tensor::core_gradient:
+                              p.core_gradient[part] += all;
+                              [[fallthrough]];
                             case layer_tensor::working:
                               (part ? p.working.mlp : p.working.attention) += all;
+                              break;
+                            case layer_tensor::gradient_before_core:
+                              p.score_gradients_before += all;
+                              break;
+                            case layer_tensor::gradient_after_core:
+                              p.score_gradients_after += all;
                               break;
                           }
                         });
   return p;
 }
 
+/// What one half of a layer saves.
+constexpr bytes saved_total(const layer_pattern& p, int part) {
+  return p.saved_out[part] + p.saved_core_start[part] + p.saved_core_end[part] + p.saved_rest[part];
+}
+
 /// What the forward keeps of a layer: everything it saves, or only its input when recomputed.
 constexpr bytes forward_kept(const layer_pattern& p) {
   if (p.full) return p.kept_input;
   bytes sum{};
-  for (int part : {0, 1}) sum += p.saved_out[part] + p.saved_rest[part] - p.selective[part];
+  for (int part : {0, 1}) sum += saved_total(p, part) - p.selective[part];
   return sum;
 }
 
@@ -255,9 +306,7 @@ constexpr piece_filter kept_by_forward(const layer_pattern& p) {
 }
 
 constexpr bytes saved_total(const layer_pattern& p) {
-  bytes sum{};
-  for (int part : {0, 1}) sum += p.saved_out[part] + p.saved_rest[part];
-  return sum;
+  return saved_total(p, 0) + saved_total(p, 1);
 }
 
 constexpr bytes casts_total(const layer_pattern& p) {
@@ -704,15 +753,43 @@ struct step_writer {
     add(part ? "MLP output linear: weight copy freed"
              : "attention output linear: weight copy freed",
         e.casts, -p.casts_out[part], pieces_of(layer_tensor::cast, part, 1));
-    const bytes working_set = part ? p.working.mlp : p.working.attention;
+    // What the ops around the working set read last (freed_at): eager attention's value matmul
+    // frees its inputs before the softmax's backward, which frees its output.
+    auto freed = [&](freed_at when) {
+      piece_filter f = pieces_of(layer_tensor::saved, part, 0);
+      f.freed = when;
+      return f;
+    };
+    // The core's incoming gradient comes first: eager attention's fp32 softmax gradient is cast
+    // from the value matmul's 16-bit one, which is allocated before that matmul's inputs go and
+    // freed after the cast (traced on an H200: docs/timeline.md).
     const char* working_name = part ? "MLP backward working set" : "attention backward working set";
+    const bytes incoming = p.core_gradient[part];
+    const bytes working_set = (part ? p.working.mlp : p.working.attention) - incoming;
+    // Eager attention's only (part 0): its 16-bit score gradients and what its core frees.
+    const bytes before = part ? bytes{} : p.score_gradients_before;
+    const bytes after = part ? bytes{} : p.score_gradients_after;
+    add("attention value matmul: score gradient", e.working, before,
+        pieces_of(layer_tensor::gradient_before_core));
+    add("attention value matmul: inputs freed", layer_saved, -p.saved_core_start[part],
+        freed(freed_at::core_start));
+    add(working_name, e.working, incoming, pieces_of(layer_tensor::core_gradient, part));
+    add("attention value matmul: score gradient", e.working, -before,
+        pieces_of(layer_tensor::gradient_before_core));
     add(working_name, e.working, working_set, pieces_of(layer_tensor::working, part));
+    add(working_name, e.working, -incoming, pieces_of(layer_tensor::core_gradient, part));
+    add("attention softmax: output freed", layer_saved, -p.saved_core_end[part],
+        freed(freed_at::core_end));
+    add("attention scores: gradients cast and scaled", e.working, after,
+        pieces_of(layer_tensor::gradient_after_core));
     add(working_name, e.working, -working_set, pieces_of(layer_tensor::working, part));
+    add("attention scores: gradients cast and scaled", e.working, -after,
+        pieces_of(layer_tensor::gradient_after_core));
     add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry, grads_rest,
         pieces_of(layer_tensor::gradient, part, 0));
     stepped(grads_rest, r.first, r.count, pieces_of(layer_tensor::gradient, part, 0));
     add(part ? "MLP saved tensors freed" : "attention saved tensors freed", layer_saved,
-        -p.saved_rest[part], pieces_of(layer_tensor::saved, part, 0));
+        -p.saved_rest[part], freed(freed_at::half_end));
     add(part ? "MLP weight copies freed" : "attention weight copies freed", e.casts,
         -p.casts_rest[part], pieces_of(layer_tensor::cast, part, 0));
     if (!first_pass)

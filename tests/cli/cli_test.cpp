@@ -1355,23 +1355,23 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
       "\"hidden_dim\": 3072, \"n_layers\": 6, \"n_heads\": 12, \"vocab_size\": 30522, "
       "\"max_position_embeddings\": 512, \"dropout\": 0.1, \"attention_dropout\": 0.1}'";
   // Before: DeepSpeed ZeRO-2 in DeepSpeed's fp16, 12 sequences, Lightning's reduce_bucket_size
-  // 2e8 and overlap_comm: 3.99 GB, vramfit 6.5 % under.
+  // 2e8 and overlap_comm: 3.99 GB, vramfit 8.4 % under.
   const nlohmann::json before =
       json_of("train --model " + distilbert +
               " --framework deepspeed --precision fp16-fp32-master --optimizer adam "
               "--micro-batch 12 --seq-len 512 --dp 4 --zero 2 --reduce-bucket 2e8 --overlap-comm "
               "--attention eager --gpu a100-80gb");
   CHECK(before.at("model").at("parameters") == 66'955'010);
-  CHECK(static_cast<double>(reserved(before)) / 3.99e9 == doctest::Approx(0.935).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(before)) / 3.99e9 == doctest::Approx(0.916).epsilon(0.01));
   // Two buffers of 2e8 fp16 elements whatever the model's size (stage_1_and_2.py backward:
   // buf_0, buf_1), and the flattened copy of the gradients a bucket reduces.
   CHECK(entry_bytes(before, "ZeRO reduce bucket") == 2 * 2 * 200'000'000 + 2 * 66'955'010);
-  // After: FSDP over the blocks with CPU offload, bf16, 3 x 4 accumulated: 1.15 GB, 35 % under.
+  // After: FSDP over the blocks with CPU offload, bf16, 3 x 4 accumulated: 1.15 GB, 39 % under.
   const nlohmann::json after = json_of(
       "train --model " + distilbert +
       " --precision bf16 --optimizer adam --micro-batch 3 --seq-len 512 --grad-accum 4 --dp 4 "
       "--fsdp full --offload all --attention eager --gpu a100-80gb");
-  CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.647).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.615).epsilon(0.01));
   // The root unit (embeddings, pre_classifier, classifier), 48.86 MB in bf16, with the current
   // and the prefetched block gathered.
   const std::int64_t db_root =
@@ -1387,13 +1387,13 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   // gradient (48 MiB) and its shard (12 MiB) and shard copy (12 MiB), the six blocks' sharded
   // gradients (3.5 MB, five to a 20 MiB segment) and every block's all-gather of the step
   // outstanding (6 + 6, 14 MiB) with its shard copy (three 20 MiB segments): at most about
-  // 1.07 GB, 7 % under the article.
+  // 1.04 GB, 10 % under the article.
   const std::int64_t db_pad = 2 * (db_root + 2);  // padded to a multiple of 4 elements
   const std::int64_t db_account =
       reserved(after) - fresh_segment(db_side) + 2 * fresh_segment(db_pad) +
       2 * fresh_segment(db_pad / 4) + 2 * fresh_segment(db_block / 2) +
       12 * fresh_segment(2 * db_block) + 3 * fresh_segment(db_block / 2);
-  CHECK(static_cast<double>(db_account) / 1.15e9 == doctest::Approx(0.934).epsilon(0.01));
+  CHECK(static_cast<double>(db_account) / 1.15e9 == doctest::Approx(0.901).epsilon(0.01));
   // BigBird after: block-sparse attention is not modelled; flash attention (no s x s tensor)
   // and eager (the full 4,096 x 4,096 scores) bracket the article's 4.03 GB.
   const std::string bigbird =
@@ -1413,7 +1413,7 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(reserved(flash) < 4'030'000'000);
   CHECK(4'030'000'000 < reserved(eager));
   CHECK(static_cast<double>(reserved(flash)) / 1e9 == doctest::Approx(2.52).epsilon(0.01));
-  CHECK(static_cast<double>(reserved(eager)) / 1e9 == doctest::Approx(15.80).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(eager)) / 1e9 == doctest::Approx(15.40).epsilon(0.01));
 }
 
 TEST_CASE("--reduce-bucket and --overlap-comm: DeepSpeed's reduce buffers, refused elsewhere") {

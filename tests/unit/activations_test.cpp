@@ -3,6 +3,7 @@
 // timeline of a training step.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -598,6 +599,56 @@ TEST_CASE("the loss's backward runs in autograd's order, tensor by tensor, by ha
       {"logits gradient (16-bit)", -2 * L},
       {"final norm and head input", -(8 * tau * h + 12 * tau)}};
   CHECK(loss_backward == expected);
+}
+
+TEST_CASE("eager attention's backward frees each saved tensor after the op that last reads it") {
+  // Llama-3-8B cut to 2 layers, bf16, 1 x 4,096 tokens, eager: S = 32 heads x 4,096 x 4,096
+  // scores. Traced on an H200 (tests/validation/gpu/h200/traces/steps1-3_llama3-8b-2l_bf16_adamw_
+  // b1s4096_eager.json, events 1626-1652 of step 2): the value matmul's 16-bit score gradient
+  // (2S B) comes before its inputs go (the bf16 probabilities 2S B and V repeated to 32 heads,
+  // 4,096 x 4,096 x 2 B); the softmax's fp32 gradient (4S B) is cast from it, which then goes;
+  // the softmax backward's output and its kernel's buffer (4S B each); the fp32 gradient and the
+  // saved softmax output (4S B) go, the gradient cast back (2S B) and scaled (2S B) come, then
+  // the softmax backward's own go. From the free of o_proj's input to the core's peak: 5,088 MiB.
+  constexpr std::int64_t S = 32LL * 4096 * 4096, V = 4096LL * 4096 * 2;
+  model m = models::llama_3_8b::value;
+  m.layers = 2;
+  const training t{m, pure<bf16>::value, adamw<>::value};
+  const activation_options o{
+      .micro_batch = 1, .sequence = 4096, .attention = attention_kind::eager};
+  const step_timeline tl = step_timeline_of(t, o);
+  std::vector<std::pair<std::string, std::int64_t>> core;
+  bool in = false;
+  for (const timeline_event& e : tl.events) {
+    const std::string what = e.what;
+    if (e.phase != step_phase::backward) continue;
+    if (what == "attention weight gradients") break;
+    if (in) core.emplace_back(what, e.delta.count);
+    in = in || what == "attention output linear: weight copy freed" ||
+         what == "attention output linear: input freed";
+  }
+  const std::vector<std::pair<std::string, std::int64_t>> expected{
+      {"attention value matmul: score gradient", 2 * S},
+      {"attention value matmul: inputs freed", -(2 * S + V)},
+      {"attention backward working set", 4 * S},
+      {"attention value matmul: score gradient", -2 * S},
+      {"attention backward working set", 8 * S},
+      {"attention backward working set", -4 * S},
+      {"attention softmax: output freed", -4 * S},
+      {"attention scores: gradients cast and scaled", 4 * S},
+      {"attention backward working set", -8 * S},
+      {"attention scores: gradients cast and scaled", -4 * S}};
+  CHECK(core == expected);
+  std::int64_t rise = 0, most = 0;
+  for (const auto& [what, delta] : core) most = std::max(most, rise += delta);
+  CHECK(most == 5088LL << 20);
+  // The step's peak is the loss's, as measured (tests/validation/gpu/steps.jsonl:
+  // llama3-8b-2l/bf16/adamw/b1s4096/eager peaks at the start of backward).
+  CHECK(training_step(t, o).peak_at == moment::start_of_backward);
+  // SDPA keeps no scores: none of these events.
+  const step_timeline flash = step_timeline_of(t, {.micro_batch = 1, .sequence = 4096});
+  for (const timeline_event& e : flash.events)
+    CHECK(std::string(e.what).find("attention value matmul") == std::string::npos);
 }
 
 TEST_CASE("activation offload keeps what layers save on the host and brings one layer back") {
