@@ -210,7 +210,7 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     if (o.qlora) base = bnb_4bit<>::value;
     if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
     return lora_finetuning(rank, checked_lora_targets(targets).c_str(), adapters, base.linear,
-                           base.other);
+                           base.other, base.exceptions);
   }
   if (o.lora_targets || o.lora_dtype)
     detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +

@@ -11,11 +11,84 @@
 #include <vector>
 
 #include "detail/name.hpp"
+#include "detail/static_vector.hpp"
 #include "detail/tag.hpp"
 #include "dtype.hpp"
 #include "tensors.hpp"
 
 namespace vramfit {
+
+// What a quantized checkpoint's skip list (quantization_config's modules_to_not_convert,
+// bitsandbytes' llm_int8_skip_modules) changes in its method's modules, resolved against one
+// model's tensor ledger: a weight layout and a QLoRA base carry it.
+
+inline constexpr char kept_module_ranges[] = "separate layer ranges of modules kept unquantized";
+
+/// Tensor groups of one model's ledger (bit i: tensors(m)[i]) kept unquantized in layers
+/// [first_layer, first_layer + layer_count).
+struct kept_range {
+  std::uint64_t groups = 0;
+  std::int64_t first_layer = 0;
+  std::int64_t layer_count = 0;
+};
+
+/// What a checkpoint's skip list changes in its method's modules; empty: nothing.
+struct quantization_exceptions {
+  /// The parameters of the model the groups were resolved against (0: none kept).
+  std::int64_t model_parameters = 0;
+  std::uint64_t outside_layers = 0;  ///< groups outside the layers kept (bit i: tensors(m)[i])
+  detail::static_vector<kept_range, 16, kept_module_ranges> ranges{};
+  /// The head is converted too: a list given replaces the default that keeps it
+  /// (transformers quantizers/base.py get_modules_to_not_convert, add_default_skips=False).
+  bool converts_head = false;
+
+  [[nodiscard]] constexpr bool keeps_any() const { return outside_layers != 0 || !ranges.empty(); }
+};
+
+namespace detail::rules {
+[[noreturn]] inline void kept_modules_resolved_for_another_model(std::int64_t resolved,
+                                                                 std::int64_t given) {
+  raise("the modules a quantization_config keeps unquantized were resolved for a model of " +
+        str(resolved) + " parameters, not this one of " + str(given) +
+        ": read the layout from this model's config.json");
+}
+}  // namespace detail::rules
+
+namespace detail {
+/// `e`, checked to belong to the model of `ledger`.
+constexpr const quantization_exceptions& checked_for(const quantization_exceptions& e,
+                                                     const tensor_ledger& ledger) {
+  if (e.keeps_any() && e.model_parameters != parameters(ledger))
+    rules::kept_modules_resolved_for_another_model(e.model_parameters, parameters(ledger));
+  return e;
+}
+
+/// Of `copies` tensors of ledger group `index` (`g`) in the `layers` layers from `first_layer`
+/// (a group outside the layers: its copies), how many `e` keeps unquantized. The ranges of a
+/// group are disjoint (hf_quantization.hpp builds them so): their overlaps add up.
+constexpr std::int64_t kept_copies(const quantization_exceptions& e, std::size_t index,
+                                   const tensor_group& g, std::int64_t first_layer,
+                                   std::int64_t layers, std::int64_t copies) {
+  const std::uint64_t bit = std::uint64_t{1} << index;
+  if (g.layer_count == 0) return (e.outside_layers & bit) != 0 ? copies : 0;
+  if (layers == 0) return 0;
+  std::int64_t kept = 0;
+  for (const kept_range& r : e.ranges)
+    if ((r.groups & bit) != 0) kept += overlap(r.first_layer, r.layer_count, first_layer, layers);
+  return copies / layers * kept;
+}
+
+/// The index of `g` in `ledger`, by name (tensor names are unique in a ledger).
+constexpr std::size_t index_by_name(const tensor_ledger& ledger, const tensor_group& g) {
+  for (std::size_t i = 0; i < ledger.size(); ++i) {
+    const tensor_name& n = ledger[i].name;
+    bool same = n.size() == g.name.size();
+    for (std::size_t c = 0; same && c < n.size(); ++c) same = n[c] == g.name[c];
+    if (same) return i;
+  }
+  return ledger.size();
+}
+}  // namespace detail
 
 /// Tensors chosen by kind, layer range and expert range. Build one with `select::kinds(...)`.
 struct tensor_selector {
@@ -85,6 +158,8 @@ struct finetuning {
   element_format quantized_base{};
   /// QLoRA: the format of the other frozen tensors (embeddings, norms, head).
   element_format unquantized_base{};
+  /// A quantized checkpoint's skip list: modules kept in `unquantized_base`, the head converted.
+  quantization_exceptions base_exceptions{};
 };
 
 template <class T>
@@ -115,11 +190,13 @@ namespace detail::rules {
 
 /// LoRA (or, with a quantized base, QLoRA) at run time: rank, comma-separated target modules,
 /// the adapters' format (payload 0: the weights'), the frozen linear weights' and the other
-/// frozen tensors' formats (payload 0: unchanged).
+/// frozen tensors' formats (payload 0: unchanged), and what a quantized checkpoint's skip list
+/// changes.
 constexpr finetuning lora_finetuning(std::int64_t rank, const char* targets,
                                      const element_format& adapters = {},
                                      const element_format& quantized = {},
-                                     const element_format& unquantized = {}) {
+                                     const element_format& unquantized = {},
+                                     const quantization_exceptions& exceptions = {}) {
   if (rank <= 0) detail::rules::lora_rank_must_be_positive(rank);
   finetuning f{{}, finetune_kind::lora};
   detail::copy_name(f.name, quantized.payload_bits > 0 ? "qlora" : "lora");
@@ -128,6 +205,7 @@ constexpr finetuning lora_finetuning(std::int64_t rank, const char* targets,
   f.lora.adapters = adapters;
   f.quantized_base = quantized;
   f.unquantized_base = unquantized;
+  f.base_exceptions = exceptions;
   return f;
 }
 

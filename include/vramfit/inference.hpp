@@ -30,6 +30,9 @@ struct weight_layout {
   /// integrations/bitsandbytes.py: Params4bit / Int8Params .to(device)); the others load as
   /// stored.
   bool quantized_at_load = false;
+  /// What the checkpoint's skip list changes (hf_weight_layout reads it): modules kept in
+  /// `other`'s format, and the head converted.
+  quantization_exceptions exceptions{};
 };
 
 template <class T>
@@ -252,17 +255,35 @@ constexpr bytes kv_cache_bytes(const model& m, const layout& l, const kv_cache_c
   return per_sequence * detail::checked_mul(r.batch, r.beams);
 }
 
-/// Whether `g` is stored in the layout's linear (quantized) format rather than its other one.
+/// Whether the layout's method converts `g` to its linear (quantized) format, unless its skip
+/// list keeps it.
 constexpr bool takes_linear_format(const weight_layout& w, const tensor_group& g) {
   return g.role == tensor_role::parameter && g.rank == 2 &&
          (w.experts_only ? g.kind == tensor_kind::expert
                          : (g.kind == tensor_kind::attention || g.kind == tensor_kind::mlp ||
                             g.kind == tensor_kind::expert ||
-                            (w.quantize_routers && g.kind == tensor_kind::router)));
+                            (w.quantize_routers && g.kind == tensor_kind::router) ||
+                            (w.exceptions.converts_head && g.kind == tensor_kind::head)));
 }
 
-/// Calls `visit(group, local shape, copies)` for each tensor group one GPU of pipeline stage
-/// `stage` holds: the same tensor ledger, tensor-parallel split and stage assignment as training.
+namespace detail {
+/// Where the copies of a held group sit: its ledger index and the stage's layers it has.
+struct held_span {
+  std::size_t index = 0;
+  std::int64_t first_layer = 0, layers = 0;
+};
+}  // namespace detail
+
+/// Of the `copies` of `g` at `at`, how many are stored in the layout's linear format.
+constexpr std::int64_t linear_copies(const weight_layout& w, const tensor_group& g,
+                                     const detail::held_span& at, std::int64_t copies) {
+  if (!takes_linear_format(w, g)) return 0;
+  return copies - detail::kept_copies(w.exceptions, at.index, g, at.first_layer, at.layers, copies);
+}
+
+/// Calls `visit(group, local shape, copies, span)` for each tensor group one GPU of pipeline
+/// stage `stage` holds: the same tensor ledger, tensor-parallel split and stage assignment as
+/// training.
 template <class Visit>
 constexpr void for_each_held_group(const model& m, const layout& l, std::int64_t stage,
                                    Visit&& visit) {
@@ -274,29 +295,33 @@ constexpr void for_each_held_group(const model& m, const layout& l, std::int64_t
   const bool first_stage = stage == 0, last_stage = stage == l.pipeline - 1;
   for (std::size_t i = 0; i < ledger.size(); ++i) {
     const tensor_group& g = ledger[i];
-    std::int64_t copies = g.layer_count > 0
-                              ? detail::overlap(g.first_layer, g.layer_count, first, count)
-                              : ((i < first_layers ? first_stage : last_stage) ? 1 : 0);
+    const detail::held_span at{i, g.first_layer > first ? g.first_layer : first,
+                               detail::overlap(g.first_layer, g.layer_count, first, count)};
+    std::int64_t copies =
+        g.layer_count > 0 ? at.layers : ((i < first_layers ? first_stage : last_stage) ? 1 : 0);
     if (g.kind == tensor_kind::expert)
       copies = detail::checked_mul(copies, m.moe.routed_experts / l.expert);
-    if (copies > 0) visit(g, detail::tp_local_shape(g, m, l.tensor), copies);
+    if (copies > 0) visit(g, detail::tp_local_shape(g, m, l.tensor), copies, at);
   }
 }
 
-/// Weight bytes on one GPU of pipeline stage `stage` in the runtime's layout.
+/// Weight bytes on one GPU of pipeline stage `stage` in the runtime's layout: the copies its
+/// method converts in `linear`, the rest (and those its skip list keeps) in `other`.
 constexpr bytes weight_bytes(const model& m, const layout& l, const weight_layout& w,
                              std::int64_t stage = 0) {
+  detail::checked_for(w.exceptions, tensors(m));
   bytes total{};
   for_each_held_group(
-      m, l, stage, [&](const tensor_group& g, const detail::local_shape& s, std::int64_t n) {
+      m, l, stage,
+      [&](const tensor_group& g, const detail::local_shape& s, std::int64_t n,
+          const detail::held_span& at) {
         if (g.role == tensor_role::state) {
           total += bytes_for_bits(detail::checked_mul(s.elements(), g.state_bits)) * n;
           return;
         }
-        const bool linear = takes_linear_format(w, g);
-        total += detail::stored(linear ? w.linear : w.other, s) * n;
-        if (linear && w.act_order_index)
-          total += bytes{4 * (g.input_major ? s.second : s.last)} * n;
+        const std::int64_t linear = linear_copies(w, g, at, n);
+        total += detail::stored(w.linear, s) * linear + detail::stored(w.other, s) * (n - linear);
+        if (w.act_order_index) total += bytes{4 * (g.input_major ? s.second : s.last)} * linear;
       });
   return total;
 }

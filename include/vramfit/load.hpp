@@ -56,9 +56,10 @@ constexpr loading_peak load_peak(const model& m, const weight_layout& w, load_ki
     const bool cast = how == load_kind::fp32_on_device_then_cast;
     bytes largest{};
     for_each_held_group(m, l, stage,
-                        [&](const tensor_group& g, const detail::local_shape& s, std::int64_t) {
+                        [&](const tensor_group& g, const detail::local_shape& s, std::int64_t n,
+                            const detail::held_span& at) {
                           if (g.role != tensor_role::parameter) return;
-                          if (!cast && !takes_linear_format(w, g)) return;
+                          if (!cast && linear_copies(w, g, at, n) == 0) return;
                           const bytes b = detail::stored(cast ? w.other : checkpoint, s);
                           if (b > largest) largest = b;
                         });

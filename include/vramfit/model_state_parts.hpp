@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "finetune.hpp"
 #include "ledger.hpp"
@@ -41,11 +43,13 @@ constexpr bool is_linear_parameter(const tensor_group& g) {
          g.kind == tensor_kind::head;
 }
 
-/// The format a frozen tensor is kept in.
-constexpr const element_format& frozen_format(const training& t, const tensor_group& g) {
+/// The format a frozen tensor is kept in; `kept`: one the checkpoint's skip list keeps
+/// unquantized.
+constexpr const element_format& frozen_format(const training& t, const tensor_group& g,
+                                              bool kept = false) {
   const finetuning& f = t.finetune;
-  if (f.quantized_base.payload_bits > 0 && g.rank == 2 && is_linear_parameter(g) &&
-      g.kind != tensor_kind::head)
+  if (f.quantized_base.payload_bits > 0 && g.rank == 2 && is_linear_parameter(g) && !kept &&
+      (g.kind != tensor_kind::head || f.base_exceptions.converts_head))
     return f.quantized_base;
   if (f.unquantized_base.payload_bits > 0) return f.unquantized_base;
   return t.precision.weights;
@@ -184,18 +188,22 @@ constexpr void add_trained(unsharded_states& acc, const training& t, const tenso
   add_optimizer_states(acc, t, g, count, s, shard, own ? weight : p.updated());
 }
 
-/// Accumulates the `frozen` of `copies` tensors of `g` (shape `shape`) that are not trained, and
-/// the compute-format copies autocast (or FP8) makes of all of them.
+/// Accumulates the `frozen` of `copies` tensors of `g` (shape `shape`) that are not trained, `kept`
+/// of them unquantized by the checkpoint's skip list, and the compute-format copies autocast (or
+/// FP8) makes of all of them.
 constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor_group& g,
-                          std::int64_t copies, std::int64_t frozen, const local_shape& shape,
-                          std::int64_t shards) {
+                          std::int64_t copies, std::int64_t frozen, std::int64_t kept,
+                          const local_shape& shape, std::int64_t shards) {
   const precision& p = t.precision;
   const std::int64_t n = shape.elements();
   acc.weight_tensors = checked_add(acc.weight_tensors, copies);
   acc.frozen_elements = checked_add(acc.frozen_elements, checked_mul(n, frozen));
-  acc.frozen_weights += stored(frozen_format(t, g), shape) * frozen;
-  acc.rounding += allocator_rounding(stored(frozen_format(t, g), shape)) * frozen;
-  acc.dim0_frozen_weights += stored(frozen_format(t, g), dim0_shard(shape, shards)) * frozen;
+  for (const auto& [format, count] : {std::pair{&frozen_format(t, g), frozen - kept},
+                                      std::pair{&frozen_format(t, g, true), kept}}) {
+    acc.frozen_weights += stored(*format, shape) * count;
+    acc.rounding += allocator_rounding(stored(*format, shape)) * count;
+    acc.dim0_frozen_weights += stored(*format, dim0_shard(shape, shards)) * count;
+  }
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a
   // tied embedding is the head's weight); FP8 keeps copies of the matmul weights.
@@ -223,7 +231,15 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
     return;
   }
   const std::int64_t trained = trained_tensors(t.finetune, g, block);
-  add_frozen(acc, t, g, copies, copies - trained, shape, shards);
+  // LoRA trains none of the base: what the checkpoint keeps unquantized is all frozen.
+  const quantization_exceptions& e = t.finetune.base_exceptions;
+  std::int64_t kept = 0;
+  if (e.keeps_any() && trained == 0) {
+    const tensor_ledger ledger = tensors(t.model);
+    kept = kept_copies(checked_for(e, ledger), index_by_name(ledger, g), g, block.first_layer,
+                       block.layer_count, copies);
+  }
+  add_frozen(acc, t, g, copies, copies - trained, kept, shape, shards);
   add_trained(acc, t, g, trained, shape, t.precision.weights, shards);
   // LoRA's adapters on the layer's local shape.
   if (lora_elements(t.finetune, g) > 0) {

@@ -980,6 +980,44 @@ TEST_CASE("train honours a checkpoint's quantization_config: adapters over it, o
   std::filesystem::remove(fp8);
 }
 
+TEST_CASE("a skip list keeps modules unquantized in infer, and in the frozen base train counts") {
+  nlohmann::json config = nlohmann::json::parse(slurp(data_dir + "/hf/llama-3-8b.json"));
+  const std::string file = "vramfit_cli_skip_" + std::to_string(getpid()) + ".json";
+  const auto weights = [&](const nlohmann::json& q) {
+    config["quantization_config"] = q;
+    std::ofstream(file) << config.dump();
+    const result r = run("infer -f json -m " + file);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out).at("memory").at("weights").get<std::int64_t>();
+  };
+  const nlohmann::json fp8 = {{"quant_method", "fp8"}, {"modules_to_not_convert", {"lm_head"}}};
+  nlohmann::json attention = fp8;
+  attention["modules_to_not_convert"].push_back("model.layers.*.self_attn");
+  // Llama-3-8B's attention per layer: q and o [4096, 4096], k and v [1024, 4096], 41,943,040
+  // weights in bf16 (2 bytes) instead of FP8 (1 byte and a 4-byte scale per tensor), 32 layers.
+  CHECK(weights(attention) - weights(fp8) == 32 * (41'943'040 - 4 * 4));
+  // Adapters over an AWQ base that keeps the attention: its frozen weights are what infer counts.
+  const nlohmann::json awq = {{"quant_method", "awq"},
+                              {"bits", 4},
+                              {"group_size", 128},
+                              {"modules_to_not_convert", {"model.layers.*.self_attn"}}};
+  const std::int64_t served = weights(awq);
+  const nlohmann::json trained =
+      nlohmann::json::parse(run("train -m " + file + " --lora-rank 8 -f json").out);
+  std::int64_t frozen = -1;
+  for (const nlohmann::json& e : trained.at("entries"))
+    if (e.at("name") == "weights (frozen)") frozen = e.at("bytes").get<std::int64_t>();
+  CHECK(frozen == served);
+  // A list of the wrong type is refused with exit status 2, naming the field.
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"modules_to_not_convert", "lm_head"}};
+  std::ofstream(file) << config.dump();
+  const result bad = run("infer -m " + file);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("field 'modules_to_not_convert' must be a list of module names") !=
+        std::string::npos);
+  std::filesystem::remove(file);
+}
+
 TEST_CASE("the default sequence fits the model: ViT's image, GPT-2's and BERT's position tables") {
   const auto title = [](const std::string& args) {
     return nlohmann::json::parse(run("train -f json " + args).out)

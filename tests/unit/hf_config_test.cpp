@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -399,6 +400,150 @@ TEST_CASE("quantization_config: the weight layout a checkpoint loads as") {
   // The shipped gpt-oss configs name their MXFP4 experts.
   CHECK(std::string(hf_weight_layout(read_hf_config(data_dir / "hf" / "gpt-oss-20b.json"))->name) ==
         mxfp4_experts::value.name);
+}
+
+TEST_CASE("quantization_config's skip list: the modules it keeps unquantized, by hand") {
+  // transformers 5 quantizers_utils.py should_convert_module: a module stays unquantized when a
+  // listed name matches it as a regex from its start (re.match) or is the end of its name.
+  // A small Llama: hidden 256, 4 layers, 4 heads of 64 (2 KV heads), MLP 512, vocab 1000.
+  json c = json::parse(R"({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+    "vocab_size": 1000})");
+  const model m = model_from_hf_config(c);
+  auto layout_of = [&](const char* q) {
+    c["quantization_config"] = json::parse(q);
+    return *hf_weight_layout(c);
+  };
+  auto fp8_keeping = [&](const char* names, layout l = {}, std::int64_t stage = 0) {
+    const std::string q =
+        std::string(R"({"quant_method": "fp8", "modules_to_not_convert": )") + names + "}";
+    return weight_bytes(m, l, layout_of(q.c_str()), stage).count;
+  };
+  // FP8 per tensor: one byte per weight and a 4-byte scale per tensor; bf16 for the rest.
+  // Per layer: q [256, 256], k and v [128, 256], o [256, 256]: 196,608 weights in 4 tensors;
+  // gate and up [512, 256], down [256, 512]: 393,216 in 3; two norms of 256 in bf16.
+  const std::int64_t attention = 196'608, mlp = 393'216;
+  const std::int64_t layer = attention + mlp + 7 * 4 + 2 * 256 * 2;  // 590,876
+  // Outside the layers: the embedding and lm_head [1000, 256] and the final norm, in bf16.
+  const std::int64_t outside = 2 * 256'000 * 2 + 256 * 2;       // 1,024,512
+  CHECK(fp8_keeping(R"(["lm_head"])") == 4 * layer + outside);  // 3,388,016
+  // No list: transformers' default keeps the head (get_keys_to_not_convert); a list given
+  // replaces it (get_modules_to_not_convert, add_default_skips=False): [] converts lm_head too.
+  CHECK(weight_bytes(m, {}, layout_of(R"({"quant_method": "fp8"})")).count == 4 * layer + outside);
+  CHECK(fp8_keeping("[]") == 4 * layer + outside - (256'000 * 2 - (256'000 + 4)));
+  // Attention kept in bf16 in every layer: 2 bytes per weight instead of 1 and the 4 scales.
+  CHECK(fp8_keeping(R"(["lm_head", "model.layers.*.self_attn"])") ==
+        4 * (layer + attention - 4 * 4) + outside);  // 4,174,384
+  // Bare "self_attn" is neither the start nor the end of q_proj's name: transformers 5 converts
+  // the projections (the attention module it matches has no weight of its own).
+  CHECK(fp8_keeping(R"(["lm_head", "self_attn"])") == 4 * layer + outside);
+  // "down_proj" ends every layer's down projection [256, 512].
+  CHECK(fp8_keeping(R"(["lm_head", "down_proj"])") ==
+        4 * (layer + 131'072 - 4) + outside);  // 3,912,288
+  // One layer's linears: "model.layers.1." (its '.' any character) matches layers 1 and 10-19;
+  // the model has layers 0-3.
+  CHECK(fp8_keeping(R"(["lm_head", "model.layers.1."])") ==
+        4 * layer + attention + mlp - 7 * 4 + outside);  // 3,977,812
+  // Per pipeline stage: layer 3 is on the second of two stages (layers 2 and 3, the head).
+  const layout pp2{.pipeline = 2};
+  CHECK(fp8_keeping(R"(["lm_head", "model.layers.3."])", pp2, 0) ==
+        fp8_keeping(R"(["lm_head"])", pp2, 0));
+  CHECK(fp8_keeping(R"(["lm_head", "model.layers.3."])", pp2, 1) ==
+        fp8_keeping(R"(["lm_head"])", pp2, 1) + attention + mlp - 7 * 4);
+  // A regex over the layer numbers: the even layers' down_proj, counted without a loop over
+  // the layers (the layout keeps two ranges, [0, 1) and [2, 3)).
+  const weight_layout even = layout_of(
+      R"({"quant_method": "fp8", "modules_to_not_convert": ["lm_head",
+          "model\\.layers\\.[0-9]*[02468]\\.mlp\\.down_proj$"]})");
+  CHECK(even.exceptions.ranges.size() == 2);
+  CHECK(weight_bytes(m, {}, even).count == 4 * layer + 2 * (131'072 - 4) + outside);
+  // bitsandbytes 8-bit: llm_int8_skip_modules [] converts lm_head to int8 with its row scales:
+  // 256,000 + 4 x 1,000 bytes instead of fp16's 512,000.
+  CHECK(weight_bytes(m, {}, layout_of(R"({"quant_method": "bitsandbytes", "load_in_8bit": true,
+                                          "llm_int8_skip_modules": []})"))
+            .count == weight_bytes(m, {}, bnb_int8::value).count - (512'000 - 260'000));
+  // AWQ adds its list to the defaults (quantizer_awq.py add_default_skips=True): the head stays.
+  CHECK(weight_bytes(m, {}, layout_of(R"({"quant_method": "awq",
+                                          "modules_to_not_convert": []})")) ==
+        weight_bytes(m, {}, awq<>::value));
+  // Names that match nothing are ignored, as transformers ignores them.
+  CHECK(fp8_keeping(R"(["lm_head", "vision_tower", "model.layers.7.mlp"])") == 4 * layer + outside);
+  // The layout's groups belong to this model: another is refused.
+  const model other = model_from_hf_config(llama_config());
+  CHECK_THROWS_WITH(weight_bytes(other, {}, even),
+                    doctest::Contains("were resolved for a model of"));
+  // Refusals name the field.
+  CHECK_THROWS_WITH(layout_of(R"({"quant_method": "fp8", "modules_to_not_convert": "lm_head"})"),
+                    "vramfit: config.json quantization_config: field 'modules_to_not_convert' "
+                    "must be a list of module names, got \"lm_head\"");
+  CHECK_THROWS_WITH(layout_of(R"({"quant_method": "bitsandbytes", "load_in_4bit": true,
+                                  "llm_int8_skip_modules": ["lm_head", 3]})"),
+                    "vramfit: config.json quantization_config: field 'llm_int8_skip_modules' "
+                    "entry 1 must be a module name (a string), got 3");
+  CHECK_THROWS_WITH(layout_of(R"({"quant_method": "fp8",
+                                  "modules_to_not_convert": ["(q|k)_proj"]})"),
+                    doctest::Contains("not groups, alternatives"));
+  CHECK_THROWS_WITH(layout_of(R"({"quant_method": "fp8", "modules_to_not_convert": ["*"]})"),
+                    doctest::Contains("entry \"*\": nothing to repeat"));
+}
+
+TEST_CASE("published skip lists: Qwen3-30B-A3B-Thinking-2507-FP8 and gpt-oss MXFP4") {
+  // huggingface.co/Qwen/Qwen3-30B-A3B-Thinking-2507-FP8 config.json: lm_head and each of the 48
+  // layers' mlp.gate and norms (its safetensors keep mlp.gate.weight [128, 2048] in bf16).
+  // vramfit's FP8 layout converts no router: the list keeps lm_head, and changes no byte.
+  const json qwen = config_of("qwen3-30b-a3b-thinking-2507-fp8");
+  const model m = model_from_hf_config(qwen);
+  const tensor_ledger ledger = tensors(m);
+  const weight_layout w = *hf_weight_layout(qwen);
+  CHECK(w.exceptions.ranges.empty());
+  CHECK(w.exceptions.outside_layers != 0);  // lm_head
+  CHECK(weight_bytes(m, {}, w) == weight_bytes(m, {}, fp8_weights<>::value));
+  // The same names under bitsandbytes, which converts the routers: the 48 names resolve to one
+  // range over layers [0, 48) of the router group, kept in bf16 instead of NF4 (no double
+  // quantization: bnb_4bit_use_double_quant is not given).
+  json bnb = qwen;
+  bnb["quantization_config"] = {
+      {"quant_method", "bitsandbytes"},
+      {"load_in_4bit", true},
+      {"llm_int8_skip_modules", qwen["quantization_config"]["modules_to_not_convert"]}};
+  const weight_layout kept = *hf_weight_layout(bnb);
+  REQUIRE(kept.exceptions.ranges.size() == 1);
+  const kept_range& r = kept.exceptions.ranges[0];
+  CHECK((r.first_layer == 0 && r.layer_count == 48 && std::popcount(r.groups) == 1));
+  const tensor_group& router = ledger[static_cast<std::size_t>(std::countr_zero(r.groups))];
+  CHECK(router.kind == tensor_kind::router);
+  CHECK(weight_bytes(m, {}, kept) ==
+        weight_bytes(m, {}, bnb_4bit<nf4>::value) +
+            (storage_bytes(bf16::value, 128 * 2048) - storage_bytes(nf4::value, 128 * 2048)) * 48);
+  // transformers 5 packs a layer's experts into one module, "...mlp.experts": its name's end
+  // keeps them all, as the prefix "model.layers.*.mlp.experts" does.
+  json packed = qwen, prefix = qwen;
+  packed["quantization_config"]["modules_to_not_convert"] = {"lm_head", "mlp.experts"};
+  prefix["quantization_config"]["modules_to_not_convert"] = {"lm_head",
+                                                             "model.layers.*.mlp.experts"};
+  CHECK(weight_bytes(m, {}, *hf_weight_layout(packed)) ==
+        weight_bytes(m, {}, *hf_weight_layout(prefix)));
+  CHECK(weight_bytes(m, {}, *hf_weight_layout(packed)) > weight_bytes(m, {}, w));
+  // The experts are one format per layer: a name that picks one expert is refused.
+  json one_expert = qwen;
+  one_expert["quantization_config"]["modules_to_not_convert"] = {"lm_head", "experts.5.up_proj"};
+  CHECK_THROWS_WITH(hf_weight_layout(one_expert),
+                    doctest::Contains("keeps 1 of the 128 routed experts of a layer"));
+  // gpt-oss (huggingface.co/openai/gpt-oss-20b config.json): self_attn, router, embed_tokens and
+  // lm_head, which its MXFP4 layout keeps in bf16 already: the same bytes.
+  const json oss = config_of("gpt-oss-20b");
+  const model g = model_from_hf_config(oss);
+  CHECK(weight_bytes(g, {}, *hf_weight_layout(oss)) == weight_bytes(g, {}, mxfp4_experts::value));
+  // Keeping the experts of the last layer ("model.layers.23.mlp.experts") adds them in bf16.
+  json last = oss;
+  last["quantization_config"]["modules_to_not_convert"].push_back("model.layers.23.mlp.experts");
+  bytes experts{};
+  for (const tensor_group& t : tensors(g))
+    if (t.kind == tensor_kind::expert && t.rank == 2)
+      experts += storage_bytes(bf16::value, t.elements()) * t.experts -
+                 storage_bytes(mxfp4::value, t.elements()) * t.experts;
+  CHECK(weight_bytes(g, {}, *hf_weight_layout(last)) ==
+        weight_bytes(g, {}, mxfp4_experts::value) + experts);
 }
 
 namespace {
