@@ -224,9 +224,10 @@ struct layer_pattern {
   bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
   bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
   bool full = false;
-  layer_backward_working working{};                         ///< with the core's incoming gradients:
-  bytes core_gradient[2]{};                                 ///< [layer_part]
-  bytes score_gradients_before{}, score_gradients_after{};  ///< eager attention's, around its core
+  layer_backward_working working{};  ///< including the gradients entering the cores:
+  bytes core_gradient[2]{};          ///< [layer_part]
+  /// Eager attention's score gradients before and after its core.
+  bytes score_gradients_before{}, score_gradients_after{};
 };
 
 /// The sums of `p` a saved tensor `x` counts in, by when its half's backward frees it.
