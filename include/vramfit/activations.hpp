@@ -315,15 +315,22 @@ class block_builder {
             "self.variance_epsilon)",
             rows, 32);
       // Saved by the weight multiply for the weight's gradient: none for a frozen weight. gpt-oss
-      // multiplies before it casts back, so what it saves is fp32.
-      const bool fp32_product = m_.is_moe() && m_.moe.layout == moe_layout::gpt_oss;
+      // and Gemma multiply before they cast back, so what they save is fp32; Gemma's multiply
+      // also keeps its fp32 (1 + weight) for the input's gradient.
+      const bool gpt_oss = m_.is_moe() && m_.moe.layout == moe_layout::gpt_oss;
+      const bool fp32_product = gpt_oss || m_.norm_plus_one;
       if (!frozen_base_)
         add("norm normalized input",
-            fp32_product ? "modeling_gpt_oss.py GptOssRMSNorm.forward: (self.weight * "
-                           "hidden_states).to(input_dtype)"
-                         : "modeling_llama.py LlamaRMSNorm.forward: self.weight * "
-                           "hidden_states.to(input_dtype)",
+            gpt_oss            ? "modeling_gpt_oss.py GptOssRMSNorm.forward: (self.weight * "
+                                 "hidden_states).to(input_dtype)"
+            : m_.norm_plus_one ? "modeling_gemma2.py Gemma2RMSNorm.forward: output * (1.0 + "
+                                 "self.weight.float())"
+                               : "modeling_llama.py LlamaRMSNorm.forward: self.weight * "
+                                 "hidden_states.to(input_dtype)",
             replicated(width), fp32_product ? 32 : rho_);
+      if (m_.norm_plus_one)
+        add("norm 1 + weight (fp32)",
+            "modeling_gemma2.py Gemma2RMSNorm.forward: (1.0 + self.weight.float())", width, 32);
     }
   }
 
@@ -416,6 +423,12 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
   // run before it, free theirs (a 16-bit copy, the dropout's output and mask) first.
   constexpr saved_flags softmax_output{.selective = true, .freed = freed_at::core_end};
   constexpr saved_flags value_matmul_input{.selective = true, .freed = freed_at::core_start};
+  if (m.attention_softcap)
+    // tanh_backward(grad, result) reads its output, after the softmax's backward.
+    b.add("attention logits soft-capped (tanh output)",
+          "modeling_gemma2.py eager_attention_forward: attn_weights = torch.tanh(attn_weights / "
+          "softcap)",
+          scores, b.beta(), softmax_output);
   if (m.attention_sinks) {
     // modeling_gpt_oss.py eager_attention_forward: each row gains its head's sink logit
     // ([.., s, s + 1]); max(dim=-1) keeps its int64 indices; the value matmul reads a view of the
@@ -1202,7 +1215,12 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
   }
   s.head += bytes_for_bits(checked_mul(b.replicated(m.hidden), b.beta()));  // head input
   s.head += bytes{checked_mul(8, b.tokens())};                              // labels
-  logits_and_loss(s, o, b.beta(), b.tokens(), ceil_div(m.vocab, l.tensor));
+  const std::int64_t vocab = ceil_div(m.vocab, l.tensor);
+  // modeling_gemma2.py Gemma2ForCausalLM.forward: logits = torch.tanh(logits / cap) * cap; the
+  // tanh keeps its output (tanh_backward) until the head's backward. Hugging Face's losses only.
+  if (m.logit_softcap && (o.loss == loss_kind::fp32_upcast || o.loss == loss_kind::native))
+    s.head += bytes_for_bits(checked_mul(checked_mul(b.tokens(), vocab), b.beta()));
+  logits_and_loss(s, o, b.beta(), b.tokens(), vocab);
   return s;
 }
 
@@ -1285,13 +1303,16 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   if (loss.logits_first > bytes{}) ledger[ledger.size() - 1].first_tensor = loss.logits_first;
 
   // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
-  // for eager attention (asked for: SDPA's math kernel is given is_causal); adding it saves
-  // nothing, so it is gone before backward.
+  // for eager attention (asked for: SDPA's math kernel is given is_causal), and a sliding-window
+  // one beside it where windows alternate (Gemma 2's causal_mask_mapping); adding a mask saves
+  // nothing, so they are gone before backward.
   if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
-    add_entry(
-        ledger, "causal attention mask (eager)", component::activations, memory_space::device,
-        bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.beta())),
-        1, "transformers masking_utils: 4D float mask, forward only", lifetime::forward);
+    const std::int64_t masks = m.sliding_window > 0 && m.sliding_window_period > 1 ? 2 : 1;
+    const bytes mask =
+        bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.beta()));
+    add_entry(ledger, "causal attention mask (eager)", component::activations, memory_space::device,
+              mask * masks, masks, "transformers masking_utils: 4D float mask, forward only",
+              lifetime::forward);
   }
   detail::add_backward_transients(ledger, o, loss, layers);
   return ledger;

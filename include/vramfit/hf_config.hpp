@@ -277,6 +277,18 @@ inline void read_qwen3_moe(const hf_fields& f, model& m) {
   m.moe.first_dense_layers = static_cast<std::int64_t>(dense->size());
 }
 
+/// Whether a soft-capping field caps: Gemma2Config's default (absent) does, null does not
+/// (modeling_gemma2.py: `if self.config.final_logit_softcapping is not None`).
+inline bool softcaps(const hf_fields& f, const char* name) {
+  const auto it = f.json().find(name);
+  if (it == f.json().end()) return true;
+  if (it->is_null()) return false;
+  if (!it->is_number() || !(it->get<double>() > 0))
+    f.fail(std::string("field '") + name + "' must be a positive number or null, got " +
+           shown(*it));
+  return true;
+}
+
 // Hugging Face LlamaConfig and relatives: configuration_llama.py and siblings.
 inline model read_llama_like(const hf_fields& f, std::string_view type) {
   model m{};
@@ -313,6 +325,9 @@ inline model read_llama_like(const hf_fields& f, std::string_view type) {
     m.norms_per_layer = 4;
     m.sliding_window = f.integer_or({"sliding_window"}, 0);
     m.sliding_window_period = 2;  // Gemma2DecoderLayer: even layers use the window
+    m.norm_plus_one = true;       // Gemma2RMSNorm
+    m.attention_softcap = softcaps(f, "attn_logit_softcapping");
+    m.logit_softcap = softcaps(f, "final_logit_softcapping");
   } else if (type == "phi3") {
     m.family = family::phi3;
   }

@@ -146,6 +146,12 @@ struct model {
   /// One learned logit per head in each layer that joins the softmax's denominator
   /// (modeling_gpt_oss.py GptOssAttention.sinks).
   bool attention_sinks = false;
+  /// Gemma's RMSNorm: x * (1 + weight), multiplied in fp32 before the cast back
+  /// (modeling_gemma2.py Gemma2RMSNorm.forward).
+  bool norm_plus_one = false;
+  /// tanh soft-capping of the attention logits and of the final logits (Gemma 2's
+  /// attn_logit_softcapping and final_logit_softcapping): each tanh keeps its output.
+  bool attention_softcap = false, logit_softcap = false;
 
   friend constexpr bool operator==(const model&, const model&) = default;
 

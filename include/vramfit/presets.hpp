@@ -215,8 +215,8 @@ struct qwen3_30b_a3b : model_type<model{.name = "Qwen3-30B-A3B",
                                                 .layout = moe_layout::mlp_experts},
                                         .qk_norm = true}> {};
 
-// Gemma 2 (google/gemma-2-*): GeGLU, four RMSNorms per layer, tied, sliding window on every other
-// layer.
+// Gemma 2 (google/gemma-2-*): GeGLU, four (1 + weight) RMSNorms per layer, tied, sliding window on
+// every other layer, attention and final logits soft-capped (config.json: 50 and 30).
 struct gemma_2_2b : model_type<model{.name = "Gemma-2-2B",
                                      .hidden = 2304,
                                      .layers = 26,
@@ -229,7 +229,10 @@ struct gemma_2_2b : model_type<model{.name = "Gemma-2-2B",
                                      .norms_per_layer = 4,
                                      .tied_embeddings = true,
                                      .sliding_window = 4096,
-                                     .sliding_window_period = 2}> {};
+                                     .sliding_window_period = 2,
+                                     .norm_plus_one = true,
+                                     .attention_softcap = true,
+                                     .logit_softcap = true}> {};
 struct gemma_2_9b : model_type<model{.name = "Gemma-2-9B",
                                      .hidden = 3584,
                                      .layers = 42,
@@ -242,7 +245,10 @@ struct gemma_2_9b : model_type<model{.name = "Gemma-2-9B",
                                      .norms_per_layer = 4,
                                      .tied_embeddings = true,
                                      .sliding_window = 4096,
-                                     .sliding_window_period = 2}> {};
+                                     .sliding_window_period = 2,
+                                     .norm_plus_one = true,
+                                     .attention_softcap = true,
+                                     .logit_softcap = true}> {};
 struct gemma_2_27b : model_type<model{.name = "Gemma-2-27B",
                                       .hidden = 4608,
                                       .layers = 46,
@@ -255,7 +261,10 @@ struct gemma_2_27b : model_type<model{.name = "Gemma-2-27B",
                                       .norms_per_layer = 4,
                                       .tied_embeddings = true,
                                       .sliding_window = 4096,
-                                      .sliding_window_period = 2}> {};
+                                      .sliding_window_period = 2,
+                                      .norm_plus_one = true,
+                                      .attention_softcap = true,
+                                      .logit_softcap = true}> {};
 
 // Phi-3-mini (microsoft/Phi-3-mini-4k-instruct): fused qkv_proj and gate_up_proj.
 struct phi_3_mini : model_type<model{.name = "Phi-3-mini",

@@ -651,6 +651,56 @@ TEST_CASE("eager attention's backward frees each saved tensor after the op that 
     CHECK(std::string(e.what).find("attention value matmul") == std::string::npos);
 }
 
+TEST_CASE("Gemma 2's layer by hand, as traced (tests/validation/step_traces.json)") {
+  // The traced shape: hidden 128, 4 heads of 48 (2 KV heads), GeGLU of 352, bf16, 2 x 64 tokens
+  // (tau = 128), eager attention, soft-capped. Each of the four Gemma2RMSNorms keeps its fp32
+  // input 4 tau h, rstd 4 tau, the fp32 product's input 4 tau h and its fp32 (1 + weight) 4h
+  // (modeling_gemma2.py Gemma2RMSNorm.forward); the attention's and the MLP's inputs 2 tau h
+  // each; Q and K, V repeated to 4 heads 3 x 2 tau 192; the tanh of the soft-capped scores 2S,
+  // the fp32 softmax 4S and its bf16 copy 2S (S = 2 x 4 x 64 x 64); o_proj's input 2 tau 192;
+  // the MLP's four 2 tau 352. The trace's per-layer total is 1,413,120 B, with SDPA 1,104,896.
+  constexpr std::int64_t tau = 128, h = 128, S = 2 * 4 * 64 * 64;
+  const model m{.name = "gemma2",
+                .hidden = h,
+                .layers = 3,
+                .heads = 4,
+                .kv_heads = 2,
+                .head_dim = 48,
+                .ffn = 352,
+                .vocab = 1024,
+                .mlp = mlp_kind::geglu,
+                .norms_per_layer = 4,
+                .tied_embeddings = true,
+                .sliding_window = 4096,
+                .sliding_window_period = 2,
+                .norm_plus_one = true,
+                .attention_softcap = true,
+                .logit_softcap = true};
+  const std::int64_t norms = 4 * (4 * tau * h + 4 * tau + 4 * tau * h + 4 * h);
+  const std::int64_t eager = norms + 2 * 2 * tau * h + 3 * 2 * tau * 192 + (2 + 4 + 2) * S +
+                             2 * tau * 192 + 4 * 2 * tau * 352;
+  CHECK(eager == 1'413'120);
+  activation_options o{.micro_batch = 2, .sequence = 64, .attention = attention_kind::eager};
+  CHECK(layer_activation_bytes(m, pure<bf16>::value, o, {}, false, recompute_kind::none) ==
+        bytes{eager});
+  // SDPA drops the soft-capping (transformers' sdpa_attention_forward takes no softcap): in place
+  // of the scores it keeps the fp32 log-sum-exp (2 x 4 x 64 x 4 B), and K and V unrepeated (native
+  // GQA). The trace has 1,024 B more: cuDNN's two RNG tensors (seed, offset), not modelled.
+  o.attention = attention_kind::flash;
+  const std::int64_t sdpa = eager - (2 + 4 + 2) * S - 2 * 2 * tau * 96 + 4 * 2 * 4 * 64;
+  CHECK(layer_activation_bytes(m, pure<bf16>::value, o, {}, false, recompute_kind::none) ==
+        bytes{sdpa});
+  CHECK(sdpa + 1024 == 1'104'896);
+  // The final logits' tanh keeps its bf16 output (Gemma2ForCausalLM.forward) until the head's
+  // backward: 2 tau V more at the start of backward than without the soft-capping.
+  const training t{m, pure<bf16>::value, adamw<>::value};
+  model uncapped = m;
+  uncapped.logit_softcap = false;
+  const training u{uncapped, pure<bf16>::value, adamw<>::value};
+  CHECK(training_step(t, o).peak_at == moment::start_of_backward);
+  CHECK(peak(training_step(t, o)) - peak(training_step(u, o)) == bytes{2 * tau * 1024});
+}
+
 TEST_CASE("activation offload keeps what layers save on the host and brings one layer back") {
   // torch.autograd.graph.save_on_cpu and torchtune's OffloadActivations: forward's saved tensors
   // go to the host; each layer's come back to the GPU for its backward and are freed there.

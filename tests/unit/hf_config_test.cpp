@@ -219,6 +219,29 @@ TEST_CASE("gpt-oss: exact counts by hand, the model card's figures and its MXFP4
   CHECK(kv_cache_bytes(small, {}, {}, r).count == 2 * 8 * 64 * 2 * (12 * 1000 + 12 * 128));
 }
 
+TEST_CASE("Gemma 2: (1 + weight) norms, and soft-capping unless a field is null") {
+  // Gemma2Config's defaults (attn_logit_softcapping 50.0, final_logit_softcapping 30.0) cap;
+  // null turns a soft-capping off (modeling_gemma2.py: `if ... is not None`).
+  json c = config_of("gemma-2-9b");
+  const model capped = model_from_hf_config(c);
+  CHECK(capped.norm_plus_one);
+  CHECK(capped.attention_softcap);
+  CHECK(capped.logit_softcap);
+  const model& preset = models::gemma_2_9b::value;
+  CHECK((preset.norm_plus_one && preset.attention_softcap && preset.logit_softcap));
+  c.erase("attn_logit_softcapping");
+  CHECK(model_from_hf_config(c).attention_softcap);
+  c["attn_logit_softcapping"] = nullptr;
+  c["final_logit_softcapping"] = nullptr;
+  CHECK_FALSE(model_from_hf_config(c).attention_softcap);
+  CHECK_FALSE(model_from_hf_config(c).logit_softcap);
+  c["final_logit_softcapping"] = -30.0;
+  CHECK_THROWS_WITH(
+      model_from_hf_config(c),
+      doctest::Contains("field 'final_logit_softcapping' must be a positive number or null"));
+  CHECK_FALSE(model_from_hf_config(config_of("llama-3-8b")).norm_plus_one);
+}
+
 TEST_CASE("gpt-oss: layer_types decide the windows") {
   json c = config_of("gpt-oss-20b");
   c["layer_types"] = json::array();

@@ -370,7 +370,7 @@ def scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=False):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama" or "gpt2"
+    family: str  # "llama", "gpt2" or "gemma2"
     hidden: int
     intermediate: int
     heads: int
@@ -384,6 +384,9 @@ class Config:
     max_positions: int = 512
     rms_eps: float = 1e-6
     ln_eps: float = 1e-5
+    attn_softcap: float = 0.0  # Gemma 2: attn_logit_softcapping (0: none)
+    final_softcap: float = 0.0  # Gemma 2: final_logit_softcapping (0: none)
+    sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
 
     def __post_init__(self):
         if not self.head_dim:
@@ -859,8 +862,153 @@ class GPT2LMHeadModel(nn.Module):
         return loss, logits
 
 
+# --------------------------------------------------------------------------------------------
+# Gemma 2 (transformers/models/gemma2/modeling_gemma2.py): Llama's attention and GeGLU MLP with
+# four (1 + weight) RMSNorms in fp32 per layer, tanh soft-capping of the attention and final
+# logits, a scaled embedding and alternating sliding-window masks
+# --------------------------------------------------------------------------------------------
+class Gemma2RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(mean_last_keepdim(x.pow(2)) + self.eps)  # .mean(-1, keepdim=True), E3
+
+    def forward(self, x):  # Gemma2RMSNorm.forward: the weight's multiply in fp32, then the cast
+        output = self._norm(x.float())
+        output = output * (1.0 + self.weight.float())
+        return output.type_as(x)
+
+
+class GeluTanh(nn.Module):  # activations.GELUTanh ("gelu_pytorch_tanh")
+    def forward(self, x):
+        return F.gelu(x, approximate="tanh")
+
+
+def gemma2_eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                                   softcap=None):
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if softcap is not None:
+        attn_weights = attn_weights / softcap
+        attn_weights = torch.tanh(attn_weights)
+        attn_weights = attn_weights * softcap
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = dropout_fn(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    attn_output = attn_output.transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class Gemma2Attention(LlamaAttention):
+    def __init__(self, cfg, layer_idx):
+        super().__init__(cfg, layer_idx)
+        self.scaling = cfg.head_dim ** -0.5  # query_pre_attn_scalar ** -0.5, query_pre_attn_scalar = head_dim
+        self.softcap = cfg.attn_softcap or None
+
+    def forward(self, hidden_states, position_embeddings, attention_mask):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if self.cfg.attn == "sdpa":  # sdpa_attention_forward takes softcap in **kwargs and ignores it
+            attn_output, _ = sdpa_attention_forward(self, query_states, key_states, value_states,
+                                                    attention_mask, scaling=self.scaling)
+        else:
+            attn_output, _ = gemma2_eager_attention_forward(
+                self, query_states, key_states, value_states, attention_mask, scaling=self.scaling,
+                softcap=self.softcap)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), None
+
+
+class Gemma2DecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.attention_type = "sliding_attention" if layer_idx % 2 == 0 else "full_attention"
+        self.self_attn = Gemma2Attention(cfg, layer_idx)
+        self.mlp = LlamaMLP(cfg)
+        self.mlp.act_fn = GeluTanh()  # Gemma2MLP: ACT2FN[config.hidden_activation]
+        self.input_layernorm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.post_attention_layernorm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.pre_feedforward_layernorm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.post_feedforward_layernorm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, position_embeddings=None):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
+                                          attention_mask=attention_mask)
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.pre_feedforward_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        hidden_states = self.post_feedforward_layernorm(hidden_states)
+        return residual + hidden_states
+
+
+class Gemma2Model(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList([Gemma2DecoderLayer(cfg, i) for i in range(cfg.layers)])
+        self.norm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(cfg)
+
+    def forward(self, input_ids):
+        inputs_embeds = self.embed_tokens(input_ids)
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + 0
+        position_ids = position_ids.unsqueeze(0)
+        # causal_mask_mapping: create_causal_mask and create_sliding_window_causal_mask; below the
+        # window (and always with sdpa here) the sliding mask is the causal one, built again
+        causal_mask_mapping = {"full_attention": create_causal_mask(self.cfg, inputs_embeds, position_ids)}
+        assert inputs_embeds.shape[1] <= self.cfg.sliding_window
+        causal_mask_mapping["sliding_attention"] = create_causal_mask(self.cfg, inputs_embeds, position_ids)
+        # normalizer = torch.tensor(hidden_size**0.5, dtype=hidden_states.dtype): a 0-dim CPU
+        # tensor on a CUDA step, no device memory; here a Python scalar, which saves nothing either
+        hidden_states = inputs_embeds * float(torch.tensor(self.cfg.hidden ** 0.5, dtype=inputs_embeds.dtype))
+        position_embeddings = self.rotary_emb(hidden_states, position_ids=position_ids)
+        for decoder_layer in self.layers:
+            hidden_states = decoder_layer(hidden_states, attention_mask=causal_mask_mapping[decoder_layer.attention_type],
+                                          position_embeddings=position_embeddings, position_ids=position_ids)
+        return self.norm(hidden_states)
+
+
+class Gemma2ForCausalLM(LlamaForCausalLM):
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.model = Gemma2Model(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        if cfg.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.loss_function = ForCausalLMLoss
+
+    def forward(self, input_ids, labels=None):
+        hidden_states = self.model(input_ids)
+        logits = self.lm_head(full_slice(hidden_states))
+        if self.cfg.final_softcap:
+            logits = logits / self.cfg.final_softcap
+            logits = torch.tanh(logits)
+            logits = logits * self.cfg.final_softcap
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.cfg.vocab)
+        return loss, logits
+
+
 def build_model(cfg):
-    return (LlamaForCausalLM if cfg.family == "llama" else GPT2LMHeadModel)(cfg)
+    return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

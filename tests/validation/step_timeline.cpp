@@ -19,7 +19,8 @@ using namespace vramfit;
 
 namespace {
 
-/// The traced case as vramfit describes it (step_models.py: Llama and GPT-2 after transformers).
+/// The traced case as vramfit describes it (step_models.py: Llama, GPT-2 and Gemma 2 after
+/// transformers).
 struct traced_case {
   training setup{};
   activation_options batch{};
@@ -38,6 +39,15 @@ traced_case describe(const nlohmann::json& k) {
   m.ffn = k["intermediate"];
   m.vocab = k["vocab"];
   m.tied_embeddings = k["tied"];
+  if (k["family"] == "gemma2") {
+    m.mlp = mlp_kind::geglu;
+    m.norms_per_layer = 4;
+    m.sliding_window = 4096;  // longer than the traced sequences: the masks alone alternate
+    m.sliding_window_period = 2;
+    m.norm_plus_one = true;
+    m.attention_softcap = k["attn_softcap"].get<double>() > 0;
+    m.logit_softcap = k["final_softcap"].get<double>() > 0;
+  }
   if (gpt2) {
     m.mlp = mlp_kind::gelu;
     m.norm = norm_kind::layernorm;

@@ -352,6 +352,9 @@ def install_hooks(tracer, model):
 # Cases
 # ------------------------------------------------------------------------------------------------
 LLAMA = dict(family="llama", hidden=128, intermediate=352, heads=4, kv_heads=2, head_dim=32, layers=3, vocab=1024)
+# Gemma 2: tied, head_dim apart from hidden / heads, soft-capping as google/gemma-2-* (50, 30)
+GEMMA2 = dict(family="gemma2", hidden=128, intermediate=352, heads=4, kv_heads=2, head_dim=48, layers=3, vocab=1024,
+              tied=True, attn_softcap=50.0, final_softcap=30.0)
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -392,6 +395,12 @@ CASES = [
     # a small vocabulary and long sequences: the activations, not the logits, decide the peak
     case("llama-gqa-bf16-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", seq=128, vocab=256),
     case("gpt2-dropout-amp-v256-s128-adamw-forloop", GPT2, "amp_bf16", "adamw", "for-loop", seq=128, vocab=256),
+    # Gemma 2 as transformers recommends training it (eager), with SDPA (which drops the attention
+    # soft-capping), under AMP, and with a small vocabulary where the layers decide the peak
+    case("gemma2-bf16-adamw-foreach", GEMMA2, "bf16", "adamw", "foreach"),
+    case("gemma2-bf16-sdpa-adamw-foreach", GEMMA2, "bf16", "adamw", "foreach", attn="sdpa"),
+    case("gemma2-amp-adamw-fused", GEMMA2, "amp_bf16", "adamw", "fused"),
+    case("gemma2-bf16-v256-s128-sgd-foreach", GEMMA2, "bf16", "sgd", "foreach", seq=128, vocab=256),
 ]
 
 
@@ -433,8 +442,9 @@ def describe(c):
         "family": m["family"], "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
-        "norm": "rmsnorm" if m["family"] == "llama" else "layernorm",
-        "mlp": "swiglu" if m["family"] == "llama" else "gelu_new",
+        "norm": {"llama": "rmsnorm", "gemma2": "rmsnorm_plus_one"}.get(m["family"], "layernorm"),
+        "mlp": {"llama": "swiglu", "gemma2": "geglu_tanh"}.get(m["family"], "gelu_new"),
+        "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap,
         "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
         "dtype": "float32" if c["precision"] in ("fp32", "amp_bf16") else "bfloat16",
         "precision": c["precision"], "optimizer": c["optimizer"], "optimizer_impl": c["impl"],
@@ -460,10 +470,10 @@ class HFAdapter(torch.nn.Module):
         self._base = hf.get_base_model() if hasattr(hf, "get_base_model") else hf
 
     def decoder_layers(self):
-        return self._base.model.layers if self.family == "llama" else self._base.transformer.h
+        return self._base.transformer.h if self.family == "gpt2" else self._base.model.layers
 
     def final_norm(self):
-        return self._base.model.norm if self.family == "llama" else self._base.transformer.ln_f
+        return self._base.transformer.ln_f if self.family == "gpt2" else self._base.model.norm
 
     @property
     def lm_head(self):
@@ -493,6 +503,14 @@ def build_hf(c):
             head_dim=cfg.head_dim, tie_word_embeddings=cfg.tied, rms_norm_eps=cfg.rms_eps, use_cache=False,
             max_position_embeddings=cfg.max_positions)
         cls = transformers.LlamaForCausalLM
+    elif m["family"] == "gemma2":
+        conf = transformers.Gemma2Config(
+            vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
+            head_dim=cfg.head_dim, query_pre_attn_scalar=cfg.head_dim, rms_norm_eps=cfg.rms_eps,
+            attn_logit_softcapping=cfg.attn_softcap or None, final_logit_softcapping=cfg.final_softcap or None,
+            sliding_window=cfg.sliding_window, use_cache=False, max_position_embeddings=cfg.max_positions)
+        cls = transformers.Gemma2ForCausalLM
     else:
         conf = transformers.GPT2Config(
             vocab_size=cfg.vocab, n_positions=cfg.max_positions, n_embd=cfg.hidden, n_layer=cfg.layers,
