@@ -4,6 +4,7 @@
 // micro-batches, and the embedding, logits and loss.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "detail/name.hpp"
@@ -216,14 +217,66 @@ struct saved_flags {
   freed_at freed = freed_at::half_end;
 };
 
+/// The linear modules that read one input, by the names peft's target_modules match.
+struct linear_readers {
+  std::array<const char*, 3> names{};
+  std::size_t count = 0;
+};
+
+/// Who reads each input of a layer in the family's code: the attention's input, its output
+/// projection's, the MLP's input, its down projection's, and in an MoE layer the router's and
+/// the routed experts' (tensors.hpp names the same modules).
+struct layer_linears {
+  linear_readers attention, attention_output, mlp, mlp_output;
+  linear_readers router{{"gate"}, 1}, experts{{"gate_proj", "up_proj"}, 2},
+      experts_output{{"down_proj"}, 1};
+};
+
+constexpr layer_linears linears_of(const model& m) {
+  switch (m.family) {
+    case family::phi3:  // modeling_phi3.py Phi3Attention, Phi3MLP
+      return {{{"qkv_proj"}, 1}, {{"o_proj"}, 1}, {{"gate_up_proj"}, 1}, {{"down_proj"}, 1}};
+    case family::gpt2:  // modeling_gpt2.py GPT2Attention, GPT2MLP (and GPTBigCode's)
+    case family::gpt_bigcode:
+      return {{{"c_attn"}, 1}, {{"c_proj"}, 1}, {{"c_fc"}, 1}, {{"c_proj"}, 1}};
+    case family::falcon:  // modeling_falcon.py: the parallel block's MLP reads the attention's
+                          // input
+      return {m.parallel_block ? linear_readers{{"query_key_value", "dense_h_to_4h"}, 2}
+                               : linear_readers{{"query_key_value"}, 1},
+              {{"dense"}, 1},
+              {{"dense_h_to_4h"}, 1},
+              {{"dense_4h_to_h"}, 1}};
+    case family::bert:  // modeling_bert.py BertSelfAttention, BertSelfOutput, BertIntermediate
+      return {{{"query", "key", "value"}, 3}, {{"dense"}, 1}, {{"dense"}, 1}, {{"dense"}, 1}};
+    case family::distilbert:  // modeling_distilbert.py MultiHeadSelfAttention, FFN
+      return {{{"q_lin", "k_lin", "v_lin"}, 3}, {{"out_lin"}, 1}, {{"lin1"}, 1}, {{"lin2"}, 1}};
+    case family::vit:  // torchvision EncoderBlock: MultiheadAttention's packed in_proj, MLPBlock
+      return {{{"in_proj"}, 1}, {{"out_proj"}, 1}, {{"0"}, 1}, {{"3"}, 1}};
+    default: {  // modeling_llama.py LlamaAttention, LlamaMLP; the MoE blocks' own names
+      layer_linears l{{{"q_proj", "k_proj", "v_proj"}, 3},
+                      {{"o_proj"}, 1},
+                      m.mlp == mlp_kind::gelu ? linear_readers{{"up_proj"}, 1}
+                                              : linear_readers{{"gate_proj", "up_proj"}, 2},
+                      {{"down_proj"}, 1}};
+      if (m.moe.layout == moe_layout::gpt_oss) l.router = {{"router"}, 1};
+      if (m.moe.layout == moe_layout::standard && m.moe.shared_experts == 0 && !m.is_mla()) {
+        l.experts = {{"w1", "w3"}, 2};  // modeling_mixtral.py MixtralBlockSparseTop2MLP
+        l.experts_output = {{"w2"}, 1};
+      }
+      return l;
+    }
+  }
+}
+
 /// Builds the saved-tensor ledger of one block for one micro-batch on one rank.
 class block_builder {
  public:
   constexpr block_builder(const model& m, const precision& p, const activation_options& o,
                           const layout& l, const finetuning& f = full_finetune::value)
       : m_(m), o_(o), l_(l), f_(f) {
-    // A LoRA base is frozen; the rules below follow Hugging Face's Llama module names.
-    frozen_base_ = f.kind == finetune_kind::lora && m.family == family::llama && !m.is_mla();
+    // A LoRA base is frozen: a linear keeps its input only for an adapter (linears_of() names
+    // the readers). MLA's low-rank paths are not mapped yet.
+    frozen_base_ = f.kind == finetune_kind::lora && !m.is_mla();
     adapter_bits_ =
         f.lora.adapters.payload_bits > 0 ? f.lora.adapters.payload_bits : p.weights.payload_bits;
     tp_ = l.tensor;
@@ -264,20 +317,21 @@ class block_builder {
   /// What follows belongs to the MLP half of the layer.
   constexpr void begin_mlp() { part_ = layer_part::mlp; }
 
-  /// What the linears in `modules` keep of their one input (`name`): trained, the input (one
+  /// What the linears `modules` keep of their one input (`name`): trained, the input (one
   /// autocast copy per linear, else shared); on a frozen LoRA base, per adapted linear, lora_A's
   /// cast input and its rank-r output that lora_B keeps (peft tuners/lora/layer.py Linear.forward).
   constexpr void linear_input(const char* name, const char* source, std::int64_t rows,
-                              std::int64_t width, std::initializer_list<const char*> modules,
+                              std::int64_t width, const linear_readers& modules,
                               saved_flags flags = {}) {
     const std::int64_t elements = checked_mul(rows, width);
-    const auto readers = static_cast<std::int64_t>(modules.size());
+    const auto readers = static_cast<std::int64_t>(modules.count);
     if (!frozen_base_) {
       add(name, source, checked_mul(elements, input_casts(readers)), beta_, flags);
       return;
     }
     std::int64_t adapted = 0;
-    for (const char* module : modules) adapted += lora_targets(f_.lora.targets, module) ? 1 : 0;
+    for (std::size_t i = 0; i < modules.count; ++i)
+      adapted += lora_targets(f_.lora.targets, modules.names[i]) ? 1 : 0;
     if (adapted == 0) return;
     const std::int64_t bits = autocast_ ? beta_ : adapter_bits_;
     const std::int64_t copies = autocast_ || bits != rho_ ? adapted : 1;
@@ -364,6 +418,8 @@ class block_builder {
   [[nodiscard]] constexpr std::int64_t beta() const { return beta_; }
   [[nodiscard]] constexpr std::int64_t rho() const { return rho_; }
   [[nodiscard]] constexpr std::int64_t tp() const { return tp_; }
+  /// LoRA: the base (embeddings, linears, norms and head) is frozen.
+  [[nodiscard]] constexpr bool frozen_base() const { return frozen_base_; }
   /// The attention kernel that runs (attention_kernel()).
   [[nodiscard]] constexpr attention_kind attention() const { return attention_; }
   /// The 16-bit copies of one fp32 input that `readers` linears keep: autocast casts an input
@@ -633,7 +689,8 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
   if (b.attention() == attention_kind::eager) {
     eager_scores(b, m, o, heads);
     b.linear_input("attention output (merged heads, o_proj input)", out_projection_source(m),
-                   b.split(1), width, {"o_proj"}, {.output_linear_input = true});
+                   b.split(1), width, linears_of(m).attention_output,
+                   {.output_linear_input = true});
     return;
   }
   if (m.family == family::phi3 && b.beta() == 16)
@@ -645,7 +702,7 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
           "attn_output.reshape(*input_shape, -1).contiguous() copies it",
           b.split(width), b.beta());
   b.linear_input("attention output (o_proj input)", out_projection_source(m), b.split(1), width,
-                 {"o_proj"}, {.output_linear_input = true});
+                 linears_of(m).attention_output, {.output_linear_input = true});
   softmax_lse(b, o, heads);
   if (sdpa_gets_mask(m, o))
     // aten attention.cpp convert_boolean_attn_mask turns Hugging Face's boolean mask into an
@@ -658,10 +715,10 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
 /// The attention sub-block's saved tensors (the input norm is added by the caller).
 constexpr void attention_block(block_builder& b, const model& m, const activation_options& o) {
   const std::int64_t heads = m.heads / b.tp();
-  // Q, K and V as separate projections (Llama family, not MLA) each cast an fp32 input.
-  if (m.family == family::llama && !m.is_mla())
+  // Q, K and V as separate projections (Llama, BERT) each cast an fp32 input.
+  if (!m.is_mla())
     b.linear_input("attention input (norm output)", attention_input_source(m), b.replicated(1),
-                   m.hidden, {"q_proj", "k_proj", "v_proj"});
+                   m.hidden, linears_of(m).attention);
   else
     b.add("attention input (norm output)", attention_input_source(m), b.replicated(m.hidden),
           b.beta());
@@ -726,6 +783,9 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
                          const char* what, mlp_role role = mlp_role::dense) {
   const std::int64_t n = checked_mul(tokens, width);
   const std::int64_t beta = b.beta();
+  const layer_linears names = linears_of(m);
+  const linear_readers& down =
+      role == mlp_role::routed_experts ? names.experts_output : names.mlp_output;
   if (m.mlp == mlp_kind::gelu && m.gelu_in_python) {
     // transformers activations.py NewGELUActivation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))):
     // pow keeps its input (fp32 under autocast, on its fp32 list), tanh its output, the last
@@ -739,26 +799,23 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
     b.add("GELU 1 + tanh", "activations.py NewGELUActivation.forward: (1.0 + torch.tanh(...))", n,
           b.autocast_wide());
     b.add("GELU 0.5 x", "activations.py NewGELUActivation.forward: 0.5 * input", n, beta);
-    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta,
-          {.output_linear_input = true});
+    b.linear_input("GELU output (down input)", gelu_down_input_source(m), tokens, width, down,
+                   {.output_linear_input = true});
   } else if (m.mlp == mlp_kind::gelu) {
     // up output: the GELU input
     b.add(what,
           "nn.functional.gelu, derivatives.yaml gelu: gelu_backward(grad, self, "
           "approximate=approximate)",
           n, beta);
-    b.add("GELU output (down input)", gelu_down_input_source(m), n, beta,
-          {.output_linear_input = true});
+    b.linear_input("GELU output (down input)", gelu_down_input_source(m), tokens, width, down,
+                   {.output_linear_input = true});
   } else {
     const gated_mlp_sources src = gated_sources(m, role);
     b.add(what, src.gate, n, beta);  // gate output: the activation's input
     b.add("activation output", src.activation, n, beta);
     b.add("up output", src.up, n, beta);
-    if (m.family == family::llama)
-      b.linear_input("gate x up (down input)", src.down_input, tokens, width, {"down_proj"},
-                     {.output_linear_input = true});
-    else
-      b.add("gate x up (down input)", src.down_input, n, beta, {.output_linear_input = true});
+    b.linear_input("gate x up (down input)", src.down_input, tokens, width, down,
+                   {.output_linear_input = true});
   }
 }
 
@@ -860,10 +917,10 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
   if (e.layout == moe_layout::gpt_oss) {
     gpt_oss_experts_block(b, m, routed, e.routed_experts / l.expert, e.expert_ffn / t);
   } else {
-    b.add("expert inputs (dispatched tokens)",
-          "modeling_mixtral.py MixtralSparseMoeBlock.forward: current_state = "
-          "hidden_states[None, top_x].reshape(-1, hidden_dim)",
-          checked_mul(routed, m.hidden), b.beta());
+    b.linear_input("expert inputs (dispatched tokens)",
+                   "modeling_mixtral.py MixtralSparseMoeBlock.forward: current_state = "
+                   "hidden_states[None, top_x].reshape(-1, hidden_dim)",
+                   routed, m.hidden, linears_of(m).experts);
     mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output", mlp_role::routed_experts);
     b.add("expert outputs (before weighting)",
           "modeling_mixtral.py MixtralSparseMoeBlock.forward: expert_layer(current_state) * "
@@ -877,20 +934,17 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
 /// The MLP sub-block's saved tensors (dense or mixture of experts).
 constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
                                   const layout& l, bool moe_layer) {
-  const std::int64_t beta = b.beta();
-  // Gate and up as separate projections (Llama family) each cast an fp32 input.
+  // Each linear reading the norm output keeps its input (under autocast its own cast).
   const bool gpt_oss_experts = moe_layer && m.moe.layout == moe_layout::gpt_oss;
   const char* source = mlp_input_source(m, moe_layer, gpt_oss_experts);
   if (m.parallel_block) {
-  } else if (gpt_oss_experts) {
+  } else if (moe_layer) {
     // The router's F.linear keeps the norm output (under autocast its 16-bit cast); the experts
-    // gather their tokens from it.
-    b.add("MLP input (norm output, router input)", source, b.replicated(m.hidden), beta);
-  } else if (m.family == family::llama && m.mlp != mlp_kind::gelu) {
-    b.linear_input("MLP input (norm output)", source, b.replicated(1), m.hidden,
-                   {"gate_proj", "up_proj"});
+    // gather their tokens from it, which keeps only the indices.
+    b.linear_input("MLP input (norm output, router input)", source, b.replicated(1), m.hidden,
+                   linears_of(m).router);
   } else {
-    b.add("MLP input (norm output)", source, b.replicated(m.hidden), beta);
+    b.linear_input("MLP input (norm output)", source, b.replicated(1), m.hidden, linears_of(m).mlp);
   }
   if (!moe_layer)
     mlp_block(b, m, b.tokens(), m.ffn / b.tp(), "MLP up/gate output");
@@ -1128,7 +1182,8 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
     embedding += bytes_for_bits(checked_mul(
         checked_mul(o.micro_batch, e.channels * e.image_size * e.image_size), b.beta()));
   }
-  if (o.hidden_dropout)
+  // The embeddings' dropout keeps its mask only for a gradient: none into frozen embeddings.
+  if (o.hidden_dropout && !b.frozen_base())
     embedding += bytes_for_bits(checked_mul(b.replicated(m.hidden), o.dropout_mask_bits));
   return embedding;
 }
@@ -1213,8 +1268,11 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
     s.head += bytes_for_bits(checked_mul(checked_mul(2 * m.hidden, o.micro_batch), b.beta()));
     return s;
   }
-  s.head += bytes_for_bits(checked_mul(b.replicated(m.hidden), b.beta()));  // head input
-  s.head += bytes{checked_mul(8, b.tokens())};                              // labels
+  // lm_head keeps its input for its weight's gradient: none when LoRA leaves the head frozen
+  // (all-linear leaves it out: peft tuners_utils _maybe_include_all_linear_layers).
+  if (!b.frozen_base() || lora_targets_head(t.finetune))
+    s.head += bytes_for_bits(checked_mul(b.replicated(m.hidden), b.beta()));  // head input
+  s.head += bytes{checked_mul(8, b.tokens())};                                // labels
   const std::int64_t vocab = ceil_div(m.vocab, l.tensor);
   // modeling_gemma2.py Gemma2ForCausalLM.forward: logits = torch.tanh(logits / cap) * cap; the
   // tanh keeps its output (tanh_backward) until the head's backward. Hugging Face's losses only.
@@ -1271,7 +1329,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   auto held = [&](bytes per_micro_batch) { return held_by(flight, per_micro_batch); };
   const in_flight first_chunk = micro_batches_in_flight(l, o, stage, model_chunk::first);
   const in_flight last_chunk = micro_batches_in_flight(l, o, stage, model_chunk::last);
-  const detail::block_builder b(m, t.precision, o, l);
+  const detail::block_builder b(m, t.precision, o, l, t.finetune);
   const detail::stage_layers layers = detail::layers_of_stage(t, o, l, range);
   const detail::loss_tensors loss = detail::head_and_loss(t, o, l, b, range);
 

@@ -349,6 +349,16 @@ constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
 }
 }  // namespace detail
 
+/// Whether LoRA adapts the head: only when its targets name it; all-linear leaves the output
+/// layer out (peft tuners_utils.py _maybe_include_all_linear_layers).
+constexpr bool lora_targets_head(const finetuning& f) {
+  constexpr char head[] = "lm_head";
+  return f.kind == finetune_kind::lora &&
+         detail::targets_module(
+             f.lora.targets, [&](std::size_t i) { return head[i]; }, sizeof head - 1,
+             detail::linear_module::no);
+}
+
 /// LoRA adapter elements for one tensor of `g` if it is a target: r x (in + out).
 constexpr std::int64_t lora_elements(const finetuning& f, const tensor_group& g) {
   if (f.kind != finetune_kind::lora || !detail::is_lora_target(g, f.lora.targets)) return 0;

@@ -1019,8 +1019,12 @@ class LoraLinear(nn.Module):
     def __init__(self, base_layer, r, alpha, adapter_dtype=torch.float32):
         super().__init__()
         self.base_layer = base_layer
-        self.lora_A = nn.ModuleDict({"default": nn.Linear(base_layer.in_features, r, bias=False).to(adapter_dtype)})
-        self.lora_B = nn.ModuleDict({"default": nn.Linear(r, base_layer.out_features, bias=False).to(adapter_dtype)})
+        # peft's Linear over GPT-2's Conv1D (fan_in_fan_out): weight [in, out]
+        conv1d = isinstance(base_layer, Conv1D)
+        in_features = base_layer.weight.shape[0] if conv1d else base_layer.in_features
+        out_features = base_layer.nf if conv1d else base_layer.out_features
+        self.lora_A = nn.ModuleDict({"default": nn.Linear(in_features, r, bias=False).to(adapter_dtype)})
+        self.lora_B = nn.ModuleDict({"default": nn.Linear(r, out_features, bias=False).to(adapter_dtype)})
         nn.init.zeros_(self.lora_B["default"].weight)
         self.lora_dropout = nn.ModuleDict({"default": nn.Identity()})  # lora_dropout = 0.0
         self.scaling = {"default": alpha / r}
@@ -1051,7 +1055,7 @@ def apply_lora(model, targets, r, alpha, adapter_dtype=torch.float32):
     for layer in model.decoder_layers():
         for name, mod in list(layer.named_modules()):
             for child_name, child in list(mod.named_children()):
-                if child_name in targets and isinstance(child, nn.Linear):
+                if child_name in targets and isinstance(child, (nn.Linear, Conv1D)):
                     setattr(mod, child_name, LoraLinear(child, r, alpha, adapter_dtype))
 
 

@@ -70,8 +70,12 @@ traced_case describe(const nlohmann::json& k) {
       name == "adamw" ? detail::make_optimizer("adamw", optimizer_kind::adam, 2, 1, o)
       : name == "sgd" ? detail::make_optimizer("sgd+momentum", optimizer_kind::sgd, 1, 0, o)
                       : detail::make_optimizer("adafactor", optimizer_kind::adafactor, 0, 1, o);
-  if (!k["lora"].is_null())
-    c.setup.finetune = lora_finetuning(k["lora"]["r"], "q_proj,v_proj", fp32::value);
+  if (!k["lora"].is_null()) {
+    std::string targets;  // lora_finetuning copies it
+    for (const nlohmann::json& module : k["lora"]["targets"])
+      targets += (targets.empty() ? "" : ",") + module.get<std::string>();
+    c.setup.finetune = lora_finetuning(k["lora"]["r"], targets.c_str(), fp32::value);
+  }
   activation_options& a = c.batch;
   a.micro_batch = k["batch"];
   a.sequence = k["seq"];

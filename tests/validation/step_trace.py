@@ -401,6 +401,9 @@ CASES = [
     case("gemma2-bf16-sdpa-adamw-foreach", GEMMA2, "bf16", "adamw", "foreach", attn="sdpa"),
     case("gemma2-amp-adamw-fused", GEMMA2, "amp_bf16", "adamw", "fused"),
     case("gemma2-bf16-v256-s128-sgd-foreach", GEMMA2, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # LoRA on another family's module names: peft's default for GPT-2 (c_attn), and c_fc
+    case("gpt2-dropout-bf16-lora-adamw-foreach", GPT2, "bf16", "adamw", "foreach",
+         lora=dict(LORA, targets=["c_attn", "c_fc"])),
 ]
 
 
