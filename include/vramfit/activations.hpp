@@ -361,28 +361,33 @@ class block_builder {
     } else {
       // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
       // normalized x in the residual format (saved by the weight multiply).
-      add(name, "modeling_llama.py LlamaRMSNorm.forward: hidden_states.to(torch.float32)",
+      const bool gemma = m_.norm_plus_one;
+      add(name,
+          gemma ? "modeling_gemma2.py Gemma2RMSNorm.forward: self._norm(x.float())"
+                : "modeling_llama.py LlamaRMSNorm.forward: hidden_states.to(torch.float32)",
           replicated(width), 32);
       if (o_.norm_statistics)
         add("norm rstd (fp32)",
-            "modeling_llama.py LlamaRMSNorm.forward: torch.rsqrt(variance + "
-            "self.variance_epsilon)",
+            gemma ? "modeling_gemma2.py Gemma2RMSNorm._norm: torch.rsqrt(x.pow(2).mean(-1, "
+                    "keepdim=True) + self.eps)"
+                  : "modeling_llama.py LlamaRMSNorm.forward: torch.rsqrt(variance + "
+                    "self.variance_epsilon)",
             rows, 32);
       // Saved by the weight multiply for the weight's gradient: none for a frozen weight. gpt-oss
       // and Gemma multiply before they cast back, so what they save is fp32; Gemma's multiply
       // also keeps its fp32 (1 + weight) for the input's gradient.
       const bool gpt_oss = m_.is_moe() && m_.moe.layout == moe_layout::gpt_oss;
-      const bool fp32_product = gpt_oss || m_.norm_plus_one;
+      const bool fp32_product = gpt_oss || gemma;
       if (!frozen_base_)
         add("norm normalized input",
-            gpt_oss            ? "modeling_gpt_oss.py GptOssRMSNorm.forward: (self.weight * "
-                                 "hidden_states).to(input_dtype)"
-            : m_.norm_plus_one ? "modeling_gemma2.py Gemma2RMSNorm.forward: output * (1.0 + "
-                                 "self.weight.float())"
-                               : "modeling_llama.py LlamaRMSNorm.forward: self.weight * "
-                                 "hidden_states.to(input_dtype)",
+            gpt_oss ? "modeling_gpt_oss.py GptOssRMSNorm.forward: (self.weight * "
+                      "hidden_states).to(input_dtype)"
+            : gemma ? "modeling_gemma2.py Gemma2RMSNorm.forward: output * (1.0 + "
+                      "self.weight.float())"
+                    : "modeling_llama.py LlamaRMSNorm.forward: self.weight * "
+                      "hidden_states.to(input_dtype)",
             replicated(width), fp32_product ? 32 : rho_);
-      if (m_.norm_plus_one)
+      if (gemma)
         add("norm 1 + weight (fp32)",
             "modeling_gemma2.py Gemma2RMSNorm.forward: (1.0 + self.weight.float())", width, 32);
     }

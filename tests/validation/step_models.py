@@ -384,6 +384,7 @@ class Config:
     max_positions: int = 512
     rms_eps: float = 1e-6
     ln_eps: float = 1e-5
+    qk_norm: bool = False  # Qwen3: q_norm and k_norm over each head
     attn_softcap: float = 0.0  # Gemma 2: attn_logit_softcapping (0: none)
     final_softcap: float = 0.0  # Gemma 2: final_logit_softcapping (0: none)
     sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
@@ -524,12 +525,19 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.heads * self.head_dim, cfg.hidden, bias=False)
+        if cfg.qk_norm:  # modeling_qwen3.py Qwen3Attention: RMSNorm over head_dim
+            self.q_norm = LlamaRMSNorm(self.head_dim, eps=cfg.rms_eps)
+            self.k_norm = LlamaRMSNorm(self.head_dim, eps=cfg.rms_eps)
 
     def forward(self, hidden_states, position_embeddings, attention_mask):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        if self.cfg.qk_norm:  # Qwen3Attention.forward: the norms before the transpose
+            query_states = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+            key_states = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+        else:
+            query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+            key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)

@@ -39,6 +39,7 @@ traced_case describe(const nlohmann::json& k) {
   m.ffn = k["intermediate"];
   m.vocab = k["vocab"];
   m.tied_embeddings = k["tied"];
+  m.qk_norm = k.value("qk_norm", false);  // Qwen3
   if (k["family"] == "gemma2") {
     m.mlp = mlp_kind::geglu;
     m.norms_per_layer = 4;

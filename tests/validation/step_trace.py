@@ -404,6 +404,9 @@ CASES = [
     # LoRA on another family's module names: peft's default for GPT-2 (c_attn), and c_fc
     case("gpt2-dropout-bf16-lora-adamw-foreach", GPT2, "bf16", "adamw", "foreach",
          lora=dict(LORA, targets=["c_attn", "c_fc"])),
+    # Qwen3: Llama with per-head q_norm and k_norm (modeling_qwen3.py), eager and SDPA
+    case("qwen3-bf16-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", qk_norm=True),
+    case("qwen3-amp-sdpa-adamw-fused", LLAMA, "amp_bf16", "adamw", "fused", attn="sdpa", qk_norm=True),
 ]
 
 
@@ -447,7 +450,7 @@ def describe(c):
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
         "norm": {"llama": "rmsnorm", "gemma2": "rmsnorm_plus_one"}.get(m["family"], "layernorm"),
         "mlp": {"llama": "swiglu", "gemma2": "geglu_tanh"}.get(m["family"], "gelu_new"),
-        "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap,
+        "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap, "qk_norm": cfg.qk_norm,
         "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
         "dtype": "float32" if c["precision"] in ("fp32", "amp_bf16") else "bfloat16",
         "precision": c["precision"], "optimizer": c["optimizer"], "optimizer_impl": c["impl"],
@@ -499,7 +502,14 @@ def build_hf(c):
     import transformers
     m = c["model"]
     cfg = sm.Config(**m)
-    if m["family"] == "llama":
+    if m["family"] == "llama" and cfg.qk_norm:
+        conf = transformers.Qwen3Config(
+            vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
+            head_dim=cfg.head_dim, tie_word_embeddings=cfg.tied, rms_norm_eps=cfg.rms_eps, use_cache=False,
+            max_position_embeddings=cfg.max_positions)
+        cls = transformers.Qwen3ForCausalLM
+    elif m["family"] == "llama":
         conf = transformers.LlamaConfig(
             vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
             num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
