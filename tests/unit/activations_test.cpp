@@ -660,22 +660,14 @@ TEST_CASE("Gemma 2's layer by hand, as traced (tests/validation/step_traces.json
   // the fp32 softmax 4S and its bf16 copy 2S (S = 2 x 4 x 64 x 64); o_proj's input 2 tau 192;
   // the MLP's four 2 tau 352. The trace's per-layer total is 1,413,120 B, with SDPA 1,104,896.
   constexpr std::int64_t tau = 128, h = 128, S = 2 * 4 * 64 * 64;
-  const model m{.name = "gemma2",
-                .hidden = h,
-                .layers = 3,
-                .heads = 4,
-                .kv_heads = 2,
-                .head_dim = 48,
-                .ffn = 352,
-                .vocab = 1024,
-                .mlp = mlp_kind::geglu,
-                .norms_per_layer = 4,
-                .tied_embeddings = true,
-                .sliding_window = 4096,
-                .sliding_window_period = 2,
-                .norm_plus_one = true,
-                .attention_softcap = true,
-                .logit_softcap = true};
+  model m = models::gemma_2_2b::value;  // (1 + weight) norms, GeGLU, soft-capping, windows
+  m.hidden = h;
+  m.layers = 3;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.head_dim = 48;
+  m.ffn = 352;
+  m.vocab = 1024;
   const std::int64_t norms = 4 * (4 * tau * h + 4 * tau + 4 * tau * h + 4 * h);
   const std::int64_t eager = norms + 2 * 2 * tau * h + 3 * 2 * tau * 192 + (2 + 4 + 2) * S +
                              2 * tau * 192 + 4 * 2 * tau * 352;

@@ -110,14 +110,7 @@ TEST_CASE("ZeRO-1/2 with the optimizer offloaded: 16-bit weights and a staging b
 TEST_CASE("DeepSpeed's pipeline engine runs 1F1B only, and the planner keeps to it") {
   // deepspeed/runtime/pipe/engine.py steps TrainSchedule (schedule.py): no interleaved chunks,
   // no GPipe schedule.
-  const training t{models::llama_3_8b::value,
-                   mixed<bf16>::value,
-                   adamw<>::value,
-                   full_finetune::value,
-                   {.data = 2,
-                    .pipeline = 2,
-                    .zero = sharding::zero1,
-                    .implementation = shard_implementation::deepspeed}};
+  const training t = pipelined_zero1_llama(shard_implementation::deepspeed);
   activation_options o{.micro_batch = 1, .sequence = 1024, .micro_batches = 4};
   CHECK(total(activations(t, o)) > bytes{});
   for (const pipeline_schedule s : {pipeline_schedule::interleaved, pipeline_schedule::gpipe}) {

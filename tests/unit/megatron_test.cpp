@@ -60,14 +60,7 @@ TEST_CASE("Megatron-LM without the distributed optimizer: fp16 params and grads 
 TEST_CASE("Megatron-LM's schedules are 1F1B and interleaved 1F1B: no GPipe") {
   // megatron/core/pipeline_parallel/schedules.py get_forward_backward_func: no pipelining,
   // pipelining without interleaving (1F1B) or with it.
-  const training t{models::llama_3_8b::value,
-                   mixed<bf16>::value,
-                   adamw<>::value,
-                   full_finetune::value,
-                   {.data = 2,
-                    .pipeline = 2,
-                    .zero = sharding::zero1,
-                    .implementation = shard_implementation::megatron}};
+  const training t = pipelined_zero1_llama(shard_implementation::megatron);
   activation_options o{.micro_batch = 1, .sequence = 1024, .micro_batches = 4};
   o.schedule = pipeline_schedule::interleaved;
   o.virtual_stages = 2;

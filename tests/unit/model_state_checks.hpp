@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vramfit/presets.hpp>
 #include <vramfit/training.hpp>
 
 namespace model_state_checks {
@@ -28,6 +29,16 @@ inline constexpr model stand_in{.name = "stand-in",
                                 .head_dim = 64,
                                 .ffn = 64,
                                 .vocab = 64};
+
+/// Llama-3-8B over 2 data-parallel ranks and 2 pipeline stages with ZeRO-1 as `implementation`
+/// shards it: where each framework's pipeline-schedule rules are checked.
+constexpr training pipelined_zero1_llama(shard_implementation implementation) {
+  return {models::llama_3_8b::value,
+          mixed<bf16>::value,
+          adamw<>::value,
+          full_finetune::value,
+          {.data = 2, .pipeline = 2, .zero = sharding::zero1, .implementation = implementation}};
+}
 
 /// Weights + gradients + master weights + optimizer states on the device.
 inline bytes states_on_device(const memory_ledger& l) {

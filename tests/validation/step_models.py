@@ -568,6 +568,8 @@ class GradientCheckpointingLayer(nn.Module):
 
 
 class LlamaDecoderLayer(GradientCheckpointingLayer):
+    attention_type = "full_attention"
+
     def __init__(self, cfg, layer_idx):
         super().__init__()
         self.layer_idx = layer_idx
@@ -634,15 +636,21 @@ class LlamaModel(nn.Module):
         self.norm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
         self.rotary_emb = LlamaRotaryEmbedding(cfg)
 
+    def causal_masks(self, inputs_embeds, position_ids):  # by the layers' attention_type
+        return {"full_attention": create_causal_mask(self.cfg, inputs_embeds, position_ids)}
+
+    def scaled(self, inputs_embeds):
+        return inputs_embeds
+
     def forward(self, input_ids):
         inputs_embeds = self.embed_tokens(input_ids)
         position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + 0
         position_ids = position_ids.unsqueeze(0)
-        causal_mask = create_causal_mask(self.cfg, inputs_embeds, position_ids)
-        hidden_states = inputs_embeds
+        causal_masks = self.causal_masks(inputs_embeds, position_ids)
+        hidden_states = self.scaled(inputs_embeds)
         position_embeddings = self.rotary_emb(hidden_states, position_ids=position_ids)
         for decoder_layer in self.layers:
-            hidden_states = decoder_layer(hidden_states, attention_mask=causal_mask,
+            hidden_states = decoder_layer(hidden_states, attention_mask=causal_masks[decoder_layer.attention_type],
                                           position_embeddings=position_embeddings, position_ids=position_ids)
         hidden_states = self.norm(hidden_states)
         return hidden_states
@@ -964,32 +972,24 @@ class Gemma2DecoderLayer(GradientCheckpointingLayer):
         return residual + hidden_states
 
 
-class Gemma2Model(nn.Module):
+class Gemma2Model(LlamaModel):
     def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        super().__init__(cfg)
         self.layers = nn.ModuleList([Gemma2DecoderLayer(cfg, i) for i in range(cfg.layers)])
         self.norm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
-        self.rotary_emb = LlamaRotaryEmbedding(cfg)
 
-    def forward(self, input_ids):
-        inputs_embeds = self.embed_tokens(input_ids)
-        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + 0
-        position_ids = position_ids.unsqueeze(0)
+    def causal_masks(self, inputs_embeds, position_ids):
         # causal_mask_mapping: create_causal_mask and create_sliding_window_causal_mask; below the
-        # window (and always with sdpa here) the sliding mask is the causal one, built again
-        causal_mask_mapping = {"full_attention": create_causal_mask(self.cfg, inputs_embeds, position_ids)}
+        # window the sliding mask is the causal one, built again
+        masks = super().causal_masks(inputs_embeds, position_ids)
         assert inputs_embeds.shape[1] <= self.cfg.sliding_window
-        causal_mask_mapping["sliding_attention"] = create_causal_mask(self.cfg, inputs_embeds, position_ids)
+        masks["sliding_attention"] = create_causal_mask(self.cfg, inputs_embeds, position_ids)
+        return masks
+
+    def scaled(self, inputs_embeds):
         # normalizer = torch.tensor(hidden_size**0.5, dtype=hidden_states.dtype): a 0-dim CPU
         # tensor on a CUDA step, no device memory; here a Python scalar, which saves nothing either
-        hidden_states = inputs_embeds * float(torch.tensor(self.cfg.hidden ** 0.5, dtype=inputs_embeds.dtype))
-        position_embeddings = self.rotary_emb(hidden_states, position_ids=position_ids)
-        for decoder_layer in self.layers:
-            hidden_states = decoder_layer(hidden_states, attention_mask=causal_mask_mapping[decoder_layer.attention_type],
-                                          position_embeddings=position_embeddings, position_ids=position_ids)
-        return self.norm(hidden_states)
+        return inputs_embeds * float(torch.tensor(self.cfg.hidden ** 0.5, dtype=inputs_embeds.dtype))
 
 
 class Gemma2ForCausalLM(LlamaForCausalLM):

@@ -502,27 +502,19 @@ def build_hf(c):
     import transformers
     m = c["model"]
     cfg = sm.Config(**m)
-    if m["family"] == "llama" and cfg.qk_norm:
-        conf = transformers.Qwen3Config(
-            vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
-            head_dim=cfg.head_dim, tie_word_embeddings=cfg.tied, rms_norm_eps=cfg.rms_eps, use_cache=False,
-            max_position_embeddings=cfg.max_positions)
-        cls = transformers.Qwen3ForCausalLM
-    elif m["family"] == "llama":
-        conf = transformers.LlamaConfig(
-            vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
-            head_dim=cfg.head_dim, tie_word_embeddings=cfg.tied, rms_norm_eps=cfg.rms_eps, use_cache=False,
-            max_position_embeddings=cfg.max_positions)
-        cls = transformers.LlamaForCausalLM
+    decoder = dict(  # the decoder-only configs' shared fields
+        vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_eps, use_cache=False, max_position_embeddings=cfg.max_positions)
+    if m["family"] == "llama":
+        qwen3 = cfg.qk_norm
+        conf = (transformers.Qwen3Config if qwen3 else transformers.LlamaConfig)(
+            tie_word_embeddings=cfg.tied, **decoder)
+        cls = transformers.Qwen3ForCausalLM if qwen3 else transformers.LlamaForCausalLM
     elif m["family"] == "gemma2":
         conf = transformers.Gemma2Config(
-            vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
-            head_dim=cfg.head_dim, query_pre_attn_scalar=cfg.head_dim, rms_norm_eps=cfg.rms_eps,
-            attn_logit_softcapping=cfg.attn_softcap or None, final_logit_softcapping=cfg.final_softcap or None,
-            sliding_window=cfg.sliding_window, use_cache=False, max_position_embeddings=cfg.max_positions)
+            query_pre_attn_scalar=cfg.head_dim, attn_logit_softcapping=cfg.attn_softcap or None,
+            final_logit_softcapping=cfg.final_softcap or None, sliding_window=cfg.sliding_window, **decoder)
         cls = transformers.Gemma2ForCausalLM
     else:
         conf = transformers.GPT2Config(
