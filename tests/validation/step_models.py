@@ -303,7 +303,9 @@ class _CudnnAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, is_causal, scale):
         b, h, s, d = q.shape
         kvh = k.shape[1]
-        out = torch.empty((b, s, h, d), dtype=q.dtype).transpose(1, 2)
+        # alloc_with_matching_layout (aten cudnn/MHA.cpp): Q's layout, [b, s, h, d] from Llama's
+        # transposed projections, heads-first after Phi-3's rotary torch.cat
+        out = torch.empty_like(q)
         stats = torch.empty((b, h, s, 1), dtype=torch.float32)
         seed = torch.empty((), dtype=torch.int64)
         offset = torch.empty((), dtype=torch.int64)
@@ -1015,8 +1017,84 @@ class Gemma2ForCausalLM(LlamaForCausalLM):
         return loss, logits
 
 
+# --------------------------------------------------------------------------------------------
+# Phi-3 (transformers/models/phi3/modeling_phi3.py): Llama with one qkv_proj and one
+# gate_up_proj, a rotary that ends in torch.cat
+# --------------------------------------------------------------------------------------------
+def phi3_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    rotary_dim = cos.shape[-1]
+    # partial_rotary_factor 1: q[..., :rotary_dim] is q itself (E10), q[..., rotary_dim:] empty
+    q_rot, q_pass = (q, q[..., rotary_dim:]) if rotary_dim == q.shape[-1] else (q[..., :rotary_dim], q[..., rotary_dim:])
+    k_rot, k_pass = (k, k[..., rotary_dim:]) if rotary_dim == k.shape[-1] else (k[..., :rotary_dim], k[..., rotary_dim:])
+    q_embed = torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)
+    k_embed = torch.cat([(k_rot * cos) + (rotate_half(k_rot) * sin), k_pass], dim=-1)
+    return q_embed, k_embed
+
+
+class Phi3Attention(LlamaAttention):
+    def __init__(self, cfg, layer_idx):
+        super().__init__(cfg, layer_idx)
+        del self.q_proj, self.k_proj, self.v_proj
+        self.qkv_proj = nn.Linear(cfg.hidden, (cfg.heads + 2 * cfg.kv_heads) * self.head_dim, bias=False)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask):  # Phi3Attention.forward
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        qkv = self.qkv_proj(hidden_states)
+        query_pos = self.cfg.heads * self.head_dim
+        kv_size = self.cfg.kv_heads * self.head_dim
+        query_states = qkv[..., :query_pos].view(hidden_shape).transpose(1, 2)
+        key_states = qkv[..., query_pos: query_pos + kv_size].view(hidden_shape).transpose(1, 2)
+        value_states = qkv[..., query_pos + kv_size:].view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = phi3_apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        attention_interface = sdpa_attention_forward if self.cfg.attn == "sdpa" else llama_eager_attention_forward
+        attn_output, _ = attention_interface(self, query_states, key_states, value_states, attention_mask,
+                                             scaling=self.scaling)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), None
+
+
+class Phi3MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden, 2 * cfg.intermediate, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+        self.activation_fn = nn.SiLU()
+
+    def forward(self, hidden_states):  # Phi3MLP.forward
+        up_states = self.gate_up_proj(hidden_states)
+        gate, up_states = up_states.chunk(2, dim=-1)
+        up_states = up_states * self.activation_fn(gate)
+        return self.down_proj(up_states)
+
+
+class Phi3DecoderLayer(LlamaDecoderLayer):  # resid_attn_dropout, resid_mlp_dropout: p = 0
+    def __init__(self, cfg, layer_idx):
+        super().__init__(cfg, layer_idx)
+        self.self_attn = Phi3Attention(cfg, layer_idx)
+        self.mlp = Phi3MLP(cfg)
+
+
+class Phi3Model(LlamaModel):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.layers = nn.ModuleList([Phi3DecoderLayer(cfg, i) for i in range(cfg.layers)])
+
+
+class Phi3ForCausalLM(LlamaForCausalLM):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.model = Phi3Model(cfg)
+        if cfg.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+
 def build_model(cfg):
-    return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM}[cfg.family](cfg)
+    return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
+            "phi3": Phi3ForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

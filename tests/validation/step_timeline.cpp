@@ -30,7 +30,7 @@ traced_case describe(const nlohmann::json& k) {
   traced_case c{};
   model& m = c.setup.model;
   const bool gpt2 = k["family"] == "gpt2";
-  m.family = gpt2 ? family::gpt2 : family::llama;
+  m.family = gpt2 ? family::gpt2 : k["family"] == "phi3" ? family::phi3 : family::llama;
   m.hidden = k["hidden"];
   m.layers = k["layers"];
   m.heads = k["heads"];

@@ -352,6 +352,7 @@ def install_hooks(tracer, model):
 # Cases
 # ------------------------------------------------------------------------------------------------
 LLAMA = dict(family="llama", hidden=128, intermediate=352, heads=4, kv_heads=2, head_dim=32, layers=3, vocab=1024)
+PHI3 = dict(LLAMA, family="phi3")
 # Gemma 2: tied, head_dim apart from hidden / heads, soft-capping as google/gemma-2-* (50, 30)
 GEMMA2 = dict(family="gemma2", hidden=128, intermediate=352, heads=4, kv_heads=2, head_dim=48, layers=3, vocab=1024,
               tied=True, attn_softcap=50.0, final_softcap=30.0)
@@ -407,6 +408,9 @@ CASES = [
     # Qwen3: Llama with per-head q_norm and k_norm (modeling_qwen3.py), eager and SDPA
     case("qwen3-bf16-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", qk_norm=True),
     case("qwen3-amp-sdpa-adamw-fused", LLAMA, "amp_bf16", "adamw", "fused", attn="sdpa", qk_norm=True),
+    # Phi-3: fused qkv_proj and gate_up_proj, V a view of qkv_proj's output, a rotary ending in cat
+    case("phi3-bf16-sdpa-adamw-foreach", PHI3, "bf16", "adamw", "foreach", attn="sdpa"),
+    case("phi3-bf16-adamw-foreach", PHI3, "bf16", "adamw", "foreach"),
 ]
 
 
@@ -448,8 +452,8 @@ def describe(c):
         "family": m["family"], "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
-        "norm": {"llama": "rmsnorm", "gemma2": "rmsnorm_plus_one"}.get(m["family"], "layernorm"),
-        "mlp": {"llama": "swiglu", "gemma2": "geglu_tanh"}.get(m["family"], "gelu_new"),
+        "norm": {"llama": "rmsnorm", "phi3": "rmsnorm", "gemma2": "rmsnorm_plus_one"}.get(m["family"], "layernorm"),
+        "mlp": {"llama": "swiglu", "phi3": "swiglu", "gemma2": "geglu_tanh"}.get(m["family"], "gelu_new"),
         "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap, "qk_norm": cfg.qk_norm,
         "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
         "dtype": "float32" if c["precision"] in ("fp32", "amp_bf16") else "bfloat16",
