@@ -277,6 +277,16 @@ inline void read_qwen3_moe(const hf_fields& f, model& m) {
   m.moe.first_dense_layers = static_cast<std::int64_t>(dense->size());
 }
 
+/// The MLP width a config leaves out, 4 x its hidden size `hidden` (read from `field`): refused
+/// by that field's name when it overflows, before the model's own checks see the hidden size.
+inline std::int64_t four_times(const hf_fields& f, const char* field, std::int64_t hidden) {
+  std::int64_t ffn = 0;
+  if (__builtin_mul_overflow(hidden, 4, &ffn))
+    f.fail(std::string("field '") + field + "' = " + str(hidden) +
+           ": 4 x it, the MLP width's default, overflows int64");
+  return ffn;
+}
+
 /// Whether a soft-capping field caps: Gemma2Config's default (absent) does, null does not
 /// (modeling_gemma2.py: `if self.config.final_logit_softcapping is not None`).
 inline bool softcaps(const hf_fields& f, const char* name) {
@@ -441,7 +451,8 @@ inline model read_gpt_bigcode(const hf_fields& f) {
   m.heads = f.integer({"n_head", "num_attention_heads"});
   m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
   m.kv_heads = f.boolean_or("multi_query", true) ? 1 : m.heads;  // GPTBigCodeAttention.kv_heads
-  m.ffn = f.integer_or({"n_inner"}, 4 * m.hidden);  // GPTBigCodeBlock: n_inner or 4 * n_embd
+  // GPTBigCodeBlock: n_inner or 4 * n_embd
+  m.ffn = f.integer_or({"n_inner"}, four_times(f, "n_embd", m.hidden));
   m.vocab = f.integer({"vocab_size"});
   m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
@@ -478,7 +489,7 @@ inline model read_gpt2(const hf_fields& f) {
   m.layers = f.integer({"n_layer", "num_hidden_layers"});
   m.heads = m.kv_heads = f.integer({"n_head", "num_attention_heads"});
   m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
-  m.ffn = f.integer_or({"n_inner"}, 4 * m.hidden);  // GPT2MLP: n_inner or 4 * n_embd
+  m.ffn = f.integer_or({"n_inner"}, four_times(f, "n_embd", m.hidden));  // GPT2MLP: 4 * n_embd
   m.vocab = f.integer({"vocab_size"});
   m.max_positions = f.integer({"n_positions", "max_position_embeddings"});
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
@@ -499,7 +510,7 @@ inline model read_falcon(const hf_fields& f) {
   m.heads = f.integer({"num_attention_heads", "n_head"});
   m.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
   m.vocab = f.integer({"vocab_size"});
-  m.ffn = f.integer_or({"ffn_hidden_size"}, 4 * m.hidden);
+  m.ffn = f.integer_or({"ffn_hidden_size"}, four_times(f, "hidden_size", m.hidden));
   if (f.boolean_or("new_decoder_architecture", false)) {
     m.kv_heads = f.integer({"num_kv_heads", "n_head_kv"});
     m.norms_per_layer = 2;

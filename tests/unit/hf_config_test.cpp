@@ -6,6 +6,7 @@
 #include <bit>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -217,6 +218,19 @@ TEST_CASE("gpt-oss: exact counts by hand, the model card's figures and its MXFP4
   // and 12 keep 1,000, 8 KV heads of 64 in bf16 each.
   const request_shape r{.prompt = 1000};
   CHECK(kv_cache_bytes(small, {}, {}, r).count == 2 * 8 * 64 * 2 * (12 * 1000 + 12 * 128));
+}
+
+TEST_CASE("a hidden size whose default MLP width overflows is refused by name") {
+  // GPT2Config's and GPTBigCodeConfig's n_inner defaults to 4 x n_embd; the config fuzzer's find
+  // was n_embd = INT64_MIN, whose product overflowed before any check.
+  for (const char* file : {"gpt2", "starcoder"}) {
+    json c = config_of(file);
+    c.erase("n_inner");
+    c["n_embd"] = std::numeric_limits<std::int64_t>::min();
+    CHECK_THROWS_WITH(model_from_hf_config(c),
+                      doctest::Contains("field 'n_embd' = -9223372036854775808: 4 x it, the MLP "
+                                        "width's default, overflows int64"));
+  }
 }
 
 TEST_CASE("Gemma 2: (1 + weight) norms, and soft-capping unless a field is null") {
