@@ -224,7 +224,7 @@ struct layer_pattern {
   bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
   bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
   bool full = false;
-  layer_backward_working working{};  ///< including the gradients entering the cores:
+  layer_backward_working working{};  ///< with each core's incoming gradient, also apart:
   bytes core_gradient[2]{};          ///< [layer_part]
   /// Eager attention's score gradients before and after its core.
   bytes score_gradients_before{}, score_gradients_after{};
