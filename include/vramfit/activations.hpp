@@ -284,8 +284,12 @@ class block_builder {
     // FP8 GEMMs still save 16-bit activations around them (Transformer Engine keeps its FP8
     // casts as well; not modelled).
     beta_ = p.compute.payload_bits < 16 ? 16 : p.compute.payload_bits;
-    // The residual stream is in the weights' format when it is wider (fp32 models, AMP).
-    rho_ = p.weights.payload_bits > beta_ ? p.weights.payload_bits : beta_;
+    // The residual stream is in the weights' format when it is wider (fp32 models, AMP), the
+    // weights as the layers compute with them: FSDP's MixedPrecision runs them gathered in the
+    // compute format, so the stream stays 16-bit (traced: docs/gpu-measurements.md, FSDP2).
+    const std::int64_t weight_bits =
+        detail::gathers_in_compute_format(l) ? beta_ : p.weights.payload_bits;
+    rho_ = weight_bits > beta_ ? weight_bits : beta_;
     autocast_ = p.autocast_weight_copies;
     attention_ = attention_kernel(m, p, o);
   }

@@ -145,6 +145,19 @@ TEST_CASE("a Llama-style block with flash attention, by hand") {
                                recompute_kind::full) == bytes{2 * tau * h});
 }
 
+TEST_CASE("the residual stream: fp32 under AMP, 16-bit where FSDP gathers the weights in bf16") {
+  using namespace by_hand;
+  // Full recompute keeps a layer's input, the residual stream. AMP's fp32 weights make the
+  // embedding's output, and every residual add after it, fp32: 4 tau h. FSDP's MixedPrecision
+  // gathers the weights in bf16 (param_dtype), so the layers compute and add in bf16: 2 tau h.
+  const activation_options o{.micro_batch = b, .sequence = s, .attention = attention_kind::flash};
+  CHECK(layer_activation_bytes(models::llama_3_8b::value, amp<bf16>::value, o, {}, false,
+                               recompute_kind::full) == bytes{4 * tau * h});
+  CHECK(layer_activation_bytes(models::llama_3_8b::value, amp<bf16>::value, o,
+                               parallel<fsdp<8>>::value, false,
+                               recompute_kind::full) == bytes{2 * tau * h});
+}
+
 TEST_CASE("a sliding window the sequence reaches: SDPA gets a mask, K and V repeat, by hand") {
   using namespace by_hand;
   // Mistral-7B's layer is Llama-3-8B's with a 4,096-token window. At 4,096 tokens Hugging Face
