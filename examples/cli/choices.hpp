@@ -379,6 +379,17 @@ inline constexpr named<pipeline_schedule> schedules[] = {
     {"interleaved", pipeline_schedule::interleaved},
     {"gpipe", pipeline_schedule::gpipe}};
 
+inline constexpr named<pipeline_runtime> pipeline_runtimes[] = {
+    {"megatron", pipeline_runtime::megatron,
+     "Megatron-LM's schedules: received tensors go with their micro-batch"},
+    {"torch", pipeline_runtime::torch,
+     "torch.distributed.pipelining from torch 2.10: a receive buffer per micro-batch kept, "
+     "outputs held for their backward"},
+    {"torch-2.6", pipeline_runtime::torch_2_6,
+     "torch 2.6, 2.7: also every stage's outputs and input gradients kept to the next step"},
+    {"torch-2.8", pipeline_runtime::torch_2_8,
+     "torch 2.8, 2.9: the last stage's outputs and the input gradients kept to the next step"}};
+
 /// -f: how an answer is written.
 enum class output_format : unsigned char { table, markdown, json, svg };
 /// The formats of one estimate (train, infer, plan, min-gpus).

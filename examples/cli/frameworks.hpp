@@ -11,7 +11,7 @@ namespace vramfit::cli {
 
 /// Which of a framework's recipes a default belongs to: its LoRA recipes may differ (torchtune),
 /// and so may its FSDP under pipeline parallelism (torchtitan).
-enum class recipe : unsigned char { any, full_finetune, lora, fsdp_with_pipeline };
+enum class recipe : unsigned char { any, full_finetune, lora, fsdp_with_pipeline, pipeline };
 
 /// One option a framework sets, as the command line spells it ("--recompute", "op-sac"; a flag's
 /// value is "true").
@@ -45,6 +45,9 @@ inline constexpr framework_default torchtitan[] = {
      "models/llama3/infra/parallelize.py apply_fsdp: reshard_after_forward_policy default is "
      "`not pp_enabled`",
      recipe::fsdp_with_pipeline},
+    {"--pp-runtime", "torch",
+     "distributed/pipeline_parallel.py: torch.distributed.pipelining's PipelineStage and schedules",
+     recipe::pipeline},
 };
 inline constexpr framework_default torchtune[] = {
     {"--precision", "bf16", "recipes/configs/llama3_1/8B_full_single_device.yaml: dtype bf16"},

@@ -52,6 +52,7 @@ inline const std::set<std::string> decided_by_plan = {"--dp",
                                                       "--grad-accum",
                                                       "--schedule",
                                                       "--virtual-stages",
+                                                      "--pp-runtime",
                                                       "--offload",
                                                       "--offload-to",
                                                       "--model",
@@ -93,6 +94,8 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
   } else if (o.schedule == pipeline_schedule::gpipe && l.pipeline > 1) {  // train: only with PP
     argv.insert(argv.end(), {"--schedule", "gpipe"});
   }
+  if (l.pipeline > 1 && o.pp_runtime != pipeline_runtime::megatron)
+    argv.insert(argv.end(), {"--pp-runtime", name_of(pipeline_runtimes, o.pp_runtime)});
   if (l.context > 1) add("--cp", l.context);
   if (l.expert > 1) add("--ep", l.expert);
   if (l.implementation == shard_implementation::fsdp) {

@@ -53,6 +53,7 @@ struct train_options {
   std::vector<std::int64_t> pp_stages;
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;
+  pipeline_runtime pp_runtime = pipeline_runtime::megatron;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
   offload_mode offload = offload_mode::none;
@@ -200,6 +201,10 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--virtual-stages", o.virtual_stages, "Model chunks per rank (interleaved)")
       ->check(positive)
       ->capture_default_str();
+  add_choice(cmd, "--pp-runtime", o.pp_runtime, pipeline_runtimes, "pipeline runtime",
+             "What runs the pipeline, for what a stage keeps beside its activations: " +
+                 choice_list(pipeline_runtimes))
+      ->capture_default_str();
   cmd.add_option("--cp", o.cp, "Context-parallel degree")->check(positive)->capture_default_str();
   cmd.add_option("--ep", o.ep, "Expert-parallel degree")->check(positive)->capture_default_str();
   add_choice(cmd, "--offload", o.offload, offload_modes, "offload", choice_list(offload_modes))
@@ -297,6 +302,8 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
   // plan searches the pipeline degree: its schedule and chunks fix the candidates with one.
   if (!plan && given("--schedule") && o.pp == 1)
     refuse("--schedule applies with --pp 2 or more only");
+  if (!plan && given("--pp-runtime") && o.pp == 1)
+    refuse("--pp-runtime applies with --pp 2 or more only");
   if (!plan && given("--virtual-stages") && o.schedule != pipeline_schedule::interleaved)
     refuse("--virtual-stages applies with --schedule interleaved only");
   if (cmd.get_name() == "min-gpus" && given("--dp"))
@@ -318,6 +325,8 @@ inline void apply_framework(CLI::App& cmd, train_options& o) {
         return lora;
       case recipe::fsdp_with_pipeline:  // plan searches FSDP with resharding (docs/planner.md)
         return cmd.get_name() == "train" && o.pp > 1 && o.fsdp == fsdp_strategy::full_shard;
+      case recipe::pipeline:  // plan: for the candidates with a pipeline
+        return o.pp > 1 || cmd.get_name() == "plan";
       default:
         return true;
     }

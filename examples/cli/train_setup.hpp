@@ -292,7 +292,8 @@ inline activation_options activation_options_of(const train_options& o, const mo
                        .offload = o.activation_offload,
                        .loss = o.loss,
                        .schedule = o.schedule,
-                       .virtual_stages = o.virtual_stages};
+                       .virtual_stages = o.virtual_stages,
+                       .runtime = o.pp_runtime};
   detail::check(a, l);
   return a;
 }

@@ -47,6 +47,24 @@ enum class loss_kind : unsigned char {
 
 enum class pipeline_schedule : unsigned char { one_f_one_b, interleaved, gpipe };
 
+/// What runs the pipeline schedule, for what a stage keeps beside its micro-batches' saved
+/// activations (docs/sources.md#torch-pipelining).
+enum class pipeline_runtime : unsigned char {
+  /// Megatron-LM's schedules: a received input or output gradient goes with its micro-batch, and
+  /// a sent output keeps no data (schedules.py deallocate_output_tensor).
+  megatron,
+  /// torch.distributed.pipelining (torchtitan) from torch 2.10: a receive buffer per micro-batch
+  /// for the stage's input and one for its output's gradient, made at the first step and kept;
+  /// each micro-batch's output held for its backward (stage.py fwd_cache).
+  torch,
+  /// torch 2.6 and 2.7 (torchtitan's December 2024 benchmarks): besides, every stage keeps every
+  /// micro-batch's output (output_chunks) and its input's gradient (the receive buffer's .grad)
+  /// until the next step.
+  torch_2_6,
+  /// torch 2.8 and 2.9: only the last stage keeps every micro-batch's output.
+  torch_2_8,
+};
+
 /// The batch shape and the choices that decide what autograd keeps.
 struct activation_options {
   std::int64_t micro_batch = 1;
@@ -75,6 +93,7 @@ struct activation_options {
   std::int64_t capacity_factor_percent = 0;  ///< MoE: tokens an expert takes; 0: dropless
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;  ///< interleaved schedule: model chunks per rank
+  pipeline_runtime runtime = pipeline_runtime::megatron;
 };
 
 /// The half of a layer a saved tensor belongs to: its backward runs MLP first, then attention.
@@ -1291,6 +1310,64 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
   return s;
 }
 
+/// What torch.distributed.pipelining keeps on a rank of `range` beside the saved activations of
+/// `flight` micro-batches, `last_chunk` of them the last chunk's (pipeline_runtime). Each is
+/// counted over the whole step: a receive buffer is made once, and the outputs and input gradients
+/// kept pile up to the last micro-batch's backward, where a stage's memory peaks once the unsharded
+/// gradients are summed (fsdp.hpp).
+constexpr void add_pipeline_runtime_tensors(memory_ledger& ledger, const training& t,
+                                            const activation_options& o, const block_builder& b,
+                                            const stage_range& range, const in_flight& flight,
+                                            const in_flight& last_chunk) {
+  using enum pipeline_runtime;
+  const model& m = t.model;
+  if (t.layout.pipeline == 1 || o.runtime == megatron) return;
+  const std::int64_t chunks = o.schedule == pipeline_schedule::interleaved ? o.virtual_stages : 1;
+  const std::int64_t mb = o.micro_batches;
+  // A stage's input or output: [mb, s/CP, h] in the residual stream's format, 1/TP with SP.
+  const bytes boundary = bytes_for_bits(checked_mul(b.replicated(m.hidden), b.rho()));
+  const std::int64_t receiving = chunks - (range.first ? 1 : 0);  // chunks receiving an input
+  const std::int64_t sending = chunks - (range.last ? 1 : 0);     // chunks whose output goes on
+  const std::int64_t buffers = checked_mul(mb, receiving + sending);
+  add_entry(ledger, "pipeline receive buffers (inputs, output gradients: one per micro-batch)",
+            component::buffers, memory_space::device, boundary * buffers, buffers,
+            "pipelining/stage.py _prepare_forward_infra, _prepare_backward_infra: made at the "
+            "first step, kept",
+            lifetime::persistent);
+  // The last chunk's output is the logits (16-bit, vocabulary-parallel under TP).
+  const bytes logits =
+      m.is_encoder() ? boundary
+                     : bytes_for_bits(checked_mul(
+                           checked_mul(b.tokens(), ceil_div(m.vocab, t.layout.tensor)), b.beta()));
+  // fwd_cache holds a micro-batch's output until its backward (to the end of the backward pass,
+  // as the timeline frees such buffers); output_chunks every micro-batch's until the next step:
+  // on every stage (torch 2.6, 2.7), on the last (2.8, 2.9).
+  const bool all_kept = o.runtime == torch_2_6;
+  const bool kept = all_kept || (o.runtime == torch_2_8 && range.last);
+  const std::int64_t last_outputs = !range.last ? 0 : kept ? mb : last_chunk.num;
+  const std::int64_t other_outputs =
+      all_kept ? checked_mul(mb, sending) : flight.num - (range.last ? last_chunk.num : 0);
+  add_entry(ledger,
+            kept ? "pipeline stage outputs (every micro-batch's, to the next step)"
+                 : "pipeline stage outputs (held for their backward)",
+            kept ? component::activations : component::buffers, memory_space::device,
+            boundary * other_outputs + logits * last_outputs, other_outputs + last_outputs,
+            kept ? "pipelining/stage.py forward_one_chunk: output_chunks, cleared by the next "
+                   "step() (clear_runtime_states)"
+                 : "pipelining/stage.py forward_one_chunk: fwd_cache, popped by the backward",
+            kept ? lifetime::persistent : lifetime::forward_backward);
+  // stage_backward leaves each input's gradient in its receive buffer (.grad) until the next
+  // step before torch 2.10 (pytorch#164329 frees it after the send).
+  if (o.runtime != torch) {
+    const std::int64_t grads = checked_mul(mb, receiving);
+    add_entry(ledger, "pipeline input gradients (in the receive buffers, to the next step)",
+              component::activations, memory_space::device, boundary * grads, grads,
+              "pipelining/_backward.py stage_backward: torch.autograd.backward leaves them in "
+              "the inputs' .grad; stage.py clear_runtime_states drops them",
+              lifetime::persistent);
+  }
+}
+
 /// The backward transients: the loss's gradients, one layer's backward working set, and the
 /// layer a full recompute or an activation offload brings back for its backward.
 constexpr void add_backward_transients(memory_ledger& ledger, const activation_options& o,
@@ -1381,6 +1458,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
               mask * masks, masks, "transformers masking_utils: 4D float mask, forward only",
               lifetime::forward);
   }
+  detail::add_pipeline_runtime_tensors(ledger, t, o, b, range, flight, last_chunk);
   detail::add_backward_transients(ledger, o, loss, layers);
   return ledger;
 }

@@ -109,6 +109,13 @@ constexpr void root_post_backward(const gathered_units& g, const root_gradient_e
   fsdp_root_post_backward(g, at, sharded, first_pass, add);
 }
 
+/// The root unit's post-backward of a micro-batch before the last, where the reduction waits.
+template <class Add>
+constexpr void root_accumulate(const gathered_units& g, const root_gradient_entries& at,
+                               Add&& add) {
+  fsdp_root_accumulate(g, at, add);
+}
+
 /// What is reduced away from the `gradients` before the optimizer step (DeepSpeed ZeRO-1).
 template <class Add>
 constexpr bytes reduced_before_step(const layout& l, int gradient_entry, bytes gradients,

@@ -68,6 +68,15 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
   return units;
 }
 
+/// Whether FSDP reduces the gradients only after the step's last micro-batch, adding each unit's
+/// unsharded gradients up until then: FSDP2 under torch.distributed.pipelining, whose stages run
+/// every backward with set_requires_gradient_sync(False) (pipelining/stage.py
+/// backward_maybe_with_nosync; torchtitan's pipeline schedules). The sum is kept in the
+/// reduce-scatter's format (_fsdp_param.py to_accumulated_grad_if_needed: reduce_dtype).
+constexpr bool fsdp_defers_reduction(const layout& l) {
+  return l.gathers_units() && l.fsdp_version == 2 && l.pipeline > 1;
+}
+
 /// What FSDP holds unsharded: the root gathered around the layers, a layer with the next one
 /// prefetched past one rank, and each unit's gradients until its post-backward, the root's last
 /// (docs/sources.md#pytorch-fsdp: "gathering" and "reducing").
@@ -126,6 +135,14 @@ constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_
             "FSDP2 _fsdp_collectives.py foreach_reduce; FSDP1 _runtime_utils.py "
             "_post_backward_hook",
             lifetime::backward_pass);
+  if (fsdp_defers_reduction(l))
+    add_entry(ledger, "unsharded gradients added up over the micro-batches", component::gradients,
+              memory_space::device,
+              elements_in(sharded_gradient_format(s.t), s.acc.trained_elements),
+              s.acc.trained_tensors,
+              "pipelining/stage.py backward_maybe_with_nosync: no gradient sync before the last "
+              "micro-batch; FSDP2 _fsdp_param.py to_accumulated_grad_if_needed: in reduce_dtype",
+              lifetime::backward_pass, entry_role::accumulated_gradients);
   // The step timeline makes them in the head's and the embeddings' backward.
   add_entry(ledger, "FSDP root gradients (unsharded, to its post-backward)", component::buffers,
             memory_space::device, g.root_gradients, 0,
@@ -178,6 +195,18 @@ template <class Add>
 constexpr void fsdp_head_gradients(const gathered_units& g, const root_gradient_entries& at,
                                    Add&& add) {
   add("FSDP root gradients (the head's, unsharded)", at.unsharded, g.root_head_gradients);
+}
+
+/// The root's post-backward of a micro-batch before the last, where the reduction waits for the
+/// last (fsdp_defers_reduction): the embeddings' unsharded gradients join the head's, and both
+/// are added into the accumulated ones (_fsdp_param.py accumulate_unsharded_grad_if_needed).
+template <class Add>
+constexpr void fsdp_root_accumulate(const gathered_units& g, const root_gradient_entries& at,
+                                    Add&& add) {
+  const bytes unsharded = g.root_unsharded_gradients;
+  add("FSDP root gradients (the embeddings', unsharded)", at.unsharded,
+      unsharded - g.root_head_gradients);
+  add("FSDP root gradients added into the accumulated ones", at.unsharded, -unsharded);
 }
 
 /// The root's post-backward, after the root is resharded: the embeddings' unsharded gradients

@@ -99,8 +99,11 @@ enum class entry_role : unsigned char {
   reloaded_layer,        ///< a layer brought back from the host (activation offload)
   gathered_parameters,   ///< sharded parameters gathered: units at once, or the whole model
   root_gradients,        ///< the root unit's unsharded gradients, reduced last
-  allocator_reserve,     ///< what the caching allocator reserves beyond the tensors
-  outside_allocator,     ///< the CUDA context, library workspaces, NCCL's buffers
+  /// Unsharded gradients added up over the micro-batches, reduced after the last (FSDP2 under
+  /// torch.distributed.pipelining)
+  accumulated_gradients,
+  allocator_reserve,  ///< what the caching allocator reserves beyond the tensors
+  outside_allocator,  ///< the CUDA context, library workspaces, NCCL's buffers
 };
 
 /// One line of a ledger. Names and sources are string literals: a ledger is cheap to build in a

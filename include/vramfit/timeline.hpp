@@ -577,9 +577,12 @@ struct step_writer {
   const layer_runs& runs;
   const outside_layers& outside;
   event_writer w{tl.ledger, tl.events};
-  int gathered = -1;            ///< the gathered parameters (entry_role::gathered_parameters)
-  bytes gathered_side{};        ///< of them, what a side stream allocates
-  int root_grads = -1;          ///< the root unit's gradients (entry_role::root_gradients)
+  int gathered = -1;      ///< the gathered parameters (entry_role::gathered_parameters)
+  bytes gathered_side{};  ///< of them, what a side stream allocates
+  int root_grads = -1;    ///< the root unit's gradients (entry_role::root_gradients)
+  /// The unsharded gradients added up until the last micro-batch reduces them
+  /// (entry_role::accumulated_gradients; none: each micro-batch reduces its own).
+  int accumulated = -1;
   bool units = false;           ///< units gathered and reduced one by one (layout::gathers_units)
   gathered_units unit_bytes{};  ///< then what they hold unsharded
   bool units_released = false;  ///< the gathered units and layer gradients freed at the root
@@ -693,6 +696,11 @@ struct step_writer {
   constexpr void head_backward(bool first_pass) {
     w.phase = step_phase::backward;
     w.region = moment::start_of_backward;
+    // Made whole with the first backward: later micro-batches, which hold as many in-flight
+    // activations, find all of it (the layers' share grows layer by layer in the first).
+    if (first_pass)
+      w.add("unsharded gradients added up over the micro-batches", accumulated,
+            size_of(accumulated));
     auto add_head_gradients = [&] {
       if (defers_root_gradients())
         return defer_head_gradients(unit_bytes, root_entries(first_pass), adder());
@@ -852,10 +860,16 @@ struct step_writer {
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
           -size_of(e.embedding_inputs));
     w.add("head weight copies", e.casts, -outside.casts);
-    if (units && (!first_pass || o.micro_batches == 1)) release_backward_buffers();
-    if (defers_root_gradients())
+    const bool last_pass = !first_pass || o.micro_batches == 1;
+    if (units && last_pass) release_backward_buffers();
+    if (defers_root_gradients() && accumulated >= 0 && !last_pass)
+      root_accumulate(unit_bytes, root_entries(first_pass), adder());
+    else if (defers_root_gradients())
       root_post_backward(unit_bytes, root_entries(first_pass),
                          outside.head_grads + outside.untied_embedding_grads, first_pass, adder());
+    if (last_pass)
+      w.add("unsharded gradients reduced after the last micro-batch", accumulated,
+            -size_of(accumulated));
   }
 
   /// Where the root unit's gradient events go.
@@ -944,6 +958,7 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   writer.units = l.gathers_units();
   if (writer.units) writer.unit_bytes = states.gathered;
   writer.root_grads = entry_with(tl.ledger, entry_role::root_gradients);
+  writer.accumulated = entry_with(tl.ledger, entry_role::accumulated_gradients);
   writer.gathered = entry_with(tl.ledger, entry_role::gathered_parameters);
   if (writer.gathered >= 0)
     writer.gathered_side = gathered_on_side_stream(l, writer.unit_bytes, size_of(writer.gathered));

@@ -1119,11 +1119,12 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   CHECK(total(run("train --framework torchtune -f json")) ==
         total(run("train --precision bf16 --optimizer paged-adamw-8bit --optimizer-in-backward "
                   "--recompute full --non-reentrant --loss linear-chunked -f json")));
-  // torchtitan keeps FSDP units gathered after forward under pipeline parallelism only.
+  // torchtitan keeps FSDP units gathered after forward, and runs torch's pipelining, under
+  // pipeline parallelism only.
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 --pp 2 -f json")) ==
-        total(run(
-            "train --fsdp full --dp 4 --pp 2 --precision amp-bf16 --fsdp-version 2 "
-            "--recompute op-sac --optimizer-impl fused --reshard-after-forward false -f json")));
+        total(run("train --fsdp full --dp 4 --pp 2 --precision amp-bf16 --fsdp-version 2 "
+                  "--recompute op-sac --optimizer-impl fused --reshard-after-forward false "
+                  "--pp-runtime torch -f json")));
   // plan searches FSDP with resharding: the PP default is train's only.
   CHECK(run("plan --framework torchtitan --pp 2 --fsdp full --gpus 8 --top 1").status == 0);
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 -f json")) ==
@@ -1547,6 +1548,10 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
     probes.push_back({sharding ? "min-gpus" : "min-gpus --fsdp full", o});
     probes.push_back({"plan", o});
   }
+  // What a pipeline runtime keeps shows with a pipeline (train refuses it without one).
+  for (const char* base : {"train --pp 2", "min-gpus --fsdp full --pp 2", "plan --pp 2"})
+    probes.push_back({base, "--pp-runtime torch"});
+  probes.push_back({"train", "--pp-runtime torch"});
   for (const char* o : {"--explain", "--params 7e9", "--check"}) probes.push_back({"train", o});
   // --params takes the sharding options; their companions alone change nothing there either.
   for (const char* o : {"--zero-impl paper", "--fsdp-version 2", "--grad-dtype bf16", "--dp 2"})

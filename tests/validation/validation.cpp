@@ -327,6 +327,68 @@ std::vector<measured_case> cases() {
     out.push_back(c);
   }
 
+  // torchtitan's December 2024 benchmarks (docs/sources.md#torchtitan-benchmarks): H100s of
+  // 96 GB, reserved_bytes.all.peak in GiB, the largest over the GPUs. At 9dec370 torchtitan runs
+  // FSDP2 with MixedPrecisionPolicy(bf16, fp32) over fp32 parameters, torch.optim.AdamW's foreach
+  // implementation (optimizer.fused off) and, under PP, torch 2.6's pipelining (PP keeps the
+  // units gathered: reshard_after_forward=False).
+  {
+    const runtime_overheads titan_reserved{
+        .cuda_context = 0, .nccl_buffers = 0, .reserve = reserve_model::simulated};
+    const optimizer foreach_adamw =
+        adamw<optimizer_options{.impl = optimizer_impl::foreach}>::value;
+    const activation_options op_sac{.micro_batch = 2,
+                                    .sequence = 8192,
+                                    .recompute = recompute_kind::op_sac,
+                                    .reentrant_checkpoint = false};
+    activation_options pipelined{.micro_batch = 4,
+                                 .sequence = 8192,
+                                 .micro_batches = 8,
+                                 .recompute = recompute_kind::full,
+                                 .reentrant_checkpoint = false,
+                                 .runtime = pipeline_runtime::torch_2_6};
+    activation_options interleaved = pipelined;
+    interleaved.schedule = pipeline_schedule::interleaved;
+    interleaved.virtual_stages = 2;
+    struct titan_row {
+      const char* name;
+      const model& m;
+      layout l;
+      activation_options o;
+      double gib, bound;
+      const char* assumptions;
+    };
+    const titan_row titan[] = {
+        {"Llama 3.1 8B, FSDP2 over 8 H100s", models::llama_3_8b::value,
+         parallel<fully_shard<8>>::value, op_sac, 82.4, 0.10, "Table 1's plain FSDP row"},
+        {"Llama 3.1 8B, FSDP2 over 128 H100s", models::llama_3_8b::value,
+         parallel<fully_shard<128>>::value, op_sac, 67.0, 0.10, "Table 3's plain FSDP row"},
+        {"Llama 3.1 405B, FSDP 8, TP 8, PP 8 1F1B", models::llama_3_1_405b::value,
+         parallel<fully_shard<8, 1>, tensor_parallel<8, true>,
+                  pipeline_parallel<8, 15, 16, 16, 16, 16, 16, 16, 15>>::value,
+         pipelined, 82.5, 0.15,
+         "torch.compile, Float8 and AsyncTP not modelled; 8 micro-batches of 4 (torchtitan's "
+         "default) and its default stages assumed"},
+        {"Llama 3.1 405B, FSDP 8, TP 8, PP 8 interleaved", models::llama_3_1_405b::value,
+         parallel<fully_shard<8, 1>, tensor_parallel<8, true>, pipeline_parallel<8>>::value,
+         interleaved, 72.7, 0.15,
+         "torch.compile, Float8 and AsyncTP not modelled; 8 micro-batches of 4 and two chunks of "
+         "even stages per rank assumed"},
+    };
+    for (const titan_row& r : titan) {
+      const training_plan_value plan{
+          training{r.m, amp<bf16>::value, foreach_adamw, full_finetune::value, r.l}, r.o,
+          titan_reserved};
+      measured_case c =
+          make_case("[torchtitan benchmarks](sources.md#torchtitan-benchmarks)", r.name,
+                    "reserved_bytes.all.peak (GiB), most loaded GPU",
+                    r.gib * static_cast<double>(GiB.size), predict(plan, gpus::h100_96gb::value));
+      c.bound = r.bound;
+      c.assumptions = r.assumptions;
+      out.push_back(c);
+    }
+  }
+
   // The README's "Optimization flags" ladder: Llama 3.2 3B (meta-llama/Llama-3.2-3B
   // config.json: hidden 3072, 28 layers, 24 heads, 8 KV heads, FFN 8192, vocab 128,256, tied;
   // 3,212,749,824 parameters), full_finetune_single_device, batch 2 x 4096 packed, bf16, on an
