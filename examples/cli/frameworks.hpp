@@ -10,8 +10,9 @@
 namespace vramfit::cli {
 
 /// Which of a framework's recipes a default belongs to: its LoRA recipes may differ (torchtune),
-/// and so may its FSDP under pipeline parallelism (torchtitan).
-enum class recipe : unsigned char { any, full_finetune, lora, fsdp_with_pipeline, pipeline };
+/// and so may its FSDP under pipeline parallelism (torchtitan); `plan` searches only the sharding
+/// the framework runs.
+enum class recipe : unsigned char { any, full_finetune, lora, fsdp_with_pipeline, pipeline, plan };
 
 /// One option a framework sets, as the command line spells it ("--recompute", "op-sac"; a flag's
 /// value is "true").
@@ -48,6 +49,9 @@ inline constexpr framework_default torchtitan[] = {
     {"--pp-runtime", "torch",
      "distributed/pipeline_parallel.py: torch.distributed.pipelining's PipelineStage and schedules",
      recipe::pipeline},
+    {"--sharding", "fsdp",
+     "distributed/parallel_dims.py: data parallelism is FSDP2 (fully_shard), HSDP or DDP",
+     recipe::plan},
 };
 inline constexpr framework_default torchtune[] = {
     {"--precision", "bf16", "recipes/configs/llama3_1/8B_full_single_device.yaml: dtype bf16"},
@@ -72,17 +76,21 @@ inline constexpr framework_default deepspeed[] = {
      "bf16.enabled: bf16 parameters and gradients, an fp32 master partition (runtime/zero/"
      "stage_1_and_2.py, runtime/bf16_optimizer.py)"},
     {"--zero-impl", "deepspeed", "runtime/zero/stage_1_and_2.py, stage3.py"},
+    {"--sharding", "deepspeed", "runtime/zero: ZeRO stages 1 to 3", recipe::plan},
 };
 inline constexpr framework_default megatron[] = {
     {"--precision", "bf16-fp32-master",
      "training/arguments.py --bf16: bf16 parameters, fp32 main parameters and gradients"},
     {"--zero-impl", "megatron",
      "core/optimizer/distrib_optimizer.py (--use-distributed-optimizer with --zero 1)"},
+    {"--sharding", "megatron", "core/optimizer/distrib_optimizer.py: the distributed optimizer",
+     recipe::plan},
 };
 inline constexpr framework_default fsdp1[] = {
     {"--precision", "amp-bf16",
      "accelerate FullyShardedDataParallelPlugin mixed_precision bf16 over fp32 parameters"},
     {"--fsdp-version", "1", "torch/distributed/fsdp/fully_sharded_data_parallel.py"},
+    {"--sharding", "fsdp", "accelerate's FSDP plugin", recipe::plan},
 };
 inline constexpr framework_default hf_trainer[] = {
     {"--precision", "amp-bf16", "transformers TrainingArguments bf16=True: torch.autocast"},

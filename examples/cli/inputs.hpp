@@ -227,8 +227,9 @@ inline const cli::framework& framework_named(const std::string& name, std::strin
 template <class Applies>
 inline void apply_framework(const cli::framework& f, CLI::App& cmd, Applies&& applies) {
   for (const cli::framework_default& d : f.defaults) {
+    if (!applies(d.recipe)) continue;  // an option of another subcommand, or another recipe's
     CLI::Option* option = cmd.get_option(d.option);
-    if (option->count() == 0 && applies(d.recipe)) option->default_val(std::string(d.value));
+    if (option->count() == 0) option->default_val(std::string(d.value));
   }
 }
 

@@ -59,7 +59,8 @@ inline int run_frameworks(std::ostream& out, output_format format, const size_st
   sizes_not_written(size, "frameworks", "lists option defaults, not sizes");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"framework", "command", "option", "value", "recipe", "source"});
-  constexpr const char* recipes[] = {"", "full fine-tuning", "LoRA", "FSDP with --pp", "with --pp"};
+  constexpr const char* recipes[] = {
+      "", "full fine-tuning", "LoRA", "FSDP with --pp", "with --pp", "plan"};
   for (const cli::framework& f : cli::frameworks) {
     nlohmann::json defaults = nlohmann::json::array();
     for (const cli::framework_default& d : f.defaults) {

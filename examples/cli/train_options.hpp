@@ -327,6 +327,8 @@ inline void apply_framework(CLI::App& cmd, train_options& o) {
         return cmd.get_name() == "train" && o.pp > 1 && o.fsdp == fsdp_strategy::full_shard;
       case recipe::pipeline:  // plan: for the candidates with a pipeline
         return o.pp > 1 || cmd.get_name() == "plan";
+      case recipe::plan:
+        return cmd.get_name() == "plan";
       default:
         return true;
     }

@@ -1127,6 +1127,11 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
                   "--pp-runtime torch -f json")));
   // plan searches FSDP with resharding: the PP default is train's only.
   CHECK(run("plan --framework torchtitan --pp 2 --fsdp full --gpus 8 --top 1").status == 0);
+  // plan searches the sharding the framework runs: torchtitan's FSDP2, not DeepSpeed's ZeRO.
+  const std::string planned = run("plan --framework torchtitan --gpus 64 --top 10").out;
+  CHECK(planned.find("fsdp-") != std::string::npos);
+  CHECK(planned.find("zero-") == std::string::npos);
+  CHECK(run("plan --gpus 64 --top 10").out.find("zero-") != std::string::npos);
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 -f json")) ==
         total(run("train --fsdp full --dp 4 --precision amp-bf16 --fsdp-version 2 "
                   "--recompute op-sac --optimizer-impl fused -f json")));
