@@ -208,11 +208,17 @@ constexpr bool fused_qkv(const model& m) {
 
 }  // namespace detail
 
+/// Whether every layer attends through the model's sliding window (Mistral, Phi-3), not some of
+/// them (Gemma 2 and 3).
+constexpr bool windowed_everywhere(const model& m) {
+  return m.sliding_window > 0 && m.sliding_layers_per_period == m.sliding_window_period;
+}
+
 /// Whether Hugging Face's SDPA gets a boolean [b, 1, s, s] mask in training: once the sequence
 /// reaches a sliding window (masking_utils.py _ignore_causal_mask_sdpa). Modelled where every layer
-/// has the window (Mistral, Phi-3), not Gemma 2's alternating ones (docs/sources.md#hf-attention).
+/// has the window (Mistral, Phi-3), not where only some do (docs/sources.md#hf-attention).
 constexpr bool sdpa_gets_mask(const model& m, const activation_options& o) {
-  return m.sliding_window > 0 && m.sliding_window_period == 1 && o.sequence >= m.sliding_window;
+  return windowed_everywhere(m) && o.sequence >= m.sliding_window;
 }
 
 /// The attention that runs when SDPA (`flash`) is asked for: with a mask, grouped KV heads are
@@ -416,22 +422,35 @@ class block_builder {
     }
   }
 
-  /// A per-head RMSNorm of `width` over `heads` local heads (Qwen3's q_norm and k_norm), read
-  /// from a projection's output in the compute format: as norm(), its normalized input in that
-  /// format.
+  /// A per-head RMSNorm of `width` over `heads` local heads (Qwen3's and Gemma 3's q_norm and
+  /// k_norm), read from a projection's output in the compute format: as norm(), its normalized
+  /// input in that format, or Gemma's fp32 product and (1 + weight).
   constexpr void head_norm(const char* name, std::int64_t heads, std::int64_t width) {
+    const bool gemma = m_.norm_plus_one;
     add(name,
-        "modeling_qwen3.py Qwen3Attention.forward: self.q_norm(self.q_proj(hidden_states)"
-        ".view(hidden_shape)), k_norm alike; Qwen3RMSNorm.forward: hidden_states.to(torch.float32)",
+        gemma ? "modeling_gemma3.py Gemma3Attention.forward: self.q_norm(query_states), k_norm "
+                "alike; Gemma3RMSNorm.forward: self._norm(x.float())"
+              : "modeling_qwen3.py Qwen3Attention.forward: self.q_norm(self.q_proj(hidden_states)"
+                ".view(hidden_shape)), k_norm alike; Qwen3RMSNorm.forward: "
+                "hidden_states.to(torch.float32)",
         split(checked_mul(heads, width)), 32);
     if (o_.norm_statistics)
       add("head norm rstd (fp32)",
-          "modeling_qwen3.py Qwen3RMSNorm.forward: torch.rsqrt(variance + self.variance_epsilon)",
+          gemma ? "modeling_gemma3.py Gemma3RMSNorm._norm: torch.rsqrt(x.pow(2).mean(-1, "
+                  "keepdim=True) + self.eps)"
+                : "modeling_qwen3.py Qwen3RMSNorm.forward: torch.rsqrt(variance + "
+                  "self.variance_epsilon)",
           split(heads), 32);
+    // As the layers' norms (norm()): Gemma's multiply keeps its fp32 product and (1 + weight).
     if (!frozen_base_)
       add("head norm normalized input",
-          "modeling_qwen3.py Qwen3RMSNorm.forward: self.weight * hidden_states.to(input_dtype)",
-          split(checked_mul(heads, width)), beta_);
+          gemma ? "modeling_gemma3.py Gemma3RMSNorm.forward: output * (1.0 + self.weight.float())"
+                : "modeling_qwen3.py Qwen3RMSNorm.forward: self.weight * "
+                  "hidden_states.to(input_dtype)",
+          split(checked_mul(heads, width)), gemma ? 32 : beta_);
+    if (gemma)
+      add("head norm 1 + weight (fp32)",
+          "modeling_gemma3.py Gemma3RMSNorm.forward: (1.0 + self.weight.float())", width, 32);
   }
 
   constexpr void dropout_mask(const char* name, std::int64_t elements) {
@@ -1451,7 +1470,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   // one beside it where windows alternate (Gemma 2's causal_mask_mapping); adding a mask saves
   // nothing, so they are gone before backward.
   if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
-    const std::int64_t masks = m.sliding_window > 0 && m.sliding_window_period > 1 ? 2 : 1;
+    const std::int64_t masks = m.sliding_window > 0 && !windowed_everywhere(m) ? 2 : 1;
     const bytes mask =
         bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.beta()));
     add_entry(ledger, "causal attention mask (eager)", component::activations, memory_space::device,

@@ -287,11 +287,12 @@ inline std::int64_t four_times(const hf_fields& f, const char* field, std::int64
   return ffn;
 }
 
-/// Whether a soft-capping field caps: Gemma2Config's default (absent) does, null does not
-/// (modeling_gemma2.py: `if self.config.final_logit_softcapping is not None`).
-inline bool softcaps(const hf_fields& f, const char* name) {
+/// Whether a soft-capping field caps: null does not (modeling_gemma2.py: `if
+/// self.config.final_logit_softcapping is not None`), absent as the configuration class's
+/// default: Gemma2Config's caps (`absent_caps`), Gemma3TextConfig's does not.
+inline bool softcaps(const hf_fields& f, const char* name, bool absent_caps = true) {
   const auto it = f.json().find(name);
-  if (it == f.json().end()) return true;
+  if (it == f.json().end()) return absent_caps;
   if (it->is_null()) return false;
   if (!it->is_number() || !(it->get<double>() > 0))
     f.fail(std::string("field '") + name + "' must be a positive number or null, got " +
@@ -341,6 +342,78 @@ inline model read_llama_like(const hf_fields& f, std::string_view type) {
   } else if (type == "phi3") {
     m.family = family::phi3;
   }
+  return m;
+}
+
+/// The sliding-window layers `layer_types` lists, when it does (newer transformers): runs of
+/// "sliding_attention" layers, each followed by as many "full_attention" ones, from layer 0
+/// (gpt-oss alternates, Gemma 3 has five windows to a full layer); all full turns the window off.
+/// Returns whether the field was there.
+inline bool read_layer_types(const hf_fields& f, model& m) {
+  const auto types = f.json().find("layer_types");
+  if (types == f.json().end() || types->is_null()) return false;
+  if (!types->is_array() || static_cast<std::int64_t>(types->size()) != m.layers)
+    f.fail("field 'layer_types' must list one type per layer (" + str(m.layers) + "), got " +
+           shown(*types));
+  std::vector<bool> sliding;
+  for (const nlohmann::json& t : *types) {
+    if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
+      f.fail("field 'layer_types' must hold \"sliding_attention\" or \"full_attention\", got " +
+             shown(t));
+    sliding.push_back(t == "sliding_attention");
+  }
+  const auto n = static_cast<std::int64_t>(sliding.size());
+  std::int64_t windowed = 0, period = 0;
+  while (windowed < n && sliding[static_cast<std::size_t>(windowed)]) ++windowed;
+  for (period = windowed; period < n && !sliding[static_cast<std::size_t>(period)];) ++period;
+  if (windowed == 0) {
+    if (period < n) f.fail("layer_types starting with a full-attention layer are not modelled");
+    m.sliding_window = 0;  // no layer has a window
+    return true;
+  }
+  if (period == windowed) period = windowed = 1;  // every layer has it
+  for (std::int64_t i = 0; i < n; ++i)
+    if (sliding[static_cast<std::size_t>(i)] != (i % period < windowed))
+      f.fail("field 'layer_types': only " + str(windowed) + " sliding layers then " +
+             str(period - windowed) + " full ones, repeated, are modelled; layer " + str(i) +
+             " differs");
+  m.sliding_window_period = period;
+  m.sliding_layers_per_period = windowed;
+  return true;
+}
+
+// Gemma3TextConfig (configuration_gemma3.py): its defaults stand for what a checkpoint leaves out
+// (gemma-3-4b's text_config lists a handful of fields). Gemma 2's block with q_norm and k_norm
+// (Gemma3RMSNorm), no soft-capping unless set, five sliding-window layers to a global one.
+inline model read_gemma3_text(const hf_fields& f) {
+  model m{};
+  m.hidden = f.integer_or({"hidden_size"}, 2304);
+  m.layers = f.integer_or({"num_hidden_layers"}, 26);
+  m.heads = f.integer_or({"num_attention_heads"}, 8);
+  m.kv_heads = f.integer_or({"num_key_value_heads"}, 4);
+  m.head_dim = f.integer_or({"head_dim"}, 256);
+  m.vocab = f.integer_or({"vocab_size"}, 262'208);
+  m.ffn = f.integer_or({"intermediate_size"}, 9216);
+  m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  python_gelu(f, "hidden_activation", "gelu_pytorch_tanh", mlp_form::gated);
+  if (f.boolean_or("attention_bias", false)) m.bias = bias_kind::attention;
+  m.mlp = mlp_kind::geglu;
+  m.norms_per_layer = 4;
+  m.norm_plus_one = true;
+  m.qk_norm = true;  // Gemma3Attention: q_norm, k_norm
+  m.attention_softcap = softcaps(f, "attn_logit_softcapping", false);
+  m.logit_softcap = softcaps(f, "final_logit_softcapping", false);
+  // Gemma3DecoderLayer: layer i has the window unless (i + 1) % sliding_window_pattern is 0.
+  m.sliding_window = f.integer_or({"sliding_window"}, 4096);
+  if (read_layer_types(f, m)) return m;
+  const std::int64_t pattern = f.integer_or({"sliding_window_pattern"}, 6);
+  if (pattern < 1) f.fail("field 'sliding_window_pattern' must be positive, got " + str(pattern));
+  if (pattern == 1) {  // every layer global
+    m.sliding_window = 0;
+    return m;
+  }
+  m.sliding_window_period = pattern;
+  m.sliding_layers_per_period = pattern - 1;
   return m;
 }
 
@@ -414,32 +487,8 @@ inline model read_gpt_oss(const hf_fields& f) {
            .expert_ffn = m.ffn,
            .layout = moe_layout::gpt_oss};
   m.sliding_window = f.integer_or({"sliding_window"}, 0);
-  // GptOssConfig's default layer_types alternate from a sliding layer 0; the model's windows are
-  // every layer (period 1) or every other layer from layer 0 (period 2).
-  m.sliding_window_period = 2;
-  const auto types = f.json().find("layer_types");
-  if (types != f.json().end() && !types->is_null()) {
-    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != m.layers)
-      f.fail("field 'layer_types' must list one type per layer (" + str(m.layers) + "), got " +
-             shown(*types));
-    bool alternating = true, all_sliding = true, none_sliding = true;
-    for (std::size_t i = 0; i < types->size(); ++i) {
-      const nlohmann::json& t = (*types)[i];
-      if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
-        f.fail("field 'layer_types' must hold \"sliding_attention\" or \"full_attention\", got " +
-               shown(t));
-      const bool sliding = t == "sliding_attention";
-      alternating = alternating && sliding == (i % 2 == 0);
-      all_sliding = all_sliding && sliding;
-      none_sliding = none_sliding && !sliding;
-    }
-    if (none_sliding)
-      m.sliding_window = 0;
-    else if (all_sliding)
-      m.sliding_window_period = 1;
-    else if (!alternating)
-      f.fail("layer_types other than alternating from a sliding layer 0 is not modelled");
-  }
+  // GptOssConfig's default layer_types alternate from a sliding layer 0.
+  if (!read_layer_types(f, m)) m.sliding_window_period = 2;
   return m;
 }
 
@@ -575,9 +624,10 @@ inline model read_vit(const hf_fields& f) {
 
 /// The model_type values model_from_hf_config reads.
 inline constexpr const char* hf_model_types[] = {
-    "gpt2",   "llama",    "mistral",    "mixtral",     "qwen2",       "qwen3",   "qwen3_moe",
-    "gemma2", "phi3",     "falcon",     "deepseek_v2", "deepseek_v3", "gpt_oss", "gpt_bigcode",
-    "bert",   "big_bird", "distilbert", "vit",         "mistral3",    "llava"};
+    "gpt2",        "llama",       "mistral",     "mixtral",     "qwen2", "qwen3",
+    "qwen3_moe",   "gemma2",      "gemma3_text", "gemma3",      "phi3",  "falcon",
+    "deepseek_v2", "deepseek_v3", "gpt_oss",     "gpt_bigcode", "bert",  "big_bird",
+    "distilbert",  "vit",         "mistral3",    "llava"};
 
 namespace detail {
 /// Whether training drops out: a dropout field above 0, or one config.json leaves out where its
@@ -643,15 +693,21 @@ inline model read_hf_model(const nlohmann::json& config, const std::string& wher
     m = read_distilbert(fields);
   } else if (type == "vit") {
     m = read_vit(fields);
-  } else if (type == "mistral3" || type == "llava") {
-    // Mistral3Config and LlavaConfig: the text decoder is text_config (a MistralConfig or
-    // LlamaConfig by default); the vision tower and projector are not counted.
+  } else if (type == "gemma3_text") {
+    m = read_gemma3_text(fields);
+  } else if (type == "mistral3" || type == "llava" || type == "gemma3") {
+    // Mistral3Config, LlavaConfig and Gemma3Config: the text decoder is text_config (a
+    // MistralConfig, LlamaConfig or Gemma3TextConfig by default); the vision tower and projector
+    // are not counted.
     const auto text = config.find("text_config");
     if (text == config.end() || text->is_null())
       fields.fail("missing field 'text_config' (the text decoder's configuration)");
     if (!text->is_object())
       fields.fail("field 'text_config' must be an object, got " + shown(*text));
-    return read_hf_model(*text, where + " text_config", type == "mistral3" ? "mistral" : "llama");
+    return read_hf_model(*text, where + " text_config",
+                         type == "mistral3" ? "mistral"
+                         : type == "gemma3" ? "gemma3_text"
+                                            : "llama");
   } else {
     std::string supported;
     for (const char* t : hf_model_types)

@@ -205,12 +205,16 @@ constexpr void check(const request_shape& r, const kv_cache_config& kv) {
     rules::kv_format_must_be_plain_or_scaled_per_head(kv.format.name);
 }
 
-/// How many of layers [first, first + count) attend through a sliding window: every
-/// period-th layer from layer 0, the multiples of the period in the range.
+/// How many of layers [first, first + count) attend through a sliding window: those whose
+/// index modulo the period is below the windowed layers per period (Gemma 2: the even ones;
+/// Gemma 3: all but every sixth).
 constexpr std::int64_t sliding_layers(const model& m, std::int64_t first, std::int64_t count) {
   if (m.sliding_window <= 0) return 0;
-  const std::int64_t period = m.sliding_window_period;
-  return ceil_div(first + count, period) - ceil_div(first, period);
+  const std::int64_t period = m.sliding_window_period, windowed = m.sliding_layers_per_period;
+  auto before = [&](std::int64_t n) {  // windowed layers among [0, n)
+    return n / period * windowed + (n % period < windowed ? n % period : windowed);
+  };
+  return before(first + count) - before(first);
 }
 }  // namespace detail
 

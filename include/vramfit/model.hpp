@@ -127,6 +127,9 @@ struct model {
   std::int64_t sliding_window = 0;  ///< 0: full attention everywhere
   /// 1: every layer uses the window (Mistral); 2: every other layer from layer 0 (Gemma 2).
   std::int64_t sliding_window_period = 1;
+  /// Of each period, the first this many layers use the window (Gemma 3: 5 of 6, then a global
+  /// one): layer i does when i % period < this.
+  std::int64_t sliding_layers_per_period = 1;
   moe_config moe{};
   mla_config mla{};
   encoder_config encoder{};
@@ -305,6 +308,8 @@ constexpr void validate_sizes(const model& m) {
     size.positive("max positions of learned positions", m.max_positions, bounds::positions);
   size.non_negative("sliding window", m.sliding_window, bounds::positions);
   size.positive("sliding-window period", m.sliding_window_period, bounds::sliding_window_period);
+  size.positive("sliding-window layers per period", m.sliding_layers_per_period,
+                m.sliding_window_period);
 }
 
 /// What a family's implementation fixes: the classic fused families' attention, MLP, norm and

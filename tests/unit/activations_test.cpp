@@ -158,6 +158,35 @@ TEST_CASE("the residual stream: fp32 under AMP, 16-bit where FSDP gathers the we
                                recompute_kind::full) == bytes{2 * tau * h});
 }
 
+TEST_CASE("Gemma 3's q_norm and k_norm save what its layer norms save, by hand") {
+  // gemma-3-1b's heads (4 query, 1 KV, of 256) at 1 x 1,024 tokens: Gemma3RMSNorm keeps its
+  // fp32 input, an fp32 rstd per head and token, the fp32 product with (1 + weight), and that
+  // (1 + weight) itself; the bf16 cast back is read by the rotary, which saves none of it.
+  model m{.name = "gemma-3-1b-like",
+          .hidden = 1152,
+          .layers = 26,
+          .heads = 4,
+          .kv_heads = 1,
+          .head_dim = 256,
+          .ffn = 6912,
+          .vocab = 262'144,
+          .mlp = mlp_kind::geglu,
+          .norms_per_layer = 4,
+          .tied_embeddings = true,
+          .qk_norm = true,
+          .norm_plus_one = true};
+  const activation_options o{.micro_batch = 1, .sequence = 1024};
+  const std::int64_t tokens = 1024;
+  auto head_norm = [&](std::int64_t heads) {
+    return 4 * tokens * heads * 256 * 2 + 4 * tokens * heads + 4 * 256;
+  };
+  const bytes with =
+      layer_activation_bytes(m, pure<bf16>::value, o, {}, false, recompute_kind::none);
+  m.qk_norm = false;
+  CHECK(with - layer_activation_bytes(m, pure<bf16>::value, o, {}, false, recompute_kind::none) ==
+        bytes{head_norm(4) + head_norm(1)});
+}
+
 TEST_CASE("a sliding window the sequence reaches: SDPA gets a mask, K and V repeat, by hand") {
   using namespace by_hand;
   // Mistral-7B's layer is Llama-3-8B's with a 4,096-token window. At 4,096 tokens Hugging Face

@@ -256,6 +256,47 @@ TEST_CASE("Gemma 2: (1 + weight) norms, and soft-capping unless a field is null"
   CHECK_FALSE(model_from_hf_config(config_of("llama-3-8b")).norm_plus_one);
 }
 
+TEST_CASE("Gemma 3: Gemma 2's block with q_norm and k_norm, five windows to a global layer") {
+  // google/gemma-3-1b-it (model_type gemma3_text). By hand: the embedding 262,144 x 1,152
+  // (tied); per layer q 1,152 x 1,024, k and v 1,152 x 256, o 1,024 x 1,152, gate, up and down
+  // 3 x 1,152 x 6,912, four norms of 1,152, q_norm and k_norm of 256; a final norm.
+  const model m = load_hf_config(data_dir / "hf" / "gemma-3-1b-it.json");
+  const std::int64_t layer =
+      1152 * 1024 + 2 * 1152 * 256 + 1024 * 1152 + 3 * 1152 * 6912 + 4 * 1152 + 2 * 256;
+  CHECK(parameters(tensors(m)) == 262'144LL * 1152 + 26 * layer + 1152);
+  CHECK(parameters(tensors(m)) == 999'885'952);
+  CHECK((m.norm_plus_one && m.qk_norm && m.norms_per_layer == 4 && m.tied_embeddings));
+  // Gemma3TextConfig leaves soft-capping off (None) unless a field sets it.
+  CHECK_FALSE(m.attention_softcap);
+  CHECK_FALSE(m.logit_softcap);
+  // Layer i has the 512-token window unless (i + 1) % 6 == 0: 22 of the 26 layers.
+  CHECK(m.sliding_window == 512);
+  CHECK(detail::sliding_layers(m, 0, 26) == 22);
+  CHECK(detail::sliding_layers(m, 5, 7) == 5);  // layers 5 to 11, of which 5 and 11 are global
+  // Newer transformers list the same pattern in layer_types.
+  json c = config_of("gemma-3-1b-it");
+  c.erase("sliding_window_pattern");
+  c["layer_types"] = json::array();
+  for (int i = 0; i < 26; ++i)
+    c["layer_types"].push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
+  CHECK(model_from_hf_config(c) == model_from_hf_config(config_of("gemma-3-1b-it")));
+  c.erase("layer_types");
+  c["sliding_window_pattern"] = 1;  // every layer global
+  CHECK(model_from_hf_config(c).sliding_window == 0);
+  c["sliding_window_pattern"] = 0;
+  CHECK_THROWS_WITH(model_from_hf_config(c),
+                    doctest::Contains("field 'sliding_window_pattern' must be positive, got 0"));
+  // google/gemma-3-4b-it: Gemma3Config's text_config names five fields; Gemma3TextConfig's
+  // defaults give the rest (8 heads, 4 KV heads of 256, vocabulary 262,208). By hand, the text
+  // decoder alone: per layer q 2,560 x 2,048, k and v 2,560 x 1,024, o 2,048 x 2,560, the MLP
+  // 3 x 2,560 x 10,240, norms 4 x 2,560 + 2 x 256.
+  const model four = load_hf_config(data_dir / "hf" / "gemma-3-4b-it.json");
+  const std::int64_t four_layer =
+      2560 * 2048 + 2 * 2560 * 1024 + 2048 * 2560 + 3 * 2560 * 10240 + 4 * 2560 + 2 * 256;
+  CHECK(parameters(tensors(four)) == 262'208LL * 2560 + 34 * four_layer + 2560);
+  CHECK(detail::sliding_layers(four, 0, 34) == 29);
+}
+
 TEST_CASE("gpt-oss: layer_types decide the windows") {
   json c = config_of("gpt-oss-20b");
   c["layer_types"] = json::array();
@@ -264,8 +305,15 @@ TEST_CASE("gpt-oss: layer_types decide the windows") {
   for (auto& t : c["layer_types"]) t = "full_attention";
   CHECK(model_from_hf_config(c).sliding_window == 0);
   c["layer_types"][1] = "sliding_attention";
+  CHECK_THROWS_WITH(
+      model_from_hf_config(c),
+      doctest::Contains("layer_types starting with a full-attention layer are not modelled"));
+  // A run of one window and two full layers, broken at layer 3.
+  for (auto& t : c["layer_types"]) t = "sliding_attention";
+  c["layer_types"][1] = c["layer_types"][2] = "full_attention";
   CHECK_THROWS_WITH(model_from_hf_config(c),
-                    doctest::Contains("layer_types other than alternating from a sliding layer 0"));
+                    doctest::Contains("only 1 sliding layers then 2 full ones, repeated, are "
+                                      "modelled; layer 4 differs"));
   c["layer_types"].erase(0);
   CHECK_THROWS_WITH(model_from_hf_config(c),
                     doctest::Contains("'layer_types' must list one type per layer (24)"));
@@ -626,7 +674,11 @@ TEST_CASE("every wrongly typed config.json field is refused by name, or is a fie
       }
       read_fields += read ? 1 : 0;
       for (const json& w : wrong) {
-        if (w.type() == value.type() || (w.is_number() && value.is_number_float())) continue;
+        // A number is no wrong type for a float field, nor for a null one (Gemma 3's soft-capping
+        // fields: null or a positive number).
+        if (w.type() == value.type() ||
+            (w.is_number() && (value.is_number_float() || value.is_null())))
+          continue;
         json changed = config;
         changed[field] = w;
         refusal.clear();
