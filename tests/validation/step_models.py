@@ -372,7 +372,7 @@ def scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=False):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama", "gpt2" or "gemma2"
+    family: str  # "llama", "gpt2", "gemma2", "gemma3" or "phi3"
     hidden: int
     intermediate: int
     heads: int
@@ -390,6 +390,7 @@ class Config:
     attn_softcap: float = 0.0  # Gemma 2: attn_logit_softcapping (0: none)
     final_softcap: float = 0.0  # Gemma 2: final_logit_softcapping (0: none)
     sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
+    sliding_window_pattern: int = 6  # Gemma 3: layer i global when (i + 1) % it == 0
 
     def __post_init__(self):
         if not self.head_dim:
@@ -949,10 +950,16 @@ class Gemma2Attention(LlamaAttention):
 
 
 class Gemma2DecoderLayer(GradientCheckpointingLayer):
+    attention_class = Gemma2Attention
+
+    @staticmethod
+    def sliding(cfg, layer_idx):  # Gemma2DecoderLayer: the even layers
+        return layer_idx % 2 == 0
+
     def __init__(self, cfg, layer_idx):
         super().__init__()
-        self.attention_type = "sliding_attention" if layer_idx % 2 == 0 else "full_attention"
-        self.self_attn = Gemma2Attention(cfg, layer_idx)
+        self.attention_type = "sliding_attention" if self.sliding(cfg, layer_idx) else "full_attention"
+        self.self_attn = self.attention_class(cfg, layer_idx)
         self.mlp = LlamaMLP(cfg)
         self.mlp.act_fn = GeluTanh()  # Gemma2MLP: ACT2FN[config.hidden_activation]
         self.input_layernorm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
@@ -975,9 +982,11 @@ class Gemma2DecoderLayer(GradientCheckpointingLayer):
 
 
 class Gemma2Model(LlamaModel):
+    layer_class = Gemma2DecoderLayer
+
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.layers = nn.ModuleList([Gemma2DecoderLayer(cfg, i) for i in range(cfg.layers)])
+        self.layers = nn.ModuleList([self.layer_class(cfg, i) for i in range(cfg.layers)])
         self.norm = Gemma2RMSNorm(cfg.hidden, eps=cfg.rms_eps)
 
     def causal_masks(self, inputs_embeds, position_ids):
@@ -995,10 +1004,12 @@ class Gemma2Model(LlamaModel):
 
 
 class Gemma2ForCausalLM(LlamaForCausalLM):
+    model_class = Gemma2Model
+
     def __init__(self, cfg):
         nn.Module.__init__(self)
         self.cfg = cfg
-        self.model = Gemma2Model(cfg)
+        self.model = self.model_class(cfg)
         self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
         if cfg.tied:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -1092,9 +1103,67 @@ class Phi3ForCausalLM(LlamaForCausalLM):
             self.lm_head.weight = self.model.embed_tokens.weight
 
 
+# --------------------------------------------------------------------------------------------
+# Gemma 3 (transformers/models/gemma3/modeling_gemma3.py): Gemma 2's block, norms and masks, with
+# q_norm and k_norm (Gemma3RMSNorm, Gemma2RMSNorm's formula, over head_dim after the heads'
+# transpose), no soft-capping unless configured, the scale of the embedding a device buffer, and
+# a window on layer i unless (i + 1) % sliding_window_pattern == 0
+# --------------------------------------------------------------------------------------------
+class Gemma3Attention(Gemma2Attention):
+    def __init__(self, cfg, layer_idx):
+        super().__init__(cfg, layer_idx)
+        self.q_norm = Gemma2RMSNorm(cfg.head_dim, eps=cfg.rms_eps)
+        self.k_norm = Gemma2RMSNorm(cfg.head_dim, eps=cfg.rms_eps)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        query_states = self.q_norm(query_states)
+        key_states = self.k_norm(key_states)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if self.cfg.attn == "sdpa":
+            attn_output, _ = sdpa_attention_forward(self, query_states, key_states, value_states,
+                                                    attention_mask, scaling=self.scaling)
+        else:
+            attn_output, _ = gemma2_eager_attention_forward(
+                self, query_states, key_states, value_states, attention_mask, scaling=self.scaling,
+                softcap=self.softcap)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), None
+
+
+class Gemma3DecoderLayer(Gemma2DecoderLayer):
+    attention_class = Gemma3Attention
+
+    @staticmethod
+    def sliding(cfg, layer_idx):
+        return (layer_idx + 1) % cfg.sliding_window_pattern != 0
+
+
+class Gemma3Model(Gemma2Model):
+    layer_class = Gemma3DecoderLayer
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        # Gemma3TextScaledWordEmbedding: register_buffer("embed_scale", torch.tensor(hidden ** 0.5),
+        # persistent=False), on the device with the model
+        self.register_buffer("embed_scale", torch.tensor(cfg.hidden ** 0.5), persistent=False)
+
+    def scaled(self, inputs_embeds):  # Gemma3TextScaledWordEmbedding.forward
+        return inputs_embeds * self.embed_scale.to(inputs_embeds.dtype)
+
+
+class Gemma3ForCausalLM(Gemma2ForCausalLM):
+    model_class = Gemma3Model
+
+
 def build_model(cfg):
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
-            "phi3": Phi3ForCausalLM}[cfg.family](cfg)
+            "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

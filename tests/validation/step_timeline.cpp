@@ -40,11 +40,13 @@ traced_case describe(const nlohmann::json& k) {
   m.vocab = k["vocab"];
   m.tied_embeddings = k["tied"];
   m.qk_norm = k.value("qk_norm", false);  // Qwen3
-  if (k["family"] == "gemma2") {
+  if (k["family"] == "gemma2" || k["family"] == "gemma3") {
     m.mlp = mlp_kind::geglu;
     m.norms_per_layer = 4;
-    m.sliding_window = 4096;  // longer than the traced sequences: the masks alone alternate
-    m.sliding_window_period = 2;
+    m.sliding_window = 4096;  // longer than the traced sequences: only the masks differ
+    const bool gemma3 = k["family"] == "gemma3";  // five windows to a global layer
+    m.sliding_window_period = gemma3 ? 6 : 2;
+    m.sliding_layers_per_period = gemma3 ? 5 : 1;
     m.norm_plus_one = true;
     m.attention_softcap = k["attn_softcap"].get<double>() > 0;
     m.logit_softcap = k["final_softcap"].get<double>() > 0;

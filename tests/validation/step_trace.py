@@ -356,6 +356,8 @@ PHI3 = dict(LLAMA, family="phi3")
 # Gemma 2: tied, head_dim apart from hidden / heads, soft-capping as google/gemma-2-* (50, 30)
 GEMMA2 = dict(family="gemma2", hidden=128, intermediate=352, heads=4, kv_heads=2, head_dim=48, layers=3, vocab=1024,
               tied=True, attn_softcap=50.0, final_softcap=30.0)
+# Gemma 3: Gemma 2's shapes without soft-capping (Gemma3TextConfig's default), q_norm and k_norm
+GEMMA3 = dict(GEMMA2, family="gemma3", attn_softcap=0.0, final_softcap=0.0)
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -402,6 +404,9 @@ CASES = [
     case("gemma2-bf16-sdpa-adamw-foreach", GEMMA2, "bf16", "adamw", "foreach", attn="sdpa"),
     case("gemma2-amp-adamw-fused", GEMMA2, "amp_bf16", "adamw", "fused"),
     case("gemma2-bf16-v256-s128-sgd-foreach", GEMMA2, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # Gemma 3 eager in bf16, and with SDPA under AMP
+    case("gemma3-bf16-adamw-foreach", GEMMA3, "bf16", "adamw", "foreach"),
+    case("gemma3-amp-sdpa-adamw-fused", GEMMA3, "amp_bf16", "adamw", "fused", attn="sdpa"),
     # LoRA on another family's module names: peft's default for GPT-2 (c_attn), and c_fc
     case("gpt2-dropout-bf16-lora-adamw-foreach", GPT2, "bf16", "adamw", "foreach",
          lora=dict(LORA, targets=["c_attn", "c_fc"])),
@@ -452,9 +457,12 @@ def describe(c):
         "family": m["family"], "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
-        "norm": {"llama": "rmsnorm", "phi3": "rmsnorm", "gemma2": "rmsnorm_plus_one"}.get(m["family"], "layernorm"),
-        "mlp": {"llama": "swiglu", "phi3": "swiglu", "gemma2": "geglu_tanh"}.get(m["family"], "gelu_new"),
-        "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap, "qk_norm": cfg.qk_norm,
+        "norm": {"llama": "rmsnorm", "phi3": "rmsnorm", "gemma2": "rmsnorm_plus_one",
+                 "gemma3": "rmsnorm_plus_one"}.get(m["family"], "layernorm"),
+        "mlp": {"llama": "swiglu", "phi3": "swiglu", "gemma2": "geglu_tanh",
+                "gemma3": "geglu_tanh"}.get(m["family"], "gelu_new"),
+        "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap,
+        "qk_norm": cfg.qk_norm or m["family"] == "gemma3",
         "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
         "dtype": "float32" if c["precision"] in ("fp32", "amp_bf16") else "bfloat16",
         "precision": c["precision"], "optimizer": c["optimizer"], "optimizer_impl": c["impl"],
@@ -515,6 +523,11 @@ def build_hf(c):
         conf = (transformers.Qwen3Config if qwen3 else transformers.LlamaConfig)(
             tie_word_embeddings=cfg.tied, **decoder)
         cls = transformers.Qwen3ForCausalLM if qwen3 else transformers.LlamaForCausalLM
+    elif m["family"] == "gemma3":
+        conf = transformers.Gemma3TextConfig(
+            query_pre_attn_scalar=cfg.head_dim, sliding_window=cfg.sliding_window,
+            sliding_window_pattern=cfg.sliding_window_pattern, tie_word_embeddings=cfg.tied, **decoder)
+        cls = transformers.Gemma3ForCausalLM
     elif m["family"] == "gemma2":
         conf = transformers.Gemma2Config(
             query_pre_attn_scalar=cfg.head_dim, attn_logit_softcapping=cfg.attn_softcap or None,
