@@ -930,12 +930,20 @@ class Gemma2Attention(LlamaAttention):
         self.scaling = cfg.head_dim ** -0.5  # query_pre_attn_scalar ** -0.5, query_pre_attn_scalar = head_dim
         self.softcap = cfg.attn_softcap or None
 
+    def q_normed(self, query_states):  # Gemma 2 has no q_norm, k_norm
+        return query_states
+
+    def k_normed(self, key_states):
+        return key_states
+
     def forward(self, hidden_states, position_embeddings, attention_mask):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        query_states = self.q_normed(query_states)  # rebound one at a time, as Gemma 3 does
+        key_states = self.k_normed(key_states)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         if self.cfg.attn == "sdpa":  # sdpa_attention_forward takes softcap in **kwargs and ignores it
@@ -1115,25 +1123,11 @@ class Gemma3Attention(Gemma2Attention):
         self.q_norm = Gemma2RMSNorm(cfg.head_dim, eps=cfg.rms_eps)
         self.k_norm = Gemma2RMSNorm(cfg.head_dim, eps=cfg.rms_eps)
 
-    def forward(self, hidden_states, position_embeddings, attention_mask):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        query_states = self.q_norm(query_states)
-        key_states = self.k_norm(key_states)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        if self.cfg.attn == "sdpa":
-            attn_output, _ = sdpa_attention_forward(self, query_states, key_states, value_states,
-                                                    attention_mask, scaling=self.scaling)
-        else:
-            attn_output, _ = gemma2_eager_attention_forward(
-                self, query_states, key_states, value_states, attention_mask, scaling=self.scaling,
-                softcap=self.softcap)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.o_proj(attn_output), None
+    def q_normed(self, query_states):  # Gemma3Attention.forward: after the heads' transpose
+        return self.q_norm(query_states)
+
+    def k_normed(self, key_states):
+        return self.k_norm(key_states)
 
 
 class Gemma3DecoderLayer(Gemma2DecoderLayer):
