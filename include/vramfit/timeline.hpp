@@ -696,8 +696,8 @@ struct step_writer {
   constexpr void head_backward(bool first_pass) {
     w.phase = step_phase::backward;
     w.region = moment::start_of_backward;
-    // Made whole with the first backward: later micro-batches, which hold as many in-flight
-    // activations, find all of it (the layers' share grows layer by layer in the first).
+    // Made whole with the first backward, where the layers' share in fact grows layer by layer:
+    // later micro-batches, which hold as many in-flight activations, find all of it.
     if (first_pass)
       w.add("unsharded gradients added up over the micro-batches", accumulated,
             size_of(accumulated));
