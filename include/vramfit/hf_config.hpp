@@ -372,6 +372,9 @@ inline bool read_layer_types(const hf_fields& f, model& m) {
     return true;
   }
   if (period == windowed) period = windowed = 1;  // every layer has it
+  if (period > bounds::sliding_window_period)
+    f.fail("field 'layer_types': a repeat of " + str(period) + " layers is not modelled (at most " +
+           str(bounds::sliding_window_period) + ")");
   for (std::int64_t i = 0; i < n; ++i)
     if (sliding[static_cast<std::size_t>(i)] != (i % period < windowed))
       f.fail("field 'layer_types': only " + str(windowed) + " sliding layers then " +
@@ -404,10 +407,15 @@ inline model read_gemma3_text(const hf_fields& f) {
   m.attention_softcap = softcaps(f, "attn_logit_softcapping", false);
   m.logit_softcap = softcaps(f, "final_logit_softcapping", false);
   // Gemma3DecoderLayer: layer i has the window unless (i + 1) % sliding_window_pattern is 0.
-  m.sliding_window = f.integer_or({"sliding_window"}, 4096);
+  // null passes None to the layers (no window); absent is Gemma3TextConfig's 4096.
+  const auto window = f.json().find("sliding_window");
+  const bool none = window != f.json().end() && window->is_null();
+  m.sliding_window = none ? 0 : f.integer_or({"sliding_window"}, 4096);
   if (read_layer_types(f, m)) return m;
   const std::int64_t pattern = f.integer_or({"sliding_window_pattern"}, 6);
-  if (pattern < 1) f.fail("field 'sliding_window_pattern' must be positive, got " + str(pattern));
+  if (pattern < 1 || pattern > bounds::sliding_window_period)
+    f.fail("field 'sliding_window_pattern' must be from 1 to " +
+           str(bounds::sliding_window_period) + ", got " + str(pattern));
   if (pattern == 1) {  // every layer global
     m.sliding_window = 0;
     return m;

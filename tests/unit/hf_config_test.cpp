@@ -283,9 +283,17 @@ TEST_CASE("Gemma 3: Gemma 2's block with q_norm and k_norm, five windows to a gl
   c.erase("layer_types");
   c["sliding_window_pattern"] = 1;  // every layer global
   CHECK(model_from_hf_config(c).sliding_window == 0);
-  c["sliding_window_pattern"] = 0;
-  CHECK_THROWS_WITH(model_from_hf_config(c),
-                    doctest::Contains("field 'sliding_window_pattern' must be positive, got 0"));
+  c["sliding_window_pattern"] = 6;
+  c["sliding_window"] = nullptr;  // the layers get None: no window anywhere
+  CHECK(model_from_hf_config(c).sliding_window == 0);
+  c.erase("sliding_window");  // Gemma3TextConfig's default
+  CHECK(model_from_hf_config(c).sliding_window == 4096);
+  for (const char* pattern : {"0", "65"}) {
+    c["sliding_window_pattern"] = std::stoi(pattern);
+    const std::string refusal =
+        std::string("field 'sliding_window_pattern' must be from 1 to 64, got ") + pattern;
+    CHECK_THROWS_WITH(model_from_hf_config(c), doctest::Contains(refusal.c_str()));
+  }
   // google/gemma-3-4b-it: Gemma3Config's text_config names five fields; Gemma3TextConfig's
   // defaults give the rest (8 heads, 4 KV heads of 256, vocabulary 262,208). By hand, the text
   // decoder alone: per layer q 2,560 x 2,048, k and v 2,560 x 1,024, o 2,048 x 2,560, the MLP
