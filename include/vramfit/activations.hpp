@@ -310,8 +310,9 @@ class block_builder {
     // casts as well; not modelled).
     beta_ = p.compute.payload_bits < 16 ? 16 : p.compute.payload_bits;
     // The residual stream is in the weights' format when it is wider (fp32 models, AMP), the
-    // weights as the layers compute with them: FSDP's MixedPrecision runs them gathered in the
-    // compute format, so the stream stays 16-bit (traced: docs/gpu-measurements.md, FSDP2).
+    // weights as the layers compute with them: FSDP's MixedPrecision gathers them in the compute
+    // format (FSDP2 MixedPrecisionPolicy.param_dtype, FSDP1 MixedPrecision.param_dtype), so the
+    // embedding's output and every residual add after it stay 16-bit.
     const std::int64_t weight_bits =
         detail::gathers_in_compute_format(l) ? beta_ : p.weights.payload_bits;
     rho_ = weight_bits > beta_ ? weight_bits : beta_;
@@ -1343,7 +1344,8 @@ constexpr void add_pipeline_runtime_tensors(memory_ledger& ledger, const trainin
   if (t.layout.pipeline == 1 || o.runtime == megatron) return;
   const std::int64_t chunks = o.schedule == pipeline_schedule::interleaved ? o.virtual_stages : 1;
   const std::int64_t mb = o.micro_batches;
-  // A stage's input or output: [mb, s/CP, h] in the residual stream's format, 1/TP with SP.
+  // A stage's input or output: [micro-batch, s/CP, h] in the residual stream's format, 1/TP
+  // with sequence parallelism.
   const bytes boundary = bytes_for_bits(checked_mul(b.replicated(m.hidden), b.rho()));
   const std::int64_t receiving = chunks - (range.first ? 1 : 0);  // chunks receiving an input
   const std::int64_t sending = chunks - (range.last ? 1 : 0);     // chunks whose output goes on
