@@ -4,8 +4,10 @@
 // with the modules its skip list keeps unquantized.
 #pragma once
 
+#include <bit>
 #include <bitset>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -57,7 +59,9 @@ struct name_atom {
 /// all of them at once: a state is the pattern positions reached, then whether one has matched.
 class module_matcher {
  public:
-  using state = std::vector<bool>;
+  /// The pattern positions reached, a bit each in words of 64, and past them one bit for a
+  /// pattern matched from the start: stepped by its set bits, as few are set at once.
+  using state = std::vector<std::uint64_t>;
 
   /// `key` as Python's re reads it: literals, `.`, classes `[...]`, escapes (\d \w \s and their
   /// complements, \ before punctuation), `*` `+` `?` (a lazy `?` after them changes no match),
@@ -104,16 +108,17 @@ class module_matcher {
   }
 
   [[nodiscard]] state start() const {
-    state s(slots_.size() + 1, false);
+    state s((slots_.size() + 64) / 64, 0);
     for (const std::size_t j : starts_) close(s, j);
     return s;
   }
   [[nodiscard]] state step(const state& s, char c) const {
-    if (s.back()) return s;  // matched from the start: whatever follows
-    state next(s.size(), false);
-    for (std::size_t j = 0; j + 1 < s.size(); ++j)
-      if (s[j] && !slots_[j].final && slots_[j].atom.chars[static_cast<unsigned char>(c)])
+    if (has(s, slots_.size())) return s;  // matched from the start: whatever follows
+    state next(s.size(), 0);
+    for_each_position(s, [&](std::size_t j) {
+      if (!slots_[j].final && slots_[j].atom.chars[static_cast<unsigned char>(c)])
         close(next, slots_[j].atom.repeat == '*' ? j : j + 1);
+    });
     return next;
   }
   [[nodiscard]] state run(state s, std::string_view text) const {
@@ -122,9 +127,9 @@ class module_matcher {
   }
   /// Whether a name that ends in state `s` matches.
   [[nodiscard]] bool accepts(const state& s) const {
-    for (std::size_t j = 0; j + 1 < s.size(); ++j)
-      if (s[j] && slots_[j].final) return true;
-    return s.back();
+    bool final = false;
+    for_each_position(s, [&](std::size_t j) { final = final || slots_[j].final; });
+    return final || has(s, slots_.size());
   }
 
  private:
@@ -196,11 +201,22 @@ class module_matcher {
     }
     return a;
   }
+  static bool has(const state& s, std::size_t j) { return (s[j / 64] >> (j % 64)) & 1; }
+  static void set(state& s, std::size_t j) { s[j / 64] |= std::uint64_t{1} << (j % 64); }
+  /// Calls `visit(j)` for each pattern position set in `s`.
+  template <class Visit>
+  void for_each_position(const state& s, const Visit& visit) const {
+    for (std::size_t w = 0; w < s.size(); ++w)
+      for (std::uint64_t bits = s[w]; bits != 0; bits &= bits - 1) {
+        const std::size_t j = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        if (j < slots_.size()) visit(j);
+      }
+  }
   void close(state& s, std::size_t j) const {
-    if (s[j]) return;
-    s[j] = true;
+    if (has(s, j)) return;
+    set(s, j);
     if (slots_[j].final) {
-      if (!slots_[j].to_end) s.back() = true;
+      if (!slots_[j].to_end) set(s, slots_.size());
     } else if (slots_[j].atom.repeat != '1') {
       close(s, j + 1);
     }
