@@ -290,7 +290,7 @@ inline std::int64_t four_times(const hf_fields& f, const char* field, std::int64
 /// Whether a soft-capping field caps: null does not (modeling_gemma2.py: `if
 /// self.config.final_logit_softcapping is not None`), absent as the configuration class's
 /// default: Gemma2Config's caps (`absent_caps`), Gemma3TextConfig's does not.
-inline bool softcaps(const hf_fields& f, const char* name, bool absent_caps = true) {
+inline bool softcaps(const hf_fields& f, const char* name, bool absent_caps) {
   const auto it = f.json().find(name);
   if (it == f.json().end()) return absent_caps;
   if (it->is_null()) return false;
@@ -298,6 +298,17 @@ inline bool softcaps(const hf_fields& f, const char* name, bool absent_caps = tr
     f.fail(std::string("field '") + name + "' must be a positive number or null, got " +
            shown(*it));
   return true;
+}
+
+/// Gemma's block (Gemma2DecoderLayer, Gemma3DecoderLayer): GeGLU, four (1 + weight) RMSNorms
+/// (Gemma2RMSNorm), and the soft-cappings its fields set, absent as the configuration class's
+/// default (`absent_caps`: Gemma 2's cap, Gemma 3's do not).
+inline void read_gemma_block(const hf_fields& f, model& m, bool absent_caps) {
+  m.mlp = mlp_kind::geglu;
+  m.norms_per_layer = 4;
+  m.norm_plus_one = true;
+  m.attention_softcap = softcaps(f, "attn_logit_softcapping", absent_caps);
+  m.logit_softcap = softcaps(f, "final_logit_softcapping", absent_caps);
 }
 
 // Hugging Face LlamaConfig and relatives: configuration_llama.py and siblings.
@@ -332,13 +343,9 @@ inline model read_llama_like(const hf_fields& f, std::string_view type) {
       f.fail(
           "use_sliding_window = true (per-layer windows from max_window_layers) is not modelled");
   } else if (type == "gemma2") {
-    m.mlp = mlp_kind::geglu;
-    m.norms_per_layer = 4;
+    read_gemma_block(f, m, true);
     m.sliding_window = f.integer_or({"sliding_window"}, 0);
     m.sliding_window_period = 2;  // Gemma2DecoderLayer: even layers use the window
-    m.norm_plus_one = true;       // Gemma2RMSNorm
-    m.attention_softcap = softcaps(f, "attn_logit_softcapping");
-    m.logit_softcap = softcaps(f, "final_logit_softcapping");
   } else if (type == "phi3") {
     m.family = family::phi3;
   }
@@ -400,12 +407,8 @@ inline model read_gemma3_text(const hf_fields& f) {
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   python_gelu(f, "hidden_activation", "gelu_pytorch_tanh", mlp_form::gated);
   if (f.boolean_or("attention_bias", false)) m.bias = bias_kind::attention;
-  m.mlp = mlp_kind::geglu;
-  m.norms_per_layer = 4;
-  m.norm_plus_one = true;
+  read_gemma_block(f, m, false);
   m.qk_norm = true;  // Gemma3Attention: q_norm, k_norm
-  m.attention_softcap = softcaps(f, "attn_logit_softcapping", false);
-  m.logit_softcap = softcaps(f, "final_logit_softcapping", false);
   // Gemma3DecoderLayer: layer i has the window unless (i + 1) % sliding_window_pattern is 0.
   // null passes None to the layers (no window); absent is Gemma3TextConfig's 4096.
   const auto window = f.json().find("sliding_window");
