@@ -43,6 +43,8 @@ inline const std::set<std::string> decided_by_plan = {"--dp",
                                                       "--zero",
                                                       "--zero-impl",
                                                       "--reduce-bucket",
+                                                      "--prefetch-bucket",
+                                                      "--sub-group",
                                                       "--overlap-comm",
                                                       "--fsdp",
                                                       "--fsdp-group",
@@ -113,6 +115,10 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
     if (l.implementation == shard_implementation::deepspeed) {
       if (o.reduce_bucket) argv.insert(argv.end(), {"--reduce-bucket", *o.reduce_bucket});
       if (o.overlap_comm && l.zero != sharding::zero3) argv.push_back("--overlap-comm");
+      if (l.zero == sharding::zero3) {
+        if (o.prefetch_bucket) argv.insert(argv.end(), {"--prefetch-bucket", *o.prefetch_bucket});
+        if (o.sub_group) argv.insert(argv.end(), {"--sub-group", *o.sub_group});
+      }
     }
   }
   argv.insert(argv.end(), {"--recompute", cli::name_of(cli::recomputes, c.recompute)});

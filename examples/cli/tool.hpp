@@ -6,12 +6,15 @@
 
 #include <CLI/CLI.hpp>
 #include <initializer_list>
+#include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
 #include "completion.hpp"
+#include "from_option.hpp"
 #include "infer_command.hpp"
 #include "input_checks.hpp"
 #include "list_commands.hpp"
@@ -39,6 +42,9 @@ class tool {
 
  private:
   int dispatch(std::ostream& out);
+  /// dispatch with what --from's file said beside the answer: in its JSON, or before its text.
+  int dispatch_from(std::ostream& out, std::ostream& err, const launcher_reading& reading);
+  [[nodiscard]] output_format parsed_format() const;
 
   CLI::App app_{
       "vramfit: how much memory each GPU needs to train a large language model, and whether it "
@@ -53,6 +59,7 @@ class tool {
   load_options load_;
   infer_options infer_;
   std::string params_;
+  std::vector<std::string> from_;  // --from's words: expanded before the parse (from_option.hpp)
   output_format list_format_ = output_format::table;
   completion_shell shell_ = completion_shell::bash;
   CLI::App *train_cmd_, *min_gpus_cmd_, *plan_cmd_, *load_cmd_, *infer_cmd_, *models_cmd_,
@@ -98,6 +105,15 @@ inline tool::tool() {
   train_cmd_->add_flag("--explain", train_.explain,
                        "Instead of the estimate, what autograd saves for one layer, tensor by "
                        "tensor: its part, bits, elements and bytes (table, markdown or json)");
+  for (CLI::App* cmd : {train_cmd_, min_gpus_cmd_, plan_cmd_, infer_cmd_})
+    cmd->add_option("--from", from_,
+                    cmd == infer_cmd_
+                        ? "vllm -- ARGS...: vLLM's serve arguments (the words after `vllm serve`, "
+                          "last on the line) as options; options given win"
+                        : "KIND FILE: a launcher's config file as options: deepspeed "
+                          "ds_config.json; options given win, keys not modeled are listed")
+        ->expected(2)
+        ->type_name("KIND FILE");
   // --params: N parameters without a model (train: their model states; infer: their weights).
   for (CLI::App* cmd : {train_cmd_, infer_cmd_})
     cmd->add_option("--params", params_,
@@ -164,10 +180,12 @@ inline std::string with_close_options(const CLI::App& app, const std::string& me
 inline int tool::run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   try {
     refuse_unknown_subcommand(app_, args);
-    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+    const std::optional<from_expansion> from = expand_from(app_, args);
+    const std::vector<std::string>& words = from ? from->args : args;
+    std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 takes them last first
     app_.parse(reversed);
     refuse_empty_values(app_);
-    return dispatch(out);
+    return from ? dispatch_from(out, err, from->reading) : dispatch(out);
   } catch (const CLI::CallForHelp& e) {
     return app_.exit(e, out, err);
   } catch (const CLI::CallForAllHelp& e) {
@@ -184,6 +202,33 @@ inline int tool::run(const std::vector<std::string>& args, std::ostream& out, st
     err << refusal_line(e.what()) << "\n";
     return 2;
   }
+}
+
+inline output_format tool::parsed_format() const {
+  return train_cmd_->parsed()      ? train_.format
+         : min_gpus_cmd_->parsed() ? fewest_.format
+         : plan_cmd_->parsed()     ? plan_.format
+                                   : infer_.format;
+}
+
+inline int tool::dispatch_from(std::ostream& out, std::ostream& err,
+                               const launcher_reading& reading) {
+  const output_format format = parsed_format();
+  if (format == output_format::json) {
+    std::ostringstream text;
+    const int status = dispatch(text);
+    nlohmann::json answer = nlohmann::json::parse(text.str());
+    if (answer.is_object()) {
+      answer["from"] = reading_json(reading);
+      out << answer.dump(2) << "\n";
+      return status;
+    }
+    print_reading(err, reading);  // an array (--explain's) keeps its shape
+    out << text.str();
+    return status;
+  }
+  print_reading(format == output_format::svg ? err : out, reading);
+  return dispatch(out);
 }
 
 inline int tool::dispatch(std::ostream& out) {

@@ -255,6 +255,11 @@ inline layout layout_of(const train_options& o, const model& m) {
   if (o.reduce_bucket)
     l.zero_reduce_bucket_elements =
         whole_count(*o.reduce_bucket, "--reduce-bucket", "gradient elements", "2e8");
+  if (o.prefetch_bucket)
+    l.zero3_prefetch_bucket_elements =
+        whole_count(*o.prefetch_bucket, "--prefetch-bucket", "parameter elements", "1e8");
+  if (o.sub_group)
+    l.zero3_sub_group_elements = whole_count(*o.sub_group, "--sub-group", "elements", "1e8");
   l.zero_overlap_comm = o.overlap_comm;
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);

@@ -50,7 +50,7 @@ inline nlohmann::json parse_config(std::string_view text, const std::string& wha
     raise(what + " is not UTF-8 (UTF-16 or UTF-32?): save it as UTF-8");
   if (text.size() > max_config_bytes)
     raise(what + " is larger than " + std::to_string(max_config_bytes >> 20) +
-          " MiB: not a config.json");
+          " MiB: not a config file");
   int depth = 0;
   bool in_string = false, escaped = false;
   for (const char c : text) {
@@ -65,7 +65,7 @@ inline nlohmann::json parse_config(std::string_view text, const std::string& wha
       in_string = true;
     } else if ((c == '[' || c == '{') && ++depth > max_config_depth) {
       raise(what + " nests deeper than " + std::to_string(max_config_depth) +
-            " levels: not a config.json");
+            " levels: not a config file");
     } else if (c == ']' || c == '}') {
       --depth;
     }
@@ -739,27 +739,43 @@ inline model model_from_hf_config(const nlohmann::json& config, std::string_view
   return validated(m);
 }
 
+namespace detail {
+
+/// A path as messages quote it: 'path', cut to 120 characters.
+inline std::string quoted_path(const std::filesystem::path& path) {
+  std::string what(1, '\'');  // built by appends: g++ 12 warns wrongly on "'" + string
+  const std::string shown = path.string();
+  what.append(shown.size() > 120 ? shown.substr(0, 117) + "..." : shown).append(1, '\'');
+  return what;
+}
+
+/// The text of a config file of at most max_config_bytes, named `what` in messages.
+inline std::string read_config_text(const std::filesystem::path& path, const std::string& what) {
+  std::error_code ec;
+  // A regular file only: a named pipe would block, a directory cannot be read.
+  if (!std::filesystem::is_regular_file(path, ec))
+    raise(what +
+          (std::filesystem::exists(path, ec) ? " is not a regular file" : " does not exist"));
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_config_bytes)
+    raise(what + " is larger than " + std::to_string(max_config_bytes >> 20) +
+          " MiB: not a config file");
+  std::ifstream in(path, std::ios::binary);
+  std::string text(ec ? 0 : static_cast<std::size_t>(size), '\0');
+  if (!in || !in.read(text.data(), static_cast<std::streamsize>(text.size())))
+    raise("cannot read " + what);
+  return text;
+}
+
+}  // namespace detail
+
 /// The parsed config.json at `path`, or in the folder `path` names (a downloaded checkpoint).
 /// Throws vramfit::error when it cannot be read or is not valid JSON (with line and column).
 inline nlohmann::json read_hf_config(std::filesystem::path path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) path /= "config.json";
-  std::string what(1, '\'');  // built by appends: g++ 12 warns wrongly on "'" + string
-  const std::string shown = path.string();
-  what.append(shown.size() > 120 ? shown.substr(0, 117) + "..." : shown).append(1, '\'');
-  // A regular file only: a named pipe would block, a directory cannot be read.
-  if (!std::filesystem::is_regular_file(path, ec))
-    detail::raise(
-        what + (std::filesystem::exists(path, ec) ? " is not a regular file" : " does not exist"));
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec && size > max_config_bytes)
-    detail::raise(what + " is larger than " + std::to_string(max_config_bytes >> 20) +
-                  " MiB: not a config.json");
-  std::ifstream in(path, std::ios::binary);
-  std::string text(ec ? 0 : static_cast<std::size_t>(size), '\0');
-  if (!in || !in.read(text.data(), static_cast<std::streamsize>(text.size())))
-    detail::raise("cannot read " + what);
-  return detail::parse_config(text, what);
+  const std::string what = detail::quoted_path(path);
+  return detail::parse_config(detail::read_config_text(path, what), what);
 }
 
 /// The name of the model at `path`: ".../Llama-3-8B/config.json" and ".../Llama-3-8B/" are named

@@ -1558,6 +1558,18 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
     probes.push_back({base, "--pp-runtime torch"});
   probes.push_back({"train", "--pp-runtime torch"});
   for (const char* o : {"--explain", "--params 7e9", "--check"}) probes.push_back({"train", o});
+  // DeepSpeed ZeRO-3's buffers (refused elsewhere), and a launcher's file.
+  for (const char* o : {"--prefetch-bucket 1e8", "--sub-group 1e6"}) {
+    probes.push_back({"train", o});
+    probes.push_back({"train --zero 3 --dp 2", o});
+    probes.push_back({"min-gpus --zero 3", o});
+    probes.push_back({"plan", o});
+  }
+  const std::string ds_file =
+      "--from deepspeed " + data_dir +
+      "/from/deepspeed/hf-transformers_tests-deepspeed_ds_config_zero2.json";
+  for (const char* base : {"train", "min-gpus", "plan"}) probes.push_back({base, ds_file});
+  probes.push_back({"infer", ds_file});  // refused: a training file
   // --params takes the sharding options; their companions alone change nothing there either.
   for (const char* o : {"--zero-impl paper", "--fsdp-version 2", "--grad-dtype bf16", "--dp 2"})
     probes.push_back({"train --params 7e9", o});
