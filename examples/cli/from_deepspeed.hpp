@@ -84,17 +84,21 @@ inline void zero(launcher_keys& k) {
     k.no_effect({"zero_optimization"});  // no ZeRO: none of its buffers
     return;
   }
-  if (const auto bucket = k.integer("zero_optimization.reduce_bucket_size", 1, largest_elements))
-    k.set("--reduce-bucket", std::to_string(*bucket), "zero_optimization.reduce_bucket_size");
+  // "auto": the Trainer's sizes from the hidden size, which --reduce-bucket auto computes.
+  const auto bucket = [&k](const char* key, const char* option) {
+    if (k.is_auto(key))
+      k.set(option, "auto", key);
+    else if (const auto n = k.integer(key, 1, largest_elements)) {
+      k.set(option, std::to_string(*n), key);
+    }
+  };
+  bucket("zero_optimization.reduce_bucket_size", "--reduce-bucket");
   if (stage < 3) {
     if (k.boolean("zero_optimization.overlap_comm").value_or(false))
       k.set("--overlap-comm", "true", "zero_optimization.overlap_comm");
   } else {
     k.no_effect({"zero_optimization.overlap_comm"});  // ZeRO-3 reduces through one buffer
-    if (const auto p =
-            k.integer("zero_optimization.stage3_prefetch_bucket_size", 0, largest_elements))
-      k.set("--prefetch-bucket", std::to_string(*p),
-            "zero_optimization.stage3_prefetch_bucket_size");
+    bucket("zero_optimization.stage3_prefetch_bucket_size", "--prefetch-bucket");
     if (const auto g = k.integer("zero_optimization.sub_group_size", 1, largest_elements))
       k.set("--sub-group", std::to_string(*g), "zero_optimization.sub_group_size");
   }
@@ -134,6 +138,7 @@ inline void zero(launcher_keys& k) {
        "zero_optimization.load_from_fp32_weights", "zero_optimization.ignore_unused_parameters",
        "zero_optimization.reduce_scatter", "zero_optimization.use_multi_rank_bucket_allreduce",
        "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+       "zero_optimization.stage3_gather_fp16_weights_on_model_save",
        "zero_optimization.gather_16bit_weights_on_model_save"});
   k.unmodeled("zero_optimization.offload_optimizer.ratio",
               "ZeRO-Offload++ keeps this share of the optimizer on the GPU; vramfit offloads all");

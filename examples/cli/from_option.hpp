@@ -26,14 +26,27 @@ struct launcher_kind {
   const char* name;
   const char* framework;   ///< the --framework whose defaults fill in the rest
   const char* subcommand;  ///< "train" (also min-gpus and plan) or "infer"
-  const char* format;      ///< "json", "toml" or "yaml" (which reads JSON too)
+  const char* format;      ///< "json", "toml", "yaml" (which reads JSON too) or "arguments"
+  const char* example;     ///< what follows the kind in --help: "ds_config.json"
   void (*translate)(launcher_keys&);
   bool auto_ok = false;  ///< "auto" values allowed (Hugging Face's DeepSpeed integration)
+  /// A command line's words (after `--`, last on vramfit's line) as a document, for "arguments".
+  nlohmann::json (*read_arguments)(const std::vector<std::string>& words,
+                                   const std::string& what) = nullptr;
 };
 
 inline constexpr launcher_kind launcher_kinds[] = {
-    {"deepspeed", "deepspeed", "train", "json", translate_deepspeed, true},
+    {"deepspeed", "deepspeed", "train", "json", "ds_config.json", translate_deepspeed, true},
 };
+
+/// The kinds for `subcommand`'s --help: "deepspeed ds_config.json, ...".
+inline std::string launcher_kind_list(std::string_view subcommand) {
+  std::string list;
+  for (const launcher_kind& k : launcher_kinds)
+    if (std::string_view(k.subcommand) == subcommand)
+      list += (list.empty() ? "" : "; ") + std::string(k.name) + " " + k.example;
+  return list;
+}
 
 /// The kind --from names, for `subcommand`.
 inline const launcher_kind& launcher_kind_named(const std::string& name,
@@ -106,17 +119,25 @@ inline std::optional<from_expansion> expand_from(const CLI::App& app,
     detail::raise("--from needs a kind and a file, such as --from deepspeed ds_config.json");
   const std::string kind_name = joined ? args[from].substr(7) : args[kind_at];
   const launcher_kind& kind = launcher_kind_named(kind_name, cmd->get_name());
-  if (kind_at + 1 >= args.size() || args[kind_at + 1].empty())
-    detail::raise(std::string("--from ") + kind.name + " needs a file, such as --from " +
-                  kind.name + " " +
-                  (std::string_view(kind.format) == "toml" ? "job.toml"
-                                                           : "config." + std::string(kind.format)));
-  end = kind_at + 2;
-  const std::string& file = args[kind_at + 1];
-  launcher_reading base{
-      kind.name, std::string(kind.name) + " " + detail::quoted_path(file), {}, {}, {}, {}};
-  nlohmann::json document = read_launcher_document(file, kind.format, "--from " + base.source);
-  launcher_keys keys(std::move(document), std::move(base), kind.auto_ok);
+  const std::string usage = std::string("--from ") + kind.name + " " + kind.example;
+  nlohmann::json document;
+  std::string source;
+  if (std::string_view(kind.format) == "arguments") {  // the rest of the line, after --
+    if (kind_at + 1 >= args.size() || args[kind_at + 1] != "--")
+      detail::raise(usage + ": its arguments follow --, last on the line");
+    end = args.size();
+    source = std::string(kind.name) + " arguments";
+    document = kind.read_arguments(
+        {args.begin() + static_cast<std::ptrdiff_t>(kind_at) + 2, args.end()}, "--from " + source);
+  } else {
+    if (kind_at + 1 >= args.size() || args[kind_at + 1].empty())
+      detail::raise("--from " + std::string(kind.name) + " needs a file: " + usage);
+    end = kind_at + 2;
+    source = std::string(kind.name) + " " + detail::quoted_path(args[kind_at + 1]);
+    document = read_launcher_document(args[kind_at + 1], kind.format, "--from " + source);
+  }
+  launcher_keys keys(std::move(document), launcher_reading{kind.name, source, {}, {}, {}, {}},
+                     kind.auto_ok);
   kind.translate(keys);
   from_expansion x{{}, std::move(keys).finish()};
 

@@ -226,8 +226,8 @@ class launcher_keys {
     const nlohmann::json* v = value_at(key);
     if (v && auto_ok_ && v->is_string() && v->get_ref<const std::string&>() == "auto") {
       unmodeled(key,
-                "\"auto\": the Hugging Face Trainer fills it in from its own arguments; "
-                "vramfit takes its option's value or default");
+                "the Hugging Face Trainer fills it in: vramfit takes the command line's "
+                "value or its default");
       return nullptr;
     }
     return v;
@@ -283,8 +283,9 @@ class launcher_keys {
     return v->get<double>();
   }
 
-  /// Sets vramfit's `option` to `value`, as `key` says.
+  /// Sets vramfit's `option` to `value`, as `key` says (which counts as read).
   void set(std::string option, std::string value, std::string_view key) {
+    read_.emplace_back(key);
     reading_.options.push_back({std::move(option), std::move(value), std::string(key)});
   }
 

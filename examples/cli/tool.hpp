@@ -59,7 +59,7 @@ class tool {
   load_options load_;
   infer_options infer_;
   std::string params_;
-  std::vector<std::string> from_;  // --from's words: expanded before the parse (from_option.hpp)
+  std::string from_;  // --from's kind: its words are expanded before the parse (from_option.hpp)
   output_format list_format_ = output_format::table;
   completion_shell shell_ = completion_shell::bash;
   CLI::App *train_cmd_, *min_gpus_cmd_, *plan_cmd_, *load_cmd_, *infer_cmd_, *models_cmd_,
@@ -105,15 +105,14 @@ inline tool::tool() {
   train_cmd_->add_flag("--explain", train_.explain,
                        "Instead of the estimate, what autograd saves for one layer, tensor by "
                        "tensor: its part, bits, elements and bytes (table, markdown or json)");
-  for (CLI::App* cmd : {train_cmd_, min_gpus_cmd_, plan_cmd_, infer_cmd_})
-    cmd->add_option("--from", from_,
-                    cmd == infer_cmd_
-                        ? "vllm -- ARGS...: vLLM's serve arguments (the words after `vllm serve`, "
-                          "last on the line) as options; options given win"
-                        : "KIND FILE: a launcher's config file as options: deepspeed "
-                          "ds_config.json; options given win, keys not modeled are listed")
-        ->expected(2)
-        ->type_name("KIND FILE");
+  for (CLI::App* cmd : {train_cmd_, min_gpus_cmd_, plan_cmd_, infer_cmd_}) {
+    const std::string launchers = launcher_kind_list(cmd == infer_cmd_ ? "infer" : "train");
+    if (!launchers.empty())  // read before the parse (from_option.hpp): here for --help and Python
+      cmd->add_option("--from", from_,
+                      "A launcher's own config as options (docs/from.md): " + launchers +
+                          ". Options given win; keys not modeled are listed")
+          ->type_name("KIND FILE");
+  }
   // --params: N parameters without a model (train: their model states; infer: their weights).
   for (CLI::App* cmd : {train_cmd_, infer_cmd_})
     cmd->add_option("--params", params_,

@@ -159,12 +159,13 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
       ->capture_default_str();
   cmd.add_option("--reduce-bucket", o.reduce_bucket,
                  "DeepSpeed ZeRO's reduce_bucket_size: gradient elements per reduce buffer, such "
-                 "as 2e8 (default 5e8)");
+                 "as 2e8 (default 5e8), or auto (the Hugging Face Trainer's: hidden size squared)");
   cmd.add_flag("--overlap-comm", o.overlap_comm,
                "DeepSpeed ZeRO-1/2 overlap_comm: a second reduce buffer");
   cmd.add_option("--prefetch-bucket", o.prefetch_bucket,
                  "DeepSpeed ZeRO-3's stage3_prefetch_bucket_size: parameter elements gathered "
-                 "ahead, such as 1e8 (default 5e7)");
+                 "ahead, such as 1e8 (default 5e7), or auto (the Hugging Face Trainer's: 0.9 x "
+                 "hidden size squared)");
   cmd.add_option("--sub-group", o.sub_group,
                  "DeepSpeed ZeRO-3's sub_group_size: elements per optimizer step group, whose "
                  "fp32 gradients the step makes at once (default 1e9)");

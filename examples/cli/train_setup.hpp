@@ -252,12 +252,19 @@ inline layout layout_of(const train_options& o, const model& m) {
     l.implementation = sharded.implementation;
     l.shard_group = sharded.shard_group;
   }
+  // "auto": what the Hugging Face Trainer writes for it, from the model's hidden size
+  // (transformers integrations/deepspeed.py trainer_config_finalize: H*H and int(0.9*H*H)).
+  const std::int64_t squared = detail::checked_mul(m.hidden, m.hidden);
   if (o.reduce_bucket)
     l.zero_reduce_bucket_elements =
-        whole_count(*o.reduce_bucket, "--reduce-bucket", "gradient elements", "2e8");
+        *o.reduce_bucket == "auto"
+            ? squared
+            : whole_count(*o.reduce_bucket, "--reduce-bucket", "gradient elements", "2e8");
   if (o.prefetch_bucket)
     l.zero3_prefetch_bucket_elements =
-        whole_count(*o.prefetch_bucket, "--prefetch-bucket", "parameter elements", "1e8");
+        *o.prefetch_bucket == "auto"
+            ? squared / 10 * 9 + squared % 10 * 9 / 10
+            : whole_count(*o.prefetch_bucket, "--prefetch-bucket", "parameter elements", "1e8");
   if (o.sub_group)
     l.zero3_sub_group_elements = whole_count(*o.sub_group, "--sub-group", "elements", "1e8");
   l.zero_overlap_comm = o.overlap_comm;

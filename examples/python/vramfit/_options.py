@@ -3,6 +3,7 @@ its dashes as underscores (micro_batch= is --micro-batch), read from the tool's 
 
 import difflib
 import functools
+from keyword import iskeyword
 import os
 
 from . import _vramfit
@@ -19,10 +20,29 @@ _RESERVED = {
 def known_options(subcommand):
     """{keyword: (option, kind, values)} of a subcommand, from the tool's parser."""
     return {
-        name.replace("-", "_"): (name, kind, tuple(values))
+        _keyword(name): (name, kind, tuple(values))
         for name, kind, values in _vramfit.options(subcommand)
         if name not in _RESERVED
     }
+
+
+def _keyword(name):
+    """An option's keyword: its dashes as underscores, and a trailing underscore where that is
+    one of Python's own words (--from is from_=)."""
+    word = name.replace("-", "_")
+    return word + "_" if iskeyword(word) else word
+
+
+def _from_words(value):
+    """from_=(kind, file) or, for vLLM, (kind, [its arguments]): the words of --from, which go
+    last on the line (vLLM's arguments follow --)."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], str)):
+        raise TypeError("from_= takes (kind, file), such as ('deepspeed', 'ds_config.json'), or "
+                        f"('vllm', [arguments]), not {value!r:.60}")
+    kind, source = value
+    if isinstance(source, (list, tuple)):
+        return ["--from", kind, "--", *(_word("from_", v) for v in source)]
+    return ["--from", kind, _word("from_", source)]
 
 
 def _word(keyword, value):
@@ -67,14 +87,16 @@ def argv(subcommand, options, function):
     order given; None leaves an option out, a flag takes True or False, a repeatable option a
     value or a list of them."""
     known = known_options(subcommand)
-    words = [subcommand]
+    words, last = [subcommand], []
     for keyword, value in options.items():
         if keyword not in known:
             raise _unknown(function, keyword, known)
         if value is None:
             continue
         option, kind, _ = known[keyword]
-        if kind == "flag":
+        if option == "from":
+            last = _from_words(value)
+        elif kind == "flag":
             if not isinstance(value, bool):
                 raise TypeError(f"{keyword}= is a flag (--{option}): True or False, "
                                 f"not {value!r:.60}")
@@ -88,4 +110,4 @@ def argv(subcommand, options, function):
             raise TypeError(f"{keyword}= (--{option}) takes one value, not a list")
         else:
             words += _given(keyword, option, _word(keyword, value))
-    return words + ["--format=json"]
+    return words + ["--format=json"] + last
