@@ -188,7 +188,8 @@ inline nlohmann::json reading_json(const launcher_reading& r) {
 /// The same as lines of text, before a table or Markdown.
 inline void print_reading(std::ostream& out, const launcher_reading& r) {
   out << "From " << printable(r.source) << ":";
-  for (const file_option& o : r.options) out << " " << o.option << " " << printable(o.value);
+  for (const file_option& o : r.options)
+    out << " " << o.option << (o.value == "true" ? "" : " " + printable(o.value));
   out << "\n";
   for (const unmodeled_key& k : r.overridden)
     out << "  not taken: " << printable(k.key) << " (" << printable(k.value) << "): " << k.why

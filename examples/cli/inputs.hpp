@@ -211,8 +211,8 @@ inline const cli::framework& framework_named(const std::string& name, std::strin
   std::string known;
   for (const cli::framework& f : cli::frameworks) {
     if (cli::same_name(name, f.name)) {
-      if (subcommand == f.subcommand ||
-          (subcommand == "plan" && std::string_view(f.subcommand) == "train"))
+      const bool trains = subcommand == "plan" || subcommand == "min-gpus";  // train's options
+      if (subcommand == f.subcommand || (trains && std::string_view(f.subcommand) == "train"))
         return f;
       detail::raise(std::string("--framework ") + f.name + " applies to vramfit " + f.subcommand +
                     ", not " + std::string(subcommand));

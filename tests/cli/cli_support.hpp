@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace vramfit::cli_test {
 
@@ -59,6 +61,36 @@ inline void check_refusal(const result& r, const std::string& part) {
   CHECK(r.err.rfind("vramfit: ", 0) == 0);
   CHECK(r.err.find('\n') == r.err.size() - 1);
   CHECK(r.err.find(part) != std::string::npos);
+}
+
+/// The JSON answer of `args` (given --format json), which must succeed.
+inline nlohmann::json json_of(const std::string& args) {
+  const result r = run(args + " -f json");
+  INFO(args << " -> " << r.status << ": " << r.err);
+  REQUIRE(r.status == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+/// The answer of `args` without --from's account of the file: what a round trip compares.
+inline nlohmann::json without_from(const std::string& args) {
+  nlohmann::json j = json_of(args);
+  j.erase("from");
+  return j;
+}
+
+/// The options --from's file set, as "--option value" words in order.
+inline std::vector<std::string> from_options(const nlohmann::json& answer) {
+  std::vector<std::string> words;
+  for (const nlohmann::json& o : answer.at("from").at("options"))
+    words.push_back(o.at("option").get<std::string>() + " " + o.at("value").get<std::string>());
+  return words;
+}
+
+/// Whether `key` is listed in --from's `list` ("not_modeled", "overridden" or "no_effect").
+inline bool lists(const nlohmann::json& answer, const std::string& list, const std::string& key) {
+  for (const nlohmann::json& entry : answer.at("from").at(list))
+    if ((entry.is_string() ? entry : entry.at("key")) == key) return true;
+  return false;
 }
 
 }  // namespace vramfit::cli_test
