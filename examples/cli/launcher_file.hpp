@@ -220,6 +220,9 @@ class launcher_keys {
       refuse("", "must hold an object of keys, got " + detail::shown(document_));
   }
 
+  /// The whole document, for a reader that checks its top-level keys (marks nothing read).
+  [[nodiscard]] const nlohmann::json& document() const { return document_; }
+
   /// The value at `key`, or nullptr when absent or null; it and every key below it count as read.
   const nlohmann::json* find(std::string_view key) {
     read_.emplace_back(key);
