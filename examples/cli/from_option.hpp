@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "from_deepspeed.hpp"
+#include "from_torchtune.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
 #include "plan_space.hpp"
@@ -37,6 +38,7 @@ struct launcher_kind {
 
 inline constexpr launcher_kind launcher_kinds[] = {
     {"deepspeed", "deepspeed", "train", "json", "ds_config.json", translate_deepspeed, true},
+    {"torchtune", "torchtune", "train", "yaml", "recipe.yaml", translate_torchtune},
 };
 
 /// The kinds for `subcommand`'s --help: "deepspeed ds_config.json, ...".
