@@ -15,6 +15,7 @@
 
 #include "from_deepspeed.hpp"
 #include "from_torchtitan.hpp"
+#include "from_torchtune.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
 #include "plan_space.hpp"
@@ -39,6 +40,7 @@ struct launcher_kind {
 inline constexpr launcher_kind launcher_kinds[] = {
     {"deepspeed", "deepspeed", "train", "json", "ds_config.json", translate_deepspeed, true},
     {"torchtitan", "torchtitan", "train", "toml", "job.toml", translate_torchtitan},
+    {"torchtune", "torchtune", "train", "yaml", "recipe.yaml", translate_torchtune},
 };
 
 /// The kinds for `subcommand`'s --help: "deepspeed ds_config.json, ...".
