@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "from_deepspeed.hpp"
+#include "from_hf_trainer.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
 #include "plan_space.hpp"
@@ -37,6 +38,8 @@ struct launcher_kind {
 
 inline constexpr launcher_kind launcher_kinds[] = {
     {"deepspeed", "deepspeed", "train", "json", "ds_config.json", translate_deepspeed, true},
+    {"hf-trainer", "hf-trainer", "train", "yaml", "args.yaml", translate_hf_trainer},
+    {"accelerate", "hf-trainer", "train", "yaml", "accelerate.yaml", translate_accelerate},
 };
 
 /// The kinds for `subcommand`'s --help: "deepspeed ds_config.json, ...".
