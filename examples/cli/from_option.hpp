@@ -16,6 +16,7 @@
 #include "from_deepspeed.hpp"
 #include "from_torchtitan.hpp"
 #include "from_torchtune.hpp"
+#include "from_hf_trainer.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
 #include "plan_space.hpp"
@@ -41,6 +42,8 @@ inline constexpr launcher_kind launcher_kinds[] = {
     {"deepspeed", "deepspeed", "train", "json", "ds_config.json", translate_deepspeed, true},
     {"torchtitan", "torchtitan", "train", "toml", "job.toml", translate_torchtitan},
     {"torchtune", "torchtune", "train", "yaml", "recipe.yaml", translate_torchtune},
+    {"hf-trainer", "hf-trainer", "train", "yaml", "args.yaml", translate_hf_trainer},
+    {"accelerate", "hf-trainer", "train", "yaml", "accelerate.yaml", translate_accelerate},
 };
 
 /// The kinds for `subcommand`'s --help: "deepspeed ds_config.json, ...".
