@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "from_deepspeed.hpp"
+#include "from_vllm.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
 #include "plan_space.hpp"
@@ -37,6 +38,8 @@ struct launcher_kind {
 
 inline constexpr launcher_kind launcher_kinds[] = {
     {"deepspeed", "deepspeed", "train", "json", "ds_config.json", translate_deepspeed, true},
+    {"vllm", "vllm", "infer", "arguments", "-- MODEL --max-model-len N ...", translate_vllm, false,
+     read_vllm_arguments},
 };
 
 /// The kinds for `subcommand`'s --help: "deepspeed ds_config.json, ...".
