@@ -98,8 +98,9 @@ inline constexpr framework_default hf_trainer[] = {
     {"--loss", "fp32-upcast", "modeling_llama.py LlamaForCausalLM: logits.float() in the loss"},
 };
 inline constexpr framework_default vllm[] = {
-    {"--utilization", "90", "vllm/config: gpu_memory_utilization 0.9"},
-    {"--block", "16", "vllm/config: block_size 16"},
+    {"--utilization", "92",
+     "vllm/config/cache.py: gpu_memory_utilization 0.92 since vLLM 0.21 (PR #38284; 0.9 before)"},
+    {"--block", "16", "vllm/config/cache.py: DEFAULT_BLOCK_SIZE 16"},
 };
 }  // namespace framework_tables
 
@@ -116,7 +117,7 @@ inline constexpr framework frameworks[] = {
      framework_tables::fsdp1},
     {"hf-trainer", "Hugging Face Trainer with bf16 autocast", "train",
      framework_tables::hf_trainer},
-    {"vllm", "vLLM serving: 90% of the GPU, 16-token KV blocks", "infer", framework_tables::vllm},
+    {"vllm", "vLLM serving: 92% of the GPU, 16-token KV blocks", "infer", framework_tables::vllm},
 };
 
 }  // namespace vramfit::cli

@@ -17,6 +17,7 @@
 #include "from_torchtitan.hpp"
 #include "from_torchtune.hpp"
 #include "from_hf_trainer.hpp"
+#include "from_vllm.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
 #include "plan_space.hpp"
@@ -44,6 +45,8 @@ inline constexpr launcher_kind launcher_kinds[] = {
     {"torchtune", "torchtune", "train", "yaml", "recipe.yaml", translate_torchtune},
     {"hf-trainer", "hf-trainer", "train", "yaml", "args.yaml", translate_hf_trainer},
     {"accelerate", "hf-trainer", "train", "yaml", "accelerate.yaml", translate_accelerate},
+    {"vllm", "vllm", "infer", "arguments", "-- MODEL --max-model-len N ...", translate_vllm, false,
+     read_vllm_arguments},
 };
 
 /// The kinds for `subcommand`'s --help: "deepspeed ds_config.json, ...".

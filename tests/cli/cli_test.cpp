@@ -1136,7 +1136,7 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
         total(run("train --fsdp full --dp 4 --precision amp-bf16 --fsdp-version 2 "
                   "--recompute op-sac --optimizer-impl fused -f json")));
   CHECK(nlohmann::json::parse(run("infer --framework vllm -f json").out) ==
-        nlohmann::json::parse(run("infer --utilization 90 --block 16 -f json").out));
+        nlohmann::json::parse(run("infer --utilization 92 --block 16 -f json").out));
   // The listing: every framework with its defaults, each with a source.
   const result list = run("frameworks -f json");
   REQUIRE(list.status == 0);
