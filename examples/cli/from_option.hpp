@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "from_deepspeed.hpp"
+#include "from_hf_trainer.hpp"
 #include "from_torchtitan.hpp"
 #include "from_torchtune.hpp"
-#include "from_hf_trainer.hpp"
 #include "from_vllm.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"

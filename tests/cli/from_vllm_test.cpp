@@ -217,13 +217,14 @@ TEST_CASE("--from vllm: vLLM's syntax") {
   for (const char* eager :
        {" -O0", " -O 0", " -O=0", " --optimization-level 0", " --enforce-eager"}) {
     CAPTURE(eager);
-    CHECK(options_of(std::string(" Qwen/Qwen3-0.6B") + eager).back().starts_with("--cuda-graphs 0 <- "));
+    CHECK(options_of(std::string(" Qwen/Qwen3-0.6B") + eager)
+              .back()
+              .starts_with("--cuda-graphs 0 <- "));
     CHECK(options_of(std::string(" Qwen/Qwen3-0.6B") + eager).back() != graphs_default);
   }
   CHECK(options_of(" Qwen/Qwen3-0.6B --enforce-eager --no-enforce-eager").back() == graphs_default);
-  for (const char* none :
-       {" --compilation-config.cudagraph_mode NONE", " -cc.cudagraph_mode=NONE",
-        " -cc '{\"cudagraph_mode\": \"NONE\"}'"})
+  for (const char* none : {" --compilation-config.cudagraph_mode NONE", " -cc.cudagraph_mode=NONE",
+                           " -cc '{\"cudagraph_mode\": \"NONE\"}'"})
     CHECK(options_of(std::string(" Qwen/Qwen3-0.6B") + none).back() ==
           "--cuda-graphs 0 <- compilation_config.cudagraph_mode");
   // -tp=8 and -q: short aliases; --revision joins the id.
