@@ -212,22 +212,23 @@ inline output_format tool::parsed_format() const {
 
 inline int tool::dispatch_from(std::ostream& out, std::ostream& err,
                                const launcher_reading& reading) {
+  std::ostringstream answer;  // written whole once it succeeds: a refusal prints nothing else
+  const int status = dispatch(answer);
   const output_format format = parsed_format();
   if (format == output_format::json) {
-    std::ostringstream text;
-    const int status = dispatch(text);
-    nlohmann::json answer = nlohmann::json::parse(text.str());
-    if (answer.is_object()) {
-      answer["from"] = reading_json(reading);
-      out << answer.dump(2) << "\n";
+    nlohmann::json j = nlohmann::json::parse(answer.str());
+    if (j.is_object()) {
+      j["from"] = reading_json(reading);
+      out << j.dump(2) << "\n";
       return status;
     }
-    print_reading(err, reading);  // an array (--explain's) keeps its shape
-    out << text.str();
-    return status;
   }
-  print_reading(format == output_format::svg ? err : out, reading);
-  return dispatch(out);
+  // Before a table or Markdown; beside an SVG, or JSON that is not an object (--explain's
+  // array), on the error stream so that the output keeps its shape.
+  print_reading(format == output_format::table || format == output_format::markdown ? out : err,
+                reading);
+  out << answer.str();
+  return status;
 }
 
 inline int tool::dispatch(std::ostream& out) {
