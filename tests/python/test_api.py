@@ -102,6 +102,36 @@ class Results(unittest.TestCase):
         self.assertEqual(vramfit.min_gpus.__name__, "min_gpus")
 
 
+class From(unittest.TestCase):
+    """from_= is --from: a launcher's file, or vLLM's arguments, with the tool's answer."""
+
+    ZERO3 = "tests/data/from/deepspeed/hf-transformers_tests-deepspeed_ds_config_zero3.json"
+
+    def test_a_file_is_the_tools_from(self):
+        expected = cli_json("train", "--dp", "2", "--from", "deepspeed", self.ZERO3)
+        r = vramfit.train(dp=2, from_=("deepspeed", pathlib.Path(ROOT, self.ZERO3)))
+        self.assertEqual(r.peak, expected["memory"]["total"])
+        self.assertEqual(r["from"]["options"], expected["from"]["options"])
+
+    def test_vllm_arguments_go_last(self):
+        words = ["llama-3-70b", "--max-model-len", "8192", "-tp", "2"]
+        status, out, errors = run_cli(["infer", "-g", "h200", "-f", "json", "--from", "vllm", "--",
+                                       *words])
+        self.assertEqual(status, 0, errors)
+        expected = json.loads(out)
+        r = vramfit.infer(gpu="h200", from_=("vllm", words))
+        self.assertEqual(r["from"]["options"], expected["from"]["options"])
+        self.assertEqual(r["kv_pool"], expected["kv_pool"])
+
+    def test_from_takes_a_pair(self):
+        with self.assertRaisesRegex(TypeError, r"from_= takes \(kind, file\)"):
+            vramfit.train(from_="ds_config.json")
+        with self.assertRaisesRegex(TypeError, "did you mean from_"):
+            vramfit.train(**{"from": ("deepspeed", self.ZERO3)})
+        with self.assertRaisesRegex(vramfit.Error, "^vramfit: unknown --from 'deepspeeed'"):
+            vramfit.train(from_=("deepspeeed", self.ZERO3))
+
+
 class Readme(unittest.TestCase):
     def test_the_readme_command_prints_the_tools_peak(self):
         with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
