@@ -102,13 +102,13 @@ TEST_CASE("an id's @revision: a ref under refs/ or a commit under snapshots/") {
 }
 
 TEST_CASE("an id not in the cache: one line naming it, the folder, and the command that fetches") {
-  const result r = run("train --model meta-llama/Llama-3.1-8B", hub_env);
-  check_refusal(r, "--model 'meta-llama/Llama-3.1-8B'");
-  CHECK(r.err.find(cache + "/models--meta-llama--Llama-3.1-8B") != std::string::npos);
-  CHECK(r.err.find("huggingface-cli download meta-llama/Llama-3.1-8B config.json") !=
+  const result r = run("train --model meta-llama/Llama-3.1-70B", hub_env);
+  check_refusal(r, "--model 'meta-llama/Llama-3.1-70B'");
+  CHECK(r.err.find(cache + "/models--meta-llama--Llama-3.1-70B") != std::string::npos);
+  CHECK(r.err.find("huggingface-cli download meta-llama/Llama-3.1-70B config.json") !=
         std::string::npos);
   for (const char* command : {"infer", "load", "plan --gpus 2", "min-gpus"})
-    check_refusal(run(std::string(command) + " --model meta-llama/Llama-3.1-8B", hub_env),
+    check_refusal(run(std::string(command) + " --model meta-llama/Llama-3.1-70B", hub_env),
                   "vramfit does not download");
 }
 

@@ -6,6 +6,7 @@ CMake-built tool CLI.
 usage: python3 pip_wheel.py SOURCE_DIR WORK CLI"""
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -51,9 +52,16 @@ step(sys.executable, "-m", "venv", "--system-site-packages", venv)
 python, command = os.path.join(venv, "bin", "python"), os.path.join(venv, "bin", "vramfit")
 step(python, "-m", "pip", "install", "--no-index", "--no-deps", wheels[0])
 
-# The console script against the binary: status, stdout and stderr identical.
+# The console script against the binary: status, stdout and stderr identical. A Hub id read
+# from the fixture cache (docs/getting-started.md's first command), and a torchtune YAML through
+# --from (the wheel links yaml-cpp as the tool does).
+env["HF_HUB_CACHE"] = os.path.join(source, "tests", "data", "hf-cache")
+torchtune = os.path.join(source, "tests", "data", "from", "torchtune",
+                         "llama3_1-8B_lora_single_device.yaml")
 for words in (["train", "-m", "gpt2", "-f", "json"], ["train", "--model", "gpt2"],
-              ["infer", "-m", "gpt2", "--gpu", "h100"], ["trian"]):
+              ["infer", "-m", "gpt2", "--gpu", "h100"], ["trian"],
+              ["train", "--model", "meta-llama/Llama-3.1-8B", "-f", "json"],
+              ["train", "--from", "torchtune", torchtune]):
     expected, got = run(cli, *words), run(command, *words)
     for what in ("returncode", "stdout", "stderr"):
         if getattr(expected, what) != getattr(got, what):
@@ -61,6 +69,13 @@ for words in (["train", "-m", "gpt2", "-f", "json"], ["train", "--model", "gpt2"
                             f"  tool:  {getattr(expected, what)!r:.300}\n"
                             f"  wheel: {getattr(got, what)!r:.300}")
     print(f"vramfit {' '.join(words)}: exit {got.returncode}, {len(got.stdout)} bytes")
+
+# Both answered: Llama-3.1-8B's published count (reference/models.json), and the file's options.
+hub = run(command, "train", "--model", "meta-llama/Llama-3.1-8B", "-f", "json")
+if hub.returncode != 0 or json.loads(hub.stdout)["model"]["parameters"] != 8_030_261_248:
+    failures.append(f"the Hub id from the fixture cache: {hub.stderr.decode()!r:.300}")
+if not run(command, "train", "--from", "torchtune", torchtune).stdout.startswith(b"From torchtune"):
+    failures.append("--from torchtune through the wheel printed no account of the file")
 
 # The module, imported from the venv (cwd WORK, outside the source tree) and not from elsewhere.
 module = step(python, "-c", "import os, vramfit; "
