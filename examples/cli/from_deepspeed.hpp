@@ -104,10 +104,8 @@ inline void precision(launcher_keys& k) {
 }
 
 /// Where a section offloads to: "", "cpu" or "nvme" (offload_config.py OffloadDeviceEnum).
-inline std::string offload_device(launcher_keys& k, const char* key) {
-  const auto d = k.text(key);
-  if (d && *d != "none" && *d != "cpu" && *d != "nvme")
-    k.refuse(key, "must be none, cpu or nvme, got \"" + shown_value(*d) + "\"");
+inline std::string offload_device(launcher_keys& k, std::string_view key) {
+  const auto d = k.choice(key, {"none", "cpu", "nvme"});
   return d && *d != "none" ? *d : std::string();
 }
 
@@ -225,8 +223,7 @@ inline void optimizer(launcher_keys& k, bool sharded) {
              "gradient_clipping is");
   const auto type = k.text("optimizer.type");
   if (!type) return;
-  std::string name;
-  for (const char c : *type) name += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  const std::string name = lower_case(*type);
   const bool torch_adam = k.boolean("optimizer.params.torch_adam").value_or(false);
   const bool amsgrad = k.boolean("optimizer.params.amsgrad").value_or(false);
   const double momentum = k.number("optimizer.params.momentum").value_or(0);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "choices.hpp"
+#include "from_deepspeed.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
 
@@ -289,10 +290,8 @@ inline void batch(launcher_keys& k, const run& r) {
                                  : given ? "max_length"
                                          : "(default: max_length 1024, TRL)";
   const bool packing = k.boolean("packing").value_or(false);
-  const std::string strategy = k.text("packing_strategy").value_or("bfd");
-  if (strategy != "bfd" && strategy != "bfd_split" && strategy != "wrapped")
-    k.refuse("packing_strategy",
-             "must be bfd, bfd_split or wrapped, got '" + shown_value(strategy) + "'");
+  const std::string strategy =
+      k.choice("packing_strategy", {"bfd", "bfd_split", "wrapped"}).value_or("bfd");
   const bool padding_free = k.boolean("padding_free").value_or(false);
   if (padding_free && !packing)
     k.refuse("padding_free",
@@ -386,14 +385,13 @@ inline void optimizer(launcher_keys& k, const run& r) {
 /// Liger's fused linear cross-entropy (use_liger_kernel); a plain Trainer's is the model's.
 inline void loss(launcher_keys& k, const run& r) {
   const bool liger = k.boolean("use_liger_kernel").value_or(false);
-  const auto type = k.text("loss_type");
-  if (liger && type && *type == "chunked_nll")
+  const auto type =
+      liger ? k.text("loss_type") : k.choice("loss_type", {"nll", "dft", "chunked_nll"});
+  if (liger && type == "chunked_nll")
     k.refuse("loss_type", "chunked_nll is not compatible with use_liger_kernel (TRL's rule)");
   if (liger) {
     k.set("--loss", "fused-chunked", "use_liger_kernel");
     k.unmodeled("use_liger_kernel", "Liger's RMSNorm, SwiGLU and RoPE kernels save less");
-  } else if (type && *type != "nll" && *type != "dft" && *type != "chunked_nll") {
-    k.refuse("loss_type", "must be nll, dft or chunked_nll, got '" + shown_value(*type) + "'");
   } else if (type && *type != "chunked_nll") {
     k.set("--loss", "fp32-upcast", "loss_type");  // ForCausalLMLoss upcasts the logits
   } else if (type || (r.trl && r.at == era::current)) {
@@ -462,10 +460,7 @@ inline void peft(launcher_keys& k, const run& r) {
       k.unmodeled("use_bnb_nested_quant",
                   "NF4 without double quantization: fp32 absmax per 64 "
                   "weights, about 0.37 bit per weight more than vramfit's");
-    const auto type = k.text("bnb_4bit_quant_type");
-    if (type && *type != "nf4" && *type != "fp4")
-      k.refuse("bnb_4bit_quant_type", "must be nf4 or fp4, got '" + shown_value(*type) + "'");
-    if (type && *type == "fp4")
+    if (k.choice("bnb_4bit_quant_type", {"nf4", "fp4"}) == "fp4")
       k.unmodeled("bnb_4bit_quant_type", "FP4 instead of NF4 (same size)");
   }
   k.unmodeled("bnb_4bit_quant_storage", "the 4-bit weights' storage dtype");
@@ -693,16 +688,13 @@ inline void fsdp(launcher_keys& k, std::int64_t processes, std::int64_t machines
                "is not yet implemented in FSDP2, set to None or use fsdp_version=1 (accelerate's "
                "rule)");
   } else {
-    const std::string s = k.text("fsdp_config.fsdp_sharding_strategy").value_or("FULL_SHARD");
+    const std::string s =
+        k.choice("fsdp_config.fsdp_sharding_strategy",
+                 {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"})
+            .value_or("FULL_SHARD");
     const char* key = k.find("fsdp_config.fsdp_sharding_strategy")
                           ? "fsdp_config.fsdp_sharding_strategy"
                           : "(default: fsdp_config.fsdp_sharding_strategy FULL_SHARD)";
-    if (s != "FULL_SHARD" && s != "HYBRID_SHARD_ZERO2" && s != "SHARD_GRAD_OP" && s != "NO_SHARD" &&
-        s != "HYBRID_SHARD")
-      k.refuse("fsdp_config.fsdp_sharding_strategy",
-               "must be FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, "
-               "got '" +
-                   shown_value(s) + "'");
     if (hsdp_group == 0)
       k.set("--fsdp",
             s == "SHARD_GRAD_OP"  ? "grad-op"
@@ -764,19 +756,14 @@ inline void deepspeed(launcher_keys& k) {
   k.set("--zero", std::to_string(stage.value_or(2)),
         stage ? "deepspeed_config.zero_stage" : "(default: deepspeed_config.zero_stage 2)");
   k.set("--zero-impl", "deepspeed", "distributed_type");
-  const auto device = [&k](const char* key) {
-    const std::string d = k.text(key).value_or("none");
-    if (d != "none" && d != "cpu" && d != "nvme")
-      k.refuse(key, "must be none, cpu or nvme, got '" + shown_value(d) + "'");
-    return d;
-  };
-  const std::string optimizer = device("deepspeed_config.offload_optimizer_device");
-  const std::string params = device("deepspeed_config.offload_param_device");
-  if (optimizer != "none") {
-    k.set("--offload", params != "none" && stage == 3 ? "all" : "optimizer",
+  using detail_deepspeed::offload_device;  // "" for none
+  const std::string optimizer = offload_device(k, "deepspeed_config.offload_optimizer_device");
+  const std::string params = offload_device(k, "deepspeed_config.offload_param_device");
+  if (!optimizer.empty()) {
+    k.set("--offload", !params.empty() && stage == 3 ? "all" : "optimizer",
           "deepspeed_config.offload_optimizer_device");
     k.set("--offload-to", optimizer, "deepspeed_config.offload_optimizer_device");
-  } else if (params != "none") {
+  } else if (!params.empty()) {
     k.unmodeled("deepspeed_config.offload_param_device",
                 "the parameters offloaded without the optimizer: vramfit offloads them only "
                 "with it (--offload all)");
@@ -794,6 +781,29 @@ inline void deepspeed(launcher_keys& k) {
        "deepspeed_config.deepspeed_hostfile", "deepspeed_config.deepspeed_inclusion_filter",
        "deepspeed_config.deepspeed_exclusion_filter",
        "deepspeed_config.offload_optimizer_nvme_path", "deepspeed_config.offload_param_nvme_path"});
+}
+
+/// mixed_precision (launch.py; YAML's unquoted no is false): autocast over the script's fp32
+/// model, FSDP's fp32 upcast, or DeepSpeed's bf16/fp16 engine (set_mixed_precision: fp8 is bf16).
+inline void precision(launcher_keys& k, bool fsdp, bool deepspeed) {
+  namespace h = detail_hf_trainer;
+  const nlohmann::json* mp = k.find("mixed_precision");
+  const bool yaml_no = mp && mp->is_boolean() && !mp->get<bool>();
+  const std::string m =
+      yaml_no ? "no" : k.choice("mixed_precision", {"no", "fp16", "bf16", "fp8"}).value_or("no");
+  const char* mp_key = mp ? "mixed_precision" : "(default: mixed_precision no)";
+  if (m == "fp8" && !deepspeed) {
+    k.set("--precision", "fp8", mp_key);
+  } else {
+    k.set("--precision",
+          h::precision(m == "bf16" || m == "fp8", m == "fp16",
+                       deepspeed ? h::sharding::deepspeed
+                       : fsdp    ? h::sharding::fsdp
+                                 : h::sharding::none,
+                       "fp32"),
+          mp_key);
+    if (deepspeed && m == "fp16") k.set("--grad-dtype", "fp16", mp_key);
+  }
 }
 
 }  // namespace detail_accelerate
@@ -856,29 +866,7 @@ inline void translate_accelerate(launcher_keys& k) {
       sp && *sp > 1)
     k.unmodeled("parallelism_config.parallelism_config_sp_size",
                 "DeepSpeed ALST/Ulysses sequence parallelism (vramfit's --sp is Megatron's)");
-  // mixed_precision (launch.py; YAML's unquoted no is false): autocast over the script's fp32
-  // model, FSDP's fp32 upcast, or DeepSpeed's bf16/fp16 engine (set_mixed_precision: fp8 is bf16).
-  const nlohmann::json* mp = k.find("mixed_precision");
-  std::string m = "no";
-  if (mp && mp->is_string())
-    m = mp->get<std::string>();
-  else if (mp && !(mp->is_boolean() && !mp->get<bool>()))
-    k.refuse("mixed_precision", "must be no, fp16, bf16 or fp8, got " + detail::shown(*mp));
-  if (m != "no" && m != "fp16" && m != "bf16" && m != "fp8")
-    k.refuse("mixed_precision", "must be no, fp16, bf16 or fp8, got '" + shown_value(m) + "'");
-  const char* mp_key = mp ? "mixed_precision" : "(default: mixed_precision no)";
-  if (m == "fp8" && !deepspeed) {
-    k.set("--precision", "fp8", mp_key);
-  } else {
-    k.set("--precision",
-          h::precision(m == "bf16" || m == "fp8", m == "fp16",
-                       deepspeed ? h::sharding::deepspeed
-                       : fsdp    ? h::sharding::fsdp
-                                 : h::sharding::none,
-                       "fp32"),
-          mp_key);
-    if (deepspeed && m == "fp16") k.set("--grad-dtype", "fp16", mp_key);
-  }
+  d::precision(k, fsdp, deepspeed);
   k.unmodeled("fp8_config", "FP8 recipe details (with mixed_precision fp8)");
   k.unmodeled("dynamo_config", "torch.compile changes what is saved and may add CUDA graph pools");
   k.no_effect({"compute_environment",

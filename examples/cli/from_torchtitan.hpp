@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,10 +78,6 @@ struct degrees {
   /// of -1 is taken as more than one GPU.
   [[nodiscard]] bool fsdp() const { return shard != 1 || context > 1; }
 };
-
-inline std::string str(std::int64_t n) {
-  return std::to_string(n);
-}
 
 /// A list[str] field: TOML arrays only (a string would be iterated per character).
 inline std::vector<std::string> strings(launcher_keys& k, std::string_view key) {
@@ -210,17 +207,16 @@ inline void data_parallel(launcher_keys& k, const degrees& d) {
   const char* shard = "parallelism.data_parallel_shard_degree";
   const char* policy_key = "parallelism.fsdp_reshard_after_forward";
   if (d.shard > 0) {
-    k.set("--dp", str(d.replicate * d.shard), shard);
+    k.set("--dp", std::to_string(d.replicate * d.shard), shard);
   } else {
     k.unmodeled(shard,
                 "-1 is the GPUs left after the other degrees (world / (replicate x cp x tp x "
                 "pp)), and the file does not hold the GPU count: give --dp (replicate x shard), "
                 "or use vramfit plan --gpus N; FSDP is taken as on");
   }
-  const std::string policy = k.text(policy_key).value_or("default");
-  if (policy != "default" && policy != "always" && policy != "never")
-    k.refuse(policy_key, "must be default, always or never, got \"" + shown_value(policy) +
-                             "\" (torchtitan: \"Invalid reshard_after_forward_policy\")");
+  const std::string policy = k.choice(policy_key, {"default", "always", "never"},
+                                      " (torchtitan: \"Invalid reshard_after_forward_policy\")")
+                                 .value_or("default");
   if (!d.fsdp()) {
     k.no_effect({policy_key});
     if (d.replicate > 1 && (d.tensor > 1 || d.pipeline > 1))  // parallelize.py L148-151
@@ -241,7 +237,7 @@ inline void data_parallel(launcher_keys& k, const degrees& d) {
     return;
   }
   k.set("--fsdp", "hybrid", "parallelism.data_parallel_replicate_degree");  // HSDP
-  if (d.shard > 0) k.set("--fsdp-group", str(d.shard), shard);
+  if (d.shard > 0) k.set("--fsdp-group", std::to_string(d.shard), shard);
   k.set("--fsdp-version", "2", shard);
   if (!reshard)
     k.unmodeled(policy_key,
@@ -254,17 +250,20 @@ inline void data_parallel(launcher_keys& k, const degrees& d) {
 inline void model_parallel(launcher_keys& k, const degrees& d, const flavor* f,
                            std::int64_t seq_len, bool model_compiled) {
   if (d.tensor > 1) {
-    k.set("--tp", str(d.tensor), "parallelism.tensor_parallel_degree");
+    k.set("--tp", std::to_string(d.tensor), "parallelism.tensor_parallel_degree");
     k.set("--sp", "true", "parallelism.tensor_parallel_degree");  // SequenceParallel, Shard(1)
   }
-  if (d.context > 1) k.set("--cp", str(d.context), "parallelism.context_parallel_degree");
-  if (d.pipeline > 1) k.set("--pp", str(d.pipeline), "parallelism.pipeline_parallel_degree");
-  if (d.expert > 1) k.set("--ep", str(d.expert), "parallelism.expert_parallel_degree");
+  if (d.context > 1)
+    k.set("--cp", std::to_string(d.context), "parallelism.context_parallel_degree");
+  if (d.pipeline > 1)
+    k.set("--pp", std::to_string(d.pipeline), "parallelism.pipeline_parallel_degree");
+  if (d.expert > 1) k.set("--ep", std::to_string(d.expert), "parallelism.expert_parallel_degree");
   // parallel_dims.py seq_len_divisor: tp * 2 * cp (parallelize.py L69-74)
   if (seq_len % (d.tensor * 2 * d.context) != 0)
-    k.refuse("training.seq_len", str(seq_len) + " must be divisible by the product of TP degree (" +
-                                     str(d.tensor) + ") and 2 * CP degree (" + str(d.context) +
-                                     "), as torchtitan asserts");
+    k.refuse("training.seq_len", std::to_string(seq_len) +
+                                     " must be divisible by the product of TP degree (" +
+                                     std::to_string(d.tensor) + ") and 2 * CP degree (" +
+                                     std::to_string(d.context) + "), as torchtitan asserts");
   if (d.context > 1 && f && !f->sdpa)  // deepseek_v3/infra/parallelize.py L67-73
     k.refuse("parallelism.context_parallel_degree",
              "> 1 with the flavor '" + std::string(f->flavor) +
@@ -281,11 +280,9 @@ inline void model_parallel(launcher_keys& k, const degrees& d, const flavor* f,
   if (async_tp && d.tensor > 1)
     k.unmodeled("parallelism.enable_async_tensor_parallel",
                 "inductor's micro-pipelined TP (symmetric-memory buffers) is not modeled");
-  const auto rotate = k.text("parallelism.context_parallel_rotate_method");
-  if (rotate && *rotate != "allgather" && *rotate != "alltoall")
-    k.refuse("parallelism.context_parallel_rotate_method",
-             "must be allgather or alltoall, got \"" + shown_value(*rotate) + "\"");
-  if (rotate && *rotate == "alltoall" && d.context > 1)
+  const auto rotate =
+      k.choice("parallelism.context_parallel_rotate_method", {"allgather", "alltoall"});
+  if (rotate == "alltoall" && d.context > 1)
     k.unmodeled("parallelism.context_parallel_rotate_method",
                 "alltoall passes one K/V shard at a time: vramfit gathers all (allgather)");
   const auto balancer = k.text("parallelism.context_parallel_load_balancer");
@@ -296,15 +293,12 @@ inline void model_parallel(launcher_keys& k, const degrees& d, const flavor* f,
       k.integer("parallelism.expert_tensor_parallel_degree", 1, largest_count).value_or(1);
   if (d.expert > 1 && etp != d.tensor && etp != 1)
     k.refuse("parallelism.expert_tensor_parallel_degree",
-             str(etp) + ": \"Currently we only support ETP=TP or ETP=1\"");
+             std::to_string(etp) + ": \"Currently we only support ETP=TP or ETP=1\"");
   if (d.expert > 1 && etp == 1 && d.tensor > 1)
     k.unmodeled("parallelism.expert_tensor_parallel_degree",
                 "1 with --tp: routed experts not split over TP; vramfit splits them as MLPs");
-  const auto backend = k.text("parallelism.expert_parallel_comm_backend");
-  if (backend && *backend != "standard" && *backend != "deepep")
-    k.refuse("parallelism.expert_parallel_comm_backend",
-             "must be standard or deepep, got \"" + shown_value(*backend) + "\"");
-  if (backend && *backend == "deepep" && d.expert > 1)
+  const auto backend = k.choice("parallelism.expert_parallel_comm_backend", {"standard", "deepep"});
+  if (backend == "deepep" && d.expert > 1)
     k.unmodeled("parallelism.expert_parallel_comm_backend", "DeepEP's buffers are not modeled");
 }
 
@@ -318,7 +312,8 @@ inline std::vector<std::int64_t> rank_layers(launcher_keys& k, std::int64_t rank
   const char* parts_key = "parallelism.module_fqns_per_model_part";
   if (const nlohmann::json* parts = k.find(parts_key)) {
     if (!parts->is_array() || static_cast<std::int64_t>(parts->size()) != stages)
-      k.refuse(parts_key, "must list " + str(stages) + " model parts (arrays of module names)");
+      k.refuse(parts_key,
+               "must list " + std::to_string(stages) + " model parts (arrays of module names)");
     for (const nlohmann::json& part : *parts) {
       if (!part.is_array()) k.refuse(parts_key, "must hold arrays of module names");
       std::int64_t n = 0;
@@ -332,13 +327,15 @@ inline std::vector<std::int64_t> rank_layers(launcher_keys& k, std::int64_t rank
     const std::int64_t effective = layers + first + last;
     if (stages > effective)
       k.refuse("parallelism.pipeline_parallel_degree",
-               "\"Number of stages (" + str(stages) +
-                   ") cannot be greater than effective layers (" + str(effective) + ")\"");
+               "\"Number of stages (" + std::to_string(stages) +
+                   ") cannot be greater than effective layers (" + std::to_string(effective) +
+                   ")\"");
     const std::int64_t each = effective / stages, extra = effective % stages;
     if (first > each || last > each)
       k.refuse(first > each ? "parallelism.pipeline_parallel_first_stage_less_layers"
                             : "parallelism.pipeline_parallel_last_stage_less_layers",
-               "exceeds the minimum layers per stage (" + str(each) + "), as torchtitan refuses");
+               "exceeds the minimum layers per stage (" + std::to_string(each) +
+                   "), as torchtitan refuses");
     for (std::int64_t s = 0; s < stages; ++s)
       per_stage.push_back(each + (s < extra ? 1 : 0) - (s == 0 ? first : 0) -
                           (s == stages - 1 ? last : 0));
@@ -350,6 +347,31 @@ inline std::vector<std::int64_t> rank_layers(launcher_keys& k, std::int64_t rank
       k.refuse("parallelism.pipeline_parallel_degree",
                "leaves a pipeline rank without layers, which vramfit cannot model");
   return per_rank;
+}
+
+/// The batch without a pipeline: one micro-batch of local_batch_size, accumulated to
+/// global_batch_size (job_config.py Training L253-261, train.py L195-215).
+inline void batch(launcher_keys& k, const degrees& d, std::int64_t local, bool local_given,
+                  std::optional<std::int64_t> global) {
+  k.set("--micro-batch", std::to_string(local),
+        local_given ? "training.local_batch_size" : "(default: training.local_batch_size 8)");
+  if (!global) return;  // one micro-batch per step
+  if (*global < 0) {
+    k.set("--grad-accum", "1", "training.global_batch_size");  // local x dp
+  } else if (d.shard > 0) {
+    const std::int64_t dp = d.replicate * d.shard;
+    if (*global % (local * dp) != 0)
+      k.refuse("training.global_batch_size",
+               "\"global batch size must be multiple of local batch size times data-parallel "
+               "degree (" +
+                   std::to_string(*global) + " % (" + std::to_string(local) + " * " +
+                   std::to_string(dp) + ") != 0)\"");
+    k.set("--grad-accum", std::to_string(*global / (local * dp)), "training.global_batch_size");
+  } else {
+    k.unmodeled("training.global_batch_size",
+                "accumulates global / (local x dp) micro-batches, and the file does not hold "
+                "dp (data_parallel_shard_degree -1): give --grad-accum");
+  }
 }
 
 /// The pipeline (distributed/pipeline_parallel.py pipeline_llm, build_pipeline_schedule
@@ -371,25 +393,7 @@ inline void batch_and_pipeline(launcher_keys& k, const degrees& d, const flavor*
                            "parallelism.pipeline_parallel_expert_parallel_overlap"};
   if (d.pipeline == 1) {
     for (const char* key : pp_keys) k.no_effect({key});  // inert without a pipeline
-    k.set("--micro-batch", str(local),
-          local_given ? "training.local_batch_size" : "(default: training.local_batch_size 8)");
-    if (!global) return;  // one micro-batch per step
-    if (*global < 0) {
-      k.set("--grad-accum", "1", "training.global_batch_size");  // local x dp
-    } else if (d.shard > 0) {
-      const std::int64_t dp = d.replicate * d.shard;
-      if (*global % (local * dp) != 0)
-        k.refuse("training.global_batch_size",
-                 "\"global batch size must be multiple of local batch size times data-parallel "
-                 "degree (" +
-                     str(*global) + " % (" + str(local) + " * " + str(dp) + ") != 0)\"");
-      k.set("--grad-accum", str(*global / (local * dp)), "training.global_batch_size");
-    } else {
-      k.unmodeled("training.global_batch_size",
-                  "accumulates global / (local x dp) micro-batches, and the file does not hold "
-                  "dp (data_parallel_shard_degree -1): give --grad-accum");
-    }
-    return;
+    return batch(k, d, local, local_given.has_value(), global);
   }
   // A step's G outer accumulation steps run the pipeline one after another: no memory.
   k.no_effect({"training.global_batch_size"});
@@ -400,8 +404,7 @@ inline void batch_and_pipeline(launcher_keys& k, const degrees& d, const flavor*
   // torch.distributed.pipelining get_schedule_class: the name, case-insensitive.
   const auto schedule = k.text("parallelism.pipeline_parallel_schedule");
   const std::string given = schedule.value_or("1F1B");  // vramfit's default too
-  std::string name;
-  for (const char c : given) name += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  const std::string name = lower_case(given);
   const bool multi = name == "interleaved1f1b";
   if (name != "1f1b" && name != "gpipe" && !multi) {
     for (const char* other : {"loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev",
@@ -419,11 +422,11 @@ inline void batch_and_pipeline(launcher_keys& k, const degrees& d, const flavor*
   const std::int64_t mbs =
       k.integer("parallelism.pipeline_parallel_microbatch_size", 1, most).value_or(1);
   if (local % mbs != 0)  // pipeline_parallel.py L188-200
-    k.refuse(
-        "parallelism.pipeline_parallel_microbatch_size",
-        "\"Batch size " + str(local) + " must be divisible by microbatch_size " + str(mbs) + "\"");
-  k.set("--micro-batch", str(mbs), "parallelism.pipeline_parallel_microbatch_size");
-  k.set("--grad-accum", str(local / mbs), "training.local_batch_size");
+    k.refuse("parallelism.pipeline_parallel_microbatch_size",
+             "\"Batch size " + std::to_string(local) + " must be divisible by microbatch_size " +
+                 std::to_string(mbs) + "\"");
+  k.set("--micro-batch", std::to_string(mbs), "parallelism.pipeline_parallel_microbatch_size");
+  k.set("--grad-accum", std::to_string(local / mbs), "training.local_batch_size");
   const std::int64_t first =
       k.integer("parallelism.pipeline_parallel_first_stage_less_layers", 0, most).value_or(1);
   const std::int64_t last =
@@ -439,19 +442,21 @@ inline void batch_and_pipeline(launcher_keys& k, const degrees& d, const flavor*
     const std::int64_t stages = (f->layers + first + last + *per_stage - 1) / *per_stage;
     if (stages % d.pipeline != 0)
       k.refuse("parallelism.pipeline_parallel_layers_per_stage",
-               "gives " + str(stages) +
+               "gives " + std::to_string(stages) +
                    " stages: \"Number of virtual stages must be divisible "
                    "by pipeline parallel size (" +
-                   str(d.pipeline) + ")\"");
+                   std::to_string(d.pipeline) + ")\"");
     per_rank = stages / d.pipeline;
     if (!multi && per_rank != 1)
       k.refuse("parallelism.pipeline_parallel_layers_per_stage",
-               "\"Single stage schedule requires exactly 1 stage per rank\", got " + str(per_rank));
+               "\"Single stage schedule requires exactly 1 stage per rank\", got " +
+                   std::to_string(per_rank));
     if (multi && per_rank < 2)
       k.refuse("parallelism.pipeline_parallel_layers_per_stage",
                "\"Multi-stage schedule requires at least 2 stages per rank\", got 1");
   }
-  if (multi) k.set("--virtual-stages", str(per_rank), "parallelism.pipeline_parallel_schedule");
+  if (multi)
+    k.set("--virtual-stages", std::to_string(per_rank), "parallelism.pipeline_parallel_schedule");
   if (!f) {
     k.unmodeled("parallelism.module_fqns_per_model_part",
                 "the split of a model not known here: give --pp-stages");
@@ -460,7 +465,7 @@ inline void batch_and_pipeline(launcher_keys& k, const degrees& d, const flavor*
   std::string list;
   for (const std::int64_t n :
        rank_layers(k, d.pipeline, d.pipeline * per_rank, f->layers, first, last))
-    list += (list.empty() ? "" : ",") + str(n);
+    list += (list.empty() ? "" : ",") + std::to_string(n);
   k.set("--pp-stages", list,
         k.find("parallelism.module_fqns_per_model_part") ? "parallelism.module_fqns_per_model_part"
                                                          : "parallelism.pipeline_parallel_degree");
@@ -470,17 +475,10 @@ inline void batch_and_pipeline(launcher_keys& k, const degrees& d, const flavor*
 /// L131-139; distributed/utils.py maybe_enable_amp L243-263), and CPU offload (apply_fsdp
 /// L315-317).
 inline void precision(launcher_keys& k, const degrees& d) {
-  const auto dtype = k.text("training.dtype");
-  if (dtype && *dtype != "float32" && *dtype != "bfloat16" && *dtype != "float16")
-    k.refuse("training.dtype", "must be bfloat16 or float32, got \"" + shown_value(*dtype) + "\"");
-  const auto mp = k.text("training.mixed_precision_param");
-  if (mp && *mp != "float32" && *mp != "bfloat16" && *mp != "float16")
-    k.refuse("training.mixed_precision_param",
-             "must be bfloat16 or float32, got \"" + shown_value(*mp) + "\"");
-  const auto reduce = k.text("training.mixed_precision_reduce");
-  if (reduce && *reduce != "float32" && *reduce != "bfloat16" && *reduce != "float16")
-    k.refuse("training.mixed_precision_reduce",
-             "must be float32, got \"" + shown_value(*reduce) + "\"");
+  const auto dtype = k.choice("training.dtype", {"float32", "bfloat16", "float16"});
+  const auto mp = k.choice("training.mixed_precision_param", {"float32", "bfloat16", "float16"});
+  const auto reduce =
+      k.choice("training.mixed_precision_reduce", {"float32", "bfloat16", "float16"});
   if (reduce && *reduce != "float32" && d.fsdp())
     k.unmodeled("training.mixed_precision_reduce",
                 "gradients reduced in 16 bits: vramfit reduces FSDP2's in fp32");
@@ -558,7 +556,7 @@ inline void recompute(launcher_keys& k, bool compiled) {
                  "\": \"Valid options: 'op' or a positive int representing layer frequency\"");
   const std::int64_t every = std::stoll(option);
   k.set("--recompute", "full", option_source);  // blocks wrapped whole (_apply_full_ac)
-  if (every >= 2) k.set("--recompute-every", str(every), option_source);
+  if (every >= 2) k.set("--recompute-every", std::to_string(every), option_source);
 }
 
 /// [optimizer] (components/optimizer.py build_optimizers L277-320).
@@ -569,12 +567,8 @@ inline void optimizer(launcher_keys& k, const degrees& d) {
                                      "\": torchtitan has AdamW and Adam (\"Optimizer not added\")");
     k.set("--optimizer", *name == "AdamW" ? "adamw" : "adam", "optimizer.name");
   }
-  if (const auto impl = k.text("optimizer.implementation")) {
-    if (*impl != "fused" && *impl != "foreach" && *impl != "for-loop")
-      k.refuse("optimizer.implementation",
-               "must be fused, foreach or for-loop, got \"" + shown_value(*impl) + "\"");
+  if (const auto impl = k.choice("optimizer.implementation", {"fused", "foreach", "for-loop"}))
     k.set("--optimizer-impl", *impl, "optimizer.implementation");
-  }
   if (k.boolean("optimizer.early_step_in_backward").value_or(false)) {
     if (d.pipeline > 1 || d.expert > 1)
       k.refuse("optimizer.early_step_in_backward",
@@ -593,13 +587,9 @@ inline void others(launcher_keys& k) {
   if (k.boolean("checkpoint.create_seed_checkpoint").value_or(false))  // train.py L180-183
     k.refuse("checkpoint.create_seed_checkpoint",
              "true builds the model on the CPU and trains nothing (torchtitan: NGPU=1)");
-  if (const auto mode = k.text("comm.mode")) {  // distributed/utils.py init_distributed
-    if (*mode == "local_tensor")
-      k.refuse("comm.mode", "local_tensor runs every rank on one GPU: not a per-GPU plan");
-    if (*mode != "default" && *mode != "fake_backend")
-      k.refuse("comm.mode",
-               "must be default, fake_backend or local_tensor, got \"" + shown_value(*mode) + "\"");
-  }
+  // distributed/utils.py init_distributed
+  if (k.choice("comm.mode", {"default", "fake_backend", "local_tensor"}) == "local_tensor")
+    k.refuse("comm.mode", "local_tensor runs every rank on one GPU: not a per-GPU plan");
   if (k.boolean("validation.enable").value_or(false))  // job_config.py L949-982
     k.unmodeled("validation",
                 "a no-grad forward and loss between steps with its own batch "
@@ -649,7 +639,7 @@ inline void translate_torchtitan(launcher_keys& k) {
   k.no_effect({"compile.backend"});
   const degrees d = degrees_of(k);
   const std::int64_t seq_len = k.integer("training.seq_len", 1, largest_count).value_or(2048);
-  if (k.find("training.seq_len")) k.set("--seq-len", str(seq_len), "training.seq_len");
+  if (k.find("training.seq_len")) k.set("--seq-len", std::to_string(seq_len), "training.seq_len");
   data_parallel(k, d);
   model_parallel(k, d, f, seq_len, model_compiled);
   batch_and_pipeline(k, d, f);

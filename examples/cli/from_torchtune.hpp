@@ -161,8 +161,7 @@ inline void optimizer(launcher_keys& k, const std::string& dtype) {
   k.no_effect({"optimizer.lr", "optimizer.weight_decay", "optimizer.betas", "optimizer.eps",
                "optimizer.maximize", "optimizer.capturable", "optimizer.differentiable"});
   const std::string name = last_part(*component);
-  std::string lower;
-  for (const char c : name) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  const std::string lower = lower_case(name);
   if (component->starts_with("torch.optim.")) {
     static constexpr const char* torch_optimizers[] = {"adamw",   "adam",     "sgd",    "adagrad",
                                                        "rmsprop", "adadelta", "adamax", "nadam",

@@ -783,7 +783,11 @@ inline void weights(launcher_keys& k, const model_config& config) {
       k.refuse("model", "is a ModelOpt checkpoint of quant_algo \"" + shown_value(algo) +
                             "\": vramfit models FP8 and NVFP4");
   }
-  const std::optional<std::string> dtype = k.text("dtype");  // ModelConfig.dtype, "auto"
+  // ModelConfig.dtype, "auto": the weights' format, unless quantized (then not checked here).
+  const auto dtype =
+      method || quant
+          ? k.text("dtype")
+          : k.choice("dtype", {"auto", "half", "float16", "bfloat16", "float", "float32"});
   if (dtype && !method && !quant) {
     if (*dtype == "half" || *dtype == "float16")
       k.set("--weights", "fp16", "dtype");
@@ -791,9 +795,6 @@ inline void weights(launcher_keys& k, const model_config& config) {
       k.set("--weights", "bf16", "dtype");
     else if (*dtype == "float" || *dtype == "float32")
       k.set("--weights", "fp32", "dtype");
-    else if (*dtype != "auto")
-      k.refuse("dtype", "must be auto, half, float16, bfloat16, float or float32, got \"" +
-                            shown_value(*dtype) + "\"");
   }
   if (k.find("quantization_config"))
     k.refuse("quantization_config",
@@ -864,14 +865,11 @@ inline void profile_run(launcher_keys& k, std::int64_t length) {
   if (tokens && !seqs && *tokens < 256)
     k.set("--max-num-seqs", std::to_string(*tokens),
           "(derived: max_num_seqs at most max_num_batched_tokens)");
-  const std::optional<std::string> mode = k.text("performance_mode");  // VllmConfig, "balanced"
-  if (mode == "throughput" && (!tokens || !seqs))
+  const auto mode = k.choice("performance_mode", {"balanced", "interactivity", "throughput"});
+  if (mode == "throughput" && (!tokens || !seqs))  // VllmConfig's default: balanced
     k.unmodeled("performance_mode",
                 "throughput doubles the profile run's default tokens and sequences: give "
                 "--max-num-batched-tokens and --max-num-seqs");
-  else if (mode && *mode != "balanced" && *mode != "interactivity" && *mode != "throughput")
-    k.refuse("performance_mode",
-             "must be balanced, interactivity or throughput, got \"" + shown_value(*mode) + "\"");
 }
 
 /// CUDA graphs: estimated and subtracted from the pool since vLLM 0.21 (gpu_worker.py
@@ -879,9 +877,7 @@ inline void profile_run(launcher_keys& k, std::int64_t length) {
 /// --enforce-eager, -O0 or cudagraph_mode NONE (vllm.py).
 inline void cuda_graphs(launcher_keys& k) {
   const bool eager = k.boolean("enforce_eager").value_or(false);
-  const std::optional<std::string> level = k.text("optimization_level");
-  if (level && *level != "0" && *level != "1" && *level != "2" && *level != "3")
-    k.refuse("optimization_level", "must be 0, 1, 2 or 3, got \"" + shown_value(*level) + "\"");
+  const auto level = k.choice("optimization_level", {"0", "1", "2", "3"});
   const nlohmann::json* mode = k.find("compilation_config.cudagraph_mode");
   if (eager)
     k.set("--cuda-graphs", "0", "enforce_eager");

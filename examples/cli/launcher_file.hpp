@@ -23,6 +23,7 @@
 #include <yaml-cpp/yaml.h>
 #endif
 
+#include "choices.hpp"
 #include "input_checks.hpp"
 
 namespace vramfit::cli {
@@ -275,6 +276,27 @@ class launcher_keys {
     if (!v) return std::nullopt;
     if (!v->is_string()) refuse(key, "must be text, got " + detail::shown(*v));
     return v->get<std::string>();
+  }
+
+  /// The text at `key`, one of `allowed`: `must be a, b or c, got "x"`, then `after` (a
+  /// framework's own words) when it is not.
+  std::optional<std::string> choice(std::string_view key,
+                                    std::initializer_list<std::string_view> allowed,
+                                    std::string_view after = "") {
+    const nlohmann::json* v = find(key);
+    if (!v) return std::nullopt;
+    for (const std::string_view a : allowed)
+      if (v->is_string() && v->get_ref<const std::string&>() == a) return std::string(a);
+    std::string list;
+    for (std::size_t i = 0; i < allowed.size(); ++i)
+      list += (i == 0                    ? ""
+               : i + 1 == allowed.size() ? " or "
+                                         : ", ") +
+              std::string(allowed.begin()[i]);
+    refuse(key, "must be " + list + ", got " +
+                    (v->is_string() ? "\"" + shown_value(v->get<std::string>()) + "\""
+                                    : detail::shown(*v)) +
+                    std::string(after));
   }
 
   /// The finite number at `key`.

@@ -37,21 +37,23 @@ inline double similarity(std::string_view a, std::string_view b) {
          static_cast<double>(a.size() + b.size());
 }
 
+/// `text` with A-Z lowered (names compared in any case; nothing else is changed).
+inline std::string lower_case(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return lower;
+}
+
 /// difflib.get_close_matches(word, known, n=3, cutoff=0.6), in any case: the best first, a tie
 /// going to the later name as Python's heapq.nlargest on (score, name) does.
 inline std::vector<std::string> close_matches(std::string_view word,
                                               const std::vector<std::string>& known,
                                               std::size_t n = 3, double cutoff = 0.6) {
-  auto lower = [](std::string_view s) {
-    std::string l(s);
-    for (char& c : l)
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    return l;
-  };
-  const std::string w = lower(word.substr(0, 200));  // a quadratic match: bounded
+  const std::string w = lower_case(word.substr(0, 200));  // a quadratic match: bounded
   std::vector<std::pair<double, std::string>> scored;
   for (const std::string& k : known) {
-    const double score = similarity(w, lower(k));
+    const double score = similarity(w, lower_case(k));
     if (score >= cutoff) scored.emplace_back(score, k);
   }
   std::sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) { return x > y; });
