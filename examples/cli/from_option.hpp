@@ -205,8 +205,8 @@ inline void print_reading(std::ostream& out, const launcher_reading& r) {
     out << "  not taken: " << printable(k.key) << " (" << printable(k.value) << "): " << k.why
         << "\n";
   for (const unmodeled_key& k : r.unmodeled)
-    out << "  not modeled: " << printable(k.key) << " = " << printable(k.value) << ": " << k.why
-        << "\n";
+    out << "  not modeled: " << printable(k.key)
+        << (k.value.empty() ? "" : " = " + printable(k.value)) << ": " << k.why << "\n";
   out << "\n";
 }
 

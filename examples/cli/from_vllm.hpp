@@ -885,10 +885,10 @@ inline void cuda_graphs(launcher_keys& k) {
     k.set("--cuda-graphs", "0", "optimization_level");
   else if (mode && mode->is_string() && *mode == "NONE")
     k.set("--cuda-graphs", "0", "compilation_config.cudagraph_mode");
-  else
-    k.set("--cuda-graphs", "0",
-          "(default: CUDA graphs, whose memory vLLM subtracts from the pool: not modeled; give "
-          "--cuda-graphs MiB from its log's \"Estimated CUDA graph memory\")");
+  else  // vramfit's --cuda-graphs 0 stands: said, not hidden as the file's option
+    k.unmodeled_default("(default: CUDA graphs captured)",
+                        "vLLM subtracts their estimated memory from the pool; give --cuda-graphs "
+                        "MiB from its log's \"Estimated CUDA graph memory\"");
   for (const char* key : {"cudagraph_capture_sizes", "max_cudagraph_capture_size"})
     k.unmodeled(key, "the captured sizes set the CUDA graphs' memory: give --cuda-graphs MiB");
   if (mode && !(mode->is_string() && *mode == "NONE"))

@@ -329,6 +329,11 @@ class launcher_keys {
       reading_.unmodeled.push_back({std::string(key), detail::shown(*v), std::move(why)});
   }
 
+  /// Lists what the file leaves to the framework's default, where vramfit does not model it.
+  void unmodeled_default(std::string what, std::string why) {
+    reading_.unmodeled.push_back({std::move(what), "", std::move(why)});
+  }
+
   /// Refuses the value of `key`: "<source>: <key> <rule>".
   [[noreturn]] void refuse(std::string_view key, const std::string& rule) const {
     detail::raise("--from " + reading_.source + ": " + (key.empty() ? "" : std::string(key) + " ") +
