@@ -173,11 +173,10 @@ inline void check_brackets(std::string_view text, const std::string& what) {
 
 }  // namespace detail_launcher
 
-/// The document in `path`, in the format `format` ("json", "toml" or "yaml"; "yaml" also takes
-/// JSON, which is YAML). Refuses what config.json refuses: past 16 MiB, 64 levels, not UTF-8.
-inline nlohmann::json read_launcher_document(const std::filesystem::path& path,
-                                             std::string_view format, const std::string& what) {
-  const std::string text = detail::read_config_text(path, what);
+/// The document `text`, in the format `format` ("json", "toml" or "yaml"; "yaml" also takes
+/// JSON, which is YAML). Refuses what config.json refuses: 64 levels, not UTF-8.
+inline nlohmann::json parse_launcher_document(const std::string& text, std::string_view format,
+                                              const std::string& what) {
   if (format == "json") return detail::parse_config(text, what);
   if (text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF") ||
       text.find('\0') != std::string::npos)
@@ -187,7 +186,7 @@ inline nlohmann::json read_launcher_document(const std::filesystem::path& path,
 #if VRAMFIT_CLI_TOML
   if (format == "toml") {
     try {
-      return detail_launcher::from_toml(toml::parse(text, path.string()), limits, 0);
+      return detail_launcher::from_toml(toml::parse(text), limits, 0);
     } catch (const toml::parse_error& e) {
       detail::raise(what + " is not valid TOML: line " + std::to_string(e.source().begin.line) +
                     ", column " + std::to_string(e.source().begin.column) + ": " +
@@ -207,6 +206,12 @@ inline nlohmann::json read_launcher_document(const std::filesystem::path& path,
 #endif
   detail::raise("this build of vramfit reads no " + std::string(format) +
                 " (built without its parser): " + what + " cannot be read");
+}
+
+/// The document in the file at `path` (parse_launcher_document's rules, and at most 16 MiB).
+inline nlohmann::json read_launcher_document(const std::filesystem::path& path,
+                                             std::string_view format, const std::string& what) {
+  return parse_launcher_document(detail::read_config_text(path, what), format, what);
 }
 
 /// Reads a launcher's document key by key (dotted paths such as "zero_optimization.stage"), and
