@@ -5,11 +5,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
+#include <vramfit/units.hpp>
 #include <vramfit/version.hpp>
 
 #include "option_table.hpp"
@@ -53,14 +55,31 @@ std::tuple<int, py::bytes, py::bytes> run_bytes(const std::vector<std::string>& 
   return {status, py::bytes(out), py::bytes(err)};
 }
 
-/// The options of subcommand `name` as (long name without dashes, kind, values): the shared
-/// option table (option_table.hpp) as tuples, which the package unpacks.
-std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> options(
-    const std::string& name) {
-  std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> listed;
+/// One option as the package reads it: (long name without dashes, kind, values, CLI11 type name,
+/// default as --help shows it, help text).
+using option_row = std::tuple<std::string, std::string, std::vector<std::string>, std::string,
+                              std::string, std::string>;
+
+/// The options of subcommand `name`: the shared option table (option_table.hpp) as tuples, which
+/// the package unpacks into keywords and their signatures.
+std::vector<option_row> options(const std::string& name) {
+  std::vector<option_row> listed;
   for (vramfit::cli::option_entry& e : vramfit::cli::option_table(name))
-    listed.emplace_back(std::move(e.name), std::move(e.kind), std::move(e.values));
+    listed.emplace_back(std::move(e.name), std::move(e.kind), std::move(e.values),
+                        std::move(e.type), std::move(e.default_str), std::move(e.description));
   return listed;
+}
+
+/// `size` bytes as the tool's tables write them ("44.47 GiB"; "47.75 GB" when `decimal`).
+std::string size_text(std::int64_t size, bool decimal) {
+  return vramfit::to_string(vramfit::bytes{size},
+                            decimal ? vramfit::prefixes::decimal : vramfit::prefixes::binary);
+}
+
+/// The first line of `vramfit <name> --help`: what the subcommand does.
+std::string description(const std::string& name) {
+  const vramfit::cli::tool tool;
+  return vramfit::cli::subcommand_named(tool, name).get_description();
 }
 
 /// `vramfit <name> --help`.
@@ -80,6 +99,10 @@ PYBIND11_MODULE(_vramfit, m) {
   m.def("run_bytes", &run_bytes, py::arg("args"),
         "`run`, with standard output and standard error as bytes");
   m.def("options", &options, py::arg("subcommand"),
-        "The options of a subcommand: (name, 'flag'|'list'|'value', values)");
+        "The options of a subcommand: (name, 'flag'|'list'|'value', values, type, default, help)");
+  m.def("size_text", &size_text, py::arg("size"), py::arg("decimal") = false,
+        "Bytes as the tool's tables write them: '44.47 GiB' (decimal: 'GB')");
+  m.def("description", &description, py::arg("subcommand"),
+        "What a subcommand does, as its --help says");
   m.def("usage", &usage, py::arg("subcommand"), "`vramfit SUBCOMMAND --help`");
 }

@@ -87,6 +87,9 @@ if not where.startswith(os.path.realpath(venv)) and not where.startswith(venv):
 if json_text != run(cli, "train", "-m", "gpt2", "-f", "json").stdout.decode():
     failures.append("vramfit.train(model='gpt2').to_json() differs from the tool's -f json")
 print("module: imported from", where)
+# PEP 561: the wheel carries py.typed, so that type checkers read the package's annotations.
+if not os.path.isfile(os.path.join(where, "py.typed")):
+    failures.append(f"the wheel installed no py.typed in {where}")
 
 if failures:
     sys.exit("FAILED\n" + "\n".join(failures))

@@ -5,6 +5,7 @@ import difflib
 import functools
 from keyword import iskeyword
 import os
+from typing import NamedTuple, Tuple
 
 from . import _vramfit
 from ._model import Model
@@ -16,14 +17,31 @@ _RESERVED = {
 }
 
 
+class Option(NamedTuple):
+    """One option of a subcommand as the tool's parser holds it (option_table.hpp)."""
+
+    name: str  # its long name without dashes: "micro-batch"
+    kind: str  # "flag", "list" (repeatable) or "value"
+    values: Tuple[str, ...]  # what the shell completion offers; empty when free-form
+    type: str  # CLI11's type name as --help shows it: "INT:POSITIVE", "TEXT"
+    default: str  # the default --help shows; empty when it shows none
+    help: str  # the --help text
+
+
+@functools.lru_cache(maxsize=None)
+def option_table(subcommand):
+    """{keyword: Option} of a subcommand in the parser's order, without those the package sets."""
+    return {
+        _keyword(name): Option(name, kind, tuple(values), *rest)
+        for name, kind, values, *rest in _vramfit.options(subcommand)
+        if name not in _RESERVED
+    }
+
+
 @functools.lru_cache(maxsize=None)
 def known_options(subcommand):
     """{keyword: (option, kind, values)} of a subcommand, from the tool's parser."""
-    return {
-        _keyword(name): (name, kind, tuple(values))
-        for name, kind, values in _vramfit.options(subcommand)
-        if name not in _RESERVED
-    }
+    return {keyword: o[:3] for keyword, o in option_table(subcommand).items()}
 
 
 def _keyword(name):
