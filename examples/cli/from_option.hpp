@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ecosystem_aliases.hpp"
 #include "from_deepspeed.hpp"
 #include "from_hf_trainer.hpp"
 #include "from_torchtitan.hpp"
@@ -97,11 +98,12 @@ struct from_expansion {
   launcher_reading reading;
 };
 
-/// The option of `cmd` that the word `word` names ("--zero=3", "-b4"), if any.
+/// The option of `cmd` that the word `word` names ("--zero=3", "-b4"), if any; for a converting
+/// alias, the option it sets.
 inline const CLI::Option* option_in(const CLI::App& cmd, const std::string& word) {
   if (word.size() < 2 || word.front() != '-' || word == "--") return nullptr;
   const std::string name = word[1] == '-' ? word.substr(0, word.find('=')) : word.substr(0, 2);
-  return cmd.get_option_no_throw(name);
+  return real_option(cmd, cmd.get_option_no_throw(name));
 }
 
 /// `args` (the words after "vramfit") with --from's file expanded in place; nothing when no

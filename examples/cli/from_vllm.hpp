@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "ecosystem_aliases.hpp"
 #include "hf_cache.hpp"
 #include "inputs.hpp"
 #include "launcher_file.hpp"
@@ -659,13 +660,12 @@ inline void utilization(launcher_keys& k) {
     k.refuse("gpu_memory_utilization",
              "must be greater than 0 and at most 1 (CacheConfig: gt=0, le=1), got " +
                  nlohmann::json(*u).dump());
-  const double percent = *u * 100;
-  if (std::abs(percent - std::round(percent)) > 1e-9)
+  const std::optional<std::int64_t> percent = whole_percent(*u);
+  if (!percent)
     k.refuse("gpu_memory_utilization", nlohmann::json(*u).dump() +
                                            " is not a whole percent: vramfit's --utilization takes "
                                            "whole percents (0.92 is 92)");
-  k.set("--utilization", std::to_string(static_cast<int>(std::round(percent))),
-        "gpu_memory_utilization");
+  k.set("--utilization", std::to_string(*percent), "gpu_memory_utilization");
 }
 
 /// max_model_len as --context: vLLM starts only with room for one sequence of it

@@ -11,6 +11,7 @@
 #include <string>
 #include <vramfit/vramfit.hpp>
 
+#include "ecosystem_aliases.hpp"
 #include "inputs.hpp"
 #include "render.hpp"
 #include "sizes.hpp"
@@ -59,8 +60,9 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   c.add_option("--beams", o.beams, "Beams per sequence (each keeps its own cache)")
       ->check(positive)
       ->capture_default_str();
-  c.add_option("--context,-c", o.context,
-               "Prompt tokens per sequence (default: 4096, or a learned position table's rows "
+  c.add_option("--context,-c,--max-model-len", o.context,
+               "Prompt tokens per sequence, vLLM's max_model_len (default: 4096, or a learned "
+               "position table's rows "
                "when fewer)")
       ->check(positive);
   c.add_option("--generate", o.generate, "Tokens generated per sequence")
@@ -84,13 +86,18 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
       ->capture_default_str();
   c.add_option("--cuda-graphs", o.cuda_graphs_mib, "MiB of captured CUDA graphs")
       ->capture_default_str();
-  c.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
-  c.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
+  c.add_option("--tp,--tensor-parallel-size", o.tp, "Tensor-parallel degree")
+      ->check(positive)
+      ->capture_default_str();
+  c.add_option("--pp,--pipeline-parallel-size", o.pp, "Pipeline-parallel degree")
+      ->check(positive)
+      ->capture_default_str();
   c.add_option("--gpu,-g", o.gpu, "A GPU preset or a capacity such as 96GiB")
       ->capture_default_str();
   c.add_option("--utilization", o.utilization,
                "vLLM's KV pool: gpu_memory_utilization in percent (e.g. 90) of the total "
-               "cudaMemGetInfo reports, less weights, profile run, non-torch and --cuda-graphs");
+               "cudaMemGetInfo reports, less weights, profile run, non-torch and --cuda-graphs "
+               "(--gpu-memory-utilization 0.9, vLLM's fraction: 90)");
   c.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
                "vLLM profile run's tokens (default: 8192 on GPUs of 70 GiB or more but A100s, "
                "else 2048, as vllm serve)")
@@ -104,6 +111,7 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
   add_metric_option(c, o.metric);
   add_estimate_format(c, o.format);
   c.add_flag("--check", o.check, "Exit with status 1 when it does not fit");
+  add_vllm_aliases(c);
 }
 
 /// --framework's defaults for infer, which its parser writes into `o`.

@@ -20,7 +20,10 @@ inline int run_min_gpus(std::ostream& out, const train_options& given, const siz
     detail::raise("min-gpus answers one number: leave out --sweep and --timeline");
   const named_model named = load_model(given.model);
   const model& m = named.value;
-  const train_options o = for_model(given, named);
+  train_options o = for_model(given, named);
+  // Hybrid FSDP's shard group must divide the degree the plan is built at: build it there;
+  // min_data_parallel passes over the degrees below the group.
+  if (o.fsdp_group > 0) o.dp = o.fsdp_group;
   const gpu g = gpu_named(o.gpu);
   const training_plan_value plan = build_plan(o, m);
   const std::int64_t data = min_data_parallel(plan, g, max_data_parallel_searched);

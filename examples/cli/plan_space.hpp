@@ -12,6 +12,7 @@
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "ecosystem_aliases.hpp"
 #include "input_checks.hpp"
 #include "inputs.hpp"
 #include "plan_view.hpp"
@@ -73,7 +74,7 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
   std::vector<std::string> argv{"vramfit", "train", "--model", o.model, "--gpu", o.gpu};
   for (const CLI::Option* opt : cmd.get_options()) {
     const std::string name = long_name(*opt);
-    if (opt->count() == 0 || decided_by_plan.count(name) ||
+    if (opt->count() == 0 || decided_by_plan.count(name) || is_converted_alias(name) ||
         std::find(train.begin(), train.end(), name) == train.end())
       continue;
     if (opt->get_expected_min() == 0) {  // a flag

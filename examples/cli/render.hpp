@@ -90,28 +90,41 @@ inline void print_table(std::ostream& out, const estimate& e, const size_style& 
     out << ", " << report::grouped(e.trainable_parameters) << " trainable";
   out << "\nMost loaded GPU: pipeline stage " << e.stage << ", peak at the "
       << to_string(e.ledger.peak_at) << "\n\n";
+  // What the entries of a row are named, so that a row such as buffers or the host's small
+  // figure does not puzzle.
+  const auto names = [&e](auto&& holds) {
+    std::string what;
+    for (const memory_entry& m : e.ledger.entries)
+      if (holds(m) && m.size > bytes{}) what += std::string(what.empty() ? "" : ", ") + m.name;
+    return what;
+  };
   char line[128];
   std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "component", "at its most", "at peak");
   out << line;
   for (component c : shown_components) {
     const bytes all = total(e.ledger.entries, c);
     if (all == bytes{}) continue;
-    std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", to_string(c), size(all).c_str(),
+    std::snprintf(line, sizeof line, "  %-18s %14s %14s", to_string(c), size(all).c_str(),
                   size(at_peak(e.ledger, c)).c_str());
     out << line;
+    if (c == component::buffers)
+      out << "  " << names([](const memory_entry& m) { return m.component == component::buffers; });
+    out << "\n";
   }
   const char* totals[] = {"total (peak)", "reserved (peak)", "allocated (peak)"};
   std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", totals[static_cast<int>(e.metric)], "",
                 size(e.fit.required).c_str());
   out << line;
+  // Which column adds up: at peak, to the whole peak (nvidia-smi's); at its most, to nothing.
+  out << "  at peak adds up to "
+      << (e.metric == memory_metric::nvidia_smi ? std::string("the total")
+                                                : size(peak(e.ledger)) + ", the nvidia-smi peak")
+      << "; at its most does not: each component at its own moment\n";
   const bytes host = total(e.ledger.entries, memory_space::host);
   if (host > bytes{}) {
-    std::string what;  // what the host holds, so that a small figure does not puzzle
-    for (const memory_entry& m : e.ledger.entries)
-      if (m.space == memory_space::host && m.size > bytes{})
-        what += std::string(what.empty() ? "" : ", ") + m.name;
     std::snprintf(line, sizeof line, "  %-18s %14s  ", "host memory", size(host).c_str());
-    out << line << what << "\n";
+    out << line << names([](const memory_entry& m) { return m.space == memory_space::host; })
+        << "\n";
   }
   if (e.allocator) out << "  " << allocator_summary(e, size) << "\n";
   out << "\n  " << e.device.name << ": " << size(e.fit.available) << " -> " << verdict(e, size)

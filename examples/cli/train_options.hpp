@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ecosystem_aliases.hpp"
 #include "inputs.hpp"
 
 namespace vramfit::cli {
@@ -116,14 +117,15 @@ inline void add_model_options(CLI::App& cmd, train_options& o) {
 
 /// The batch, the attention and what the activations keep.
 inline void add_batch_options(CLI::App& cmd, train_options& o) {
-  cmd.add_option("--micro-batch,-b", o.micro_batch, "Sequences per micro-batch")
+  cmd.add_option("--micro-batch,-b,--per-device-train-batch-size", o.micro_batch,
+                 "Sequences per micro-batch (Hugging Face's per_device_train_batch_size)")
       ->check(positive)
       ->capture_default_str();
   cmd.add_option("--seq-len,-s", o.seq_len,
                  "Tokens per sequence (default: 2048, a ViT's image tokens, or a learned position "
                  "table's rows when fewer)")
       ->check(positive);
-  cmd.add_option("--grad-accum", o.grad_accum,
+  cmd.add_option("--grad-accum,--gradient-accumulation-steps", o.grad_accum,
                  "Micro-batches per optimizer step (gradient accumulation, pipeline)")
       ->check(positive)
       ->capture_default_str();
@@ -132,7 +134,8 @@ inline void add_batch_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
   add_choice(cmd, "--recompute", o.recompute, recomputes, "recompute policy",
-             choice_list(recomputes))
+             choice_list(recomputes) +
+                 " (--gradient-checkpointing, Hugging Face's: full with --non-reentrant)")
       ->capture_default_str();
   cmd.add_option("--recompute-layers", o.recompute_layers,
                  "Full recompute for this many layers per stage (-1: all)")
@@ -279,6 +282,7 @@ inline void add_train_options(CLI::App& cmd, train_options& o) {
   add_parallel_options(cmd, o);
   add_finetune_options(cmd, o);
   add_output_options(cmd, o);
+  add_hf_trainer_aliases(cmd);
 }
 
 /// Refuses an option given where it changes nothing, so that none is silently ignored: a
