@@ -182,7 +182,7 @@ inline nlohmann::json parse_launcher_document(const std::string& text, std::stri
       text.find('\0') != std::string::npos)
     detail::raise(what + " is not UTF-8 (UTF-16 or UTF-32?): save it as UTF-8");
   detail_launcher::check_brackets(text, what);
-  detail_launcher::limits limits{what};
+  [[maybe_unused]] detail_launcher::limits limits{what};  // unused without TOML and YAML
 #if VRAMFIT_CLI_TOML
   if (format == "toml") {
     try {

@@ -33,7 +33,8 @@ def help_options(subcommand):
     for i, line in enumerate(lines):
         match = OPTION_LINE.match(line)
         if match:
-            fits = len(line) > COLUMN and line[COLUMN - 1] == " "
+            # CLI11 moves a description under a name column too wide for it, and never wraps one
+            fits = i + 1 == len(lines) or not lines[i + 1].startswith(" " * COLUMN)
             description = line[COLUMN:] if fits else lines[i + 1]
             listed.append((match.group(1), description.strip()))
     return [(name, text) for name, text in listed if name not in ("help", "format")]
