@@ -216,9 +216,11 @@ inline void print_compare(std::ostream& out, const measured_step& m, const estim
                 "predicted - measured");
   out << line;
   for (const auto& r : peaks) {
-    std::snprintf(line, sizeof line, "  %-20s %22s %12s  %s\n", r[0].c_str(), r[1].c_str(),
+    std::snprintf(line, sizeof line, "  %-20s %22s %12s  %s", r[0].c_str(), r[1].c_str(),
                   r[2].c_str(), r[3].c_str());
-    out << line;
+    std::string text = line;
+    text.erase(text.find_last_not_of(' ') + 1);  // no difference for the phase: no blanks
+    out << text << "\n";
   }
   if (m.source != "snapshot") return;
   out << "\n" << shares_intro << "\n";
