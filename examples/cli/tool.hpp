@@ -13,6 +13,7 @@
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "compare_command.hpp"
 #include "completion.hpp"
 #include "from_option.hpp"
 #include "infer_command.hpp"
@@ -53,7 +54,8 @@ class tool {
       "B), or GB/MB with --units GB.",
       "vramfit"};  // help and errors say "vramfit", not the path the tool was started from
   prefixes units_ = prefixes::binary;
-  train_options train_, fewest_, plan_;
+  train_options train_, fewest_, plan_, compared_;
+  compare_options measured_;
   plan_options space_;
   std::vector<std::string> train_names_;  // the train options, for the argv of each candidate
   load_options load_;
@@ -63,7 +65,7 @@ class tool {
   output_format list_format_ = output_format::table;
   completion_shell shell_ = completion_shell::bash;
   CLI::App *train_cmd_, *min_gpus_cmd_, *plan_cmd_, *load_cmd_, *infer_cmd_, *models_cmd_,
-      *gpus_cmd_, *frameworks_cmd_, *completion_cmd_;
+      *gpus_cmd_, *frameworks_cmd_, *completion_cmd_, *compare_cmd_;
 };
 
 /// Keeps the train options that `cmd` always refuses out of its --help, completion and Python
@@ -119,6 +121,13 @@ inline tool::tool() {
                     "N parameters without a model, such as 7e9: their model states (train, with "
                     "--precision, --optimizer, --dp, --zero, --fsdp) or weights (infer, with "
                     "--weights); other options need a model");
+  compare_cmd_ = app_.add_subcommand(
+      "compare",
+      "A measured run (--snapshot or --log) beside the prediction for its configuration (train's "
+      "options): the peaks, their phase, and where the allocated peak came from");
+  add_compare_options(*compare_cmd_, measured_);
+  add_train_options(*compare_cmd_, compared_);
+  hide_refused(*compare_cmd_, {"--sweep", "--sweep-max", "--timeline", "--check"});
   models_cmd_ = app_.add_subcommand("models", "List the model presets");
   gpus_cmd_ = app_.add_subcommand("gpus", "List the GPU presets and their capacities");
   frameworks_cmd_ = app_.add_subcommand(
@@ -207,6 +216,7 @@ inline output_format tool::parsed_format() const {
   return train_cmd_->parsed()      ? train_.format
          : min_gpus_cmd_->parsed() ? fewest_.format
          : plan_cmd_->parsed()     ? plan_.format
+         : compare_cmd_->parsed()  ? compared_.format
                                    : infer_.format;
 }
 
@@ -253,6 +263,10 @@ inline int tool::dispatch(std::ostream& out) {
   if (plan_cmd_->parsed()) {
     apply_framework(*plan_cmd_, plan_);
     return run_plan(out, *plan_cmd_, train_names_, plan_, space_, size);
+  }
+  if (compare_cmd_->parsed()) {
+    apply_framework(*compare_cmd_, compared_);
+    return run_compare(out, compared_, measured_, size);
   }
   if (models_cmd_->parsed()) return run_models(out, list_format_, size);
   if (gpus_cmd_->parsed()) return run_gpus(out, list_format_, size);

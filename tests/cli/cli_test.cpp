@@ -1605,6 +1605,18 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
     probes.push_back({list, "--units GB"});
   }
   probes.push_back({"completion bash", "--units GB"});
+  // compare: train's options change its prediction; its two sources are one run each.
+  const std::string measured =
+      "compare --snapshot " + data_dir + "/compare/llama3-8b-2l_snapshot.json";
+  for (const std::string& o : train) probes.push_back({measured, o});
+  probes.push_back({measured + " --pp 2", "--pp-runtime torch"});
+  probes.push_back({measured, "--pp-runtime torch"});
+  probes.push_back({measured, "--log compare.log"});
+  for (const char* o : {"--prefetch-bucket 1e8", "--sub-group 1e6"}) {
+    probes.push_back({measured, o});
+    probes.push_back({measured + " --zero 3 --dp 2", o});
+  }
+  probes.push_back({"compare --log compare.log", "--snapshot x.json"});
 
   std::map<std::string, std::set<std::string>> probed;
   std::map<std::string, result> bases;
@@ -1629,7 +1641,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
   CHECK(run(planned.substr(from, planned.find('`', from) - from)).status == 0);
   // Every option of every subcommand's --help is probed.
   for (const char* sub :
-       {"train", "min-gpus", "plan", "load", "infer", "models", "gpus", "frameworks"}) {
+       {"train", "min-gpus", "plan", "load", "infer", "models", "gpus", "frameworks", "compare"}) {
     const std::string help = run(std::string(sub) + " --help").out;
     for (std::size_t at = help.find("  --"); at != std::string::npos;
          at = help.find("  --", at + 1)) {
