@@ -9,8 +9,10 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "dtypes_view.hpp"
 #include "ecosystem_aliases.hpp"
 #include "inputs.hpp"
 #include "render.hpp"
@@ -22,6 +24,7 @@ namespace vramfit::cli {
 struct infer_options {
   std::string model = "llama-3-8b";
   std::optional<weight_layout> weights;  ///< unset: the config's quantization_config, or bf16
+  std::optional<std::vector<std::string>> dtypes;  ///< --dtypes: a row per weight format
   element_format kv_dtype = bf16::value;
   std::int64_t batch = 1;
   std::int64_t beams = 1;
@@ -53,6 +56,9 @@ inline void add_infer_options(CLI::App& c, infer_options& o) {
       c, "--weights", o.weights, weight_layouts, "weight format",
       choice_list(weight_layouts) + " (default: a config.json's quantization_config, else bf16)",
       torch_dtypes);
+  add_dtypes_option(c, o.dtypes, {"bf16", "fp8", "int8", "nf4", "gptq"},
+                    "One estimate per weight format, a row each: --weights' names, "
+                    "comma-separated or repeated; leave out --weights");
   add_choice(c, "--kv-dtype", o.kv_dtype, kv_formats, "KV dtype", choice_list(kv_formats),
              kv_dtypes)
       ->capture_default_str();
@@ -223,9 +229,8 @@ inline int run_serving(std::ostream& out, const infer_options& o, const infer_se
   return o.check && !fits ? 1 : 0;
 }
 
-/// One request's memory on the most loaded GPU, in the format asked for.
-inline int run_request(std::ostream& out, const infer_options& o, const infer_setup& s,
-                       const size_style& size) {
+/// One request's memory on the most loaded GPU.
+inline cli::estimate request_estimate(const infer_setup& s) {
   cli::estimate e;
   e.title = s.title;
   e.model_name = s.m.name;
@@ -237,6 +242,23 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
   e.metric = s.overheads.metric;
   e.fit.required = peak(e.ledger) - not_counted(most.ledger, e.metric);
   e.fit.available = s.g.capacity;
+  return e;
+}
+
+/// The most sequences at this context (0: not one fits).
+inline std::int64_t most_sequences(const infer_setup& s) {
+  return max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536, s.overheads);
+}
+
+/// The longest context at this batch (0: not one token fits).
+inline std::int64_t longest_context(const infer_setup& s) {
+  return max_context(s.m, s.l, s.w, s.kv, s.r, s.g, std::int64_t{1} << 24, s.overheads);
+}
+
+/// One request's memory on the most loaded GPU, in the format asked for.
+inline int run_request(std::ostream& out, const infer_options& o, const infer_setup& s,
+                       const size_style& size) {
+  const cli::estimate e = request_estimate(s);
   const int status = o.check && !e.fit.fits() ? 1 : 0;
   if (o.format == output_format::markdown) {
     cli::print_markdown(out, e, size);
@@ -246,10 +268,7 @@ inline int run_request(std::ostream& out, const infer_options& o, const infer_se
     cli::print_svg(out, e, size);
     return status;
   }
-  // The most sequences at this context, and the longest context at this batch (0: none fits).
-  const std::int64_t batch = max_batch(s.m, s.l, s.w, s.kv, s.r, s.g, 65536, s.overheads);
-  const std::int64_t longest =
-      max_context(s.m, s.l, s.w, s.kv, s.r, s.g, std::int64_t{1} << 24, s.overheads);
+  const std::int64_t batch = most_sequences(s), longest = longest_context(s);
   if (o.format == output_format::json) {
     nlohmann::json j = cli::to_json(e);
     j["max_batch"] = batch;
@@ -280,20 +299,16 @@ inline void encoder_request(const CLI::App& cmd, const infer_options& o, const m
     detail::raise(what + " of images: its logits are one row of classes; leave out --logits");
 }
 
-inline int run_infer(std::ostream& out, const CLI::App& cmd, const infer_options& given,
-                     const size_style& size) {
-  const named_model named = load_model(given.model);
-  const model& m = named.value;
-  encoder_request(cmd, given, m);
-  infer_options o = given;
-  if (o.context == 0) o.context = default_sequence(m, 4096);
+/// What `o` sizes with weights `w`, its title naming them as `weights`.
+inline infer_setup setup_of(const infer_options& o, const model& m, const weight_layout& w,
+                            const std::string& weights) {
   // int8 and int4 KV keep an fp16 scale per head and token: group over head_dim.
   // Unpaged is Hugging Face's DynamicCache, whose sliding-window layers keep the prompt's storage.
   kv_cache_config kv{o.kv_dtype, o.block, o.block == 0};
   if (kv.format.level1.block > 0)
     kv.format.level1.block = m.is_mla() ? m.mla.kv_lora_rank + m.mla.qk_rope_head_dim : m.head_dim;
   infer_setup s{m,
-                weights_for(o.weights, named),
+                w,
                 kv,
                 validated(layout{.tensor = o.tp, .pipeline = o.pp}, m),
                 gpu_named(o.gpu),
@@ -302,7 +317,7 @@ inline int run_infer(std::ostream& out, const CLI::App& cmd, const infer_options
                 "",
                 {.metric = o.metric}};
   std::ostringstream title;
-  title << "Inference " << m.name << " | weights " << s.w.name << " | KV "
+  title << "Inference " << m.name << " | weights " << weights << " | KV "
         << name_of(kv_formats, o.kv_dtype) << " | " << s.l.world()
         << (s.l.world() == 1 ? " GPU" : " GPUs") << (o.tp > 1 ? " TP " + std::to_string(o.tp) : "")
         << (o.pp > 1 ? " PP " + std::to_string(o.pp) : "") << " | batch " << o.batch
@@ -312,6 +327,45 @@ inline int run_infer(std::ostream& out, const CLI::App& cmd, const infer_options
                 ? " | " + std::string(name_of(attentions, s.r.attention)) + " attention"
                 : "");
   s.title = title.str();
+  return s;
+}
+
+/// --dtypes: each weight format's request as `infer --weights X` estimates it, a row each.
+inline int run_infer_dtypes(std::ostream& out, const CLI::App& cmd, const infer_options& o,
+                            const model& m, const size_style& size) {
+  const auto given = [&](const char* name) { return cmd.get_option(name)->count() > 0; };
+  if (given("--weights"))
+    detail::raise("--dtypes gives a row per weight format: leave out --weights");
+  if (o.utilization || o.check || o.format == output_format::svg)
+    detail::raise(
+        "--dtypes compares one request's memory per weight format (table, markdown or json): "
+        "leave out --utilization, --check and -f svg");
+  const auto chosen =
+      dtypes_chosen(*o.dtypes, weight_layouts, "--dtypes weight format", torch_dtypes);
+  std::vector<dtypes_row> rows;
+  for (const named<weight_layout>* w : chosen) {
+    const infer_setup s = setup_of(o, m, w->value, w->name);
+    rows.push_back(
+        row_of(w->name, request_estimate(s), most_sequences(s), longest_context(s), false));
+  }
+  const infer_setup shown = setup_of(o, m, chosen.front()->value, "per row");
+  print_dtypes(
+      out, o.format, shown.title, shown.g,
+      {"weights_format", "weights format", "max_batch", "max batch", "max_context", "max context"},
+      rows, size);
+  return 0;
+}
+
+inline int run_infer(std::ostream& out, const CLI::App& cmd, const infer_options& given,
+                     const size_style& size) {
+  const named_model named = load_model(given.model);
+  const model& m = named.value;
+  encoder_request(cmd, given, m);
+  infer_options o = given;
+  if (o.context == 0) o.context = default_sequence(m, 4096);
+  if (o.dtypes) return run_infer_dtypes(out, cmd, o, m, size);
+  const weight_layout w = weights_for(o.weights, named);
+  const infer_setup s = setup_of(o, m, w, w.name);
   return o.utilization ? run_serving(out, o, s, size) : run_request(out, o, s, size);
 }
 

@@ -107,6 +107,9 @@ inline tool::tool() {
   train_cmd_->add_flag("--explain", train_.explain,
                        "Instead of the estimate, what autograd saves for one layer, tensor by "
                        "tensor: its part, bits, elements and bytes (table, markdown or json)");
+  add_dtypes_option(*train_cmd_, train_.dtypes, {"fp32", "amp-bf16", "bf16-fp32-master", "bf16"},
+                    "One estimate per precision, a row each: --precision's names, "
+                    "comma-separated or repeated; leave out --precision");
   for (CLI::App* cmd : {train_cmd_, min_gpus_cmd_, plan_cmd_, infer_cmd_}) {
     const std::string launchers = launcher_kind_list(cmd == infer_cmd_ ? "infer" : "train");
     if (!launchers.empty())  // read before the parse (from_option.hpp): here for --help and Python

@@ -2,13 +2,17 @@
 // `vramfit train`: one estimate, a sweep of them, or the step's timeline.
 #pragma once
 
+#include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
+#include "dtypes_view.hpp"
 #include "explain_view.hpp"
 #include "inputs.hpp"
 #include "render.hpp"
@@ -174,11 +178,38 @@ inline void print_estimate(std::ostream& out, const train_options& o,
   }
 }
 
+/// --dtypes: each precision's step as `train --precision X` estimates it, a row each.
+inline void run_train_dtypes(std::ostream& out, const train_options& o, const model& m,
+                             const gpu& device, const size_style& size) {
+  const auto chosen = dtypes_chosen(*o.dtypes, precisions, "--dtypes precision", torch_dtypes);
+  std::vector<dtypes_row> rows;
+  std::optional<training_plan_value> first;
+  for (const named<vramfit::precision>* p : chosen) {
+    train_options one = o;
+    one.precision = p->value;
+    const training_plan_value plan = build_plan(one, m);
+    rows.push_back(row_of(p->name, estimate_of(one, plan, device), max_micro_batch(plan, device),
+                          max_sequence(plan, device), true));
+    if (!first) first = plan;
+  }
+  constexpr char per_row[] = "precision per row";  // the title's precision: each row's own
+  static_assert(sizeof per_row <= sizeof first->setup.precision.name);
+  std::copy(std::begin(per_row), std::end(per_row), first->setup.precision.name);
+  print_dtypes(out, o.format, describe(o, *first), device,
+               {"precision", "precision", "max_micro_batch", "max micro-batch", "max_sequence",
+                "max sequence"},
+               rows, size);
+}
+
 inline int run_train(std::ostream& out, const train_options& given, const size_style& size) {
   const named_model named = load_model(given.model);
   const model& m = named.value;
   const train_options o = for_model(given, named);
   const gpu g = gpu_named(o.gpu);
+  if (o.dtypes) {  // before the plan of --precision, which no row uses
+    run_train_dtypes(out, o, m, g, size);
+    return 0;
+  }
   const training_plan_value plan = build_plan(o, m);
   if (o.explain) {
     if (o.sweep || o.timeline || o.check || o.format == output_format::svg)

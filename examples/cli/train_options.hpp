@@ -65,6 +65,7 @@ struct train_options {
   std::optional<std::string> lora_targets;  ///< unset: q_proj,v_proj (QLoRA: all-linear)
   bool qlora = false;
   bool explain = false;  ///< train only: the saved tensors of a layer instead of the estimate
+  std::optional<std::vector<std::string>> dtypes;  ///< train only: a row per precision
   /// Not an option: the model's config.json quantization_config (for_model sets it).
   std::optional<weight_layout> checkpoint;
   std::optional<element_format> lora_dtype;  ///< unset: peft's (fp32 adapters over 16-bit ones)
@@ -321,6 +322,12 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
     refuse("--pp-runtime applies with --pp 2 or more only");
   if (!plan && given("--virtual-stages") && o.schedule != pipeline_schedule::interleaved)
     refuse("--virtual-stages applies with --schedule interleaved only");
+  if (o.dtypes && given("--precision"))
+    refuse("--dtypes gives a row per precision: leave out --precision");
+  if (o.dtypes && (o.sweep || o.timeline || o.explain || o.check || o.format == output_format::svg))
+    refuse(
+        "--dtypes compares one estimate per precision (table, markdown or json): leave out "
+        "--sweep, --timeline, --explain, --check and -f svg");
   if (cmd.get_name() == "min-gpus" && given("--dp"))
     refuse("min-gpus searches the data-parallel degree: leave out --dp");
 }

@@ -1557,7 +1557,8 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
   for (const char* base : {"train --pp 2", "min-gpus --fsdp full --pp 2", "plan --pp 2"})
     probes.push_back({base, "--pp-runtime torch"});
   probes.push_back({"train", "--pp-runtime torch"});
-  for (const char* o : {"--explain", "--params 7e9", "--check"}) probes.push_back({"train", o});
+  for (const char* o : {"--explain", "--params 7e9", "--check", "--dtypes"})
+    probes.push_back({"train", o});
   // DeepSpeed ZeRO-3's buffers (refused elsewhere), and a launcher's file.
   for (const char* o : {"--prefetch-bucket 1e8", "--sub-group 1e6"}) {
     probes.push_back({"train", o});
@@ -1599,6 +1600,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
     probes.push_back({"infer", o});
   for (const char* o : {"--max-num-batched-tokens 1024", "--max-num-seqs 4", "--non-torch 100"})
     probes.push_back({"infer --utilization 90", o});
+  probes.push_back({"infer", "--dtypes"});
   probes.push_back({"infer -m llama-3-70b", "--check"});
   for (const char* list : {"models", "gpus", "frameworks"}) {
     probes.push_back({list, "--format json"});

@@ -102,6 +102,31 @@ class Results(unittest.TestCase):
         self.assertEqual(vramfit.min_gpus.__name__, "min_gpus")
 
 
+class Dtypes(unittest.TestCase):
+    def test_a_row_per_format_is_that_formats_estimate(self):
+        r = vramfit.infer(model="llama-3-8b", batch=4, dtypes=["nf4", "bf16"])
+        self.assertIs(type(r), vramfit.Result)
+        self.assertEqual([row["weights_format"] for row in r.dtypes], ["nf4", "bf16"])
+        for row in r.dtypes:
+            one = vramfit.infer(model="llama-3-8b", batch=4, weights=row["weights_format"])
+            self.assertEqual((row["total"], row["fits"], row["max_batch"]),
+                             (one.peak, one.fits, one["max_batch"]))
+        # NF4 with double quantization, Llama-3-8B by hand (tests/cli/dtypes_test.cpp derives it).
+        self.assertEqual(r.dtypes[0]["weights"], 5_702_296_448)
+        self.assertEqual(dict(vramfit.infer(model="llama-3-8b", batch=4, dtypes="nf4,bf16")),
+                         dict(r))
+
+    def test_true_is_the_default_list_and_a_bad_name_is_refused(self):
+        rows = vramfit.train(model="gpt2", dtypes=True).dtypes
+        self.assertEqual([row["precision"] for row in rows],
+                         ["fp32", "amp-bf16", "bf16-fp32-master", "bf16"])
+        self.assertNotIn("dtypes", vramfit.infer(model="gpt2", dtypes=False))
+        with self.assertRaisesRegex(vramfit.Error, "unknown --dtypes weight format 'int3'"):
+            vramfit.infer(dtypes=["bf16", "int3"])
+        with self.assertRaisesRegex(vramfit.Error, "leave out --weights"):
+            vramfit.infer(dtypes=True, weights="nf4")
+
+
 class From(unittest.TestCase):
     """from_= is --from: a launcher's file, or vLLM's arguments, with the tool's answer."""
 

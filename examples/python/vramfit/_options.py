@@ -120,6 +120,9 @@ def argv(subcommand, options, function):
                                 f"not {value!r:.60}")
             if value:
                 words.append(f"--{option}")
+        elif kind == "list" and isinstance(value, bool):
+            if value:  # the option alone: --dtypes' default list (others refuse it by name)
+                words.append(f"--{option}")
         elif kind == "list":
             values = value if isinstance(value, (list, tuple)) else [value]
             for v in values:
