@@ -10,8 +10,11 @@ import tempfile
 
 from ._cli import Error
 from ._commands import _command
+from ._results import Result
 
-_run = _command("compare", "compare", "a Result")
+_run = _command("compare", "compare", Result,
+                "Result\n    The measured peaks beside the predicted ones, their phases and the "
+                "largest differences.")
 
 
 class _PlainUnpickler(pickle.Unpickler):
