@@ -6,11 +6,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vramfit/vramfit.hpp>
@@ -72,10 +72,13 @@ inline void add_vllm_aliases(CLI::App& cmd) {
            if (r.size() > 1) detail::raise(std::string(a.alias) + " is given twice");
            const std::string& word = r.front();
            double u = 0;
-           const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), u);
+           std::size_t used = 0;  // std::stod: libc++ 15 (the browser page's) has no double
+           try {                  // from_chars
+             u = std::stod(word, &used);
+           } catch (const std::logic_error&) {
+           }
            const std::optional<std::int64_t> percent = whole_percent(u);
-           if (ec != std::errc{} || end != word.data() + word.size() || !(u > 0 && u <= 1) ||
-               !percent)
+           if (used == 0 || used != word.size() || !(u > 0 && u <= 1) || !percent)
              detail::raise(std::string(a.alias) + " takes vLLM's fraction above 0 and at most 1 " +
                            "in whole percents (0.9 is --utilization 90), got '" +
                            shown_value(word) + "'");

@@ -32,6 +32,7 @@ import urllib.parse
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 CLI = os.environ["VRAMFIT_CLI"]
@@ -291,11 +292,32 @@ class Page(unittest.TestCase):
             run = subprocess.run([CLI, *cli_words(knobs)], capture_output=True, text=True)
             self.assertNotEqual(run.returncode, 0)
             self.assertEqual(self.text("#error"), run.stderr)
+            # The message replaces the figures in place: no verdict of the last valid values.
+            self.assertFalse(self.driver.find_element(By.ID, "verdict").is_displayed())
+            self.assertTrue(self.driver.find_element(By.ID, "error").is_displayed())
+            self.assertLess(self.driver.execute_script(
+                "return document.getElementById('error').getBoundingClientRect().top"),
+                self.driver.execute_script("return window.innerHeight"))
         # A GPU the list lacks goes to the tool, which names what it knows.
         self.show({"model": "gpt2", "gpu": "h1000"}, valid=False)
         self.assertIn("unknown --gpu 'h1000'", self.text("#error"))
         self.show({"mode": "plan"}, valid=False)
         self.assertEqual(self.text("#error"), "vramfit page: the page has no mode 'plan'")
+
+    def test_a_phone_width(self):
+        """At 360 px the page scrolls only down: nothing is wider than the window."""
+        self.driver.set_window_size(360, 800)
+        try:
+            for knobs in [{"model": "llama-3-8b", "gpu": "h100"},
+                          {"mode": "infer", "model": "gpt2", "gpu": "l4", "utilization": "90"}]:
+                self.show(knobs)
+                self.assertTrue(self.driver.find_element(By.ID, "verdict").is_displayed())
+                widths = self.driver.execute_script(
+                    "return [document.documentElement.scrollWidth, "
+                    "document.documentElement.clientWidth]")
+                self.assertLessEqual(widths[0], widths[1], knobs)
+        finally:
+            self.driver.set_window_size(1200, 1000)
 
     def test_works_offline_from_a_file(self):
         """Opened from the folder (file://), without a server, the page shows the same. (Named to
