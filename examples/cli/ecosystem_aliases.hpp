@@ -65,10 +65,10 @@ inline void set_from_alias(CLI::App& cmd, const option_alias& a, const std::stri
 
 /// --gpu-memory-utilization 0.9 (vLLM's fraction, CacheConfig gt=0, le=1) as --utilization 90.
 inline void add_vllm_aliases(CLI::App& cmd) {
-  const option_alias& a = converted_aliases[0];
+  static constexpr const option_alias& a = converted_aliases[0];  // no capture needed
   cmd.add_option(
          a.alias,
-         [&cmd, a](const CLI::results_t& r) {
+         [&cmd](const CLI::results_t& r) {
            if (r.size() > 1) detail::raise(std::string(a.alias) + " is given twice");
            const std::string& word = r.front();
            double u = 0;
@@ -95,9 +95,9 @@ inline void add_vllm_aliases(CLI::App& cmd) {
 /// as --from hf-trainer reads it (use_reentrant False by default since transformers 5, #43203);
 /// --gradient-checkpointing=false as --recompute none.
 inline void add_hf_trainer_aliases(CLI::App& cmd) {
-  const option_alias& a = converted_aliases[1];
+  static constexpr const option_alias& a = converted_aliases[1];  // no capture needed
   cmd.add_flag_function(a.alias,
-                        [&cmd, a](std::int64_t on) {
+                        [&cmd](std::int64_t on) {
                           set_from_alias(cmd, a, on > 0 ? "full" : "none");
                           CLI::Option* non_reentrant = cmd.get_option("--non-reentrant");
                           if (on > 0 && non_reentrant->count() == 0) {
