@@ -81,6 +81,10 @@ TEST_CASE("--from deepspeed: the other re-created examples") {
                                     "--reduce-bucket 50000000", "--optimizer adamw",
                                     "--optimizer-impl fused"});
   CHECK(lists(bf16, "no_effect", "torch_autocast"));
+  CHECK(without_from(base + ds + "dsexamples_bf16_master_weight_baseline.json") ==
+        without_from("train -m llama-3-8b --framework deepspeed --micro-batch 4 --grad-accum 1 "
+                     "--precision bf16-fp32-master-16bit-grads --zero 3 --reduce-bucket 5e7 "
+                     "--optimizer adamw --optimizer-impl fused"));
   // SuperOffload's baseline: train_batch_size without the micro-batch needs the world size.
   const nlohmann::json offload =
       json_of(base + ds + "dsexamples_superoffload_llama-8b_zerooffload.json");
@@ -89,11 +93,18 @@ TEST_CASE("--from deepspeed: the other re-created examples") {
                                        "--reduce-bucket 400000000", "--sub-group 400000000",
                                        "--offload optimizer", "--offload-to cpu"});
   CHECK(lists(offload, "not_modeled", "train_batch_size"));
+  CHECK(without_from(base + ds + "dsexamples_superoffload_llama-8b_zerooffload.json") ==
+        without_from("train -m llama-3-8b --framework deepspeed --grad-accum 1 --precision "
+                     "bf16-fp32-master-16bit-grads --zero 3 --reduce-bucket 4e8 --sub-group 4e8 "
+                     "--offload optimizer --offload-to cpu"));
   // AutoTP 4 under the Trainer: tensor parallelism from the file.
   CHECK(from_options(
             json_of(base + ds + "dsexamples_tensor_parallel_hf_integration_ds_config.json")) ==
         words{"--framework deepspeed", "--tp 4", "--zero 2", "--optimizer adamw",
               "--optimizer-impl fused"});
+  CHECK(without_from(base + ds + "dsexamples_tensor_parallel_hf_integration_ds_config.json") ==
+        without_from("train -m llama-3-8b --framework deepspeed --tp 4 --zero 2 --optimizer adamw "
+                     "--optimizer-impl fused"));
 }
 
 TEST_CASE("--from deepspeed: train_batch_size gives the data-parallel degree") {
