@@ -326,7 +326,7 @@ inline std::vector<std::string> config_words(const std::string& path, const std:
     if (v.is_string()) return v.get<std::string>();
     if (v.is_null()) return std::string("None");
     if (v.is_boolean()) return std::string(v.get<bool>() ? "True" : "False");
-    return v.dump();
+    return json_text(v);
   };
   std::vector<std::string> words;
   for (const auto& [key, value] : document.items()) {
@@ -338,7 +338,7 @@ inline std::vector<std::string> config_words(const std::string& path, const std:
       for (const auto& item : value) words.push_back(str(item));
     } else {
       words.push_back("--" + key);
-      words.push_back(value.is_object() ? value.dump() : str(value));
+      words.push_back(value.is_object() ? json_text(value) : str(value));
     }
   }
   return words;
@@ -485,7 +485,7 @@ inline nlohmann::json read_vllm_arguments(const std::vector<std::string>& given,
   }
   for (const auto& [option, value] : dotted) {
     plain.push_back(option);
-    plain.push_back(value.dump());
+    plain.push_back(json_text(value));
   }
   // argparse: each option and its value; the one positional word is the model (serve.py:
   // args.model = args.model_tag).

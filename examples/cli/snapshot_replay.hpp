@@ -20,6 +20,7 @@
 #include <vramfit/vramfit.hpp>
 
 #include "choices.hpp"
+#include "input_checks.hpp"
 #include "measured_step.hpp"
 
 namespace vramfit::cli {
@@ -145,7 +146,7 @@ inline std::string site_of(const nlohmann::json& frames) {
         f.contains("line") && f["line"].is_number_integer() ? f["line"].dump() : "?";
     const std::string name =
         f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "?";
-    return shown + ":" + line + ":" + name;
+    return printable(shown + ":" + line + ":" + name);  // the output stays valid UTF-8 and JSON
   }
   return "no Python frame (autograd engine or C++)";
 }

@@ -321,3 +321,22 @@ TEST_CASE("--from torchtitan: bad files are refused in one line naming the file 
                 "is not valid TOML");
   check_refusal(run("train --from torchtitan tt_missing.toml"), "'tt_missing.toml' does not exist");
 }
+
+TEST_CASE("--from torchtitan: what toml++ 3.3 trips on is refused in one line (fuzz_launcher)") {
+  // A table header that opens on '#', and a byte past ASCII in a bare key: TOML 1.0 allows the
+  // latter in strings and comments only, which stay readable.
+  const std::pair<const char*, const char*> bad[] = {
+      {"[# a comment as a table]\n", "expected bare key starting character"},
+      {"[job]\nk\xEF\xB3\xBFy = 1\n",
+       "line 2: a character past ASCII outside a string or comment"}};
+  for (const auto& [text, part] : bad) {
+    std::ofstream("tt_fuzzed.toml", std::ios::binary) << text;
+    check_refusal(run("train --from torchtitan tt_fuzzed.toml"), part);
+  }
+  std::ofstream("tt_unicode.toml", std::ios::binary)
+      << "# caf\xC3\xA9\n[job]\ndescription = \"caf\xC3\xA9 \\\" '''\" # \xC3\xA9\n"
+         "[training]\nseq_len = 2048\n";
+  const result fine = run("train --from torchtitan tt_unicode.toml --dp 8 -f json");
+  CHECK(fine.status == 0);
+  CHECK(fine.err.empty());
+}
