@@ -4,6 +4,7 @@
 // limits, the same refusals.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -69,10 +70,9 @@ constexpr bool power_of_two(std::int64_t n) {
   return n > 0 && (n & (n - 1)) == 0;
 }
 
+/// floor(log2(n)) for n >= 1, 0 below.
 constexpr int log2_of(std::int64_t n) {
-  int log = 0;
-  while (n > 1) n >>= 1, ++log;
-  return log;
+  return n > 1 ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(n))) - 1 : 0;
 }
 
 /// "0.8" → 800000: a fraction strictly between 0 and 1 with at most six decimals, or -1.

@@ -111,8 +111,8 @@ struct segment {
 /// A cached block's place in the free list, as BlockComparatorSize orders blocks: by stream
 /// and pool, size, address.
 struct free_entry {
-  std::int64_t pool = 0, size = 0, address = 0, offset = 0;
-  int block = -1;
+  int pool = 0, block = -1;
+  std::int64_t size = 0, address = 0, offset = 0;
   [[nodiscard]] constexpr bool operator<(const free_entry& k) const {
     if (pool != k.pool) return pool < k.pool;
     if (size != k.size) return size < k.size;
@@ -120,8 +120,8 @@ struct free_entry {
     return offset < k.offset;
   }
 };
-constexpr std::int64_t pool_key(int stream, bool small) {
-  return std::int64_t{stream} * 2 + (small ? 1 : 0);
+constexpr int pool_key(int stream, bool small) {
+  return stream * 2 + (small ? 1 : 0);
 }
 
 }  // namespace caching
@@ -302,7 +302,8 @@ class caching_allocator {
         if (in_pool(x, pool.stream, pool.small) && x.size > most) most = x.size;
         if (i == free_.begin()) break;
       }
-      end = lower_bound({caching::pool_key(pool.stream, pool.small), 0, lowest_address});
+      end = lower_bound(
+          {.pool = caching::pool_key(pool.stream, pool.small), .address = lowest_address});
     }
     return bytes{most};
   }
@@ -354,7 +355,7 @@ class caching_allocator {
   [[nodiscard]] constexpr caching::free_entry key(int b) const {
     const caching::block& x = at(b);
     const caching::segment& s = segment_of(x);
-    return {caching::pool_key(s.stream, s.small), fit_size(x), s.address, x.offset, b};
+    return {caching::pool_key(s.stream, s.small), b, fit_size(x), s.address, x.offset};
   }
   /// The first cached block not ordered before `k`.
   [[nodiscard]] constexpr position lower_bound(const caching::free_entry& k) const {
@@ -371,7 +372,8 @@ class caching_allocator {
   /// by size, then address), unless max_split_size rules it out.
   constexpr int free_block(std::int64_t size, int stream, bool small) {
     if (!small && collects_garbage()) ++large_searches_;  // get_free_blocks_call_count
-    const position slot = lower_bound({caching::pool_key(stream, small), size, lowest_address});
+    const position slot = lower_bound(
+        {.pool = caching::pool_key(stream, small), .size = size, .address = lowest_address});
     if (slot == free_.end() || !in_pool(at(free_[slot].block), stream, small)) return -1;
     const int best = free_[slot].block;
     const std::int64_t found = at(best).size;

@@ -52,13 +52,13 @@ constexpr std::vector<bytes> sizes_of(const std::vector<layer_piece>& pieces,
   return sizes;
 }
 
-/// `n` tensors sharing `total` bytes (the last takes the remainder).
-constexpr std::vector<bytes> split_even(bytes total, std::int64_t n) {
+/// Calls `take` with each of `n` tensors sharing `total` bytes (the last takes the remainder).
+template <class Take>
+constexpr void split_even(bytes total, std::int64_t n, Take&& take) {
   if (n < 1) n = 1;
   const bytes each{total.count / n};
-  std::vector<bytes> sizes(static_cast<std::size_t>(n), each);
-  sizes.back() += total - each * n;
-  return sizes;
+  for (std::int64_t i = 1; i < n; ++i) take(each);
+  take(total - each * (n - 1));
 }
 
 /// One replay of training steps of a stage.
@@ -237,7 +237,7 @@ class step_replay {
   constexpr void hold_all(int entry, bytes total, std::int64_t tensors,
                           alloc_stream stream = alloc_stream::main) {
     if (parameter_tensors_ == 0 || tensors < parameter_tensors_ || tensors % parameter_tensors_) {
-      for (bytes size : split_even(total, tensors)) hold(entry, -1, size, stream);
+      split_even(total, tensors, [&](bytes size) { hold(entry, -1, size, stream); });
       return;
     }
     std::int64_t before = 0;  // elements of the tensors before: the shares add up to `total`
@@ -245,8 +245,8 @@ class step_replay {
       const bytes share{mul_div(total.count, before + p.elements, parameter_elements_) -
                         mul_div(total.count, before, parameter_elements_)};
       before += p.elements;
-      for (bytes size : split_even(share, tensors / parameter_tensors_))
-        hold(entry, p.layer, size, stream);
+      split_even(share, tensors / parameter_tensors_,
+                 [&](bytes size) { hold(entry, p.layer, size, stream); });
     }
   }
 

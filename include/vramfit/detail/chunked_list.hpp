@@ -80,7 +80,7 @@ class chunked_list {
   }
 
  private:
-  static constexpr std::size_t chunk_size = 32;  ///< a chunk splits when it reaches twice this
+  static constexpr std::size_t chunk_size = 16;  ///< a chunk splits when it reaches twice this
   std::vector<std::vector<T>> chunks_;
 };
 
