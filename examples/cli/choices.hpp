@@ -321,6 +321,13 @@ inline constexpr named<attention_kind> attentions[] = {
     {"sdpa", attention_kind::sdpa,
      "Hugging Face's SDPA with K and V repeated per query head: torch < 2.5 or a padding mask"}};
 
+inline constexpr named<model_code> model_codes[] = {
+    {"hf", model_code::hf, "Hugging Face transformers' modeling files"},
+    {"torchtitan", model_code::torchtitan,
+     "torchtitan's Llama 3 (models/common) on torch 2.9 or later: fused RMSNorm, grouped K and V"},
+    {"torchtitan-2024", model_code::torchtitan_2024,
+     "torchtitan's Llama 3 of December 2024: K and V repeated per query head before SDPA"}};
+
 inline constexpr named<recompute_kind> recomputes[] = {
     {"none", recompute_kind::none},
     {"selective", recompute_kind::selective, "the attention core"},

@@ -36,6 +36,9 @@ inline constexpr framework_default torchtitan[] = {
      "fp32 parameters; FSDP2 MixedPrecisionPolicy(bfloat16, float32): config/job_config.py "
      "Training.mixed_precision_param/_reduce"},
     {"--fsdp-version", "2", "fully_shard per block: models/llama3/infra/parallelize.py apply_fsdp"},
+    {"--model-code", "torchtitan",
+     "its own model code: models/llama3/model.py on models/common (attention.py, rope.py, "
+     "nn_modules.py)"},
     {"--recompute", "op-sac",
      "models/llama3/train_configs/llama3_8b.toml: activation_checkpoint mode selective, "
      "selective_ac_option op"},

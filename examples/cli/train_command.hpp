@@ -53,6 +53,11 @@ inline std::string describe(const train_options& o, const training_plan_value& p
     << name_of(recomputes, o.recompute);
   if (o.recompute_every > 0) s << " (every " << o.recompute_every << " layers)";
   if (o.recompute_layers >= 0) s << " (first " << o.recompute_layers << " layers of a stage)";
+  if (p.batch.code != model_code::hf)
+    s << " | " << name_of(model_codes, p.batch.code) << " model code";
+  else if (o.model_code != model_code::hf)
+    s << " | Hugging Face's model code (" << name_of(model_codes, o.model_code)
+      << "'s is modelled for Llama 3 only)";
   return s.str();
 }
 

@@ -32,6 +32,8 @@ struct train_options {
   std::int64_t seq_len = 0;  ///< 0: the model's default_sequence()
   std::int64_t grad_accum = 1;
   attention_kind attention = attention_kind::flash;
+  vramfit::model_code model_code = model_code::hf;
+  bool model_code_given = false;  ///< by the user, not by --framework
   std::optional<double> dropout;
   recompute_kind recompute = recompute_kind::none;
   std::int64_t recompute_layers = -1;
@@ -131,6 +133,10 @@ inline void add_batch_options(CLI::App& cmd, train_options& o) {
       ->check(positive)
       ->capture_default_str();
   add_choice(cmd, "--attention", o.attention, attentions, "attention", choice_list(attentions))
+      ->capture_default_str();
+  add_choice(
+      cmd, "--model-code", o.model_code, model_codes, "model code",
+      "Whose module code runs the model, for what its operators save: " + choice_list(model_codes))
       ->capture_default_str();
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
@@ -336,6 +342,7 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
 /// what would be ignored (the one call every training subcommand makes with its parser).
 inline void apply_framework(CLI::App& cmd, train_options& o) {
   reject_inapplicable(cmd, o);
+  o.model_code_given = cmd.get_option("--model-code")->count() > 0;
   if (o.framework.empty()) return;
   const cli::framework& f = framework_named(o.framework, cmd.get_name());
   const bool lora = o.lora_rank > 0 || o.qlora;

@@ -276,6 +276,19 @@ inline layout layout_of(const train_options& o, const model& m) {
   return l;
 }
 
+/// The model code: the user's, or --framework's where it is modelled for `m` (torchtitan's for
+/// Llama 3 only), else Hugging Face's (describe() says so).
+inline model_code model_code_for(const train_options& o, const model& m) {
+  const bool lora = o.lora_rank > 0 || o.qlora;
+  const char* off =
+      detail::unlike_torchtitan_llama(m, lora ? finetune_kind::lora : finetune_kind::full);
+  if (!off || o.model_code == model_code::hf) return o.model_code;
+  if (o.model_code_given)
+    detail::raise("--model-code " + std::string(name_of(model_codes, o.model_code)) +
+                  " is modelled for torchtitan's Llama 3 only: " + m.name + " " + off);
+  return model_code::hf;
+}
+
 /// The batch shape, attention, dropout, recompute, loss and schedule, checked against `l`.
 inline activation_options activation_options_of(const train_options& o, const model& m,
                                                 const layout& l) {
@@ -305,7 +318,8 @@ inline activation_options activation_options_of(const train_options& o, const mo
                        .loss = o.loss,
                        .schedule = o.schedule,
                        .virtual_stages = o.virtual_stages,
-                       .runtime = o.pp_runtime};
+                       .runtime = o.pp_runtime,
+                       .code = model_code_for(o, m)};
   detail::check(a, l);
   return a;
 }

@@ -65,6 +65,20 @@ enum class pipeline_runtime : unsigned char {
   torch_2_8,
 };
 
+/// Whose module code runs the model, for what each block's operators save
+/// (docs/sources.md#model-code).
+enum class model_code : unsigned char {
+  hf,  ///< Hugging Face transformers' modeling_<family>.py
+  /// torchtitan's own Llama 3 from 2026 (models/common at b5bcd76), on torch 2.9 or later:
+  /// nn.RMSNorm runs the fused kernel, which keeps its input and the rstd, K and V keep their
+  /// grouped heads (enable_gqa), and RoPE gathers its table rows per layer by position.
+  torchtitan,
+  /// torchtitan's Llama 3 of its December 2024 benchmarks (models/llama/model.py at 9dec370):
+  /// K and V repeated to every query head before SDPA (repeat_kv), its own RMSNorm, which saves
+  /// what Hugging Face's does.
+  torchtitan_2024,
+};
+
 /// The batch shape and the choices that decide what autograd keeps.
 struct activation_options {
   std::int64_t micro_batch = 1;
@@ -94,6 +108,7 @@ struct activation_options {
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;  ///< interleaved schedule: model chunks per rank
   pipeline_runtime runtime = pipeline_runtime::megatron;
+  model_code code = model_code::hf;
 };
 
 /// The half of a layer a saved tensor belongs to: its backward runs MLP first, then attention.
@@ -163,7 +178,37 @@ namespace rules {
   raise("sequence parallelism splits the sequence (" + str(s) + ") over the tensor degree " +
         str(tp) + ": it must divide it");
 }
+/// torchtitan's code is modelled for its dense Llama 3 model only.
+[[noreturn]] inline void torchtitan_model_code_runs_dense_llama(const model& m, const char* off) {
+  raise(std::string("torchtitan's model code is modelled for its Llama 3 only (a dense decoder "
+                    "with RMSNorm, SwiGLU, rotary positions and full attention, trained in "
+                    "full): ") +
+        m.name + " " + off);
+}
 }  // namespace rules
+
+/// What keeps `m` trained as `kind` from being torchtitan's Llama 3 (models/llama3 on
+/// models/common), or nullptr.
+constexpr const char* unlike_torchtitan_llama(const model& m, finetune_kind kind) {
+  if (m.family != family::llama || m.is_encoder()) return "is not a Llama-family decoder";
+  if (m.is_moe() || m.is_mla()) return "has experts or MLA";
+  if (m.norm != norm_kind::rmsnorm || m.norm_plus_one || m.norms_per_layer != 2)
+    return "has other norms";
+  if (m.mlp != mlp_kind::swiglu) return "has another MLP";
+  if (m.positions != position_kind::rotary) return "has other positions";
+  if (m.sliding_window > 0) return "has a sliding window";
+  if (m.qk_norm || m.attention_sinks || m.attention_softcap || m.logit_softcap)
+    return "has QK norms, attention sinks or soft-capping";
+  if (m.bias != bias_kind::none) return "has biases";
+  if (kind != finetune_kind::full) return "is fine-tuned in part or with LoRA";
+  return nullptr;
+}
+
+constexpr void check_model_code(const model& m, const activation_options& o, const finetuning& f) {
+  if (o.code == model_code::hf) return;
+  if (const char* off = unlike_torchtitan_llama(m, f.kind))
+    rules::torchtitan_model_code_runs_dense_llama(m, off);
+}
 
 constexpr void check(const activation_options& o, const layout& l) {
   if (o.micro_batch <= 0) rules::batch_shape_must_be_positive("micro-batch", o.micro_batch);
@@ -228,6 +273,10 @@ constexpr attention_kind attention_kernel(const model& m, const precision& p,
                                           const activation_options& o) {
   if (o.attention != attention_kind::flash) return o.attention;
   const bool grouped = !m.is_mla() && !detail::fused_qkv(m) && m.kv_heads < m.heads;
+  // torchtitan's 2024 model repeated K and V before SDPA (model.py repeat_kv at 9dec370); it
+  // passes no mask (is_causal).
+  if (o.code == model_code::torchtitan_2024)
+    return grouped ? attention_kind::sdpa : attention_kind::flash;
   if (sdpa_gets_mask(m, o)) return grouped ? attention_kind::sdpa : attention_kind::flash;
   const bool wide = p.compute.payload_bits > 16;
   return grouped && wide ? attention_kind::eager : attention_kind::flash;
@@ -299,6 +348,7 @@ class block_builder {
   constexpr block_builder(const model& m, const precision& p, const activation_options& o,
                           const layout& l, const finetuning& f = full_finetune::value)
       : m_(m), o_(o), l_(l), f_(f) {
+    check_model_code(m, o, f);
     // A LoRA base is frozen: a linear keeps its input only for an adapter (linears_of() names
     // the readers). MLA's low-rank paths are not mapped yet.
     frozen_base_ = f.kind == finetune_kind::lora && !m.is_mla();
@@ -388,9 +438,23 @@ class block_builder {
             "torch nn.LayerNorm, derivatives.yaml native_layer_norm: "
             "native_layer_norm_backward(..., result1, result2, ...)",
             checked_mul(2, rows), 32);
+    } else if (o_.code == model_code::torchtitan) {
+      // nn.RMSNorm: on torch 2.9 or later, with its weight in the input's format, F.rms_norm
+      // runs _fused_rms_norm (pytorch#153666), which saves its input as it is and an fp32 rstd.
+      add(name,
+          "torchtitan models/common/nn_modules.py RMSNorm(nn.RMSNorm); derivatives.yaml "
+          "_fused_rms_norm: _fused_rms_norm_backward(grad, input, ...)",
+          replicated(width), rho_);
+      if (o_.norm_statistics)
+        add("norm rstd (fp32)",
+            "derivatives.yaml _fused_rms_norm: _fused_rms_norm_backward(..., result1, weight, "
+            "...)",
+            rows, 32);
     } else {
-      // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
-      // normalized x in the residual format (saved by the weight multiply).
+      // Hugging Face RMSNorm (and torchtitan's 2024 RMSNorm, models/norms.py RMSNorm.forward:
+      // self._norm(x.float()).type_as(x) * self.weight): x.to(fp32) (saved by pow and mul),
+      // rsqrt (fp32 per row), and the normalized x in the residual format (saved by the weight
+      // multiply).
       const bool gemma = m_.norm_plus_one;
       add(name,
           gemma ? "modeling_gemma2.py Gemma2RMSNorm.forward: self._norm(x.float())"
@@ -689,12 +753,22 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
     b.head_norm("k_norm input (fp32)", kv, d);
   }
   const bool rotary = m.positions == position_kind::rotary;
+  const bool titan = o.code != model_code::hf;
   // (The math kernel saves Q scaled instead, of the same size.)
   b.add("query (after rotary)",
-        rotary ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) * "
-                 "sin)"
-               : "the query projection's output, read by the attention",
+        titan ? "torchtitan apply_rotary_emb: view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq) "
+                "(models/llama/model.py at 9dec370; models/common/rope.py ComplexRoPE)"
+        : rotary ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) "
+                   "* sin)"
+                 : "the query projection's output, read by the attention",
         b.split(heads * d), beta);
+  if (o.code == model_code::torchtitan)
+    // Its table's rows for the tokens' positions, a new complex64 tensor per layer, which both
+    // multiplies save (torchtitan always passes the packed documents' positions).
+    b.add("rotary table rows (complex64)",
+          "torchtitan models/common/rope.py _reshape_for_broadcast: rope_cache[positions], saved "
+          "by xq_ * rope_cache and xk_ * rope_cache",
+          b.split(d / 2), 64);
   // Eager attention and SDPA without native GQA repeat the KV heads into new tensors (HF
   // repeat_kv; the math kernel's repeat_interleave), flash keeps them. With one KV head and one
   // sequence both repeat and matmul stay views (docs/sources.md#hf-attention): K, V kept as is.
@@ -704,8 +778,12 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
   const bool copies = kv_saved != kv;
   b.add("key (after rotary)",
-        copies   ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
-                   "module.num_key_value_groups)"
+        copies && titan ? "torchtitan models/llama/model.py Attention.forward: keys = "
+                          "repeat_kv(xk, self.n_rep) (at 9dec370)"
+        : titan         ? "torchtitan models/common/rope.py ComplexRoPE.apply_rotary_emb: "
+                          "xk_out.type_as(key)"
+        : copies        ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
+                          "module.num_key_value_groups)"
         : rotary ? "modeling_llama.py apply_rotary_pos_emb: k_embed = (k * cos) + (rotate_half(k) "
                    "* sin)"
                  : "the key projection's output, read by the attention",
@@ -720,10 +798,14 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   else
     // Eager's value matmul reads V last: its backward frees it before the softmax's.
     b.add("value",
-          copies ? "modeling_llama.py eager_attention_forward: value_states = repeat_kv(value, "
-                   "module.num_key_value_groups)"
-                 : "modeling_llama.py LlamaAttention.forward: "
-                   "self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)",
+          copies && titan ? "torchtitan models/llama/model.py Attention.forward: values = "
+                            "repeat_kv(xv, self.n_rep) (at 9dec370)"
+          : titan         ? "torchtitan models/common/attention.py FusedQKVLinear.forward: xv ... "
+                            ".contiguous()"
+          : copies ? "modeling_llama.py eager_attention_forward: value_states = repeat_kv(value, "
+                     "module.num_key_value_groups)"
+                   : "modeling_llama.py LlamaAttention.forward: "
+                     "self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)",
           b.split(kv_saved * d), beta,
           {.freed =
                b.attention() == attention_kind::eager ? freed_at::core_start : freed_at::half_end});

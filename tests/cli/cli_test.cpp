@@ -1124,7 +1124,7 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 --pp 2 -f json")) ==
         total(run("train --fsdp full --dp 4 --pp 2 --precision amp-bf16 --fsdp-version 2 "
                   "--recompute op-sac --optimizer-impl fused --reshard-after-forward false "
-                  "--pp-runtime torch -f json")));
+                  "--pp-runtime torch --model-code torchtitan -f json")));
   // plan searches FSDP with resharding: the PP default is train's only.
   CHECK(run("plan --framework torchtitan --pp 2 --fsdp full --gpus 8 --top 1").status == 0);
   // plan searches the sharding the framework runs: torchtitan's FSDP2, not DeepSpeed's ZeRO.
@@ -1134,7 +1134,7 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   CHECK(run("plan --gpus 64 --top 10").out.find("zero-") != std::string::npos);
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 -f json")) ==
         total(run("train --fsdp full --dp 4 --precision amp-bf16 --fsdp-version 2 "
-                  "--recompute op-sac --optimizer-impl fused -f json")));
+                  "--recompute op-sac --optimizer-impl fused --model-code torchtitan -f json")));
   CHECK(nlohmann::json::parse(run("infer --framework vllm -f json").out) ==
         nlohmann::json::parse(run("infer --utilization 92 --block 16 -f json").out));
   // The listing: every framework with its defaults, each with a source.
@@ -1503,6 +1503,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--seq-len 1024",
                                           "--grad-accum 2",
                                           "--attention eager",
+                                          "--model-code torchtitan-2024",
                                           "--dropout 0.1",
                                           "--recompute full",
                                           "--recompute-layers 2",
@@ -1840,4 +1841,31 @@ TEST_CASE("issue 38: a config's activation by name, and a capacity's trailing ze
   const result zeros = run("train --model gpt2 --gpu 80.0000000000000000GiB -f json");
   CHECK(zeros.status == 0);
   CHECK(nlohmann::json::parse(zeros.out).at("device").at("capacity") == 85'899'345'920);
+}
+
+TEST_CASE(
+    "--model-code: torchtitan's Llama 3 saves other tensors; --framework torchtitan sets it") {
+  // Per layer at 1 x 2,048 tokens in bf16 (activations_test.cpp derives the bytes per token):
+  // Hugging Face 200,840, torchtitan 168,584, torchtitan of 2024 213,128.
+  auto per_layer = [](const std::string& code) {
+    return json_of("train -m llama-3-8b --precision bf16 --model-code " +
+                   code)["memory"]["activations_per_layer"]
+        .get<std::int64_t>();
+  };
+  CHECK(per_layer("hf") == 200'840LL * 2048);
+  CHECK(per_layer("torchtitan") == 168'584LL * 2048);
+  CHECK(per_layer("torchtitan-2024") == 213'128LL * 2048);
+  CHECK(run("train -m llama-3-8b --framework torchtitan --dp 8 --fsdp full")
+            .out.find("| torchtitan model code") != std::string::npos);
+  // A model torchtitan's code is not modelled for: the framework's default gives way, and says so;
+  // the user's own choice is refused naming the option.
+  CHECK(run("train -m qwen3-8b --framework torchtitan --dp 8 --fsdp full")
+            .out.find("Hugging Face's model code (torchtitan's is modelled for Llama 3 only)") !=
+        std::string::npos);
+  check_refusal(run("train -m qwen3-8b --model-code torchtitan"),
+                "--model-code torchtitan is modelled for torchtitan's Llama 3 only: Qwen3-8B has "
+                "QK norms");
+  check_refusal(run("train -m llama-3-8b --model-code torchtitan --lora-rank 8"),
+                "Llama-3-8B is fine-tuned in part or with LoRA");
+  check_refusal(run("train --model-code megatron"), "--model-code");
 }

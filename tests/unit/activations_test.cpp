@@ -895,3 +895,45 @@ TEST_CASE("every saved tensor names the source line that makes it") {
              "self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))";
   CHECK(down);
 }
+
+TEST_CASE("torchtitan's Llama 3 model code: what a block saves, derived by hand per token") {
+  // Llama-3-8B's block in bf16, one rank, bytes per token; h hidden, q and k query and KV heads,
+  // d head dim, f FFN width. Hugging Face (SDPA with enable_gqa): each RMSNorm keeps its fp32
+  // input, fp32 rstd and bf16 normalized input (6h + 4) and its output for the linears (2h);
+  // Q, K, V and the attention output 2(2q + 2k)d, the fp32 log-sum-exp 4q; SwiGLU's four
+  // [f]-wide tensors 8f. torchtitan on torch >= 2.9: nn.RMSNorm's fused kernel keeps its bf16
+  // input and the rstd (2h + 4), and RoPE's gathered complex64 table rows add 4d.
+  // torchtitan's 2024 model: HF's norms, and K and V repeated to q heads before SDPA.
+  const std::int64_t h = 4096, q = 32, k = 8, d = 128, f = 14336, s = 2048;
+  const std::int64_t hf = 2 * (6 * h + 4 + 2 * h) + 2 * (2 * q + 2 * k) * d + 4 * q + 8 * f;
+  const std::int64_t titan =
+      2 * (2 * h + 4 + 2 * h) + 2 * (2 * q + 2 * k) * d + 4 * q + 4 * d + 8 * f;
+  const std::int64_t titan_2024 = 2 * (6 * h + 4 + 2 * h) + 2 * (4 * q) * d + 4 * q + 8 * f;
+  CHECK(hf == 200'840);  // the figures the per-token sums give, written out
+  CHECK(titan == 168'584);
+  CHECK(titan_2024 == 213'128);
+  const model& m = models::llama_3_8b::value;
+  auto per_token = [&](model_code code) {
+    activation_options o{.micro_batch = 1, .sequence = s};
+    o.code = code;
+    bytes sum{};
+    for (const saved_tensor& t : layer_saved_tensors(m, pure<bf16>::value, o, layout{})) {
+      INFO(t.name << " <- " << t.source);
+      CHECK(std::string(t.source).find(':') != std::string::npos);
+      sum += t.size;
+    }
+    return sum;
+  };
+  CHECK(per_token(model_code::hf) == bytes{hf * s});
+  CHECK(per_token(model_code::torchtitan) == bytes{titan * s});
+  CHECK(per_token(model_code::torchtitan_2024) == bytes{titan_2024 * s});
+
+  // Modelled for torchtitan's dense Llama 3, trained in full; the refusal names the model.
+  const activation_options titan_code{.code = model_code::torchtitan};
+  CHECK_THROWS_WITH(
+      layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, titan_code, layout{}),
+      doctest::Contains("Qwen3-8B has QK norms"));
+  CHECK_THROWS_WITH(
+      layer_saved_tensors(m, pure<bf16>::value, titan_code, layout{}, false, lora<16>::value),
+      doctest::Contains("Llama-3-8B is fine-tuned in part or with LoRA"));
+}

@@ -331,7 +331,8 @@ std::vector<measured_case> cases() {
   // 96 GB, reserved_bytes.all.peak in GiB, the largest over the GPUs. At 9dec370 torchtitan runs
   // FSDP2 with MixedPrecisionPolicy(bf16, fp32) over fp32 parameters, torch.optim.AdamW's foreach
   // implementation (optimizer.fused off) and, under PP, torch 2.6's pipelining (PP keeps the
-  // units gathered: reshard_after_forward=False).
+  // units gathered: reshard_after_forward=False), with its model code of then (K and V repeated
+  // before SDPA).
   {
     const runtime_overheads titan_reserved{
         .cuda_context = 0, .nccl_buffers = 0, .reserve = reserve_model::simulated};
@@ -340,13 +341,15 @@ std::vector<measured_case> cases() {
     const activation_options op_sac{.micro_batch = 2,
                                     .sequence = 8192,
                                     .recompute = recompute_kind::op_sac,
-                                    .reentrant_checkpoint = false};
+                                    .reentrant_checkpoint = false,
+                                    .code = model_code::torchtitan_2024};
     activation_options pipelined{.micro_batch = 4,
                                  .sequence = 8192,
                                  .micro_batches = 8,
                                  .recompute = recompute_kind::full,
                                  .reentrant_checkpoint = false,
-                                 .runtime = pipeline_runtime::torch_2_6};
+                                 .runtime = pipeline_runtime::torch_2_6,
+                                 .code = model_code::torchtitan_2024};
     activation_options interleaved = pipelined;
     interleaved.schedule = pipeline_schedule::interleaved;
     interleaved.virtual_stages = 2;
