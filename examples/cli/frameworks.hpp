@@ -12,7 +12,15 @@ namespace vramfit::cli {
 /// Which of a framework's recipes a default belongs to: its LoRA recipes may differ (torchtune),
 /// and so may its FSDP under pipeline parallelism (torchtitan); `plan` searches only the sharding
 /// the framework runs.
-enum class recipe : unsigned char { any, full_finetune, lora, fsdp_with_pipeline, pipeline, plan };
+enum class recipe : unsigned char {
+  any,
+  full_finetune,
+  lora,
+  fsdp_with_pipeline,
+  pipeline,
+  plan,
+  data_parallel,  ///< train with data or context parallelism, and min-gpus, without --zero
+};
 
 /// One option a framework sets, as the command line spells it ("--recompute", "op-sac"; a flag's
 /// value is "true").
@@ -35,6 +43,10 @@ inline constexpr framework_default torchtitan[] = {
     {"--precision", "amp-bf16",
      "fp32 parameters; FSDP2 MixedPrecisionPolicy(bfloat16, float32): config/job_config.py "
      "Training.mixed_precision_param/_reduce"},
+    {"--fsdp", "full",
+     "distributed/parallel_dims.py: data_parallel_shard_degree -1 shards over every data-parallel "
+     "rank (fsdp_enabled: dp_shard > 1 or cp > 1)",
+     recipe::data_parallel},
     {"--fsdp-version", "2", "fully_shard per block: models/llama3/infra/parallelize.py apply_fsdp"},
     {"--model-code", "torchtitan",
      "its own model code: models/llama3/model.py on models/common (attention.py, rope.py, "

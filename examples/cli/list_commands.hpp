@@ -59,8 +59,13 @@ inline int run_frameworks(std::ostream& out, output_format format, const size_st
   sizes_not_written(size, "frameworks", "lists option defaults, not sizes");
   nlohmann::json rows = nlohmann::json::array();
   report::table t({"framework", "command", "option", "value", "recipe", "source"});
-  constexpr const char* recipes[] = {
-      "", "full fine-tuning", "LoRA", "FSDP with --pp", "with --pp", "plan"};
+  constexpr const char* recipes[] = {"",
+                                     "full fine-tuning",
+                                     "LoRA",
+                                     "FSDP with --pp",
+                                     "with --pp",
+                                     "plan",
+                                     "with --dp or --cp, and min-gpus; not with --zero"};
   for (const cli::framework& f : cli::frameworks) {
     nlohmann::json defaults = nlohmann::json::array();
     for (const cli::framework_default& d : f.defaults) {

@@ -1135,6 +1135,11 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 -f json")) ==
         total(run("train --fsdp full --dp 4 --precision amp-bf16 --fsdp-version 2 "
                   "--recompute op-sac --optimizer-impl fused --model-code torchtitan -f json")));
+  // torchtitan shards every data-parallel rank (data_parallel_shard_degree -1): --dp is FSDP.
+  CHECK(total(run("train --framework torchtitan --dp 4 -f json")) ==
+        total(run("train --framework torchtitan --dp 4 --fsdp full -f json")));
+  CHECK(total(run("train --framework torchtitan --dp 4 -f json")) !=
+        total(run("train --framework torchtitan --dp 4 --fsdp none -f json")));
   CHECK(nlohmann::json::parse(run("infer --framework vllm -f json").out) ==
         nlohmann::json::parse(run("infer --utilization 92 --block 16 -f json").out));
   // The listing: every framework with its defaults, each with a source.
