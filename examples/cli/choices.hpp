@@ -326,7 +326,13 @@ inline constexpr named<model_code> model_codes[] = {
     {"torchtitan", model_code::torchtitan,
      "torchtitan's Llama 3 (models/common) on torch 2.9 or later: fused RMSNorm, grouped K and V"},
     {"torchtitan-2024", model_code::torchtitan_2024,
-     "torchtitan's Llama 3 of December 2024: K and V repeated per query head before SDPA"}};
+     "torchtitan's Llama 3 of December 2024: K and V repeated per query head before SDPA"},
+    {"torchtune", model_code::torchtune, "torchtune's modules: K and V expanded before SDPA"},
+    {"litgpt", model_code::litgpt,
+     "litgpt's model.py: K and V repeated before SDPA, RMSNorm's product in fp32"},
+    {"megatron-te", model_code::megatron_te,
+     "Megatron-Core's Transformer Engine layers: fused norm and linear, RoPE, SwiGLU, cuDNN "
+     "attention"}};
 
 inline constexpr named<recompute_kind> recomputes[] = {
     {"none", recompute_kind::none},

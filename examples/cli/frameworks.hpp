@@ -85,6 +85,9 @@ inline constexpr framework_default torchtune[] = {
      "training/_activation_checkpointing.py: checkpoint_wrapper with NO_REENTRANT"},
     {"--loss", "linear-chunked",
      "8B_full_single_device.yaml: loss LinearCrossEntropyLoss (num_output_chunks 8)"},
+    {"--model-code", "torchtune",
+     "models/llama3_1/_component_builders.py: torchtune's own modules (modules/attention.py, "
+     "rms_norm.py, position_embeddings.py)"},
 };
 inline constexpr framework_default deepspeed[] = {
     {"--precision", "bf16-fp32-master-16bit-grads",
@@ -98,6 +101,9 @@ inline constexpr framework_default megatron[] = {
      "training/arguments.py --bf16: bf16 parameters, fp32 main parameters and gradients"},
     {"--zero-impl", "megatron",
      "core/optimizer/distrib_optimizer.py (--use-distributed-optimizer with --zero 1)"},
+    {"--model-code", "megatron-te",
+     "core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec: the default "
+     "transformer_impl transformer_engine"},
     {"--sharding", "megatron", "core/optimizer/distrib_optimizer.py: the distributed optimizer",
      recipe::plan},
 };

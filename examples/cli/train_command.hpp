@@ -57,7 +57,7 @@ inline std::string describe(const train_options& o, const training_plan_value& p
     s << " | " << name_of(model_codes, p.batch.code) << " model code";
   else if (o.model_code != model_code::hf)
     s << " | Hugging Face's model code (" << name_of(model_codes, o.model_code)
-      << "'s is modelled for Llama 3 only)";
+      << "'s is modelled for a dense Llama 3 only)";
   return s.str();
 }
 

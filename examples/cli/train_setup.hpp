@@ -276,16 +276,15 @@ inline layout layout_of(const train_options& o, const model& m) {
   return l;
 }
 
-/// The model code: the user's, or --framework's where it is modelled for `m` (torchtitan's for
-/// Llama 3 only), else Hugging Face's (describe() says so).
+/// The model code: the user's, or --framework's where it is modelled for `m` (a dense Llama 3
+/// trained in full), else Hugging Face's (describe() says so).
 inline model_code model_code_for(const train_options& o, const model& m) {
   const bool lora = o.lora_rank > 0 || o.qlora;
-  const char* off =
-      detail::unlike_torchtitan_llama(m, lora ? finetune_kind::lora : finetune_kind::full);
+  const char* off = detail::unlike_dense_llama(m, lora ? finetune_kind::lora : finetune_kind::full);
   if (!off || o.model_code == model_code::hf) return o.model_code;
   if (o.model_code_given)
     detail::raise("--model-code " + std::string(name_of(model_codes, o.model_code)) +
-                  " is modelled for torchtitan's Llama 3 only: " + m.name + " " + off);
+                  " is modelled for a dense Llama 3 only: " + m.name + " " + off);
   return model_code::hf;
 }
 

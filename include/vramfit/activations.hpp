@@ -65,19 +65,55 @@ enum class pipeline_runtime : unsigned char {
   torch_2_8,
 };
 
-/// Whose module code runs the model, for what each block's operators save
-/// (docs/sources.md#model-code).
+/// Whose module code runs the model, for what each block's operators save. Each is modelled for
+/// a dense Llama 3 (RMSNorm, SwiGLU, rotary, grouped-query attention) trained in full; what
+/// differs from Hugging Face's is read in each code's files (docs/sources.md#model-code).
 enum class model_code : unsigned char {
   hf,  ///< Hugging Face transformers' modeling_<family>.py
-  /// torchtitan's own Llama 3 from 2026 (models/common at b5bcd76), on torch 2.9 or later:
-  /// nn.RMSNorm runs the fused kernel, which keeps its input and the rstd, K and V keep their
-  /// grouped heads (enable_gqa), and RoPE gathers its table rows per layer by position.
+  /// torchtitan's Llama 3 of 2026 (models/common at b5bcd76) on torch 2.9 or later: nn.RMSNorm
+  /// runs the fused kernel, K and V keep their grouped heads, RoPE gathers table rows per layer.
   torchtitan,
   /// torchtitan's Llama 3 of its December 2024 benchmarks (models/llama/model.py at 9dec370):
-  /// K and V repeated to every query head before SDPA (repeat_kv), its own RMSNorm, which saves
-  /// what Hugging Face's does.
+  /// K and V repeated to every query head before SDPA, its own RMSNorm saving what HF's does.
   torchtitan_2024,
+  /// torchtune's modules (bd2a0fc): K and V expanded to every query head before SDPA.
+  torchtune,
+  /// litgpt's model.py (2685705): K and V repeated before SDPA, and RMSNorm multiplies its
+  /// weight in fp32, keeping the normalized input in fp32.
+  litgpt,
+  /// Megatron-Core's Transformer Engine spec (d98e8a6, TE d0067d0): fused norm-and-linear
+  /// layers that keep their input, the normalized input and the rstd; fused RoPE; cuDNN attention
+  /// with grouped K and V; the fused SwiGLU keeping the gate-up output.
+  megatron_te,
 };
+
+namespace detail {
+/// What a model code's block does unlike Hugging Face's.
+struct code_traits {
+  const char* name = "hf";
+  bool repeats_kv = false;       ///< K and V copied to every query head before SDPA
+  bool fused_norm = false;       ///< RMSNorm keeps its input and the fp32 rstd only
+  bool fp32_normalized = false;  ///< RMSNorm keeps its normalized input in fp32
+  bool rope_rows = false;        ///< RoPE gathers its complex64 table rows in every layer
+  bool fused_swiglu = false;     ///< SwiGLU keeps the gate-up output, not its parts
+};
+constexpr code_traits traits_of(model_code c) {
+  switch (c) {
+    case model_code::torchtitan:
+      return {.name = "torchtitan", .fused_norm = true, .rope_rows = true};
+    case model_code::torchtitan_2024:
+      return {.name = "torchtitan-2024", .repeats_kv = true};
+    case model_code::torchtune:
+      return {.name = "torchtune", .repeats_kv = true};
+    case model_code::litgpt:
+      return {.name = "litgpt", .repeats_kv = true, .fp32_normalized = true};
+    case model_code::megatron_te:
+      return {.name = "megatron-te", .fused_norm = true, .fused_swiglu = true};
+    default:
+      return {};
+  }
+}
+}  // namespace detail
 
 /// The batch shape and the choices that decide what autograd keeps.
 struct activation_options {
@@ -178,18 +214,19 @@ namespace rules {
   raise("sequence parallelism splits the sequence (" + str(s) + ") over the tensor degree " +
         str(tp) + ": it must divide it");
 }
-/// torchtitan's code is modelled for its dense Llama 3 model only.
-[[noreturn]] inline void torchtitan_model_code_runs_dense_llama(const model& m, const char* off) {
-  raise(std::string("torchtitan's model code is modelled for its Llama 3 only (a dense decoder "
-                    "with RMSNorm, SwiGLU, rotary positions and full attention, trained in "
-                    "full): ") +
+/// The model codes besides Hugging Face's are modelled for a dense Llama 3 only.
+[[noreturn]] inline void model_code_runs_dense_llama(model_code c, const model& m,
+                                                     const char* off) {
+  raise(std::string("model code ") + traits_of(c).name +
+        " is modelled for a dense Llama 3 only (RMSNorm, SwiGLU, rotary positions, full "
+        "attention, trained in full): " +
         m.name + " " + off);
 }
 }  // namespace rules
 
-/// What keeps `m` trained as `kind` from being torchtitan's Llama 3 (models/llama3 on
-/// models/common), or nullptr.
-constexpr const char* unlike_torchtitan_llama(const model& m, finetune_kind kind) {
+/// What keeps `m` trained as `kind` from being the dense Llama 3 the model codes besides Hugging
+/// Face's are modelled for, or nullptr.
+constexpr const char* unlike_dense_llama(const model& m, finetune_kind kind) {
   if (m.family != family::llama || m.is_encoder()) return "is not a Llama-family decoder";
   if (m.is_moe() || m.is_mla()) return "has experts or MLA";
   if (m.norm != norm_kind::rmsnorm || m.norm_plus_one || m.norms_per_layer != 2)
@@ -206,8 +243,8 @@ constexpr const char* unlike_torchtitan_llama(const model& m, finetune_kind kind
 
 constexpr void check_model_code(const model& m, const activation_options& o, const finetuning& f) {
   if (o.code == model_code::hf) return;
-  if (const char* off = unlike_torchtitan_llama(m, f.kind))
-    rules::torchtitan_model_code_runs_dense_llama(m, off);
+  if (const char* off = unlike_dense_llama(m, f.kind))
+    rules::model_code_runs_dense_llama(o.code, m, off);
 }
 
 constexpr void check(const activation_options& o, const layout& l) {
@@ -273,9 +310,8 @@ constexpr attention_kind attention_kernel(const model& m, const precision& p,
                                           const activation_options& o) {
   if (o.attention != attention_kind::flash) return o.attention;
   const bool grouped = !m.is_mla() && !detail::fused_qkv(m) && m.kv_heads < m.heads;
-  // torchtitan's 2024 model repeated K and V before SDPA (model.py repeat_kv at 9dec370); it
-  // passes no mask (is_causal).
-  if (o.code == model_code::torchtitan_2024)
+  // Model codes that copy K and V to every query head first, passing no mask (is_causal).
+  if (detail::traits_of(o.code).repeats_kv)
     return grouped ? attention_kind::sdpa : attention_kind::flash;
   if (sdpa_gets_mask(m, o)) return grouped ? attention_kind::sdpa : attention_kind::flash;
   const bool wide = p.compute.payload_bits > 16;
@@ -339,6 +375,43 @@ constexpr layer_linears linears_of(const model& m) {
       }
       return l;
     }
+  }
+}
+
+/// Where a model code's RMSNorm keeps its input, its rstd and its normalized input.
+struct rms_norm_sources {
+  const char* input;
+  const char* rstd;
+  const char* normalized;
+};
+constexpr rms_norm_sources rms_norm_sources_of(model_code c) {
+  switch (c) {
+    case model_code::torchtitan:  // nn.RMSNorm: torch >= 2.9 runs _fused_rms_norm (#153666)
+      return {
+          "torchtitan models/common/nn_modules.py RMSNorm(nn.RMSNorm); derivatives.yaml "
+          "_fused_rms_norm: _fused_rms_norm_backward(grad, input, ...)",
+          "derivatives.yaml _fused_rms_norm: _fused_rms_norm_backward(..., result1, ...)", nullptr};
+    case model_code::megatron_te:
+      return {
+          "TransformerEngine module/layernorm_linear.py _LayerNormLinear.forward: "
+          "ctx.save_for_backward(inputmat, ...)",
+          "TransformerEngine csrc/extensions/normalization.cpp rmsnorm_fwd: rsigma (fp32), "
+          "saved by layernorm_linear.py _LayerNormLinear.forward",
+          nullptr};
+    case model_code::torchtitan_2024:
+      return {"torchtitan models/norms.py RMSNorm.forward: self._norm(x.float()) (at 9dec370)",
+              "torchtitan models/norms.py RMSNorm._norm: torch.rsqrt(x.pow(2).mean(-1, "
+              "keepdim=True) + self.eps)",
+              "torchtitan models/norms.py RMSNorm.forward: output * self.weight"};
+    case model_code::torchtune:
+      return {"torchtune modules/rms_norm.py RMSNorm.forward: x_fp32 = x.float()",
+              "torchtune modules/rms_norm.py RMSNorm.forward: torch.rsqrt(x_fp32.pow(2).mean(-1, "
+              "keepdim=True) + self.eps)",
+              "torchtune modules/rms_norm.py RMSNorm.forward: x_normed * self.scale"};
+    default:  // litgpt
+      return {"litgpt/model.py RMSNorm.forward: x = x.float()",
+              "litgpt/model.py RMSNorm.forward: torch.rsqrt(norm_x + self.eps)",
+              "litgpt/model.py RMSNorm.forward: (x_normed * weight.float()).to(dtype=dtype)"};
   }
 }
 
@@ -438,23 +511,20 @@ class block_builder {
             "torch nn.LayerNorm, derivatives.yaml native_layer_norm: "
             "native_layer_norm_backward(..., result1, result2, ...)",
             checked_mul(2, rows), 32);
-    } else if (o_.code == model_code::torchtitan) {
-      // nn.RMSNorm: on torch 2.9 or later, with its weight in the input's format, F.rms_norm
-      // runs _fused_rms_norm (pytorch#153666), which saves its input as it is and an fp32 rstd.
-      add(name,
-          "torchtitan models/common/nn_modules.py RMSNorm(nn.RMSNorm); derivatives.yaml "
-          "_fused_rms_norm: _fused_rms_norm_backward(grad, input, ...)",
-          replicated(width), rho_);
-      if (o_.norm_statistics)
-        add("norm rstd (fp32)",
-            "derivatives.yaml _fused_rms_norm: _fused_rms_norm_backward(..., result1, weight, "
-            "...)",
-            rows, 32);
+    } else if (o_.code != model_code::hf) {
+      // The model codes' RMSNorms (rms_norm_sources()): a fused kernel keeps its input as it is
+      // and an fp32 rstd; the others keep what Hugging Face's does, litgpt's normalized input in
+      // fp32 (it multiplies by weight.float() before casting back).
+      const detail::rms_norm_sources src = detail::rms_norm_sources_of(o_.code);
+      const detail::code_traits code = detail::traits_of(o_.code);
+      add(name, src.input, replicated(width), code.fused_norm ? rho_ : 32);
+      if (o_.norm_statistics) add("norm rstd (fp32)", src.rstd, rows, 32);
+      if (!code.fused_norm)
+        add("norm normalized input", src.normalized, replicated(width),
+            code.fp32_normalized ? 32 : rho_);
     } else {
-      // Hugging Face RMSNorm (and torchtitan's 2024 RMSNorm, models/norms.py RMSNorm.forward:
-      // self._norm(x.float()).type_as(x) * self.weight): x.to(fp32) (saved by pow and mul),
-      // rsqrt (fp32 per row), and the normalized x in the residual format (saved by the weight
-      // multiply).
+      // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
+      // normalized x in the residual format (saved by the weight multiply).
       const bool gemma = m_.norm_plus_one;
       add(name,
           gemma ? "modeling_gemma2.py Gemma2RMSNorm.forward: self._norm(x.float())"
@@ -532,6 +602,7 @@ class block_builder {
   [[nodiscard]] constexpr std::int64_t tp() const { return tp_; }
   /// LoRA: the base (embeddings, linears, norms and head) is frozen.
   [[nodiscard]] constexpr bool frozen_base() const { return frozen_base_; }
+  [[nodiscard]] constexpr model_code code() const { return o_.code; }
   /// The attention kernel that runs (attention_kernel()).
   [[nodiscard]] constexpr attention_kind attention() const { return attention_; }
   /// The 16-bit copies of one fp32 input that `readers` linears keep: autocast casts an input
@@ -735,6 +806,56 @@ constexpr const char* fused_qkv_source(const model& m) {
   }
 }
 
+/// Where a model code besides Hugging Face's makes the Q, K and V its attention keeps (K and V
+/// repeated to every query head where traits_of() says so).
+struct attention_sources {
+  const char* query;
+  const char* key;
+  const char* value;
+};
+constexpr attention_sources attention_sources_of(model_code c) {
+  switch (c) {
+    case model_code::torchtitan:
+      return {
+          "torchtitan models/common/rope.py ComplexRoPE.apply_rotary_emb: "
+          "view_as_real(xq_ * rope_cache).flatten(-2).type_as(query)",
+          "torchtitan models/common/rope.py ComplexRoPE.apply_rotary_emb: xk_out.type_as(key)",
+          "torchtitan models/common/attention.py FusedQKVLinear.forward: xv ... .contiguous()"};
+    case model_code::torchtitan_2024:
+      return {
+          "torchtitan models/llama/model.py apply_rotary_emb: view_as_real(xq_ * "
+          "freqs_cis).flatten(3).type_as(xq) (at 9dec370)",
+          "torchtitan models/llama/model.py Attention.forward: keys = repeat_kv(xk, "
+          "self.n_rep)",
+          "torchtitan models/llama/model.py Attention.forward: values = repeat_kv(xv, "
+          "self.n_rep)"};
+    case model_code::torchtune:
+      return {
+          "torchtune modules/position_embeddings.py RotaryPositionalEmbeddings.forward: "
+          "x_out.type_as(x)",
+          "torchtune modules/attention.py MultiHeadAttention.forward: "
+          "k.unsqueeze(2).expand(expand_shape).flatten(1, 2)",
+          "torchtune modules/attention.py MultiHeadAttention.forward: "
+          "v.unsqueeze(2).expand(expand_shape).flatten(1, 2)"};
+    case model_code::litgpt:
+      return {
+          "litgpt/model.py CausalSelfAttention.forward: q = torch.cat((q_roped, q[..., "
+          "self.config.rope_n_elem :]), dim=-1)",
+          "litgpt/model.py CausalSelfAttention.forward: k = k.repeat_interleave(q_per_kv, "
+          "dim=1)",
+          "litgpt/model.py CausalSelfAttention.forward: v = v.repeat_interleave(q_per_kv, "
+          "dim=1)"};
+    default:  // megatron-te: TE's cuDNN attention keeps q, k, v (grouped) and its output
+      return {
+          "TransformerEngine attention/rope.py FusedRoPEFunc.forward output; "
+          "dot_product_attention/backends.py FusedAttnFunc.forward: save_for_backward(q, ...)",
+          "TransformerEngine dot_product_attention/backends.py FusedAttnFunc.forward: "
+          "save_for_backward(..., k, ...) (num_gqa_groups heads)",
+          "TransformerEngine dot_product_attention/utils.py get_qkv_layout: v made "
+          "contiguous; saved by backends.py FusedAttnFunc.forward"};
+  }
+}
+
 /// Q, K and V of multi-head attention (not MLA) as the attention keeps them.
 constexpr void head_projections(block_builder& b, const model& m, const activation_options& o,
                                 std::int64_t heads) {
@@ -753,16 +874,16 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
     b.head_norm("k_norm input (fp32)", kv, d);
   }
   const bool rotary = m.positions == position_kind::rotary;
-  const bool titan = o.code != model_code::hf;
+  const bool hf = o.code == model_code::hf;
+  const attention_sources code = attention_sources_of(o.code);
   // (The math kernel saves Q scaled instead, of the same size.)
   b.add("query (after rotary)",
-        titan ? "torchtitan apply_rotary_emb: view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq) "
-                "(models/llama/model.py at 9dec370; models/common/rope.py ComplexRoPE)"
+        !hf      ? code.query
         : rotary ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) "
                    "* sin)"
                  : "the query projection's output, read by the attention",
         b.split(heads * d), beta);
-  if (o.code == model_code::torchtitan)
+  if (traits_of(o.code).rope_rows)
     // Its table's rows for the tokens' positions, a new complex64 tensor per layer, which both
     // multiplies save (torchtitan always passes the packed documents' positions).
     b.add("rotary table rows (complex64)",
@@ -778,12 +899,9 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
   const bool copies = kv_saved != kv;
   b.add("key (after rotary)",
-        copies && titan ? "torchtitan models/llama/model.py Attention.forward: keys = "
-                          "repeat_kv(xk, self.n_rep) (at 9dec370)"
-        : titan         ? "torchtitan models/common/rope.py ComplexRoPE.apply_rotary_emb: "
-                          "xk_out.type_as(key)"
-        : copies        ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
-                          "module.num_key_value_groups)"
+        !hf      ? code.key
+        : copies ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
+                   "module.num_key_value_groups)"
         : rotary ? "modeling_llama.py apply_rotary_pos_emb: k_embed = (k * cos) + (rotate_half(k) "
                    "* sin)"
                  : "the key projection's output, read by the attention",
@@ -798,10 +916,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   else
     // Eager's value matmul reads V last: its backward frees it before the softmax's.
     b.add("value",
-          copies && titan ? "torchtitan models/llama/model.py Attention.forward: values = "
-                            "repeat_kv(xv, self.n_rep) (at 9dec370)"
-          : titan         ? "torchtitan models/common/attention.py FusedQKVLinear.forward: xv ... "
-                            ".contiguous()"
+          !hf      ? code.value
           : copies ? "modeling_llama.py eager_attention_forward: value_states = repeat_kv(value, "
                      "module.num_key_value_groups)"
                    : "modeling_llama.py LlamaAttention.forward: "
@@ -939,6 +1054,16 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
           n, beta);
     b.linear_input("GELU output (down input)", gelu_down_input_source(m), tokens, width, down,
                    {.output_linear_input = true});
+  } else if (traits_of(b.code()).fused_swiglu) {
+    // Megatron's fused SwiGLU keeps its input, fc1's gate and up halves as one tensor; fc2 keeps
+    // the activation's output.
+    b.add("fc1 output (gate and up, SwiGLU input)",
+          "Megatron-LM core/fusions/fused_bias_swiglu.py SwiGLUFunction.forward: "
+          "ctx.save_for_backward(input_for_backward)",
+          checked_mul(2, n), beta);
+    b.linear_input("SwiGLU output (fc2 input)",
+                   "TransformerEngine module/linear.py _Linear.forward: saved_inputmat = inputmat",
+                   tokens, width, down, {.output_linear_input = true});
   } else {
     const gated_mlp_sources src = gated_sources(m, role);
     b.add(what, src.gate, n, beta);  // gate output: the activation's input

@@ -1850,8 +1850,7 @@ TEST_CASE("issue 38: a config's activation by name, and a capacity's trailing ze
 
 TEST_CASE(
     "--model-code: torchtitan's Llama 3 saves other tensors; --framework torchtitan sets it") {
-  // Per layer at 1 x 2,048 tokens in bf16 (activations_test.cpp derives the bytes per token):
-  // Hugging Face 200,840, torchtitan 168,584, torchtitan of 2024 213,128.
+  // Per layer at 1 x 2,048 tokens in bf16, the bytes per token activations_test.cpp derives.
   auto per_layer = [](const std::string& code) {
     return json_of("train -m llama-3-8b --precision bf16 --model-code " +
                    code)["memory"]["activations_per_layer"]
@@ -1860,17 +1859,25 @@ TEST_CASE(
   CHECK(per_layer("hf") == 200'840LL * 2048);
   CHECK(per_layer("torchtitan") == 168'584LL * 2048);
   CHECK(per_layer("torchtitan-2024") == 213'128LL * 2048);
+  CHECK(per_layer("torchtune") == 213'128LL * 2048);
+  CHECK(per_layer("litgpt") == 229'512LL * 2048);
+  CHECK(per_layer("megatron-te") == 139'400LL * 2048);
+  CHECK(run("train -m llama-3-8b --framework megatron").out.find("| megatron-te model code") !=
+        std::string::npos);
+  CHECK(run("train -m llama-3-8b --framework torchtune").out.find("| torchtune model code") !=
+        std::string::npos);
   CHECK(run("train -m llama-3-8b --framework torchtitan --dp 8 --fsdp full")
             .out.find("| torchtitan model code") != std::string::npos);
   // A model torchtitan's code is not modelled for: the framework's default gives way, and says so;
   // the user's own choice is refused naming the option.
   CHECK(run("train -m qwen3-8b --framework torchtitan --dp 8 --fsdp full")
-            .out.find("Hugging Face's model code (torchtitan's is modelled for Llama 3 only)") !=
+            .out.find(
+                "Hugging Face's model code (torchtitan's is modelled for a dense Llama 3 only)") !=
         std::string::npos);
   check_refusal(run("train -m qwen3-8b --model-code torchtitan"),
-                "--model-code torchtitan is modelled for torchtitan's Llama 3 only: Qwen3-8B has "
+                "--model-code torchtitan is modelled for a dense Llama 3 only: Qwen3-8B has "
                 "QK norms");
   check_refusal(run("train -m llama-3-8b --model-code torchtitan --lora-rank 8"),
                 "Llama-3-8B is fine-tuned in part or with LoRA");
-  check_refusal(run("train --model-code megatron"), "--model-code");
+  check_refusal(run("train --model-code jax"), "--model-code");
 }

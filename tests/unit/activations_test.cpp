@@ -896,40 +896,69 @@ TEST_CASE("every saved tensor names the source line that makes it") {
   CHECK(down);
 }
 
-TEST_CASE("torchtitan's Llama 3 model code: what a block saves, derived by hand per token") {
+TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by hand per token") {
   // Llama-3-8B's block in bf16, one rank, bytes per token; h hidden, q and k query and KV heads,
   // d head dim, f FFN width. Hugging Face (SDPA with enable_gqa): each RMSNorm keeps its fp32
   // input, fp32 rstd and bf16 normalized input (6h + 4) and its output for the linears (2h);
   // Q, K, V and the attention output 2(2q + 2k)d, the fp32 log-sum-exp 4q; SwiGLU's four
-  // [f]-wide tensors 8f. torchtitan on torch >= 2.9: nn.RMSNorm's fused kernel keeps its bf16
-  // input and the rstd (2h + 4), and RoPE's gathered complex64 table rows add 4d.
-  // torchtitan's 2024 model: HF's norms, and K and V repeated to q heads before SDPA.
+  // [f]-wide tensors 8f.
   const std::int64_t h = 4096, q = 32, k = 8, d = 128, f = 14336, s = 2048;
-  const std::int64_t hf = 2 * (6 * h + 4 + 2 * h) + 2 * (2 * q + 2 * k) * d + 4 * q + 8 * f;
-  const std::int64_t titan =
-      2 * (2 * h + 4 + 2 * h) + 2 * (2 * q + 2 * k) * d + 4 * q + 4 * d + 8 * f;
-  const std::int64_t titan_2024 = 2 * (6 * h + 4 + 2 * h) + 2 * (4 * q) * d + 4 * q + 8 * f;
-  CHECK(hf == 200'840);  // the figures the per-token sums give, written out
+  const std::int64_t attention = 2 * (2 * q + 2 * k) * d + 4 * q;
+  const std::int64_t repeated = 2 * (4 * q) * d + 4 * q;  // K and V with q heads
+  const std::int64_t hf = 2 * (6 * h + 4 + 2 * h) + attention + 8 * f;
+  // torchtitan on torch >= 2.9: the fused RMSNorm keeps its bf16 input and the rstd (2h + 4);
+  // RoPE's gathered complex64 table rows add 4d.
+  const std::int64_t titan = 2 * (2 * h + 4 + 2 * h) + attention + 4 * d + 8 * f;
+  // torchtitan's 2024 model and torchtune: Hugging Face's norms, K and V repeated before SDPA.
+  const std::int64_t titan_2024 = 2 * (6 * h + 4 + 2 * h) + repeated + 8 * f;
+  // litgpt: repeated K and V, and each norm's normalized input in fp32 (4h, not 2h).
+  const std::int64_t litgpt = 2 * (4 * h + 4 + 4 * h + 2 * h) + repeated + 8 * f;
+  // Megatron-Core with Transformer Engine: each fused norm-and-linear keeps its input, its rstd
+  // and the normalized output (2h + 4 + 2h); the fused SwiGLU keeps its [2f] input, fc2 its [f]
+  // input.
+  const std::int64_t megatron = 2 * (2 * h + 4 + 2 * h) + attention + 6 * f;
+  CHECK(hf == 200'840);  // the figures the sums give, written out
   CHECK(titan == 168'584);
   CHECK(titan_2024 == 213'128);
+  CHECK(litgpt == 229'512);
+  CHECK(megatron == 139'400);
   const model& m = models::llama_3_8b::value;
-  auto per_token = [&](model_code code) {
-    activation_options o{.micro_batch = 1, .sequence = s};
+  auto per_token = [&](const model& of, model_code code, const layout& l, std::int64_t tokens) {
+    activation_options o{.micro_batch = 1, .sequence = tokens};
     o.code = code;
     bytes sum{};
-    for (const saved_tensor& t : layer_saved_tensors(m, pure<bf16>::value, o, layout{})) {
+    for (const saved_tensor& t : layer_saved_tensors(of, pure<bf16>::value, o, l)) {
       INFO(t.name << " <- " << t.source);
       CHECK(std::string(t.source).find(':') != std::string::npos);
       sum += t.size;
     }
     return sum;
   };
-  CHECK(per_token(model_code::hf) == bytes{hf * s});
-  CHECK(per_token(model_code::torchtitan) == bytes{titan * s});
-  CHECK(per_token(model_code::torchtitan_2024) == bytes{titan_2024 * s});
+  CHECK(per_token(m, model_code::hf, {}, s) == bytes{hf * s});
+  CHECK(per_token(m, model_code::torchtitan, {}, s) == bytes{titan * s});
+  CHECK(per_token(m, model_code::torchtitan_2024, {}, s) == bytes{titan_2024 * s});
+  CHECK(per_token(m, model_code::torchtune, {}, s) == bytes{titan_2024 * s});
+  CHECK(per_token(m, model_code::litgpt, {}, s) == bytes{litgpt * s});
+  CHECK(per_token(m, model_code::megatron_te, {}, s) == bytes{megatron * s});
 
-  // Modelled for torchtitan's dense Llama 3, trained in full; the refusal names the model.
+  // Llama-3.1-405B at TP 8 with sequence parallelism, 8,192 tokens: the norms' h-wide terms and
+  // the heads and FFN split over the 8 ranks. Hugging Face 740.5 MiB a layer, Megatron's fused
+  // kernels 508.5 MiB (the model-code issue quoted about 740 and 544).
+  const std::int64_t H = 16384, Q = 128, K = 8, F = 53248, t = 8, S = 8192;
+  const std::int64_t heads = (2 * (2 * Q + 2 * K) * d + 4 * Q) / t;
+  const layout tp_sp = parallel<tensor_parallel<8, true>>::value;
+  const model& big = models::llama_3_1_405b::value;
+  CHECK(per_token(big, model_code::hf, tp_sp, S) ==
+        bytes{(16 * H + 8) / t * S + heads * S + 8 * F / t * S});
+  CHECK(per_token(big, model_code::megatron_te, tp_sp, S) ==
+        bytes{(8 * H + 8) / t * S + heads * S + 6 * F / t * S});
+  CHECK(per_token(big, model_code::megatron_te, tp_sp, S) == bytes{65'089LL * S});
+
+  // Modelled for a dense Llama 3, trained in full; the refusal names the model.
   const activation_options titan_code{.code = model_code::torchtitan};
+  CHECK_THROWS_WITH(
+      layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, titan_code, layout{}),
+      doctest::Contains("model code torchtitan is modelled for a dense Llama 3 only"));
   CHECK_THROWS_WITH(
       layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, titan_code, layout{}),
       doctest::Contains("Qwen3-8B has QK norms"));
