@@ -10,6 +10,7 @@
 #include "detail/name.hpp"
 #include "detail/static_vector.hpp"
 #include "ledger.hpp"
+#include "model_code.hpp"
 #include "op_sac.hpp"
 #include "training.hpp"
 
@@ -64,56 +65,6 @@ enum class pipeline_runtime : unsigned char {
   /// torch 2.8 and 2.9: only the last stage keeps every micro-batch's output.
   torch_2_8,
 };
-
-/// Whose module code runs the model, for what each block's operators save. Each is modelled for
-/// a dense Llama 3 (RMSNorm, SwiGLU, rotary, grouped-query attention) trained in full; what
-/// differs from Hugging Face's is read in each code's files (docs/sources.md#model-code).
-enum class model_code : unsigned char {
-  hf,  ///< Hugging Face transformers' modeling_<family>.py
-  /// torchtitan's Llama 3 of 2026 (models/common at b5bcd76) on torch 2.9 or later: nn.RMSNorm
-  /// runs the fused kernel, K and V keep their grouped heads, RoPE gathers table rows per layer.
-  torchtitan,
-  /// torchtitan's Llama 3 of its December 2024 benchmarks (models/llama/model.py at 9dec370):
-  /// K and V repeated to every query head before SDPA, its own RMSNorm saving what HF's does.
-  torchtitan_2024,
-  /// torchtune's modules (bd2a0fc): K and V expanded to every query head before SDPA.
-  torchtune,
-  /// litgpt's model.py (2685705): K and V repeated before SDPA, and RMSNorm multiplies its
-  /// weight in fp32, keeping the normalized input in fp32.
-  litgpt,
-  /// Megatron-Core's Transformer Engine spec (d98e8a6, TE d0067d0): fused norm-and-linear
-  /// layers that keep their input, the normalized input and the rstd; fused RoPE; cuDNN attention
-  /// with grouped K and V; the fused SwiGLU keeping the gate-up output.
-  megatron_te,
-};
-
-namespace detail {
-/// What a model code's block does unlike Hugging Face's.
-struct code_traits {
-  const char* name = "hf";
-  bool repeats_kv = false;       ///< K and V copied to every query head before SDPA
-  bool fused_norm = false;       ///< RMSNorm keeps its input and the fp32 rstd only
-  bool fp32_normalized = false;  ///< RMSNorm keeps its normalized input in fp32
-  bool rope_rows = false;        ///< RoPE gathers its complex64 table rows in every layer
-  bool fused_swiglu = false;     ///< SwiGLU keeps the gate-up output, not its parts
-};
-constexpr code_traits traits_of(model_code c) {
-  switch (c) {
-    case model_code::torchtitan:
-      return {.name = "torchtitan", .fused_norm = true, .rope_rows = true};
-    case model_code::torchtitan_2024:
-      return {.name = "torchtitan-2024", .repeats_kv = true};
-    case model_code::torchtune:
-      return {.name = "torchtune", .repeats_kv = true};
-    case model_code::litgpt:
-      return {.name = "litgpt", .repeats_kv = true, .fp32_normalized = true};
-    case model_code::megatron_te:
-      return {.name = "megatron-te", .fused_norm = true, .fused_swiglu = true};
-    default:
-      return {};
-  }
-}
-}  // namespace detail
 
 /// The batch shape and the choices that decide what autograd keeps.
 struct activation_options {
@@ -214,32 +165,7 @@ namespace rules {
   raise("sequence parallelism splits the sequence (" + str(s) + ") over the tensor degree " +
         str(tp) + ": it must divide it");
 }
-/// The model codes besides Hugging Face's are modelled for a dense Llama 3 only.
-[[noreturn]] inline void model_code_runs_dense_llama(model_code c, const model& m,
-                                                     const char* off) {
-  raise(std::string("model code ") + traits_of(c).name +
-        " is modelled for a dense Llama 3 only (RMSNorm, SwiGLU, rotary positions, full "
-        "attention, trained in full): " +
-        m.name + " " + off);
-}
 }  // namespace rules
-
-/// What keeps `m` trained as `kind` from being the dense Llama 3 the model codes besides Hugging
-/// Face's are modelled for, or nullptr.
-constexpr const char* unlike_dense_llama(const model& m, finetune_kind kind) {
-  if (m.family != family::llama || m.is_encoder()) return "is not a Llama-family decoder";
-  if (m.is_moe() || m.is_mla()) return "has experts or MLA";
-  if (m.norm != norm_kind::rmsnorm || m.norm_plus_one || m.norms_per_layer != 2)
-    return "has other norms";
-  if (m.mlp != mlp_kind::swiglu) return "has another MLP";
-  if (m.positions != position_kind::rotary) return "has other positions";
-  if (m.sliding_window > 0) return "has a sliding window";
-  if (m.qk_norm || m.attention_sinks || m.attention_softcap || m.logit_softcap)
-    return "has QK norms, attention sinks or soft-capping";
-  if (m.bias != bias_kind::none) return "has biases";
-  if (kind != finetune_kind::full) return "is fine-tuned in part or with LoRA";
-  return nullptr;
-}
 
 constexpr void check_model_code(const model& m, const activation_options& o, const finetuning& f) {
   if (o.code == model_code::hf) return;
@@ -378,43 +304,6 @@ constexpr layer_linears linears_of(const model& m) {
   }
 }
 
-/// Where a model code's RMSNorm keeps its input, its rstd and its normalized input.
-struct rms_norm_sources {
-  const char* input;
-  const char* rstd;
-  const char* normalized;
-};
-constexpr rms_norm_sources rms_norm_sources_of(model_code c) {
-  switch (c) {
-    case model_code::torchtitan:  // nn.RMSNorm: torch >= 2.9 runs _fused_rms_norm (#153666)
-      return {
-          "torchtitan models/common/nn_modules.py RMSNorm(nn.RMSNorm); derivatives.yaml "
-          "_fused_rms_norm: _fused_rms_norm_backward(grad, input, ...)",
-          "derivatives.yaml _fused_rms_norm: _fused_rms_norm_backward(..., result1, ...)", nullptr};
-    case model_code::megatron_te:
-      return {
-          "TransformerEngine module/layernorm_linear.py _LayerNormLinear.forward: "
-          "ctx.save_for_backward(inputmat, ...)",
-          "TransformerEngine csrc/extensions/normalization.cpp rmsnorm_fwd: rsigma (fp32), "
-          "saved by layernorm_linear.py _LayerNormLinear.forward",
-          nullptr};
-    case model_code::torchtitan_2024:
-      return {"torchtitan models/norms.py RMSNorm.forward: self._norm(x.float()) (at 9dec370)",
-              "torchtitan models/norms.py RMSNorm._norm: torch.rsqrt(x.pow(2).mean(-1, "
-              "keepdim=True) + self.eps)",
-              "torchtitan models/norms.py RMSNorm.forward: output * self.weight"};
-    case model_code::torchtune:
-      return {"torchtune modules/rms_norm.py RMSNorm.forward: x_fp32 = x.float()",
-              "torchtune modules/rms_norm.py RMSNorm.forward: torch.rsqrt(x_fp32.pow(2).mean(-1, "
-              "keepdim=True) + self.eps)",
-              "torchtune modules/rms_norm.py RMSNorm.forward: x_normed * self.scale"};
-    default:  // litgpt
-      return {"litgpt/model.py RMSNorm.forward: x = x.float()",
-              "litgpt/model.py RMSNorm.forward: torch.rsqrt(norm_x + self.eps)",
-              "litgpt/model.py RMSNorm.forward: (x_normed * weight.float()).to(dtype=dtype)"};
-  }
-}
-
 /// Builds the saved-tensor ledger of one block for one micro-batch on one rank.
 class block_builder {
  public:
@@ -515,12 +404,12 @@ class block_builder {
       // The model codes' RMSNorms (rms_norm_sources()): a fused kernel keeps its input as it is
       // and an fp32 rstd; the others keep what Hugging Face's does, litgpt's normalized input in
       // fp32 (it multiplies by weight.float() before casting back).
-      const detail::rms_norm_sources src = detail::rms_norm_sources_of(o_.code);
-      const detail::code_traits code = detail::traits_of(o_.code);
-      add(name, src.input, replicated(width), code.fused_norm ? rho_ : 32);
-      if (o_.norm_statistics) add("norm rstd (fp32)", src.rstd, rows, 32);
+      const code_sources src = sources_of(o_.code);
+      const code_traits code = traits_of(o_.code);
+      add(name, src.norm_input, replicated(width), code.fused_norm ? rho_ : 32);
+      if (o_.norm_statistics) add("norm rstd (fp32)", src.norm_rstd, rows, 32);
       if (!code.fused_norm)
-        add("norm normalized input", src.normalized, replicated(width),
+        add("norm normalized input", src.norm_normalized, replicated(width),
             code.fp32_normalized ? 32 : rho_);
     } else {
       // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
@@ -732,16 +621,12 @@ constexpr const char* out_projection_source(const model& m) {
          "mm_mat2_backward(grad, self, ...)";
 }
 
-/// What SDPA's flash, cuDNN and memory-efficient kernels keep besides Q, K and V.
-inline constexpr char sdpa_backward_source[] =
-    "torch SDPA: _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, "
-    "logsumexp, ...)";
-
 /// The fp32 log-sum-exp per query row that SDPA's kernels keep.
 constexpr void softmax_lse(block_builder& b, const activation_options& o, std::int64_t heads) {
   const std::int64_t rows =
       checked_mul(checked_mul(o.micro_batch, heads), b.tokens() / o.micro_batch);
-  b.add("softmax log-sum-exp (fp32)", sdpa_backward_source, rows, 32);
+  b.add("softmax log-sum-exp (fp32)",
+        o.code == model_code::hf ? sdpa_backward_source : sources_of(o.code).lse, rows, 32);
 }
 
 /// DeepSeek-V2 MLA (modeling_deepseek): the low-rank paths' norms and inputs, then full-width Q
@@ -806,56 +691,6 @@ constexpr const char* fused_qkv_source(const model& m) {
   }
 }
 
-/// Where a model code besides Hugging Face's makes the Q, K and V its attention keeps (K and V
-/// repeated to every query head where traits_of() says so).
-struct attention_sources {
-  const char* query;
-  const char* key;
-  const char* value;
-};
-constexpr attention_sources attention_sources_of(model_code c) {
-  switch (c) {
-    case model_code::torchtitan:
-      return {
-          "torchtitan models/common/rope.py ComplexRoPE.apply_rotary_emb: "
-          "view_as_real(xq_ * rope_cache).flatten(-2).type_as(query)",
-          "torchtitan models/common/rope.py ComplexRoPE.apply_rotary_emb: xk_out.type_as(key)",
-          "torchtitan models/common/attention.py FusedQKVLinear.forward: xv ... .contiguous()"};
-    case model_code::torchtitan_2024:
-      return {
-          "torchtitan models/llama/model.py apply_rotary_emb: view_as_real(xq_ * "
-          "freqs_cis).flatten(3).type_as(xq) (at 9dec370)",
-          "torchtitan models/llama/model.py Attention.forward: keys = repeat_kv(xk, "
-          "self.n_rep)",
-          "torchtitan models/llama/model.py Attention.forward: values = repeat_kv(xv, "
-          "self.n_rep)"};
-    case model_code::torchtune:
-      return {
-          "torchtune modules/position_embeddings.py RotaryPositionalEmbeddings.forward: "
-          "x_out.type_as(x)",
-          "torchtune modules/attention.py MultiHeadAttention.forward: "
-          "k.unsqueeze(2).expand(expand_shape).flatten(1, 2)",
-          "torchtune modules/attention.py MultiHeadAttention.forward: "
-          "v.unsqueeze(2).expand(expand_shape).flatten(1, 2)"};
-    case model_code::litgpt:
-      return {
-          "litgpt/model.py CausalSelfAttention.forward: q = torch.cat((q_roped, q[..., "
-          "self.config.rope_n_elem :]), dim=-1)",
-          "litgpt/model.py CausalSelfAttention.forward: k = k.repeat_interleave(q_per_kv, "
-          "dim=1)",
-          "litgpt/model.py CausalSelfAttention.forward: v = v.repeat_interleave(q_per_kv, "
-          "dim=1)"};
-    default:  // megatron-te: TE's cuDNN attention keeps q, k, v (grouped) and its output
-      return {
-          "TransformerEngine attention/rope.py FusedRoPEFunc.forward output; "
-          "dot_product_attention/backends.py FusedAttnFunc.forward: save_for_backward(q, ...)",
-          "TransformerEngine dot_product_attention/backends.py FusedAttnFunc.forward: "
-          "save_for_backward(..., k, ...) (num_gqa_groups heads)",
-          "TransformerEngine dot_product_attention/utils.py get_qkv_layout: v made "
-          "contiguous; saved by backends.py FusedAttnFunc.forward"};
-  }
-}
-
 /// Q, K and V of multi-head attention (not MLA) as the attention keeps them.
 constexpr void head_projections(block_builder& b, const model& m, const activation_options& o,
                                 std::int64_t heads) {
@@ -875,7 +710,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   }
   const bool rotary = m.positions == position_kind::rotary;
   const bool hf = o.code == model_code::hf;
-  const attention_sources code = attention_sources_of(o.code);
+  const code_sources code = sources_of(o.code);
   // (The math kernel saves Q scaled instead, of the same size.)
   b.add("query (after rotary)",
         !hf      ? code.query
@@ -946,8 +781,10 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
           "aten cudnn/MHA.cpp alloc_with_matching_layout; modeling_phi3.py Phi3Attention.forward: "
           "attn_output.reshape(*input_shape, -1).contiguous() copies it",
           b.split(width), b.beta());
-  b.linear_input("attention output (o_proj input)", out_projection_source(m), b.split(1), width,
-                 linears_of(m).attention_output, {.output_linear_input = true});
+  b.linear_input(
+      "attention output (o_proj input)",
+      o.code == model_code::hf ? out_projection_source(m) : sources_of(o.code).attention_output,
+      b.split(1), width, linears_of(m).attention_output, {.output_linear_input = true});
   softmax_lse(b, o, heads);
   if (sdpa_gets_mask(m, o))
     // aten attention.cpp convert_boolean_attn_mask turns Hugging Face's boolean mask into an
@@ -962,8 +799,10 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
   const std::int64_t heads = m.heads / b.tp();
   // Q, K and V as separate projections (Llama, BERT) each cast an fp32 input.
   if (!m.is_mla())
-    b.linear_input("attention input (norm output)", attention_input_source(m), b.replicated(1),
-                   m.hidden, linears_of(m).attention);
+    b.linear_input(
+        "attention input (norm output)",
+        o.code == model_code::hf ? attention_input_source(m) : sources_of(o.code).attention_input,
+        b.replicated(1), m.hidden, linears_of(m).attention);
   else
     b.add("attention input (norm output)", attention_input_source(m), b.replicated(m.hidden),
           b.beta());
@@ -1065,7 +904,11 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
                    "TransformerEngine module/linear.py _Linear.forward: saved_inputmat = inputmat",
                    tokens, width, down, {.output_linear_input = true});
   } else {
-    const gated_mlp_sources src = gated_sources(m, role);
+    const code_sources code = sources_of(b.code());
+    const gated_mlp_sources src =
+        b.code() == model_code::hf
+            ? gated_sources(m, role)
+            : gated_mlp_sources{code.gate, code.activation, code.up, code.down_input};
     b.add(what, src.gate, n, beta);  // gate output: the activation's input
     b.add("activation output", src.activation, n, beta);
     b.add("up output", src.up, n, beta);
@@ -1191,7 +1034,8 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
                                   const layout& l, bool moe_layer) {
   // Each linear reading the norm output keeps its input (under autocast its own cast).
   const bool gpt_oss_experts = moe_layer && m.moe.layout == moe_layout::gpt_oss;
-  const char* source = mlp_input_source(m, moe_layer, gpt_oss_experts);
+  const char* source = o.code == model_code::hf ? mlp_input_source(m, moe_layer, gpt_oss_experts)
+                                                : sources_of(o.code).mlp_input;
   if (m.parallel_block) {
   } else if (moe_layer) {
     // The router's F.linear keeps the norm output (under autocast its 16-bit cast); the experts

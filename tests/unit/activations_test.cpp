@@ -930,6 +930,9 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
     for (const saved_tensor& t : layer_saved_tensors(of, pure<bf16>::value, o, l)) {
       INFO(t.name << " <- " << t.source);
       CHECK(std::string(t.source).find(':') != std::string::npos);
+      // Each code cites its own files, never transformers' modeling files.
+      if (code != model_code::hf)
+        CHECK(std::string(t.source).find("modeling_") == std::string::npos);
       sum += t.size;
     }
     return sum;
