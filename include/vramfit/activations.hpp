@@ -96,17 +96,19 @@ struct code_traits {
   bool fp32_normalized = false;  ///< RMSNorm keeps its normalized input in fp32
   bool rope_rows = false;        ///< RoPE gathers its complex64 table rows in every layer
   bool fused_swiglu = false;     ///< SwiGLU keeps the gate-up output, not its parts
+  /// RoPE reads slices of a module buffer built once: no cos/sin made per forward.
+  bool rotary_buffer = false;
 };
 constexpr code_traits traits_of(model_code c) {
   switch (c) {
     case model_code::torchtitan:
-      return {.name = "torchtitan", .fused_norm = true, .rope_rows = true};
+      return {.name = "torchtitan", .fused_norm = true, .rope_rows = true, .rotary_buffer = true};
     case model_code::torchtitan_2024:
-      return {.name = "torchtitan-2024", .repeats_kv = true};
+      return {.name = "torchtitan-2024", .repeats_kv = true, .rotary_buffer = true};
     case model_code::torchtune:
-      return {.name = "torchtune", .repeats_kv = true};
+      return {.name = "torchtune", .repeats_kv = true, .rotary_buffer = true};
     case model_code::litgpt:
-      return {.name = "litgpt", .repeats_kv = true, .fp32_normalized = true};
+      return {.name = "litgpt", .repeats_kv = true, .fp32_normalized = true, .rotary_buffer = true};
     case model_code::megatron_te:
       return {.name = "megatron-te", .fused_norm = true, .fused_swiglu = true};
     default:
@@ -522,6 +524,10 @@ class block_builder {
       if (!code.fused_norm)
         add("norm normalized input", src.normalized, replicated(width),
             code.fp32_normalized ? 32 : rho_);
+      if (code.fp32_normalized)  // the multiply's other operand, for the normalized input's
+        add("norm weight (fp32 copy)",
+            "litgpt/model.py RMSNorm.forward: weight.float(), saved by x_normed * weight.float()",
+            width, 32);
     } else {
       // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
       // normalized x in the residual format (saved by the weight multiply).
@@ -945,6 +951,14 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
     b.add("attention output (heads-first, kept by SDPA)",
           "aten cudnn/MHA.cpp alloc_with_matching_layout; modeling_phi3.py Phi3Attention.forward: "
           "attn_output.reshape(*input_shape, -1).contiguous() copies it",
+          b.split(width), b.beta());
+  else if (o.code == model_code::litgpt && b.beta() == 16)
+    // litgpt's Q comes out of torch.cat, contiguous heads-first, so cuDNN's output is too and
+    // y.transpose(1, 2) then reshape copies it for proj: two tensors, as Phi-3's.
+    b.add("attention output (heads-first, kept by SDPA)",
+          "litgpt/model.py CausalSelfAttention.forward: q = torch.cat((q_roped, ...)); aten "
+          "cudnn/MHA.cpp alloc_with_matching_layout; y.reshape(B, T, head_size * n_head) copies "
+          "y.transpose(1, 2)",
           b.split(width), b.beta());
   b.linear_input("attention output (o_proj input)", out_projection_source(m), b.split(1), width,
                  linears_of(m).attention_output, {.output_linear_input = true});
@@ -1447,6 +1461,9 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
 /// per forward ([b, s, rotary dim]) and every layer's rotary multiply saves them.
 constexpr bytes rotary_tables(const model& m, const block_builder& b, const stage_range& range) {
   if (m.positions != position_kind::rotary || range.layers == 0) return {};
+  // torchtune's cache[:seq_len], litgpt's cos[:T] and torchtitan's freqs_cis[0:seqlen] (rope_cache
+  // in 2026) are slices of module buffers (docs/sources.md#model-code), made at construction.
+  if (traits_of(b.code()).rotary_buffer) return {};
   const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
   return bytes_for_bits(checked_mul(checked_mul(2 * rotary, b.tokens()), b.beta()));
 }
