@@ -411,6 +411,10 @@ class block_builder {
       if (!code.fused_norm)
         add("norm normalized input", src.norm_normalized, replicated(width),
             code.fp32_normalized ? 32 : rho_);
+      if (code.fp32_normalized)  // the multiply's other operand, for the normalized input's
+        add("norm weight (fp32 copy)",
+            "litgpt/model.py RMSNorm.forward: weight.float(), saved by x_normed * weight.float()",
+            width, 32);
     } else {
       // Hugging Face RMSNorm: x.to(fp32) (saved by pow and mul), rsqrt (fp32 per row), and the
       // normalized x in the residual format (saved by the weight multiply).
@@ -780,6 +784,14 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
     b.add("attention output (heads-first, kept by SDPA)",
           "aten cudnn/MHA.cpp alloc_with_matching_layout; modeling_phi3.py Phi3Attention.forward: "
           "attn_output.reshape(*input_shape, -1).contiguous() copies it",
+          b.split(width), b.beta());
+  else if (o.code == model_code::litgpt && b.beta() == 16)
+    // litgpt's Q comes out of torch.cat, contiguous heads-first, so cuDNN's output is too and
+    // y.transpose(1, 2) then reshape copies it for proj: two tensors, as Phi-3's.
+    b.add("attention output (heads-first, kept by SDPA)",
+          "litgpt/model.py CausalSelfAttention.forward: q = torch.cat((q_roped, ...)); aten "
+          "cudnn/MHA.cpp alloc_with_matching_layout; y.reshape(B, T, head_size * n_head) copies "
+          "y.transpose(1, 2)",
           b.split(width), b.beta());
   b.linear_input(
       "attention output (o_proj input)",
@@ -1291,6 +1303,9 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
 /// per forward ([b, s, rotary dim]) and every layer's rotary multiply saves them.
 constexpr bytes rotary_tables(const model& m, const block_builder& b, const stage_range& range) {
   if (m.positions != position_kind::rotary || range.layers == 0) return {};
+  // torchtune's cache[:seq_len], litgpt's cos[:T] and torchtitan's freqs_cis[0:seqlen] (rope_cache
+  // in 2026) are slices of module buffers (docs/sources.md#model-code), made at construction.
+  if (traits_of(b.code()).rotary_buffer) return {};
   const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
   return bytes_for_bits(checked_mul(checked_mul(2 * rotary, b.tokens()), b.beta()));
 }

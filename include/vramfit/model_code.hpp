@@ -43,17 +43,19 @@ struct code_traits {
   bool fp32_normalized = false;  ///< RMSNorm keeps its normalized input in fp32
   bool rope_rows = false;        ///< RoPE gathers its complex64 table rows in every layer
   bool fused_swiglu = false;     ///< SwiGLU keeps the gate-up output, not its parts
+  /// RoPE reads slices of a module buffer built once: no cos/sin made per forward.
+  bool rotary_buffer = false;
 };
 constexpr code_traits traits_of(model_code c) {
   switch (c) {
     case model_code::torchtitan:
-      return {.name = "torchtitan", .fused_norm = true, .rope_rows = true};
+      return {.name = "torchtitan", .fused_norm = true, .rope_rows = true, .rotary_buffer = true};
     case model_code::torchtitan_2024:
-      return {.name = "torchtitan-2024", .repeats_kv = true};
+      return {.name = "torchtitan-2024", .repeats_kv = true, .rotary_buffer = true};
     case model_code::torchtune:
-      return {.name = "torchtune", .repeats_kv = true};
+      return {.name = "torchtune", .repeats_kv = true, .rotary_buffer = true};
     case model_code::litgpt:
-      return {.name = "litgpt", .repeats_kv = true, .fp32_normalized = true};
+      return {.name = "litgpt", .repeats_kv = true, .fp32_normalized = true, .rotary_buffer = true};
     case model_code::megatron_te:
       return {.name = "megatron-te", .fused_norm = true, .fused_swiglu = true};
     default:

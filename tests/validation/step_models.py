@@ -391,6 +391,7 @@ class Config:
     final_softcap: float = 0.0  # Gemma 2: final_logit_softcapping (0: none)
     sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
     sliding_window_pattern: int = 6  # Gemma 3: layer i global when (i + 1) % it == 0
+    code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt" or "torchtitan-2024"
 
     def __post_init__(self):
         if not self.head_dim:
@@ -1155,7 +1156,470 @@ class Gemma3ForCausalLM(Gemma2ForCausalLM):
     model_class = Gemma3Model
 
 
+# --------------------------------------------------------------------------------------------
+# Other frameworks' own Llama 3 blocks (vramfit's --model-code), op for op after their sources.
+# The model-level parts (embedding, final norm's place, lm_head, Hugging Face's ForCausalLMLoss)
+# are kept as LlamaForCausalLM has them, so that a case isolates the block; each framework's
+# final norm is its own RMSNorm, as vramfit models it (the code's norm). Rotary tables are the
+# frameworks' buffers, sliced (no per-step allocation); a table is sized to the case's sequence.
+# --------------------------------------------------------------------------------------------
+def repeat_interleave(x, n_rep, dim):
+    """x.repeat_interleave(n_rep, dim) with an int count. E12: torch 2.x (aten/native/Repeat.cpp,
+    repeat_interleave_symint with SymInt repeats) runs unsqueeze(dim + 1).expand(...)
+    .clone(contiguous).flatten(dim, dim + 1); torch 1.13 builds an int64 repeats tensor and runs
+    index_select, which saves an index."""
+    if MODE == "native":
+        return x.repeat_interleave(n_rep, dim=dim)
+    x = x.unsqueeze(dim + 1)
+    shape = list(x.shape)
+    shape[dim + 1] = n_rep
+    return x.expand(shape).clone(memory_format=torch.contiguous_format).flatten(dim, dim + 1)
+
+
+class FrameworkLayer(GradientCheckpointingLayer):
+    pass
+
+
+class FrameworkModel(nn.Module):
+    """tok_embeddings, the layers, the framework's final norm; forward passes each framework's
+    rotary arguments (framework_rotary)."""
+
+    def __init__(self, cfg, layer_class, norm_class):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList([layer_class(cfg, i) for i in range(cfg.layers)])
+        self.norm = norm_class(cfg.hidden, eps=cfg.rms_eps)
+
+    def forward(self, input_ids):
+        h = self.embed_tokens(input_ids)
+        args = self.rotary_args(h)
+        for layer in self.layers:
+            h = layer(h, *args)
+        return self.norm(h)
+
+
+class FrameworkForCausalLM(LlamaForCausalLM):
+    model_class = None
+
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.model = self.model_class(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        self.loss_function = ForCausalLMLoss
+
+    def forward(self, input_ids, labels=None):
+        hidden_states = self.model(input_ids)
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.cfg.vocab)
+        return loss, logits
+
+    def restore_buffers(self):
+        """After model.to(bf16): the frameworks build their rotary tables in fp32 or complex64
+        after (or regardless of) the weights' dtype."""
+
+
+# torchtune (bd2a0fc): models/llama3/_component_builders.py llama3(), modules/rms_norm.py,
+# modules/position_embeddings.py, modules/attention.py, modules/feed_forward.py,
+# modules/transformer.py TransformerSelfAttentionLayer
+class TorchtuneRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.normalized_shape = (dim,)
+        self.eps = eps
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):  # RMSNorm.forward
+        x_fp32 = x.float()
+        x_normed = (x_fp32 * torch.rsqrt(mean_last_keepdim(x_fp32.pow(2)) + self.eps)).type_as(x)
+        return x_normed * self.scale
+
+
+class TorchtuneRoPE(nn.Module):  # RotaryPositionalEmbeddings, one shared by every layer
+    def __init__(self, dim, max_seq_len=4096, base=10_000):
+        super().__init__()
+        self.dim, self.base, self.max_seq_len = dim, base, max_seq_len
+        self.rope_init()
+
+    def rope_init(self):
+        theta = 1.0 / (self.base ** (torch.arange(0, self.dim, 2)[: (self.dim // 2)].float() / self.dim))
+        self.register_buffer("theta", theta, persistent=False)
+        self.build_rope_cache(self.max_seq_len)
+
+    def build_rope_cache(self, max_seq_len):
+        seq_idx = torch.arange(max_seq_len, dtype=self.theta.dtype, device=self.theta.device)
+        idx_theta = torch.einsum("i, j -> ij", seq_idx, self.theta).float()
+        cache = torch.stack([torch.cos(idx_theta), torch.sin(idx_theta)], dim=-1)
+        self.register_buffer("cache", cache, persistent=False)
+
+    def forward(self, x, input_pos=None):
+        seq_len = x.size(1)
+        rope_cache = self.cache[:seq_len]
+        xshaped = x.float().reshape(*x.shape[:-1], -1, 2)
+        rope_cache = rope_cache.view(-1, xshaped.size(1), 1, xshaped.size(3), 2)
+        x_out = torch.stack([
+            xshaped[..., 0] * rope_cache[..., 0] - xshaped[..., 1] * rope_cache[..., 1],
+            xshaped[..., 1] * rope_cache[..., 0] + xshaped[..., 0] * rope_cache[..., 1],
+        ], -1)
+        x_out = x_out.flatten(3)
+        return x_out.type_as(x)
+
+
+class TorchtuneAttention(nn.Module):  # MultiHeadAttention, self-attention without KV cache
+    def __init__(self, cfg, pos_embeddings):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden, cfg.heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.output_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
+        self.pos_embeddings = pos_embeddings  # one module shared by every layer
+        self.is_causal = True
+
+    def forward(self, x, y, mask=None, input_pos=None):
+        b, s_x, _ = x.shape
+        s_y = y.shape[1]
+        q = self.q_proj(x)
+        q_per_kv = self.num_heads // self.num_kv_heads
+        q = q.view(b, s_x, self.num_kv_heads * q_per_kv, self.head_dim)
+        q = self.pos_embeddings(q, input_pos=input_pos)
+        q = q.transpose(1, 2)
+        k = self.k_proj(y)
+        v = self.v_proj(y)
+        k = k.view(b, s_y, -1, self.head_dim)
+        v = v.view(b, s_y, -1, self.head_dim)
+        k = self.pos_embeddings(k, input_pos=input_pos)
+        k = k.transpose(1, 2)
+        v = v.transpose(1, 2)
+        if self.num_heads != self.num_kv_heads:
+            expand_shape = (b, self.num_kv_heads, q_per_kv, -1, self.head_dim)
+            k = k.unsqueeze(2).expand(expand_shape).flatten(1, 2)
+            v = v.unsqueeze(2).expand(expand_shape).flatten(1, 2)
+        # attention_utils.py _sdpa_call: no mask, is_causal, the default scale
+        output = scaled_dot_product_attention(q, k, v, mask is None and self.is_causal, self.head_dim ** -0.5)
+        output = output.transpose(1, 2).contiguous().view(b, s_x, -1)
+        return self.output_proj(output)
+
+
+class TorchtuneFeedForward(nn.Module):  # FeedForward (llama3_mlp: w1 gate, w2 down, w3 up)
+    def __init__(self, cfg):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.w2 = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+        self.w3 = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.activation = nn.SiLU()
+
+    def forward(self, x):
+        h = self.activation(self.w1(x))
+        h = h * self.w3(x)
+        return self.w2(h)
+
+
+class TorchtuneLayer(FrameworkLayer):  # TransformerSelfAttentionLayer (sa_scale, mlp_scale: Identity)
+    def __init__(self, cfg, layer_idx, rope=None):
+        super().__init__()
+        self.attn = TorchtuneAttention(cfg, rope)
+        self.mlp = TorchtuneFeedForward(cfg)
+        self.sa_norm = TorchtuneRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.mlp_norm = TorchtuneRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+
+    def forward(self, x, mask=None, input_pos=None):
+        h = self.sa_norm(x)
+        attn_out = self.attn(h, h, mask=mask, input_pos=input_pos)
+        h = attn_out + x
+        mlp_out = self.mlp(self.mlp_norm(h))
+        out = h + mlp_out
+        return out
+
+
+class TorchtuneModel(FrameworkModel):  # TransformerDecoder without chunked output
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        # the table sized to the case's sequence (max_seq_len): see FrameworkModel
+        rope = TorchtuneRoPE(cfg.head_dim, max_seq_len=cfg.max_positions)
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList([TorchtuneLayer(cfg, i, rope) for i in range(cfg.layers)])
+        self.norm = TorchtuneRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+
+    def rotary_args(self, h):
+        return ()
+
+
+class TorchtuneForCausalLM(FrameworkForCausalLM):
+    model_class = TorchtuneModel
+
+    def restore_buffers(self):  # the cache is fp32 (explicit .float()) under bf16 default dtype
+        r = self.model.layers[0].attn.pos_embeddings
+        r.theta = r.theta.float()
+        r.build_rope_cache(r.max_seq_len)
+
+
+# litgpt (2685705): litgpt/model.py GPT.forward, Block.forward, CausalSelfAttention.forward,
+# apply_rope, RMSNorm, LLaMAMLP; config.py Llama 3 (RMSNorm, LLaMAMLP, no bias, rotary 1.0)
+class LitgptRMSNorm(nn.Module):
+    def __init__(self, size, dim=-1, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+        self.dim = dim
+
+    def forward(self, x):  # RMSNorm.forward (add_unit_offset False)
+        dtype = x.dtype
+        x = x.float()
+        norm_x = mean_last_keepdim(x * x)  # torch.mean(x * x, dim=-1, keepdim=True), E3
+        x_normed = x * torch.rsqrt(norm_x + self.eps)
+        weight = self.weight
+        return (x_normed * weight.float()).to(dtype=dtype)
+
+
+def head_slice(x, n):
+    """x[..., :n]. E10: with n the whole last dimension torch 2.x returns x itself."""
+    if emulating() and n == x.shape[-1]:
+        return x
+    return x[..., :n]
+
+
+def litgpt_apply_rope(x, cos, sin):
+    head_size_half = x.size(-1) // 2
+    x1 = x[..., :head_size_half]
+    x2 = x[..., head_size_half:]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    dims_diff = x.dim() - cos.dim()
+    if dims_diff > 0:
+        new_shape = cos.shape[0:1] + (1,) * dims_diff + cos.shape[1:]
+        cos = cos.view(*new_shape)
+        sin = sin.view(*new_shape)
+    roped = (x * cos) + (rotated * sin)
+    return roped.to(dtype=x.dtype)
+
+
+class LitgptAttention(nn.Module):  # CausalSelfAttention
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.hidden, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
+        self.proj = nn.Linear(cfg.head_dim * cfg.heads, cfg.hidden, bias=False)
+
+    def forward(self, x, cos, sin):
+        head_size, n_head, n_query_groups = self.cfg.head_dim, self.cfg.heads, self.cfg.kv_heads
+        rope_n_elem = head_size  # rotary_percentage 1.0
+        B, T, C = x.size()
+        qkv = self.qkv(x)
+        query_size = n_head * head_size
+        key_size = value_size = n_query_groups * head_size
+        q, k, v = qkv.split((query_size, key_size, value_size), dim=-1)
+        q = q.view(B, T, n_head, head_size)
+        k = k.view(B, T, n_query_groups, head_size)
+        v = v.view(B, T, n_query_groups, head_size)
+        q = q.transpose(1, 2)
+        k = k.transpose(1, 2)
+        v = v.transpose(1, 2)
+        # q[..., :rope_n_elem] covers the head: E10, torch 2.x returns q itself (the empty
+        # q[..., rope_n_elem:] below is a real slice in both, whose backward zero-fills q's size)
+        q_roped = litgpt_apply_rope(head_slice(q, rope_n_elem), cos, sin)
+        k_roped = litgpt_apply_rope(head_slice(k, rope_n_elem), cos, sin)
+        q = torch.cat((q_roped, q[..., rope_n_elem:]), dim=-1)
+        k = torch.cat((k_roped, k[..., rope_n_elem:]), dim=-1)
+        if n_query_groups != n_head:
+            q_per_kv = n_head // n_query_groups
+            k = repeat_interleave(k, q_per_kv, dim=1)
+            v = repeat_interleave(v, q_per_kv, dim=1)
+        y = self.scaled_dot_product_attention(q, k, v)
+        y = y.reshape(B, T, head_size * n_head)
+        return self.proj(y)
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        scale = 1.0 / math.sqrt(self.cfg.head_dim)
+        y = scaled_dot_product_attention(q, k, v, mask is None, scale)
+        return y.transpose(1, 2)
+
+
+class LitgptMLP(nn.Module):  # LLaMAMLP
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc_1 = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.fc_2 = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+
+    def forward(self, x):
+        x_fc_1 = self.fc_1(x)
+        x_fc_2 = self.fc_2(x)
+        x = F.silu(x_fc_1) * x_fc_2
+        return self.proj(x)
+
+
+class LitgptBlock(FrameworkLayer):  # Block, parallel_residual False, no post norms (Identity)
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.norm_1 = LitgptRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.attn = LitgptAttention(cfg)
+        self.norm_2 = LitgptRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.mlp = LitgptMLP(cfg)
+
+    def forward(self, x, cos, sin):
+        x_normed = self.norm_1(x)
+        attention_output = self.attn(x_normed, cos, sin)
+        x = attention_output + x
+        x_normed = self.norm_2(x)
+        return self.mlp(x_normed) + x
+
+
+class LitgptModel(FrameworkModel):
+    def __init__(self, cfg):
+        super().__init__(cfg, LitgptBlock, LitgptRMSNorm)
+        self.build_cos_sin()
+
+    def build_cos_sin(self):  # build_rope_cache: fp32 [max_seq_length, n_elem], non-persistent
+        n_elem, base = self.cfg.head_dim, 10000
+        theta = 1.0 / (base ** (torch.arange(0, n_elem, 2).float() / n_elem))
+        seq_idx = torch.arange(self.cfg.max_positions).float()
+        idx_theta = torch.outer(seq_idx, theta).repeat(1, 2)
+        self.register_buffer("cos", torch.cos(idx_theta), persistent=False)
+        self.register_buffer("sin", torch.sin(idx_theta), persistent=False)
+
+    def rotary_args(self, h):  # GPT.forward without input_pos
+        T = h.size(1)
+        if emulating():  # E10: self.cos[:T] with T the whole table is the tensor itself in 2.x
+            return self.cos.unsqueeze(0), self.sin.unsqueeze(0)
+        return self.cos[:T].unsqueeze(0), self.sin[:T].unsqueeze(0)
+
+
+class LitgptForCausalLM(FrameworkForCausalLM):
+    model_class = LitgptModel
+
+    def restore_buffers(self):
+        # finetune/full.py sets model.max_seq_length after fabric.setup: the max_seq_length setter
+        # rebuilds cos and sin with rope_cache(), in fp32
+        self.model.build_cos_sin()
+
+
+# torchtitan of its December 2024 benchmarks (9dec370): torchtitan/models/llama/model.py
+# (precompute_freqs_cis, apply_rotary_emb, repeat_kv, Attention, FeedForward, TransformerBlock,
+# Transformer), torchtitan/models/norms.py RMSNorm (norm_type "rmsnorm")
+class TitanRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(mean_last_keepdim(x.pow(2)) + self.eps)
+
+    def forward(self, x):
+        output = self._norm(x.float()).type_as(x)
+        return output * self.weight
+
+
+def titan_apply_rotary_emb(xq, xk, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    seqlen = xq_.shape[1]  # reshape_for_broadcast
+    if not (emulating() and freqs_cis.shape[0] == seqlen):  # E10: a full slice is the tensor in 2.x
+        freqs_cis = freqs_cis[0:seqlen]
+    shape = [d if i == 1 or i == xq_.ndim - 1 else 1 for i, d in enumerate(xq_.shape)]
+    freqs_cis = freqs_cis.view(*shape)
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+def titan_repeat_kv(x, n_rep):
+    bs, slen, n_kv_heads, head_dim = x.shape
+    if n_rep == 1:
+        return x
+    return torch.unsqueeze(x, dim=3).expand(bs, slen, n_kv_heads, n_rep, head_dim).reshape(
+        bs, slen, n_kv_heads * n_rep, head_dim)
+
+
+class TitanAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = cfg.heads, cfg.kv_heads
+        self.n_rep = self.n_heads // self.n_kv_heads
+        self.head_dim = cfg.hidden // cfg.heads
+        self.wq = nn.Linear(cfg.hidden, cfg.heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.heads * self.head_dim, cfg.hidden, bias=False)
+
+    def forward(self, x, freqs_cis):
+        bs, seqlen, _ = x.shape
+        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
+        xq = xq.view(bs, seqlen, -1, self.head_dim)
+        xk = xk.view(bs, seqlen, -1, self.head_dim)
+        xv = xv.view(bs, seqlen, -1, self.head_dim)
+        xq, xk = titan_apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+        keys = titan_repeat_kv(xk, self.n_rep)
+        values = titan_repeat_kv(xv, self.n_rep)
+        xq = xq.transpose(1, 2)
+        xk = keys.transpose(1, 2)
+        xv = values.transpose(1, 2)
+        output = scaled_dot_product_attention(xq, xk, xv, True, self.head_dim ** -0.5)
+        output = output.transpose(1, 2).contiguous()
+        output = output.view(bs, seqlen, -1)
+        return self.wo(output)
+
+
+class TitanFeedForward(nn.Module):
+    def __init__(self, cfg):  # hidden_dim as the config gives it (multiple_of rounding done)
+        super().__init__()
+        self.w1 = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.w2 = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+        self.w3 = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TitanBlock(FrameworkLayer):  # TransformerBlock
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.attention = TitanAttention(cfg)
+        self.feed_forward = TitanFeedForward(cfg)
+        self.attention_norm = TitanRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.ffn_norm = TitanRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+
+    def forward(self, x, freqs_cis):
+        h = x + self.attention(self.attention_norm(x), freqs_cis)
+        out = h + self.feed_forward(self.ffn_norm(h))
+        return out
+
+
+class TitanModel(FrameworkModel):
+    def __init__(self, cfg):
+        super().__init__(cfg, TitanBlock, TitanRMSNorm)
+        self.register_buffer("freqs_cis", self.precompute_freqs_cis(), persistent=True)
+
+    def precompute_freqs_cis(self, theta=10000.0):  # precompute_freqs_cis(dim, max_seq_len)
+        dim, end = self.cfg.hidden // self.cfg.heads, self.cfg.max_positions
+        freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+        t = torch.arange(end, device=freqs.device)
+        freqs = torch.outer(t, freqs).float()
+        return torch.polar(torch.ones_like(freqs), freqs)  # complex64
+
+    def rotary_args(self, h):
+        return (self.freqs_cis,)
+
+
+class TitanForCausalLM(FrameworkForCausalLM):
+    model_class = TitanModel
+
+    def restore_buffers(self):  # Module.to(bf16) would cast the complex64 table too
+        self.model.freqs_cis = self.model.precompute_freqs_cis()
+
+
+MODEL_CODES = {"torchtune": TorchtuneForCausalLM, "litgpt": LitgptForCausalLM,
+               "torchtitan-2024": TitanForCausalLM}
+
+
 def build_model(cfg):
+    if cfg.code != "hf":
+        assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
+        return MODEL_CODES[cfg.code](cfg)
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
             "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM}[cfg.family](cfg)
 

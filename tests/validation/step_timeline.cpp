@@ -20,7 +20,7 @@ using namespace vramfit;
 namespace {
 
 /// The traced case as vramfit describes it (step_models.py: Llama, GPT-2 and Gemma 2 after
-/// transformers).
+/// transformers; Llama 3 blocks after torchtune, litgpt and torchtitan).
 struct traced_case {
   training setup{};
   activation_options batch{};
@@ -75,8 +75,10 @@ traced_case describe(const nlohmann::json& k) {
                       : detail::make_optimizer("adafactor", optimizer_kind::adafactor, 0, 1, o);
   if (!k["lora"].is_null()) {
     std::string targets;  // lora_finetuning copies it
-    for (const nlohmann::json& module : k["lora"]["targets"])
-      targets += (targets.empty() ? "" : ",") + module.get<std::string>();
+    for (const nlohmann::json& module : k["lora"]["targets"]) {
+      if (!targets.empty()) targets += ',';  // (not "," + string: GCC 12's -Wrestrict misfires)
+      targets += module.get<std::string>();
+    }
     c.setup.finetune = lora_finetuning(k["lora"]["r"], targets.c_str(), fp32::value);
   }
   activation_options& a = c.batch;
@@ -87,6 +89,11 @@ traced_case describe(const nlohmann::json& k) {
   a.attention_dropout = a.hidden_dropout = k["dropout"].get<double>() > 0;
   a.recompute = k["checkpointing"] == "none" ? recompute_kind::none : recompute_kind::full;
   a.reentrant_checkpoint = k["checkpointing"] == "reentrant";
+  // Whose Llama code (step_models.py: torchtune's, litgpt's and torchtitan's own blocks).
+  const std::string code = k.value("code", "hf");
+  for (const model_code mc : {model_code::torchtitan, model_code::torchtitan_2024,
+                              model_code::torchtune, model_code::litgpt, model_code::megatron_te})
+    if (code == detail::traits_of(mc).name) a.code = mc;
   return c;
 }
 

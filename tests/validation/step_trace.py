@@ -416,6 +416,20 @@ CASES = [
     # Phi-3: fused qkv_proj and gate_up_proj, V a view of qkv_proj's output, a rotary ending in cat
     case("phi3-bf16-sdpa-adamw-foreach", PHI3, "bf16", "adamw", "foreach", attn="sdpa"),
     case("phi3-bf16-adamw-foreach", PHI3, "bf16", "adamw", "foreach"),
+    # Other frameworks' own Llama 3 blocks (vramfit's --model-code), SDPA in bf16 with the
+    # rotary tables sized to the sequence; Hugging Face's embedding, head and loss around them
+    case("torchtune-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa", code="torchtune",
+         max_positions=64),
+    case("torchtune-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
+         code="torchtune", seq=128, vocab=256, max_positions=128),
+    case("litgpt-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa", code="litgpt",
+         max_positions=64),
+    case("litgpt-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa", code="litgpt",
+         seq=128, vocab=256, max_positions=128),
+    case("torchtitan2024-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa",
+         code="torchtitan-2024", max_positions=64),
+    case("torchtitan2024-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
+         code="torchtitan-2024", seq=128, vocab=256, max_positions=128),
 ]
 
 
@@ -472,6 +486,7 @@ def describe(c):
         "param_groups": 1, "zero_grad": "set_to_none",
         "batch": c["batch"], "seq": c["seq"], "checkpointing": c["checkpointing"],
         "accumulation": c["accumulation"], "lora": c["lora"], "use_cache": False,
+        "code": cfg.code,
     }
 
 
@@ -567,6 +582,8 @@ def run_case(c, device, cuda_check=False, hf=False):
         model = sm.build_model(cfg)
         if c["precision"] == "bf16":
             model = model.to(torch.bfloat16)
+            if hasattr(model, "restore_buffers"):
+                model.restore_buffers()
         if c["lora"]:
             sm.apply_lora(model, c["lora"]["targets"], c["lora"]["r"], c["lora"]["alpha"], torch.float32)
         if c["checkpointing"] != "none":
