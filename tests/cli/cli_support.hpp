@@ -63,9 +63,9 @@ inline void check_refusal(const result& r, const std::string& part) {
   CHECK(r.err.find(part) != std::string::npos);
 }
 
-/// The JSON answer of `args` (given --format json), which must succeed.
-inline nlohmann::json json_of(const std::string& args) {
-  const result r = run(args + " -f json");
+/// The JSON answer of `args` (given --format json), which must succeed; `env` as run() takes it.
+inline nlohmann::json json_of(const std::string& args, const std::string& env = "") {
+  const result r = run(args + " -f json", env);
   INFO(args << " -> " << r.status << ": " << r.err);
   REQUIRE(r.status == 0);
   return nlohmann::json::parse(r.out);

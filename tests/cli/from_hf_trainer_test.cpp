@@ -49,11 +49,9 @@ const std::string& hub_env() {
   return env;
 }
 
+/// train's JSON answer to `args` in the fixtures' cache.
 nlohmann::json json_of(const std::string& args) {
-  const result r = run("train -f json " + args, hub_env());
-  INFO(args << " -> " << r.err);
-  REQUIRE(r.status == 0);
-  return nlohmann::json::parse(r.out);
+  return vramfit::cli_test::json_of("train " + args, hub_env());
 }
 
 using option_list = std::vector<std::tuple<std::string, std::string, std::string>>;

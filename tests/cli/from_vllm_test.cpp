@@ -19,8 +19,8 @@
 namespace {
 namespace fs = std::filesystem;
 
-using vramfit::cli_test::check_refusal, vramfit::cli_test::data_dir, vramfit::cli_test::result,
-    vramfit::cli_test::run;
+using vramfit::cli_test::check_refusal, vramfit::cli_test::data_dir, vramfit::cli_test::lists,
+    vramfit::cli_test::result, vramfit::cli_test::run;
 
 const std::string fixtures = data_dir + "/from/vllm/";
 
@@ -78,19 +78,6 @@ std::vector<std::string> options(const nlohmann::json& j) {
     lines.push_back(o.at("option").get<std::string>() + " " + o.at("value").get<std::string>() +
                     " <- " + o.at("key").get<std::string>());
   return lines;
-}
-
-/// Whether `list` ("not_modeled", "overridden") names `key`.
-bool lists(const nlohmann::json& j, const char* list, const std::string& key) {
-  for (const auto& k : j.at("from").at(list))
-    if (k.at("key") == key) return true;
-  return false;
-}
-
-bool no_effect(const nlohmann::json& j, const std::string& key) {
-  for (const auto& k : j.at("from").at("no_effect"))
-    if (k == key) return true;
-  return false;
 }
 
 /// The JSON without the "from" key.
@@ -173,7 +160,7 @@ TEST_CASE("--from vllm: each fixture's options, and the same JSON as the explici
   const nlohmann::json xpu =
       parsed(from("-m llama-2-13b -g 96GiB -f json", words("docs-xpu-opt-13b-pp2-tp8.args")));
   CHECK(lists(xpu, "overridden", "model"));
-  CHECK(no_effect(xpu, "distributed_executor_backend"));
+  CHECK(lists(xpu, "no_effect", "distributed_executor_backend"));
   const result opt = from("", words("docs-xpu-opt-13b-pp2-tp8.args"));
   CHECK(opt.status == 2);
   CHECK(opt.err.find("facebook/opt-13b") != std::string::npos);
@@ -183,12 +170,12 @@ TEST_CASE("--from vllm: what is not modeled, what changes nothing, and flags vLL
   const nlohmann::json nixl =
       parsed(from("-f json", words("docs-nixl-Qwen3-0.6B-prefiller-enforce-eager.args")));
   CHECK(lists(nixl, "not_modeled", "kv_transfer_config"));
-  CHECK(no_effect(nixl, "port"));
+  CHECK(lists(nixl, "no_effect", "port"));
   const nlohmann::json qwen =
       parsed(from("-g mi300x -f json", words("recipes-Qwen3-235B-A22B-FP8-rocm-tp4.args")));
   for (const char* key : {"swap_space", "disable_log_requests", "trust_remote_code",
                           "distributed_executor_backend", "enable_prefix_caching"})
-    CHECK(no_effect(qwen, key));
+    CHECK(lists(qwen, "no_effect", key));
   // A flag vLLM does not know: listed with its value, never dropped.
   const nlohmann::json unknown =
       parsed(from("-f json", " Qwen/Qwen3-0.6B --no-such-flag 3 --cudagraph-capture-sizes 1 2 4"));
