@@ -401,7 +401,7 @@ class block_builder {
             "native_layer_norm_backward(..., result1, result2, ...)",
             checked_mul(2, rows), 32);
     } else if (o_.code != model_code::hf) {
-      // The model codes' RMSNorms (rms_norm_sources()): a fused kernel keeps its input as it is
+      // The model codes' RMSNorms (sources_of()): a fused kernel keeps its input as it is
       // and an fp32 rstd; the others keep what Hugging Face's does, litgpt's normalized input in
       // fp32 (it multiplies by weight.float() before casting back).
       const code_sources src = sources_of(o_.code);
