@@ -72,12 +72,13 @@ inline nlohmann::json parse_config(std::string_view text, const std::string& wha
   }
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 2, column 0: syntax error ...":
-    // the position and the reason, without the id, and not a long input echoed whole.
+  } catch (const nlohmann::json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 2, column 0: syntax error ...", or
+    // "[json.exception.out_of_range.406] number overflow parsing '1e999'": the reason without
+    // the id, and not a long input echoed whole.
     std::string reason = e.what();
-    const std::size_t at = reason.find("parse error");
-    reason = reason.substr(at == std::string::npos ? 0 : at);
+    const std::size_t at = reason.find("] ");
+    reason = reason.substr(at == std::string::npos ? 0 : at + 2);
     if (reason.size() > 160) reason = reason.substr(0, 157) + "...";
     raise(what + " is not valid JSON: " + reason);
   }

@@ -110,6 +110,17 @@ TEST_CASE("unreadable and malformed files are errors") {
   const auto bad = std::filesystem::temp_directory_path() / "vramfit-test-bad.json";
   std::ofstream(bad) << "{\"model_type\": \"llama\", ";
   CHECK_THROWS_WITH(load_hf_config(bad), doctest::Contains("is not valid JSON"));
+  // A number past a double is refused as the file's fault, without nlohmann's exception id
+  // (fuzz_launcher found it uncaught: out_of_range.406, not a parse_error).
+  std::ofstream(bad) << R"({"model_type": "llama", "hidden_size": 1e888888888888889})";
+  CHECK_THROWS_WITH(load_hf_config(bad),
+                    doctest::Contains("is not valid JSON: number overflow parsing "
+                                      "'1e888888888888889'"));
+  try {
+    load_hf_config(bad);
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).find("json.exception") == std::string::npos);
+  }
 }
 
 TEST_CASE("optional fields take their Hugging Face defaults") {
