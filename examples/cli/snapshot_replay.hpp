@@ -92,6 +92,8 @@ inline nlohmann::json parse_file(const std::filesystem::path& path, const reader
         "not JSON (a snapshot's pickle: read it with vramfit.compare in Python), parse "
         "error at byte " +
         std::to_string(e.byte));
+  } catch (const nlohmann::json::out_of_range&) {  // 406: a number past a double
+    r.refuse("holds a number too large for a double: not a snapshot");
   }
 }
 

@@ -128,6 +128,8 @@ TEST_CASE("compare refuses in one line what it cannot compare") {
   check_refusal(run(base + "--snapshot " + snapshot + " --log x.log"), "give --snapshot");
   check_refusal(run(base + "--snapshot no-such.json"), "no such file");
   check_refusal(run(base + "--snapshot " + written("c_text.json", "not json")), "not JSON");
+  check_refusal(run(base + "--snapshot " + written("c_huge.json", R"({"segments": [1e999]})")),
+                "holds a number too large for a double");
   check_refusal(run(base + "--snapshot " + written("c_list.json", "[1, 2]")),
                 "not a torch.cuda.memory._snapshot()");
   check_refusal(run(base + "--snapshot " +
