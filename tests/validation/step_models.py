@@ -4,6 +4,8 @@ tests/validation/step_trace.py, written in plain PyTorch so that they run on Deb
 
 Sources followed (line for line where memory is concerned):
   transformers 5.17  models/llama/modeling_llama.py, models/gpt2/modeling_gpt2.py,
+                     models/mixtral/modeling_mixtral.py and integrations/moe.py (5.x's packed
+                     experts: grouped_mm_experts_forward and the eager loop),
                      masking_utils.py (create_causal_mask, sdpa_mask, eager_mask,
                      find_packed_sequence_indices), integrations/sdpa_attention.py,
                      loss/loss_utils.py (ForCausalLMLoss), pytorch_utils.py (Conv1D),
@@ -13,6 +15,8 @@ Sources followed (line for line where memory is concerned):
   peft 0.21          tuners/lora/layer.py (Linear.forward), tuners/tuners_utils.py
                      (_cast_input_dtype)
   torch 2.11         optim/adam.py (_single_tensor_adam, _multi_tensor_adam, _fused_adam, _init_group),
+                     native/cuda/GroupedBlas.cpp, native/GroupedMMUtils.h and the _grouped_mm
+                     entry of tools/autograd/derivatives.yaml (E13),
                      optim/sgd.py, optim/_adafactor.py, optim/optimizer.py (zero_grad),
                      utils/checkpoint.py (CheckpointFunction, _checkpoint_without_reentrant_generator),
                      aten/src/ATen/autocast_mode.cpp (the CUDA autocast op lists)
@@ -20,10 +24,11 @@ Sources followed (line for line where memory is concerned):
 Two modes, chosen by set_mode():
   "emulate" (CPU, the committed data): every place where PyTorch 1.13's CPU kernels or Python code
       allocate differently from torch 2.11 on CUDA goes through a wrapper below that allocates what
-      CUDA does (see docs/step-trace.md, "CUDA emulations", E1..E11).
+      CUDA does (see docs/step-trace.md, "CUDA emulations", E1..E14).
   "native" (any device, torch >= 2.5): the wrappers call the real torch functions (F.dropout,
-      F.scaled_dot_product_attention, torch.optim, torch.utils.checkpoint, torch.autocast); used on a
-      GPU to check the emulation against the real CUDA allocator.
+      F.scaled_dot_product_attention, torch.optim, torch.utils.checkpoint, torch.autocast, and for
+      Mixtral torch._grouped_mm, which needs a torch that has it); used on a GPU to check the
+      emulation against the real CUDA allocator.
 """
 
 import contextlib
@@ -368,11 +373,158 @@ def scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=False):
 
 
 # --------------------------------------------------------------------------------------------
+# E13: torch._grouped_mm (torch 2.11 on CUDA; torch 1.13 has none). transformers 5's default
+# experts implementation ("grouped_mm", integrations/moe.py) runs it on the whole packed expert
+# parameters. aten/src/ATen/native/cuda/GroupedBlas.cpp _grouped_mm_cuda: the output comes from
+# create_grouped_gemm_output_tensor (native/GroupedMMUtils.h), in mat_a's dtype
+# (_resolve_grouped_mm_out_dtype), then bf16 runs CUTLASS's grouped GEMM on sm90/sm100 and other
+# dtypes _grouped_mm_fallback's loop of at::mm_out into slices of that output. The autograd
+# formulas are derivatives.yaml's _grouped_mm entry (self: _grouped_mm_mat1_backward, mat2:
+# _grouped_mm_mat2_backward, torch/csrc/autograd/FunctionsManual.cpp), saving self, mat2 and offs.
+# Not autocast-enabled on CUDA (not in autocast_mode.h's lists), so the emulated autocast is off
+# inside. The CUTLASS kernel's own workspace is not known and not emulated.
+# --------------------------------------------------------------------------------------------
+_ELEMENT_SIZE = {torch.float64: 8, torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}  # float64: checks only
+
+
+@contextlib.contextmanager
+def _autocast_emulation_off():
+    prev = AUTOCAST.enabled
+    AUTOCAST.enabled = False
+    try:
+        yield
+    finally:
+        AUTOCAST.enabled = prev
+
+
+def _grouped_mm_output(mat_a, mat_b, offs, out_dtype):
+    """create_grouped_gemm_output_tensor (CUDA): [M, N] for 2d x 3d, [G, M, N] for 2d x 2d, with
+    the last dimension's stride padded to 16 bytes for TMA (empty_strided)."""
+    a_is_2d, b_is_2d = mat_a.dim() == 2, mat_b.dim() == 2
+    if a_is_2d:
+        out_size = [offs.size(0), mat_a.size(0), mat_b.size(1)] if b_is_2d else [mat_a.size(0), mat_b.size(-1)]
+    else:
+        out_size = [mat_a.size(1), mat_b.size(1)] if b_is_2d else [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    alignment = 16 // _ELEMENT_SIZE[out_dtype]
+    size_padded = (out_size[-1] + alignment - 1) // alignment * alignment
+    out_stride = [size_padded, 1] if a_is_2d != b_is_2d else [out_size[1] * size_padded, size_padded, 1]
+    return torch.empty_strided(out_size, out_stride, dtype=out_dtype, device=mat_a.device)
+
+
+def _grouped_mm_emulated(mat_a, mat_b, offs):
+    """One _grouped_mm call as the tracer sees it on CUDA: its output only (labelled _grouped_mm);
+    the products are the CPU's, untracked, written into slices of that output."""
+    with HOOKS.label("_grouped_mm"):
+        out = _grouped_mm_output(mat_a, mat_b, offs, mat_a.dtype)  # out_dtype = mat_a's
+    with HOOKS.untracked(), _autocast_emulation_off(), torch.no_grad():
+        ends = [int(v) for v in offs.tolist()] if offs is not None else []
+        start = 0
+        if mat_a.dim() == 2 and mat_b.dim() == 3:  # 2d x 3d: rows of mat_a per group
+            for g, end in enumerate(ends):
+                torch.mm(mat_a[start:end], mat_b[g], out=out[start:end])
+                start = end
+        elif mat_a.dim() == 2 and mat_b.dim() == 2:  # 2d x 2d: the contraction dimension per group
+            for g, end in enumerate(ends):
+                if end > start:
+                    torch.mm(mat_a[:, start:end], mat_b[start:end], out=out[g])
+                else:  # a group without rows: zeros (CUTLASS's and the fallback's empty product)
+                    out[g].zero_()
+                start = end
+        elif mat_a.dim() == 3 and mat_b.dim() == 2:  # 3d x 2d
+            for g, end in enumerate(ends):
+                torch.mm(mat_a[g], mat_b[:, start:end], out=out[:, start:end])
+                start = end
+        else:  # 3d x 3d: a batched matmul
+            torch.bmm(mat_a, mat_b, out=out)
+    return out
+
+
+def _grouped_mm_mat1_backward(grad, mat2, mat1_sizes, mat1_strides, offs):
+    """FunctionsManual.cpp _grouped_mm_mat1_backward (alpha 1): a column-major mat1 gets a
+    column-major gradient."""
+    d = len(mat1_sizes)
+    if mat1_strides[d - 2] == 1 and mat1_strides[d - 1] == mat1_sizes[d - 2]:
+        return _grouped_mm_emulated(mat2, grad.transpose(-2, -1), offs).transpose(-2, -1)
+    return _grouped_mm_emulated(grad, mat2.transpose(-2, -1), offs)
+
+
+def _grouped_mm_mat2_backward(grad, mat1, mat2_sizes, mat2_strides, offs):
+    """FunctionsManual.cpp _grouped_mm_mat2_backward (alpha 1). transformers passes
+    weight.transpose(-2, -1), a column-major mat2: the gradient is one [E, N, K] allocation (the
+    parameter's shape, contiguous; zero for an expert without rows), returned transposed, so that
+    TransposeBackward hands AccumulateGrad a parameter-shaped contiguous tensor to steal."""
+    d = len(mat2_sizes)
+    if mat2_strides[d - 2] == 1 and mat2_strides[d - 1] == mat2_sizes[d - 2]:
+        return _grouped_mm_emulated(grad.transpose(-2, -1), mat1, offs).transpose(-2, -1)
+    return _grouped_mm_emulated(mat1.transpose(-2, -1), grad, offs)
+
+
+class _GroupedMM(torch.autograd.Function):
+    """E13: torch._grouped_mm(mat_a, mat_b, offs) on CUDA. Forward allocates the output only and
+    saves mat_a, mat_b (a view of the parameter) and offs; backward computes mat2's gradient, then
+    mat1's, one allocation each: the generated GroupedMmBackward0 emits the formulas in the sorted
+    order of their names (tools/autograd/load_derivatives.py, sorted(defn.keys())), as mm's."""
+
+    @staticmethod
+    def forward(ctx, mat_a, mat_b, offs):
+        out = _grouped_mm_emulated(mat_a, mat_b, offs)
+        ctx.save_for_backward(mat_a, mat_b, offs)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        mat_a, mat_b, offs = ctx.saved_tensors
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[1]:  # "mat2" sorts before "self"
+            grad_b = _grouped_mm_mat2_backward(grad, mat_a, mat_b.shape, mat_b.stride(), offs)
+        if ctx.needs_input_grad[0]:
+            grad_a = _grouped_mm_mat1_backward(grad, mat_b, mat_a.shape, mat_a.stride(), offs)
+        return grad_a, grad_b, None
+
+
+def grouped_mm_op(mat_a, mat_b, offs):
+    """torch.nn.functional.grouped_mm / torch._grouped_mm in native mode; E13 when emulating."""
+    if MODE == "native":
+        if hasattr(F, "grouped_mm"):
+            return F.grouped_mm(mat_a, mat_b, offs=offs)
+        return torch._grouped_mm(mat_a, mat_b, offs=offs)
+    with _autocast_emulation_off():
+        return _GroupedMM.apply(mat_a, mat_b, offs)
+
+
+# --------------------------------------------------------------------------------------------
+# E14: the routing index ops whose torch 1.13 CPU kernels allocate otherwise than CUDA's
+# --------------------------------------------------------------------------------------------
+def histc(input, bins, min, max):
+    """torch.histc. E14: on CUDA an int32 input is counted by _histc_cuda_template
+    (aten/src/ATen/native/cuda/SummaryOps.cu) into at::zeros({nbins}) in the input's dtype; torch
+    1.13's CPU histc takes floating inputs only. The counting itself is the CPU's, untracked."""
+    if MODE == "native" or input.is_floating_point():
+        return torch.histc(input, bins=bins, min=min, max=max)
+    with HOOKS.label("histc"):
+        out = torch.zeros(bins, dtype=input.dtype, device=input.device)
+    with HOOKS.untracked():
+        out.copy_(torch.histc(input.float(), bins=bins, min=min, max=max).to(input.dtype))
+    return out
+
+
+def one_hot(tensor, num_classes):
+    """F.one_hot. E14: aten/src/ATen/native/Onehot.cpp checks the class values with aminmax (torch
+    1.13: min() and max(), two 0-dim device tensors) only on the CPU; on CUDA it is zeros plus
+    scatter_ (it relies on scatter's device asserts)."""
+    if MODE == "native":
+        return F.one_hot(tensor, num_classes=num_classes)
+    ret = torch.zeros((*tensor.shape, num_classes), dtype=tensor.dtype, device=tensor.device)
+    ret.scatter_(-1, tensor.unsqueeze(-1), 1)
+    return ret
+
+
+# --------------------------------------------------------------------------------------------
 # Model configuration
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama", "gpt2", "gemma2", "gemma3" or "phi3"
+    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3" or "mixtral"
     hidden: int
     intermediate: int
     heads: int
@@ -392,10 +544,16 @@ class Config:
     sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
     sliding_window_pattern: int = 6  # Gemma 3: layer i global when (i + 1) % it == 0
     code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt" or "torchtitan-2024"
+    moe_experts: int = 0  # Mixtral: num_local_experts (0: a dense MLP)
+    moe_top_k: int = 2  # num_experts_per_tok
+    moe_intermediate: int = 0  # the experts' FFN width (0: intermediate; MixtralConfig's intermediate_size)
+    experts_impl: str = "grouped_mm"  # config._experts_implementation: "grouped_mm" (the default) or "eager"
 
     def __post_init__(self):
         if not self.head_dim:
             self.head_dim = self.hidden // self.heads
+        if self.moe_experts and not self.moe_intermediate:
+            self.moe_intermediate = self.intermediate
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,6 +621,148 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+# --------------------------------------------------------------------------------------------
+# Mixtral (transformers 5: models/mixtral/modeling_mixtral.py, integrations/moe.py): Llama's
+# attention and norms, with MixtralSparseMoeBlock as the decoder layer's `mlp` (docs/sources.md,
+# "transformers 5 MoE experts")
+# --------------------------------------------------------------------------------------------
+def _device_type(t):
+    """hidden_states.device.type as transformers reads it: "cuda" for the emulated CUDA run."""
+    return "cuda" if MODE == "emulate" else t.device.type
+
+
+def _grouped_mm(input, weight, offs):  # integrations/moe.py
+    # torch.nn.functional.grouped_mm / torch._grouped_mm are not autocast-enabled
+    return grouped_mm_op(input.to(weight.dtype), weight, offs)
+
+
+def _grouped_linear(input, weight, offs, bias=None, is_transposed=False):  # integrations/moe.py
+    if is_transposed:
+        out = _grouped_mm(input, weight, offs=offs)
+    else:
+        out = _grouped_mm(input, weight.transpose(-2, -1), offs=offs)
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """integrations/moe.py grouped_mm_experts_forward (without expert parallelism), line for line.
+    inv_perm is built with empty_like and a scatter (inv_perm[perm] = arange), the newest form;
+    some 5.x versions have inv_perm = torch.argsort(perm) (one more sort, the same int64 [S])."""
+    device = hidden_states.device
+    num_top_k = top_k_index.size(-1)
+    num_tokens = hidden_states.size(0)
+    hidden_dim = hidden_states.size(-1)
+    token_idx = torch.arange(num_tokens, device=device).unsqueeze(1).expand(-1, num_top_k).reshape(-1)
+    sample_weights = top_k_weights.reshape(-1)
+    expert_ids = top_k_index.reshape(-1)
+    selected_hidden_states = hidden_states[token_idx]
+    perm = torch.argsort(expert_ids)
+    inv_perm = torch.empty_like(perm)
+    inv_perm[perm] = torch.arange(perm.size(0), device=device)
+    expert_ids_g = expert_ids[perm]
+    sample_weights_g = sample_weights[perm]
+    selected_hidden_states_g = selected_hidden_states[perm]
+    selected_gate_up = self.gate_up_proj
+    selected_down = self.down_proj
+    histc_input = expert_ids_g.float() if _device_type(hidden_states) == "cpu" else expert_ids_g.int()
+    tokens_per_expert = histc(histc_input, bins=self.num_experts, min=0, max=self.num_experts - 1)
+    offsets = torch.cumsum(tokens_per_expert, dim=0, dtype=torch.int32)
+    gate_up_out = _grouped_linear(selected_hidden_states_g, selected_gate_up, offs=offsets)
+    gated_out = self._apply_gate(gate_up_out)
+    out_per_sample_g = _grouped_linear(gated_out, selected_down, offs=offsets)
+    out_per_sample_g = out_per_sample_g * sample_weights_g.unsqueeze(-1)
+    out_per_sample = out_per_sample_g[inv_perm]
+    final_hidden_states = out_per_sample.view(num_tokens, num_top_k, hidden_dim).sum(dim=1)
+    return final_hidden_states.to(hidden_states.dtype)
+
+
+class MixtralExperts(nn.Module):
+    """MixtralExperts, decorated @use_experts_implementation: forward runs
+    ALL_EXPERTS_FUNCTIONS[config._experts_implementation] ("grouped_mm", the default that
+    PreTrainedModel.get_correct_experts_implementation picks) or the class's own loop ("eager")."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.impl = cfg.experts_impl
+        self.num_experts = cfg.moe_experts
+        self.hidden_dim = cfg.hidden
+        self.intermediate_dim = cfg.moe_intermediate
+        self.gate_up_proj = nn.Parameter(torch.empty(self.num_experts, 2 * self.intermediate_dim, self.hidden_dim))
+        self.down_proj = nn.Parameter(torch.empty(self.num_experts, self.hidden_dim, self.intermediate_dim))
+        self.act_fn = nn.SiLU()  # ACT2FN["silu"]
+        nn.init.normal_(self.gate_up_proj, std=0.02)  # MixtralPreTrainedModel._init_weights, initializer_range
+        nn.init.normal_(self.down_proj, std=0.02)
+
+    def _apply_gate(self, gate_up_out):  # integrations/moe.py _default_apply_gate
+        gate, up = gate_up_out.chunk(2, dim=-1)
+        return self.act_fn(gate) * up
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        if self.impl == "grouped_mm":
+            return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+        assert self.impl == "eager", self.impl
+        return self.eager_forward(hidden_states, top_k_index, top_k_weights)
+
+    def eager_forward(self, hidden_states, top_k_index, top_k_weights):  # MixtralExperts.forward
+        final_hidden_states = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            expert_mask = one_hot(top_k_index, num_classes=self.num_experts)
+            expert_mask = expert_mask.permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            expert_idx = expert_idx[0]
+            if expert_idx == self.num_experts:
+                continue
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[token_idx]
+            gate, up = nn.functional.linear(current_state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+            current_hidden_states = self.act_fn(gate) * up
+            current_hidden_states = nn.functional.linear(current_hidden_states, self.down_proj[expert_idx])
+            current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+            final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+        return final_hidden_states
+
+
+class MixtralTopKRouter(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.top_k = cfg.moe_top_k
+        self.num_experts = cfg.moe_experts
+        self.hidden_dim = cfg.hidden
+        self.weight = nn.Parameter(torch.empty(self.num_experts, self.hidden_dim))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, hidden_states):  # MixtralTopKRouter.forward
+        hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+        router_logits = F.linear(hidden_states, self.weight)
+        router_probs = softmax(router_logits.float(), dim=-1)
+        router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)
+        router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
+        router_scores = router_top_value
+        return router_logits, router_scores, router_indices
+
+
+class MixtralSparseMoeBlock(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.top_k = cfg.moe_top_k
+        self.jitter_noise = 0.0  # router_jitter_noise's default
+        self.gate = MixtralTopKRouter(cfg)
+        self.experts = MixtralExperts(cfg)
+
+    def forward(self, hidden_states):  # MixtralSparseMoeBlock.forward
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        if self.training and self.jitter_noise > 0:
+            hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
+        hidden_states = hidden_states.view(-1, hidden_states.shape[-1])
+        _, top_k_weights, top_k_index = self.gate(hidden_states)
+        hidden_states = self.experts(hidden_states, top_k_index, top_k_weights)
+        hidden_states = hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+        return hidden_states
 
 
 def index_none_dim2(x):
@@ -578,7 +878,7 @@ class LlamaDecoderLayer(GradientCheckpointingLayer):
         super().__init__()
         self.layer_idx = layer_idx
         self.self_attn = LlamaAttention(cfg, layer_idx)
-        self.mlp = LlamaMLP(cfg)
+        self.mlp = MixtralSparseMoeBlock(cfg) if cfg.moe_experts else LlamaMLP(cfg)  # Mixtral: the MoE block
         self.input_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
 
@@ -1620,8 +1920,9 @@ def build_model(cfg):
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
         return MODEL_CODES[cfg.code](cfg)
+    assert (cfg.family == "mixtral") == (cfg.moe_experts > 0), "a sparse MoE block is Mixtral's"
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
-            "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM}[cfg.family](cfg)
+            "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

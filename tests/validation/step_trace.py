@@ -358,6 +358,9 @@ GEMMA2 = dict(family="gemma2", hidden=128, intermediate=352, heads=4, kv_heads=2
               tied=True, attn_softcap=50.0, final_softcap=30.0)
 # Gemma 3: Gemma 2's shapes without soft-capping (Gemma3TextConfig's default), q_norm and k_norm
 GEMMA3 = dict(GEMMA2, family="gemma3", attn_softcap=0.0, final_softcap=0.0)
+# Mixtral (transformers 5): Llama's attention and norms, a sparse MoE block of 4 experts with top-2
+# routing; MixtralConfig's intermediate_size is the experts' width
+MIXTRAL = dict(LLAMA, family="mixtral", intermediate=256, moe_experts=4, moe_top_k=2, moe_intermediate=256)
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -430,6 +433,15 @@ CASES = [
          code="torchtitan-2024", max_positions=64),
     case("torchtitan2024-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
          code="torchtitan-2024", seq=128, vocab=256, max_positions=128),
+    # Mixtral with transformers 5's packed experts: grouped_mm (the default) with eager attention and
+    # with SDPA, under AMP (the experts in fp32: _grouped_mm is not autocast-enabled), with a small
+    # vocabulary where the layers decide the peak, and the experts' own loop ("eager")
+    case("mixtral-bf16-adamw-foreach", MIXTRAL, "bf16", "adamw", "foreach"),
+    case("mixtral-bf16-sdpa-adamw-foreach", MIXTRAL, "bf16", "adamw", "foreach", attn="sdpa"),
+    case("mixtral-amp-sdpa-adamw-fused", MIXTRAL, "amp_bf16", "adamw", "fused", attn="sdpa"),
+    case("mixtral-bf16-v256-s128-sgd-foreach", MIXTRAL, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    case("mixtral-eager-experts-bf16-sdpa-sgd-foreach", MIXTRAL, "bf16", "sgd", "foreach", attn="sdpa",
+         experts_impl="eager"),
 ]
 
 
@@ -461,6 +473,11 @@ EMULATIONS = {
     "E9": "torch 2.11 checkpointing (reentrant and non-reentrant with early stop); RNG states on the host",
     "E10": "full slices (x[:, :, None], x[:, 0:, :]) are no-ops as in torch 2.x",
     "E11": "kernel workspaces measured on CUDA: _softmax_backward_data (grad_output's size), cumsum, norm",
+    "E12": "repeat_interleave with an int count: torch 2.x's expand + clone (torch 1.13 index_selects)",
+    "E13": "torch._grouped_mm (MoE experts): one output allocation, saves its inputs and offs; backward the "
+           "parameter-shaped weight gradient, then the input-sized one; CUTLASS workspaces not emulated",
+    "E14": "histc of an int32 tensor (CUDA: int32 counts; torch 1.13's CPU needs float), one_hot without the "
+           "CPU's min/max checks",
 }
 
 
@@ -472,9 +489,11 @@ def describe(c):
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
         "norm": {"llama": "rmsnorm", "phi3": "rmsnorm", "gemma2": "rmsnorm_plus_one",
-                 "gemma3": "rmsnorm_plus_one"}.get(m["family"], "layernorm"),
+                 "gemma3": "rmsnorm_plus_one", "mixtral": "rmsnorm"}.get(m["family"], "layernorm"),
         "mlp": {"llama": "swiglu", "phi3": "swiglu", "gemma2": "geglu_tanh",
-                "gemma3": "geglu_tanh"}.get(m["family"], "gelu_new"),
+                "gemma3": "geglu_tanh", "mixtral": "swiglu"}.get(m["family"], "gelu_new"),
+        "moe": {"experts": cfg.moe_experts, "top_k": cfg.moe_top_k, "intermediate": cfg.moe_intermediate,
+                "implementation": cfg.experts_impl, "router": "mixtral"} if cfg.moe_experts else None,
         "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap,
         "qk_norm": cfg.qk_norm or m["family"] == "gemma3",
         "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
@@ -533,7 +552,14 @@ def build_hf(c):
         vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
         num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
         head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_eps, use_cache=False, max_position_embeddings=cfg.max_positions)
-    if m["family"] == "llama":
+    if m["family"] == "mixtral":  # transformers 5: packed experts, config._experts_implementation
+        conf = transformers.MixtralConfig(
+            num_local_experts=cfg.moe_experts, num_experts_per_tok=cfg.moe_top_k, router_jitter_noise=0.0,
+            output_router_logits=False, sliding_window=None, tie_word_embeddings=cfg.tied,
+            **dict(decoder, intermediate_size=cfg.moe_intermediate))
+        conf._experts_implementation = cfg.experts_impl
+        cls = transformers.MixtralForCausalLM
+    elif m["family"] == "llama":
         qwen3 = cfg.qk_norm
         conf = (transformers.Qwen3Config if qwen3 else transformers.LlamaConfig)(
             tie_word_embeddings=cfg.tied, **decoder)
@@ -567,6 +593,8 @@ def build_hf(c):
                              target_modules=c["lora"]["targets"])
         hf = peft.get_peft_model(hf, lc)
     assert hf.config._attn_implementation == cfg.attn, hf.config._attn_implementation
+    if cfg.moe_experts:
+        assert hf.config._experts_implementation == cfg.experts_impl, hf.config._experts_implementation
     return HFAdapter(hf, m["family"])
 
 
