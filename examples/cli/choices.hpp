@@ -334,6 +334,14 @@ inline constexpr named<model_code> model_codes[] = {
      "Megatron-Core's Transformer Engine layers: fused norm and linear, RoPE, SwiGLU, cuDNN "
      "attention"}};
 
+inline constexpr named<experts_implementation> experts_implementations[] = {
+    {"grouped_mm", experts_implementation::grouped_mm,
+     "transformers 5's default: grouped GEMMs over the rows sorted by expert, in the weights' "
+     "format"},
+    {"eager", experts_implementation::eager, "a loop over the experts hit, F.linear per expert"},
+    {"batched_mm", experts_implementation::batched_mm,
+     "each routed row's expert weights copied, then bmm (for decoding)"}};
+
 inline constexpr named<recompute_kind> recomputes[] = {
     {"none", recompute_kind::none},
     {"selective", recompute_kind::selective, "the attention core"},

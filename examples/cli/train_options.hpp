@@ -33,7 +33,8 @@ struct train_options {
   std::int64_t grad_accum = 1;
   attention_kind attention = attention_kind::flash;
   vramfit::model_code model_code = model_code::hf;
-  bool model_code_given = false;  ///< by the user, not by --framework
+  bool model_code_given = false;                  ///< by the user, not by --framework
+  std::optional<experts_implementation> experts;  ///< an MoE model's; unset: grouped_mm
   std::optional<double> dropout;
   recompute_kind recompute = recompute_kind::none;
   std::int64_t recompute_layers = -1;
@@ -138,6 +139,11 @@ inline void add_batch_options(CLI::App& cmd, train_options& o) {
       cmd, "--model-code", o.model_code, model_codes, "model code",
       "Whose module code runs the model, for what its operators save: " + choice_list(model_codes))
       ->capture_default_str();
+  add_choice(cmd, "--experts-implementation", o.experts, experts_implementations,
+             "experts implementation",
+             "How transformers 5 runs an MoE model's packed experts (its config's "
+             "experts_implementation): " +
+                 choice_list(experts_implementations) + " (default: grouped_mm)");
   cmd.add_option("--dropout", o.dropout,
                  "Dropout probability; overrides the model's (GPT-2, BERT: 0.1)");
   add_choice(cmd, "--recompute", o.recompute, recomputes, "recompute policy",

@@ -299,6 +299,9 @@ inline activation_options activation_options_of(const train_options& o, const mo
                   std::to_string(o.recompute_layers));
   if (o.recompute_layers != -1 && o.recompute != recompute_kind::full)
     detail::raise("--recompute-layers applies to --recompute full only");
+  if (o.experts && !m.is_moe())
+    detail::raise(std::string("--experts-implementation applies to a mixture-of-experts model; ") +
+                  m.name + " has no experts");
   if (o.non_reentrant && o.recompute != recompute_kind::full && o.framework.empty())
     detail::raise(
         "--non-reentrant applies to --recompute full only (op-sac is always "
@@ -319,6 +322,7 @@ inline activation_options activation_options_of(const train_options& o, const mo
                        .virtual_stages = o.virtual_stages,
                        .runtime = o.pp_runtime,
                        .code = model_code_for(o, m)};
+  if (o.experts) a.experts = *o.experts;
   detail::check(a, l);
   return a;
 }

@@ -46,6 +46,14 @@ enum class loss_kind : unsigned char {
   linear_chunked,
 };
 
+/// How transformers 5 runs its packed MoE experts (config._experts_implementation,
+/// integrations/moe.py; docs/sources.md#hf-moe-experts).
+enum class experts_implementation : unsigned char {
+  grouped_mm,  ///< the default: two grouped GEMMs over the rows sorted by expert
+  eager,       ///< the experts class's own loop over the experts hit, F.linear per expert
+  batched_mm,  ///< each routed row's expert weights copied, then bmm
+};
+
 enum class pipeline_schedule : unsigned char { one_f_one_b, interleaved, gpipe };
 
 /// What runs the pipeline schedule, for what a stage keeps beside its micro-batches' saved
@@ -92,6 +100,8 @@ struct activation_options {
   /// Count the norms' per-row statistics (mean, rstd); Korthikanti's accounting leaves them out.
   bool norm_statistics = true;
   std::int64_t capacity_factor_percent = 0;  ///< MoE: tokens an expert takes; 0: dropless
+  /// MoE: how Hugging Face's packed experts run (their model code only).
+  experts_implementation experts = experts_implementation::grouped_mm;
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;  ///< interleaved schedule: model chunks per rank
   pipeline_runtime runtime = pipeline_runtime::megatron;
@@ -260,12 +270,12 @@ struct linear_readers {
 };
 
 /// Who reads each input of a layer in the family's code: the attention's input, its output
-/// projection's, the MLP's input, its down projection's, and in an MoE layer the router's and
-/// the routed experts' (tensors.hpp names the same modules).
+/// projection's, the MLP's input, its down projection's, and in an MoE layer the router's
+/// (tensors.hpp names the same modules). transformers 5's packed experts are parameters, not
+/// linear modules, so peft's target_modules cannot name them.
 struct layer_linears {
   linear_readers attention, attention_output, mlp, mlp_output;
-  linear_readers router{{"gate"}, 1}, experts{{"gate_proj", "up_proj"}, 2},
-      experts_output{{"down_proj"}, 1};
+  linear_readers router{{"gate"}, 1};
 };
 
 constexpr layer_linears linears_of(const model& m) {
@@ -295,10 +305,6 @@ constexpr layer_linears linears_of(const model& m) {
                                               : linear_readers{{"gate_proj", "up_proj"}, 2},
                       {{"down_proj"}, 1}};
       if (m.moe.layout == moe_layout::gpt_oss) l.router = {{"router"}, 1};
-      if (m.moe.layout == moe_layout::standard && m.moe.shared_experts == 0 && !m.is_mla()) {
-        l.experts = {{"w1", "w3"}, 2};  // modeling_mixtral.py MixtralBlockSparseTop2MLP
-        l.experts_output = {{"w2"}, 1};
-      }
       return l;
     }
   }
@@ -495,6 +501,7 @@ class block_builder {
   [[nodiscard]] constexpr std::int64_t tp() const { return tp_; }
   /// LoRA: the base (embeddings, linears, norms and head) is frozen.
   [[nodiscard]] constexpr bool frozen_base() const { return frozen_base_; }
+  [[nodiscard]] constexpr bool autocasts() const { return autocast_; }
   [[nodiscard]] constexpr model_code code() const { return o_.code; }
   /// The attention kernel that runs (attention_kernel()).
   [[nodiscard]] constexpr attention_kind attention() const { return attention_; }
@@ -506,6 +513,9 @@ class block_builder {
   }
   /// Bits of what an operator on autocast's fp32 list (softmax, pow) or promoted by one keeps.
   [[nodiscard]] constexpr std::int64_t autocast_wide() const { return autocast_ ? 32 : beta_; }
+  /// Bits of what an explicit fp32 cast feeding a linear becomes: under autocast the linear casts
+  /// it back to the compute format.
+  [[nodiscard]] constexpr std::int64_t explicit_fp32() const { return autocast_ ? beta_ : 32; }
 
  private:
   const model& m_;
@@ -837,10 +847,7 @@ struct gated_mlp_sources {
   const char* down_input;
 };
 
-/// Whose MLP mlp_block builds: a dense (or shared-expert) one, or the routed experts'.
-enum class mlp_role : unsigned char { dense, routed_experts };
-
-constexpr gated_mlp_sources gated_sources(const model& m, mlp_role role) {
+constexpr gated_mlp_sources gated_sources(const model& m) {
   if (m.family == family::phi3)
     return {
         "modeling_phi3.py Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1), "
@@ -848,15 +855,6 @@ constexpr gated_mlp_sources gated_sources(const model& m, mlp_role role) {
         "modeling_phi3.py Phi3MLP.forward: up_states * self.activation_fn(gate)",
         "modeling_phi3.py Phi3MLP.forward: gate, up_states = up_states.chunk(2, dim=-1)",
         "modeling_phi3.py Phi3MLP.forward: self.down_proj(up_states)"};
-  if (role == mlp_role::routed_experts)
-    return {
-        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: "
-        "self.act_fn(self.w1(hidden_states))",
-        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: self.act_fn(...) * "
-        "self.w3(hidden_states)",
-        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: self.w3(hidden_states)",
-        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward: "
-        "self.w2(current_hidden_states)"};
   return {"modeling_llama.py LlamaMLP.forward: self.act_fn(self.gate_proj(x))",
           "modeling_llama.py LlamaMLP.forward: self.act_fn(self.gate_proj(x)) * self.up_proj(x)",
           "modeling_llama.py LlamaMLP.forward: self.up_proj(x)",
@@ -873,15 +871,13 @@ constexpr const char* gelu_down_input_source(const model& m) {
                "mm_mat2_backward(grad, self, ...)";
 }
 
-/// A dense MLP of `width` (already split over tensor parallel) over `tokens` tokens
-/// (`mlp_role::routed_experts`: the routed experts' MLPs of an MoE layer).
+/// A dense MLP (or shared experts) of `width` (already split over tensor parallel) over `tokens`
+/// tokens.
 constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, std::int64_t width,
-                         const char* what, mlp_role role = mlp_role::dense) {
+                         const char* what) {
   const std::int64_t n = checked_mul(tokens, width);
   const std::int64_t beta = b.beta();
-  const layer_linears names = linears_of(m);
-  const linear_readers& down =
-      role == mlp_role::routed_experts ? names.experts_output : names.mlp_output;
+  const linear_readers down = linears_of(m).mlp_output;
   if (m.mlp == mlp_kind::gelu && m.gelu_in_python) {
     // transformers activations.py NewGELUActivation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))):
     // pow keeps its input (fp32 under autocast, on its fp32 list), tanh its output, the last
@@ -919,7 +915,7 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
     const code_sources code = sources_of(b.code());
     const gated_mlp_sources src =
         b.code() == model_code::hf
-            ? gated_sources(m, role)
+            ? gated_sources(m)
             : gated_mlp_sources{code.gate, code.activation, code.up, code.down_input};
     b.add(what, src.gate, n, beta);  // gate output: the activation's input
     b.add("activation output", src.activation, n, beta);
@@ -929,49 +925,106 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
   }
 }
 
-/// gpt-oss's experts as modeling_gpt_oss.py GptOssExperts trains them: a loop over the experts
-/// hit, each gathering its `routed` tokens' share and indexing its weights (a copy the matmuls
-/// keep), then the clamped GLU; the token indices serve the gather and index_add_.
-constexpr void gpt_oss_experts_block(block_builder& b, const model& m, std::int64_t routed,
-                                     std::int64_t local_experts, std::int64_t width) {
-  const std::int64_t beta = b.beta();
-  const std::int64_t hit = routed < local_experts ? routed : local_experts;
-  b.add("expert token indices (int64, gather and index_add_)",
-        "modeling_gpt_oss.py GptOssExperts.forward: _, token_idx = "
-        "torch.where(expert_mask[expert_idx[0]])",
-        checked_mul(2, routed), 64);
-  b.add("expert inputs (gathered tokens)",
-        "modeling_gpt_oss.py GptOssExperts.forward: current_state = hidden_states[token_idx]",
-        checked_mul(routed, m.hidden), beta);
-  b.add("indexed expert weights (gate_up_proj and down_proj copies)",
-        "modeling_gpt_oss.py GptOssExperts.forward: self.gate_up_proj[expert_idx], "
-        "self.down_proj[expert_idx]",
-        checked_mul(hit, checked_mul(3 * m.hidden, width)), beta);
-  b.add("expert gate_up output (kept by both clamps)",
-        "modeling_gpt_oss.py GptOssExperts.forward: gate, up = gate_up[..., ::2], "
-        "gate_up[..., 1::2], then .clamp(...)",
-        checked_mul(routed, 2 * width), beta);
-  b.add("expert clamped gate",
-        "modeling_gpt_oss.py GptOssExperts.forward: gate = gate.clamp(min=None, max=self.limit)",
-        checked_mul(routed, width), beta);
-  b.add("expert sigmoid output",
-        "modeling_gpt_oss.py GptOssExperts.forward: torch.sigmoid(gate * self.alpha)",
-        checked_mul(routed, width), beta);
-  b.add("expert up + 1", "modeling_gpt_oss.py GptOssExperts.forward: (up + 1) * glu",
-        checked_mul(routed, width), beta);
-  b.add("expert GLU",
-        "modeling_gpt_oss.py GptOssExperts.forward: glu = gate * torch.sigmoid(gate * self.alpha)",
-        checked_mul(routed, width), beta);
-  b.add("expert GLU product (down input)",
-        "modeling_gpt_oss.py GptOssExperts.forward: gated_output @ self.down_proj[expert_idx]",
-        checked_mul(routed, width), beta, {.output_linear_input = true});
-  b.add("expert outputs (before weighting)",
-        "modeling_gpt_oss.py GptOssExperts.forward: out[0] * routing_weights[token_idx, "
-        "expert_idx, None]",
-        checked_mul(routed, m.hidden), beta);
+/// Bits of the routing weights transformers 5's experts multiply by: Mixtral's router hands them
+/// on in fp32, DeepSeek-V3's in its logits' (fp32 unless autocast casts the linear), Qwen3-MoE's
+/// and gpt-oss's in the router logits' format.
+constexpr std::int64_t routing_weight_bits(const model& m, const block_builder& b) {
+  // modeling_qwen3_moe.py Qwen3MoeTopKRouter.forward: router_top_value.to(router_logits.dtype);
+  // modeling_gpt_oss.py GptOssTopKRouter.forward: softmax(..., dtype=router_top_value.dtype)
+  if (m.moe.layout != moe_layout::standard) return b.beta();
+  return m.moe.router_score_bias ? b.explicit_fp32() : 32;
+}
+
+/// transformers 5's packed experts (MixtralExperts, Qwen3MoeExperts, GptOssExperts: one
+/// gate_up_proj and one down_proj parameter per layer) as the experts implementation trains them
+/// (integrations/moe.py, docs/sources.md#hf-moe-experts), over `routed` rows of `width` (the local
+/// expert FFN) on `local_experts`. grouped_mm gathers the rows sorted by expert and multiplies
+/// whole parameters outside autocast, in their own format; eager takes each hit expert's slice (a
+/// view, which autocast casts per call); batched_mm copies every row's expert weights.
+constexpr void packed_experts_block(block_builder& b, const model& m, const activation_options& o,
+                                    std::int64_t routed, std::int64_t local_experts,
+                                    std::int64_t width) {
+  const experts_implementation impl = o.experts;
+  const bool grouped = impl == experts_implementation::grouped_mm;
+  const bool gpt_oss = m.moe.layout == moe_layout::gpt_oss;
+  // integrations/moe.py _grouped_mm: grouped_mm(input.to(weight.dtype), weight, offs=offs), not
+  // autocast-enabled; F.linear and torch.bmm are on autocast's 16-bit list.
+  const std::int64_t bits = grouped ? b.rho() : b.beta();
+  // A frozen base (LoRA: peft's target_modules reach no packed parameter) keeps no weight
+  // gradient's operands, and a frozen router no routing weight's.
+  const bool trained = !b.frozen_base();
+  b.add(grouped ? "expert row indices (int64: token_idx, perm, inv_perm)"
+                : "expert row indices (int64: token_idx, and top_k_pos or expert ids)",
+        grouped ? "integrations/moe.py grouped_mm_experts_forward: hidden_states[token_idx], "
+                  "selected_hidden_states[perm], out_per_sample_g[inv_perm]"
+                : "modeling_mixtral.py MixtralExperts.forward: top_k_pos, token_idx = "
+                  "torch.where(expert_mask[expert_idx]); integrations/moe.py "
+                  "batched_mm_experts_forward: self.gate_up_proj[expert_ids_clamped]",
+        checked_mul(grouped ? 3 : 2, routed), 64);
+  if (trained)
+    b.add(grouped ? "expert inputs (gathered rows, sorted by expert)"
+                  : "expert inputs (gathered rows)",
+          grouped ? "integrations/moe.py grouped_mm_experts_forward: "
+                    "_grouped_linear(selected_hidden_states_g, self.gate_up_proj, offs=offsets)"
+                  : "modeling_mixtral.py MixtralExperts.forward: current_state = "
+                    "hidden_states[token_idx]",
+          checked_mul(routed, m.hidden), bits);
+  const std::int64_t weights = checked_mul(3 * m.hidden, width);  // gate_up_proj and down_proj
+  if (impl == experts_implementation::batched_mm)
+    b.add("expert weights copied per routed row",
+          "integrations/moe.py batched_mm_experts_forward: self.gate_up_proj[expert_ids_clamped], "
+          "self.down_proj[expert_ids_clamped], kept by torch.bmm",
+          checked_mul(routed, weights), bits);
+  else if (impl == experts_implementation::eager && b.beta() < b.rho())
+    b.add("autocast copies of each hit expert's weights",
+          "modeling_mixtral.py MixtralExperts.forward: nn.functional.linear(current_state, "
+          "self.gate_up_proj[expert_idx]) (autocast casts the slice, a view, on every call)",
+          checked_mul(routed < local_experts ? routed : local_experts, weights), bits);
+  const std::int64_t n = checked_mul(routed, width);
+  if (gpt_oss) {
+    b.add("expert gate_up output (kept by both clamps)",
+          "modeling_gpt_oss.py GptOssExperts._apply_gate: gate, up = gate_up[..., ::2], "
+          "gate_up[..., 1::2], then .clamp(...)",
+          checked_mul(2, n), bits);
+    b.add("expert clamped gate",
+          "modeling_gpt_oss.py GptOssExperts._apply_gate: gate = gate.clamp(min=None, "
+          "max=self.limit)",
+          n, bits);
+    b.add("expert sigmoid output",
+          "modeling_gpt_oss.py GptOssExperts._apply_gate: torch.sigmoid(gate * self.alpha)", n,
+          bits);
+    b.add("expert up + 1", "modeling_gpt_oss.py GptOssExperts._apply_gate: (up + 1) * glu", n,
+          bits);
+    b.add("expert GLU",
+          "modeling_gpt_oss.py GptOssExperts._apply_gate: glu = gate * torch.sigmoid(gate * "
+          "self.alpha)",
+          n, bits);
+  } else {
+    b.add("expert gate/up output (chunk views kept by the activation and the product)",
+          "integrations/moe.py _default_apply_gate: gate, up = gate_up_out.chunk(2, dim=-1)",
+          checked_mul(2, n), bits);
+    b.add("expert activation output",
+          "integrations/moe.py _default_apply_gate: self.act_fn(gate) * up", n, bits);
+  }
+  if (trained)
+    b.add("expert gated product (down input)",
+          "integrations/moe.py grouped_mm_experts_forward: _grouped_linear(gated_out, "
+          "self.down_proj, offs=offsets)",
+          n, bits, {.output_linear_input = true});
+  if (trained)
+    b.add("expert outputs (before weighting)",
+          "integrations/moe.py grouped_mm_experts_forward: out_per_sample_g * "
+          "sample_weights_g.unsqueeze(-1)",
+          checked_mul(routed, m.hidden), bits);
+  if (impl == experts_implementation::eager)  // derivatives.yaml index_add: source is read
+    b.add("weighted expert outputs (index_add_'s source)",
+          "modeling_mixtral.py MixtralExperts.forward: final_hidden_states.index_add_(0, "
+          "token_idx, current_hidden_states.to(final_hidden_states.dtype))",
+          checked_mul(routed, m.hidden), b.rho());
   b.add("routing weights (gathered)",
-        "modeling_gpt_oss.py GptOssExperts.forward: routing_weights[token_idx, expert_idx, None]",
-        routed, beta);
+        "integrations/moe.py grouped_mm_experts_forward: sample_weights[perm], kept by the "
+        "weighting product",
+        routed, routing_weight_bits(m, b));
 }
 
 /// Where the MLP's first projections read the norm output.
@@ -991,9 +1044,54 @@ constexpr const char* mlp_input_source(const model& m, bool moe_layer, bool gpt_
          "mm_mat2_backward(grad, self, ...)";
 }
 
-/// A mixture-of-experts block: HF Mixtral/DeepSeek's fp32 router probabilities, top-k indices, the
-/// routed tokens' gathered inputs, each expert's MLP and the weighted outputs. With a capacity
-/// factor an expert takes ceil(cf x k x tokens / experts) of its EP group's tokens (GShard §2.2).
+/// What one MoE layer's block allocates in forward beyond what it saves, all held until its experts
+/// return: the locals of integrations/moe.py grouped_mm_experts_forward (the unsorted gather; the
+/// weighted product, its un-permuted copy and their sum, in the routing weights' format when that
+/// is wider, then the cast back) or of MixtralExperts.forward's loop (the zeroed output, the
+/// one-hot mask, one expert's weighted product at a time, taken as an even share of the rows); and
+/// the norm output feeding the block where autocast saves only its casts. A tensor count and bytes.
+struct forward_transients {
+  std::int64_t tensors = 0;
+  bytes size{};
+};
+
+constexpr forward_transients moe_forward_transients(const model& m, const precision& p,
+                                                    const activation_options& o, const layout& l) {
+  const block_builder b(m, p, o, l);
+  const std::int64_t tokens = b.tokens(), h = m.hidden;
+  const std::int64_t rows = checked_mul(tokens, m.moe.top_k);
+  const std::int64_t local = m.moe.routed_experts / l.expert;
+  const std::int64_t hidden = b.rho();
+  const std::int64_t weighted =
+      routing_weight_bits(m, b) > hidden ? routing_weight_bits(m, b) : hidden;
+  forward_transients t{};
+  auto add = [&t](std::int64_t elements, std::int64_t bits) {
+    if (elements == 0) return;
+    ++t.tensors;
+    t.size += bytes_for_bits(checked_mul(elements, bits));
+  };
+  if (o.experts == experts_implementation::eager) {
+    add(checked_mul(tokens, h), hidden);  // torch.zeros_like(hidden_states)
+    add(checked_mul(rows, local), 64);    // one_hot(top_k_index, num_classes=self.num_experts)
+    if (weighted > hidden) add(checked_mul(ceil_div(rows, local), h), weighted);
+  } else {
+    const bool grouped = o.experts == experts_implementation::grouped_mm;
+    if (grouped) add(checked_mul(rows, h), hidden);    // selected_hidden_states, before the sort
+    add(checked_mul(rows, h), weighted);               // out_per_sample_g * sample_weights_g
+    if (grouped) add(checked_mul(rows, h), weighted);  // out_per_sample_g[inv_perm]
+    add(checked_mul(tokens, h), weighted);             // .view(...).sum(dim=1)
+    if (weighted > hidden) add(checked_mul(tokens, h), hidden);  // .to(hidden_states.dtype)
+    if (!grouped && b.autocasts() && b.rho() > b.beta())         // the indexed fp32 weights, cast
+      add(checked_mul(rows, checked_mul(3 * h, m.moe.expert_ffn / b.tp())), b.rho());
+  }
+  if (b.autocasts() && b.rho() > b.beta()) add(checked_mul(tokens, h), b.rho());
+  return t;
+}
+
+/// A mixture-of-experts block as transformers 5 trains it: the router's fp32 probabilities and
+/// top-k indices, then the packed experts over the routed rows (packed_experts_block). With a
+/// capacity factor an expert takes ceil(cf x k x tokens / experts) of its EP group's tokens
+/// (GShard §2.2).
 constexpr void moe_block(block_builder& b, const model& m, const activation_options& o,
                          const layout& l) {
   const moe_config& e = m.moe;
@@ -1006,10 +1104,25 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
           "modeling_gpt_oss.py GptOssTopKRouter.forward: softmax(router_top_value, dim=1, "
           "dtype=router_top_value.dtype)",
           checked_mul(tau, e.top_k), b.beta());
+  } else if (e.router_score_bias) {
+    // modeling_deepseek_v3.py DeepseekV3TopkRouter.forward: an fp32 linear on fp32 copies of its
+    // input and weight (which it keeps), then DeepseekV3MoE's sigmoid scores.
+    const char* router =
+        "modeling_deepseek_v3.py DeepseekV3TopkRouter.forward: "
+        "F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))";
+    b.add("router input (fp32 copy)", router, b.replicated(m.hidden), b.explicit_fp32());
+    if (!b.autocasts())
+      b.add("router weight (fp32 copy)", router, checked_mul(e.routed_experts, m.hidden), 32);
+    b.add("router scores (sigmoid output)",
+          "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: router_logits.sigmoid()",
+          checked_mul(tau, e.routed_experts), b.explicit_fp32());
   } else {
     b.add("router probabilities (fp32)",
-          "modeling_mixtral.py MixtralSparseMoeBlock.forward: F.softmax(router_logits, dim=1, "
-          "dtype=torch.float)",
+          e.layout == moe_layout::mlp_experts
+              ? "modeling_qwen3_moe.py Qwen3MoeTopKRouter.forward: "
+                "torch.nn.functional.softmax(router_logits, dtype=torch.float, dim=-1)"
+              : "modeling_mixtral.py MixtralTopKRouter.forward: "
+                "torch.nn.functional.softmax(router_logits.float(), dim=-1)",
           checked_mul(tau, e.routed_experts), 32);
   }
   b.add("top-k expert indices (int64)",
@@ -1024,19 +1137,7 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
                  checked_mul(100, e.routed_experts));
     routed = checked_mul(capacity, e.routed_experts / l.expert);
   }
-  if (e.layout == moe_layout::gpt_oss) {
-    gpt_oss_experts_block(b, m, routed, e.routed_experts / l.expert, e.expert_ffn / t);
-  } else {
-    b.linear_input("expert inputs (dispatched tokens)",
-                   "modeling_mixtral.py MixtralSparseMoeBlock.forward: current_state = "
-                   "hidden_states[None, top_x].reshape(-1, hidden_dim)",
-                   routed, m.hidden, linears_of(m).experts);
-    mlp_block(b, m, routed, e.expert_ffn / t, "expert gate/up output", mlp_role::routed_experts);
-    b.add("expert outputs (before weighting)",
-          "modeling_mixtral.py MixtralSparseMoeBlock.forward: expert_layer(current_state) * "
-          "routing_weights[top_x, idx, None]",
-          checked_mul(routed, m.hidden), b.beta());
-  }
+  packed_experts_block(b, m, o, routed, e.routed_experts / l.expert, e.expert_ffn / t);
   if (e.shared_experts > 0)
     mlp_block(b, m, tau, e.shared_experts * e.expert_ffn / t, "shared expert gate output");
 }
@@ -1139,6 +1240,33 @@ struct layer_backward_working {
   std::int64_t gradients_before = 0, gradients_after = 0;
 };
 
+namespace detail {
+/// The MLP backward working set of transformers 5's packed experts: the gated MLP's three
+/// gradients of a row's width (the down projection's input gradient, one per factor of the
+/// product) over every routed row under grouped_mm, in the weights' format; under eager over one
+/// expert's even share of the rows, beside two whole gate_up_proj gradients (each hit expert's
+/// select_backward makes one full-size, which autograd's input buffer adds into the one before:
+/// autograd/input_buffer.cpp); under batched_mm also the gradient of the copied gate_up weights.
+constexpr bytes packed_experts_backward(const model& m, const activation_options& o,
+                                        const layout& l, const block_builder& b) {
+  const std::int64_t rows = checked_mul(b.tokens(), m.moe.top_k);
+  const std::int64_t width = m.moe.expert_ffn / b.tp();
+  const std::int64_t local = m.moe.routed_experts / l.expert;
+  const std::int64_t gate_up = checked_mul(2 * width, m.hidden);  // one expert's
+  switch (o.experts) {
+    case experts_implementation::eager:
+      return bytes_for_bits(checked_mul(checked_mul(ceil_div(rows, local), width), 3 * b.beta())) +
+             bytes_for_bits(checked_mul(checked_mul(2 * local, gate_up), b.rho()));
+    case experts_implementation::batched_mm:
+      return bytes_for_bits(checked_mul(checked_mul(rows, width), 3 * b.beta())) +
+             bytes_for_bits(checked_mul(checked_mul(rows, gate_up), b.beta()));
+    case experts_implementation::grouped_mm:
+      break;
+  }
+  return bytes_for_bits(checked_mul(checked_mul(rows, width), 3 * b.rho()));
+}
+}  // namespace detail
+
 constexpr layer_backward_working layer_backward_bytes(const model& m, const precision& p,
                                                       const activation_options& o, const layout& l,
                                                       bool moe_layer = false) {
@@ -1148,10 +1276,6 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
   const std::int64_t t = b.tp();
   const std::int64_t beta = b.beta();
   layer_backward_working w{};
-  // The MLP's intermediate width over the tokens it sees (an MoE layer: its routed tokens).
-  const std::int64_t mlp_elements =
-      moe_layer ? checked_mul(checked_mul(b.tokens(), m.moe.top_k), m.moe.expert_ffn / t)
-                : checked_mul(b.tokens(), m.ffn / t);
   // gelu_new in Python (0.5x(1 + tanh)): the incoming gradient in the wide format (under
   // autocast a cast of the 16-bit one), two products of it, and under autocast the 16-bit cast
   // of the result for the linear before (traced: tests/validation/step_traces.json, GPT-2 AMP).
@@ -1159,7 +1283,8 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
   const std::int64_t mlp_bits = m.mlp != mlp_kind::gelu ? 3 * beta  // gated: mm, mul x 2
                                 : m.gelu_in_python      ? 3 * wide + (beta < wide ? beta : 0)
                                                         : 2 * beta;  // gelu_backward
-  w.mlp = bytes_for_bits(checked_mul(mlp_elements, mlp_bits));
+  w.mlp = moe_layer ? detail::packed_experts_backward(m, o, l, b)
+                    : bytes_for_bits(checked_mul(checked_mul(b.tokens(), m.ffn / t), mlp_bits));
   const std::int64_t heads = m.heads / t;
   if (b.attention() == attention_kind::eager) {
     const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, heads),
@@ -1543,6 +1668,26 @@ constexpr memory_ledger activations(const training& t, const activation_options&
         bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.beta()));
     add_entry(ledger, "causal attention mask (eager)", component::activations, memory_space::device,
               mask * masks, masks, "transformers masking_utils: 4D float mask, forward only",
+              lifetime::forward);
+  }
+  // Forward holds hidden states beside what autograd saves, each [tokens, h] in the residual
+  // stream's format: the running layer's input (the loop's variable) and its residual
+  // (LlamaDecoderLayer.forward: residual = hidden_states), and in Hugging Face's code the
+  // embedding output too (LlamaModel.forward keeps inputs_embeds, a local, to its end; the other
+  // codes reassign h = layer(h)).
+  const std::int64_t held_states = o.code == model_code::hf ? 3 : 2;
+  if (range.layers > 0)
+    add_entry(ledger, "hidden states held in forward", component::activations, memory_space::device,
+              bytes_for_bits(detail::checked_mul(held_states * b.replicated(m.hidden), b.rho())),
+              held_states,
+              "modeling_llama.py LlamaModel.forward: inputs_embeds and the loop's hidden_states; "
+              "LlamaDecoderLayer.forward: residual",
+              lifetime::forward);
+  if (m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers) {
+    const detail::forward_transients f = detail::moe_forward_transients(m, t.precision, o, l);
+    add_entry(ledger, "MoE block forward transients (one layer)", component::activations,
+              memory_space::device, f.size, f.tensors,
+              "integrations/moe.py grouped_mm_experts_forward's locals (moe_forward_transients)",
               lifetime::forward);
   }
   detail::add_pipeline_runtime_tensors(ledger, t, o, b, range, flight, last_chunk);

@@ -206,9 +206,11 @@ constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor
   }
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a
-  // tied embedding is the head's weight); FP8 keeps copies of the matmul weights.
+  // tied embedding is the head's weight); FP8 keeps copies of the matmul weights. Packed routed
+  // experts are no linear's weights: grouped GEMMs run outside autocast in their format, and an
+  // expert's slice, a view, is cast per call (activations.hpp packed_experts_block).
   if (is_linear_parameter(g) || (g.split == tp_split::vocab && t.model.tied_embeddings)) {
-    if (p.autocast_weight_copies) {
+    if (p.autocast_weight_copies && g.kind != tensor_kind::expert) {
       acc.cast_copies += stored(p.compute, shape) * copies;
       acc.frozen_cast_copies += stored(p.compute, shape) * frozen;
     }

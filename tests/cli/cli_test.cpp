@@ -1118,7 +1118,8 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   };
   CHECK(total(run("train --framework torchtune -f json")) ==
         total(run("train --precision bf16 --optimizer paged-adamw-8bit --optimizer-in-backward "
-                  "--recompute full --non-reentrant --loss linear-chunked -f json")));
+                  "--recompute full --non-reentrant --loss linear-chunked --model-code torchtune "
+                  "-f json")));
   // torchtitan keeps FSDP units gathered after forward, and runs torch's pipelining, under
   // pipeline parallelism only.
   CHECK(total(run("train --framework torchtitan --fsdp full --dp 4 --pp 2 -f json")) ==
@@ -1509,6 +1510,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--grad-accum 2",
                                           "--attention eager",
                                           "--model-code torchtitan-2024",
+                                          "--experts-implementation eager",
                                           "--dropout 0.1",
                                           "--recompute full",
                                           "--recompute-layers 2",

@@ -163,8 +163,9 @@ TEST_CASE("--from torchtune: each shipped config's options, and the same as expl
     with.erase("from");
     CHECK(with == plain);
   }
-  // The research's measured peaks: 19.31, 19.43, 9.73 GiB on one GPU, 32.54 and 24.46 on 8.
-  CHECK(run("train --from torchtune " + dir + fixtures[2].file).out.find("9.73 GiB") !=
+  // The research recorded vramfit's peak for this file as 9.73 GiB; counting the hidden states
+  // forward holds (HF's inputs_embeds, the layer input and its residual) made it 9.82 GiB.
+  CHECK(run("train --from torchtune " + dir + fixtures[2].file).out.find("9.82 GiB") !=
         std::string::npos);
 }
 

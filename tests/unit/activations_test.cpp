@@ -838,17 +838,62 @@ TEST_CASE(
   CHECK(bytes_of("attention probabilities (16-bit copy)") == bytes{});
   // The MLP half, 1,024 tokens routed to 4 experts each (n = 4,096 rows), h = f = 2,880, bf16:
   // the post-attention RMSNorm (fp32 input 4h, rstd 4, and the normalized input 4h: gpt-oss's
-  // RMSNorm multiplies the weight in fp32 before it casts back), the router's
-  // input 2h; top-k softmax 2 x 4 and indices 8 x 4 per token; per routed row two int64 indices,
-  // the gathered input 2h, gate_up 2 x 2f, five [n, f] tensors in bf16, the output 2h and its
-  // routing weight 2; and every one of the 32 experts' weights indexed into a bf16 copy.
+  // RMSNorm multiplies the weight in fp32 before it casts back), the router's input 2h; top-k
+  // softmax 2 x 4 and indices 8 x 4 per token; per routed row under grouped_mm (transformers 5's
+  // default) three int64 indices (token_idx, perm, inv_perm), the sorted input 2h, gate_up
+  // 2 x 2f, five [n, f] tensors in bf16 (clamped gate, sigmoid, up + 1, GLU, their product),
+  // the output 2h and its bf16 routing weight 2. The grouped GEMMs read the packed parameters
+  // whole: no expert weight is copied.
   const std::int64_t h = 2880, f = 2880, n = 4 * s;
   const std::int64_t norm = s * (4 * h + 4 + 4 * h);
   const std::int64_t router = s * 2 * h + s * (2 * 4 + 8 * 4);
-  const std::int64_t experts = n * (16 + 2 * h + 2 * 2 * f + 5 * 2 * f + 2 * h + 2);
-  const std::int64_t weights = 32LL * 3 * h * f * 2;
-  CHECK(bytes_of("indexed expert weights (gate_up_proj and down_proj copies)") == bytes{weights});
-  CHECK(mlp == bytes{norm + router + experts + weights});
+  const std::int64_t experts = n * (24 + 2 * h + 2 * 2 * f + 5 * 2 * f + 2 * h + 2);
+  CHECK(mlp == bytes{norm + router + experts});
+  // batched_mm copies each row's gate_up_proj and down_proj slices (3hf), which bmm keeps.
+  activation_options batched = o;
+  batched.experts = experts_implementation::batched_mm;
+  bytes copies{};
+  for (const saved_tensor& t : layer_saved_tensors(m, pure<bf16>::value, batched, layout{}, true))
+    if (std::string(t.name) == "expert weights copied per routed row") copies = t.size;
+  CHECK(copies == bytes{n * 3 * h * f * 2});
+}
+
+TEST_CASE("transformers 5's Mixtral experts: grouped_mm in the weights' format, eager per call") {
+  // Mixtral-8x7B, one MoE layer's MLP half at 4,096 tokens (h = 4,096, f = 14,336, 8 experts,
+  // top 2: n = 8,192 rows), from modeling_mixtral.py MixtralTopKRouter and integrations/moe.py
+  // grouped_mm_experts_forward.
+  const model& m = models::mixtral_8x7b::value;
+  const std::int64_t tokens = 4096, h = 4096, f = 14336, e = 8, n = 2 * tokens;
+  const activation_options o{.micro_batch = 1, .sequence = tokens};
+  const auto mlp_half = [&](const precision& p, const activation_options& a) {
+    bytes sum{};
+    for (const saved_tensor& t : layer_saved_tensors(m, p, a, layout{}, true))
+      if (t.part == layer_part::mlp) sum += t.size;
+    return sum;
+  };
+  // bf16: the RMSNorm (fp32 input 4h, rstd 4, normalized input 2h), the router's input 2h, its
+  // fp32 probabilities 4e and int64 indices 8 x 2 per token; per routed row the three int64
+  // indices 24, the sorted input 2h, gate_up 2 x 2f, the activation and the gated product 2f
+  // each, the output before weighting 2h, and the routing weight in fp32 (Mixtral's router does
+  // not cast it back) 4.
+  const std::int64_t per_token = 4 * h + 4 + 2 * h + 2 * h + 4 * e + 8 * 2;
+  const std::int64_t per_row = 24 + 2 * h + 4 * f + 2 * f + 2 * f + 2 * h + 4;
+  CHECK(mlp_half(pure<bf16>::value, o) == bytes{tokens * per_token + n * per_row});
+  // AMP: the residual stream is fp32 and the grouped GEMMs run outside autocast in the fp32
+  // parameters' format, so every per-row tensor but the indices and weights doubles; the
+  // normalized input and the router's autocast input stay as in any AMP layer.
+  const std::int64_t amp_token = 4 * h + 4 + 4 * h + 2 * h + 4 * e + 8 * 2;
+  const std::int64_t amp_row = 24 + 4 * h + 8 * f + 4 * f + 4 * f + 4 * h + 4;
+  CHECK(mlp_half(amp<bf16>::value, o) == bytes{tokens * amp_token + n * amp_row});
+  // eager under AMP: F.linear casts the rows and each hit expert's weight slices (a view of the
+  // fp32 parameters) to bf16 on every call, and keeps both: all 8 experts' 3hf weights in bf16;
+  // per row two int64 indices, bf16 activations, and index_add_ keeps its source, the weighted
+  // output in the fp32 hidden states' format (derivatives.yaml index_add reads source).
+  activation_options eager = o;
+  eager.experts = experts_implementation::eager;
+  const std::int64_t eager_row = 16 + 2 * h + 4 * f + 2 * f + 2 * f + 2 * h + 4 * h + 4;
+  CHECK(mlp_half(amp<bf16>::value, eager) ==
+        bytes{tokens * amp_token + n * eager_row + e * 3 * h * f * 2});
 }
 
 TEST_CASE("every saved tensor names the source line that makes it") {

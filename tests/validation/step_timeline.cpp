@@ -39,7 +39,11 @@ traced_case describe(const nlohmann::json& k) {
   m.ffn = k["intermediate"];
   m.vocab = k["vocab"];
   m.tied_embeddings = k["tied"];
-  m.qk_norm = k.value("qk_norm", false);  // Qwen3
+  m.qk_norm = k.value("qk_norm", false);           // Qwen3
+  if (k.contains("moe") && !k["moe"].is_null()) {  // transformers 5's Mixtral: every layer routes
+    const nlohmann::json& e = k["moe"];
+    m.moe = {.routed_experts = e["experts"], .top_k = e["top_k"], .expert_ffn = e["intermediate"]};
+  }
   if (k["family"] == "gemma2" || k["family"] == "gemma3") {
     m.mlp = mlp_kind::geglu;
     m.norms_per_layer = 4;
@@ -89,6 +93,8 @@ traced_case describe(const nlohmann::json& k) {
   a.attention_dropout = a.hidden_dropout = k["dropout"].get<double>() > 0;
   a.recompute = k["checkpointing"] == "none" ? recompute_kind::none : recompute_kind::full;
   a.reentrant_checkpoint = k["checkpointing"] == "reentrant";
+  if (k.contains("moe") && !k["moe"].is_null() && k["moe"]["implementation"] == "eager")
+    a.experts = experts_implementation::eager;
   // Whose Llama code (step_models.py: torchtune's, litgpt's and torchtitan's own blocks).
   const std::string code = k.value("code", "hf");
   for (const model_code mc : {model_code::torchtitan, model_code::torchtitan_2024,
