@@ -961,6 +961,12 @@ constexpr void packed_experts_block(block_builder& b, const model& m, const acti
                   "torch.where(expert_mask[expert_idx]); integrations/moe.py "
                   "batched_mm_experts_forward: self.gate_up_proj[expert_ids_clamped]",
         checked_mul(grouped ? 3 : 2, routed), 64);
+  if (grouped)  // derivatives.yaml _grouped_mm keeps offs for both products' backward
+    b.add(
+        "expert row offsets (int32)",
+        "integrations/moe.py grouped_mm_experts_forward: offsets = torch.cumsum(tokens_per_expert, "
+        "dim=0, dtype=torch.int32)",
+        local_experts, 32);
   if (trained)
     b.add(grouped ? "expert inputs (gathered rows, sorted by expert)"
                   : "expert inputs (gathered rows)",
@@ -1129,6 +1135,13 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
         "torch.topk, derivatives.yaml topk: value_selecting_reduction_backward(grad, dim, "
         "indices, ...)",
         checked_mul(tau, e.top_k), 64);
+  // The top-k weights renormalized in place (Qwen3-MoE's norm_topk_prob taken as set): the
+  // division keeps its divisor and, for the divisor's gradient, a clone of what it overwrote.
+  if (e.layout != moe_layout::gpt_oss)
+    b.add("routing weights' divisor and pre-division copy",
+          "modeling_mixtral.py MixtralTopKRouter.forward: router_top_value /= "
+          "router_top_value.sum(dim=-1, keepdim=True); derivatives.yaml div_: other reads self",
+          checked_mul(tau, e.top_k + 1), e.router_score_bias ? b.explicit_fp32() : 32);
   std::int64_t routed = checked_mul(tau, e.top_k);
   if (o.capacity_factor_percent > 0) {
     const std::int64_t group_tokens = checked_mul(tau, l.expert);

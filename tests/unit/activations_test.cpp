@@ -842,13 +842,13 @@ TEST_CASE(
   // softmax 2 x 4 and indices 8 x 4 per token; per routed row under grouped_mm (transformers 5's
   // default) three int64 indices (token_idx, perm, inv_perm), the sorted input 2h, gate_up
   // 2 x 2f, five [n, f] tensors in bf16 (clamped gate, sigmoid, up + 1, GLU, their product),
-  // the output 2h and its bf16 routing weight 2. The grouped GEMMs read the packed parameters
-  // whole: no expert weight is copied.
+  // the output 2h and its bf16 routing weight 2, and the 32 experts' int32 row offsets. The
+  // grouped GEMMs read the packed parameters whole: no expert weight is copied.
   const std::int64_t h = 2880, f = 2880, n = 4 * s;
   const std::int64_t norm = s * (4 * h + 4 + 4 * h);
   const std::int64_t router = s * 2 * h + s * (2 * 4 + 8 * 4);
   const std::int64_t experts = n * (24 + 2 * h + 2 * 2 * f + 5 * 2 * f + 2 * h + 2);
-  CHECK(mlp == bytes{norm + router + experts});
+  CHECK(mlp == bytes{norm + router + experts + 32 * 4});
   // batched_mm copies each row's gate_up_proj and down_proj slices (3hf), which bmm keeps.
   activation_options batched = o;
   batched.experts = experts_implementation::batched_mm;
@@ -872,19 +872,20 @@ TEST_CASE("transformers 5's Mixtral experts: grouped_mm in the weights' format, 
     return sum;
   };
   // bf16: the RMSNorm (fp32 input 4h, rstd 4, normalized input 2h), the router's input 2h, its
-  // fp32 probabilities 4e and int64 indices 8 x 2 per token; per routed row the three int64
-  // indices 24, the sorted input 2h, gate_up 2 x 2f, the activation and the gated product 2f
-  // each, the output before weighting 2h, and the routing weight in fp32 (Mixtral's router does
-  // not cast it back) 4.
-  const std::int64_t per_token = 4 * h + 4 + 2 * h + 2 * h + 4 * e + 8 * 2;
+  // fp32 probabilities 4e, int64 indices 8 x 2, and the in-place renormalization's fp32 divisor
+  // and pre-division copy 4 x 3 per token; per routed row the three int64 indices 24, the sorted
+  // input 2h, gate_up 2 x 2f, the activation and the gated product 2f each, the output before
+  // weighting 2h, and the routing weight in fp32 (Mixtral's router does not cast it back) 4; and
+  // the 8 experts' int32 row offsets.
+  const std::int64_t per_token = 4 * h + 4 + 2 * h + 2 * h + 4 * e + 8 * 2 + 4 * 3;
   const std::int64_t per_row = 24 + 2 * h + 4 * f + 2 * f + 2 * f + 2 * h + 4;
-  CHECK(mlp_half(pure<bf16>::value, o) == bytes{tokens * per_token + n * per_row});
+  CHECK(mlp_half(pure<bf16>::value, o) == bytes{tokens * per_token + n * per_row + e * 4});
   // AMP: the residual stream is fp32 and the grouped GEMMs run outside autocast in the fp32
   // parameters' format, so every per-row tensor but the indices and weights doubles; the
   // normalized input and the router's autocast input stay as in any AMP layer.
-  const std::int64_t amp_token = 4 * h + 4 + 4 * h + 2 * h + 4 * e + 8 * 2;
+  const std::int64_t amp_token = 4 * h + 4 + 4 * h + 2 * h + 4 * e + 8 * 2 + 4 * 3;
   const std::int64_t amp_row = 24 + 4 * h + 8 * f + 4 * f + 4 * f + 4 * h + 4;
-  CHECK(mlp_half(amp<bf16>::value, o) == bytes{tokens * amp_token + n * amp_row});
+  CHECK(mlp_half(amp<bf16>::value, o) == bytes{tokens * amp_token + n * amp_row + e * 4});
   // eager under AMP: F.linear casts the rows and each hit expert's weight slices (a view of the
   // fp32 parameters) to bf16 on every call, and keeps both: all 8 experts' 3hf weights in bf16;
   // per row two int64 indices, bf16 activations, and index_add_ keeps its source, the weighted
@@ -894,6 +895,32 @@ TEST_CASE("transformers 5's Mixtral experts: grouped_mm in the weights' format, 
   const std::int64_t eager_row = 16 + 2 * h + 4 * f + 2 * f + 2 * f + 2 * h + 4 * h + 4;
   CHECK(mlp_half(amp<bf16>::value, eager) ==
         bytes{tokens * amp_token + n * eager_row + e * 3 * h * f * 2});
+}
+
+TEST_CASE("DeepSeek-V3's router: fp32 copies of its input and weight, sigmoid scores") {
+  // modeling_deepseek_v3.py DeepseekV3TopkRouter.forward runs F.linear on
+  // hidden_states.type(torch.float32) and self.weight.type(torch.float32), keeping both copies;
+  // DeepseekV3MoE's sigmoid keeps its fp32 output; the top-8 weights' in-place division keeps an
+  // fp32 divisor and pre-division copy. 4,096 tokens, h = 7,168, 256 routed experts, bf16.
+  const model& m = models::deepseek_v3::value;
+  const std::int64_t tokens = 4096, h = 7168, e = 256, k = 8;
+  const activation_options o{.micro_batch = 1, .sequence = tokens};
+  auto bytes_of = [&](const precision& p, const char* name) {
+    bytes found{};
+    for (const saved_tensor& t : layer_saved_tensors(m, p, o, layout{}, true))
+      if (std::string(t.name) == name) found = t.size;
+    return found;
+  };
+  CHECK(bytes_of(pure<bf16>::value, "router input (fp32 copy)") == bytes{tokens * h * 4});
+  CHECK(bytes_of(pure<bf16>::value, "router weight (fp32 copy)") == bytes{e * h * 4});
+  CHECK(bytes_of(pure<bf16>::value, "router scores (sigmoid output)") == bytes{tokens * e * 4});
+  CHECK(bytes_of(pure<bf16>::value, "routing weights' divisor and pre-division copy") ==
+        bytes{tokens * (k + 1) * 4});
+  // Under autocast the linear casts its fp32 input back to bf16 (and caches the weight's cast),
+  // so the logits, scores and weights are bf16.
+  CHECK(bytes_of(amp<bf16>::value, "router input (fp32 copy)") == bytes{tokens * h * 2});
+  CHECK(bytes_of(amp<bf16>::value, "router weight (fp32 copy)") == bytes{});
+  CHECK(bytes_of(amp<bf16>::value, "router scores (sigmoid output)") == bytes{tokens * e * 2});
 }
 
 TEST_CASE("every saved tensor names the source line that makes it") {
