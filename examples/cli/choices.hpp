@@ -321,18 +321,25 @@ inline constexpr named<attention_kind> attentions[] = {
     {"sdpa", attention_kind::sdpa,
      "Hugging Face's SDPA with K and V repeated per query head: torch < 2.5 or a padding mask"}};
 
+/// A model code as a choice, named as the library names it (model_code.hpp traits_of).
+constexpr named<model_code> code_choice(model_code c, const char* help) {
+  return {detail::traits_of(c).name, c, help};
+}
+
 inline constexpr named<model_code> model_codes[] = {
-    {"hf", model_code::hf, "Hugging Face transformers' modeling files"},
-    {"torchtitan", model_code::torchtitan,
-     "torchtitan's Llama 3 (models/common) on torch 2.9 or later: fused RMSNorm, grouped K and V"},
-    {"torchtitan-2024", model_code::torchtitan_2024,
-     "torchtitan's Llama 3 of December 2024: K and V repeated per query head before SDPA"},
-    {"torchtune", model_code::torchtune, "torchtune's modules: K and V expanded before SDPA"},
-    {"litgpt", model_code::litgpt,
-     "litgpt's model.py: K and V repeated before SDPA, RMSNorm's product in fp32"},
-    {"megatron-te", model_code::megatron_te,
-     "Megatron-Core's Transformer Engine layers: fused norm and linear, RoPE, SwiGLU, cuDNN "
-     "attention"}};
+    code_choice(model_code::hf, "Hugging Face transformers' modeling files"),
+    code_choice(model_code::torchtitan,
+                "torchtitan's Llama 3 (models/common) on torch 2.9 or later: fused RMSNorm, "
+                "grouped K and V"),
+    code_choice(model_code::torchtitan_2024,
+                "torchtitan's Llama 3 of December 2024: K and V repeated per query head before "
+                "SDPA"),
+    code_choice(model_code::torchtune, "torchtune's modules: K and V expanded before SDPA"),
+    code_choice(model_code::litgpt,
+                "litgpt's model.py: K and V repeated before SDPA, RMSNorm's product in fp32"),
+    code_choice(model_code::megatron_te,
+                "Megatron-Core's Transformer Engine layers: fused norm and linear, RoPE, SwiGLU, "
+                "cuDNN attention")};
 
 inline constexpr named<experts_implementation> experts_implementations[] = {
     {"grouped_mm", experts_implementation::grouped_mm,
@@ -340,7 +347,7 @@ inline constexpr named<experts_implementation> experts_implementations[] = {
      "format"},
     {"eager", experts_implementation::eager, "a loop over the experts hit, F.linear per expert"},
     {"batched_mm", experts_implementation::batched_mm,
-     "each routed row's expert weights copied, then bmm (for decoding)"}};
+     "each routed row's expert weights copied, then bmm; meant for decoding"}};
 
 inline constexpr named<recompute_kind> recomputes[] = {
     {"none", recompute_kind::none},

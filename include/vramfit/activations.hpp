@@ -925,13 +925,13 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
   }
 }
 
-/// Bits of the routing weights transformers 5's experts multiply by: Mixtral's router hands them
-/// on in fp32, DeepSeek-V3's in its logits' (fp32 unless autocast casts the linear), Qwen3-MoE's
-/// and gpt-oss's in the router logits' format.
+/// Bits of the routing weights transformers 5's experts multiply by: fp32 from Mixtral's and
+/// Qwen3-MoE's softmax (Qwen3MoeTopKRouter.forward reassigns router_logits to the fp32
+/// probabilities, so its router_top_value.to(router_logits.dtype) keeps fp32), DeepSeek-V3's in
+/// its logits' format (fp32 unless autocast casts the linear), gpt-oss's in its logits' format
+/// (GptOssTopKRouter.forward: softmax(..., dtype=router_top_value.dtype)).
 constexpr std::int64_t routing_weight_bits(const model& m, const block_builder& b) {
-  // modeling_qwen3_moe.py Qwen3MoeTopKRouter.forward: router_top_value.to(router_logits.dtype);
-  // modeling_gpt_oss.py GptOssTopKRouter.forward: softmax(..., dtype=router_top_value.dtype)
-  if (m.moe.layout != moe_layout::standard) return b.beta();
+  if (m.moe.layout == moe_layout::gpt_oss) return b.beta();
   return m.moe.router_score_bias ? b.explicit_fp32() : 32;
 }
 
