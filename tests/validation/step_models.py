@@ -6,6 +6,8 @@ Sources followed (line for line where memory is concerned):
   transformers 5.17  models/llama/modeling_llama.py, models/gpt2/modeling_gpt2.py,
                      models/mixtral/modeling_mixtral.py and integrations/moe.py (5.x's packed
                      experts: grouped_mm_experts_forward and the eager loop),
+                     models/qwen3_moe/modeling_qwen3_moe.py (Qwen3MoeTopKRouter,
+                     Qwen3MoeSparseMoeBlock; Qwen3MoeExperts is Mixtral's code),
                      masking_utils.py (create_causal_mask, sdpa_mask, eager_mask,
                      find_packed_sequence_indices), integrations/sdpa_attention.py,
                      loss/loss_utils.py (ForCausalLMLoss), pytorch_utils.py (Conv1D),
@@ -524,7 +526,7 @@ def one_hot(tensor, num_classes):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3" or "mixtral"
+    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral" or "qwen3_moe"
     hidden: int
     intermediate: int
     heads: int
@@ -544,9 +546,11 @@ class Config:
     sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
     sliding_window_pattern: int = 6  # Gemma 3: layer i global when (i + 1) % it == 0
     code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt" or "torchtitan-2024"
-    moe_experts: int = 0  # Mixtral: num_local_experts (0: a dense MLP)
+    moe_experts: int = 0  # Mixtral: num_local_experts, Qwen3-MoE: num_experts (0: a dense MLP)
     moe_top_k: int = 2  # num_experts_per_tok
-    moe_intermediate: int = 0  # the experts' FFN width (0: intermediate; MixtralConfig's intermediate_size)
+    moe_intermediate: int = 0  # the experts' FFN width (0: intermediate; MixtralConfig's intermediate_size,
+    #                            Qwen3MoeConfig's moe_intermediate_size)
+    moe_norm_topk_prob: bool = True  # Qwen3-MoE: norm_topk_prob (Qwen3-30B-A3B: true); Mixtral always renormalizes
     experts_impl: str = "grouped_mm"  # config._experts_implementation: "grouped_mm" (the default) or "eager"
 
     def __post_init__(self):
@@ -765,6 +769,65 @@ class MixtralSparseMoeBlock(nn.Module):
         return hidden_states
 
 
+# --------------------------------------------------------------------------------------------
+# Qwen3-MoE (transformers 5: models/qwen3_moe/modeling_qwen3_moe.py): Qwen3's attention (q_norm
+# and k_norm over each head, LlamaAttention with cfg.qk_norm) and norms, every layer's `mlp` a
+# Qwen3MoeSparseMoeBlock (decoder_sparse_step 1, no mlp_only_layers). Qwen3MoeExperts
+# (Qwen2MoeExperts(MixtralExperts) with num_experts and moe_intermediate_size) is Mixtral's
+# packed-experts code, grouped_mm by default; the router is Qwen3MoeTopKRouter
+# (Qwen2MoeTopKRouter's code). No jitter, no auxiliary loss (output_router_logits off), no
+# sliding window (use_sliding_window false: create_causal_mask).
+# --------------------------------------------------------------------------------------------
+class Qwen3MoeTopKRouter(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.top_k = cfg.moe_top_k  # num_experts_per_tok
+        self.num_experts = cfg.moe_experts
+        self.norm_topk_prob = cfg.moe_norm_topk_prob
+        self.hidden_dim = cfg.hidden
+        self.weight = nn.Parameter(torch.zeros(self.num_experts, self.hidden_dim))
+        # Not left at zeros: all-zero logits give every token the same uniform probabilities and
+        # topk's ties the same experts. A small normal (std 0.02, initializer_range, as the experts
+        # and Mixtral's router) spreads the tokens, as Qwen3MoePreTrainedModel._init_weights does in
+        # the copies read (init.normal_(module.weight, std=initializer_range); not a tagged release).
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, hidden_states):  # Qwen3MoeTopKRouter.forward
+        hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+        router_logits = F.linear(hidden_states, self.weight)  # (seq_len, num_experts)
+        # softmax(dtype=float): a bf16 input is converted with _to_copy then softmaxed (E4: as on
+        # the CPU); under autocast an explicit dtype is kept (fp32_set_opt_dtype)
+        router_logits = softmax(router_logits, dtype=torch.float, dim=-1)
+        router_top_value, router_indices = torch.topk(router_logits, self.top_k, dim=-1)  # (seq_len, top_k)
+        if self.norm_topk_prob:
+            router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
+        # router_logits is the fp32 softmax output here (rebound above), so this cast is to fp32, a
+        # no-op: the routing weights stay fp32, as Mixtral's. (Copies of the code that keep the
+        # softmax in a separate router_probs would cast them to the logits' dtype instead.)
+        router_top_value = router_top_value.to(router_logits.dtype)
+        router_scores = router_top_value
+        return router_logits, router_scores, router_indices
+
+
+class Qwen3MoeSparseMoeBlock(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.experts = MixtralExperts(cfg)  # Qwen3MoeExperts: MixtralExperts' code; registered first
+        self.gate = Qwen3MoeTopKRouter(cfg)
+
+    def forward(self, hidden_states):  # Qwen3MoeSparseMoeBlock.forward
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states_reshaped = hidden_states.view(-1, hidden_dim)
+        _, routing_weights, selected_experts = self.gate(hidden_states_reshaped)
+        final_hidden_states = self.experts(hidden_states_reshaped, selected_experts, routing_weights)
+        return final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+
+
+def sparse_moe_block(cfg):
+    """The decoder layer's `mlp` for a sparse MoE family."""
+    return Qwen3MoeSparseMoeBlock(cfg) if cfg.family == "qwen3_moe" else MixtralSparseMoeBlock(cfg)
+
+
 def index_none_dim2(x):
     """x[:, :, None, :, :]. E10: torch 2.x skips the full slices (an unsqueeze view whose backward
     is a view); torch 1.13 records four slices whose backwards each allocate a zeroed gradient."""
@@ -878,7 +941,7 @@ class LlamaDecoderLayer(GradientCheckpointingLayer):
         super().__init__()
         self.layer_idx = layer_idx
         self.self_attn = LlamaAttention(cfg, layer_idx)
-        self.mlp = MixtralSparseMoeBlock(cfg) if cfg.moe_experts else LlamaMLP(cfg)  # Mixtral: the MoE block
+        self.mlp = sparse_moe_block(cfg) if cfg.moe_experts else LlamaMLP(cfg)  # Mixtral, Qwen3-MoE: the MoE block
         self.input_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
 
@@ -1920,9 +1983,12 @@ def build_model(cfg):
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
         return MODEL_CODES[cfg.code](cfg)
-    assert (cfg.family == "mixtral") == (cfg.moe_experts > 0), "a sparse MoE block is Mixtral's"
+    assert (cfg.family in ("mixtral", "qwen3_moe")) == (cfg.moe_experts > 0), \
+        "a sparse MoE block is Mixtral's or Qwen3-MoE's"
+    assert cfg.family != "qwen3_moe" or cfg.qk_norm, "Qwen3-MoE's attention has q_norm and k_norm"
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
-            "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM}[cfg.family](cfg)
+            "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM,
+            "qwen3_moe": LlamaForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

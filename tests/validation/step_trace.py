@@ -361,6 +361,9 @@ GEMMA3 = dict(GEMMA2, family="gemma3", attn_softcap=0.0, final_softcap=0.0)
 # Mixtral (transformers 5): Llama's attention and norms, a sparse MoE block of 4 experts with top-2
 # routing; MixtralConfig's intermediate_size is the experts' width
 MIXTRAL = dict(LLAMA, family="mixtral", intermediate=256, moe_experts=4, moe_top_k=2, moe_intermediate=256)
+# Qwen3-MoE (transformers 5): Qwen3's attention (q_norm, k_norm), Mixtral's packed experts and shapes,
+# Qwen3MoeTopKRouter with norm_topk_prob (Qwen3-30B-A3B's config)
+QWEN3MOE = dict(MIXTRAL, family="qwen3_moe", qk_norm=True)
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -442,6 +445,11 @@ CASES = [
     case("mixtral-bf16-v256-s128-sgd-foreach", MIXTRAL, "bf16", "sgd", "foreach", seq=128, vocab=256),
     case("mixtral-eager-experts-bf16-sdpa-sgd-foreach", MIXTRAL, "bf16", "sgd", "foreach", attn="sdpa",
          experts_impl="eager"),
+    # Qwen3-MoE: the grouped_mm experts behind Qwen3MoeTopKRouter, with SDPA in bf16 and under AMP,
+    # and eager attention with a small vocabulary where the layers decide the peak
+    case("qwen3moe-bf16-sdpa-adamw-foreach", QWEN3MOE, "bf16", "adamw", "foreach", attn="sdpa"),
+    case("qwen3moe-amp-sdpa-adamw-fused", QWEN3MOE, "amp_bf16", "adamw", "fused", attn="sdpa"),
+    case("qwen3moe-bf16-v256-s128-sgd-foreach", QWEN3MOE, "bf16", "sgd", "foreach", seq=128, vocab=256),
 ]
 
 
@@ -488,12 +496,13 @@ def describe(c):
         "family": m["family"], "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
-        "norm": {"llama": "rmsnorm", "phi3": "rmsnorm", "gemma2": "rmsnorm_plus_one",
-                 "gemma3": "rmsnorm_plus_one", "mixtral": "rmsnorm"}.get(m["family"], "layernorm"),
+        "norm": {"llama": "rmsnorm", "phi3": "rmsnorm", "gemma2": "rmsnorm_plus_one", "gemma3": "rmsnorm_plus_one",
+                 "mixtral": "rmsnorm", "qwen3_moe": "rmsnorm"}.get(m["family"], "layernorm"),
         "mlp": {"llama": "swiglu", "phi3": "swiglu", "gemma2": "geglu_tanh",
-                "gemma3": "geglu_tanh", "mixtral": "swiglu"}.get(m["family"], "gelu_new"),
+                "gemma3": "geglu_tanh", "mixtral": "swiglu", "qwen3_moe": "swiglu"}.get(m["family"], "gelu_new"),
         "moe": {"experts": cfg.moe_experts, "top_k": cfg.moe_top_k, "intermediate": cfg.moe_intermediate,
-                "implementation": cfg.experts_impl, "router": "mixtral"} if cfg.moe_experts else None,
+                "implementation": cfg.experts_impl,
+                "router": "qwen3_moe" if m["family"] == "qwen3_moe" else "mixtral"} if cfg.moe_experts else None,
         "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap,
         "qk_norm": cfg.qk_norm or m["family"] == "gemma3",
         "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
@@ -559,6 +568,13 @@ def build_hf(c):
             **dict(decoder, intermediate_size=cfg.moe_intermediate))
         conf._experts_implementation = cfg.experts_impl
         cls = transformers.MixtralForCausalLM
+    elif m["family"] == "qwen3_moe":  # transformers 5: Qwen3MoeExperts (Mixtral's code), Qwen3MoeTopKRouter
+        conf = transformers.Qwen3MoeConfig(
+            num_experts=cfg.moe_experts, num_experts_per_tok=cfg.moe_top_k, moe_intermediate_size=cfg.moe_intermediate,
+            norm_topk_prob=cfg.moe_norm_topk_prob, decoder_sparse_step=1, mlp_only_layers=[],
+            output_router_logits=False, use_sliding_window=False, tie_word_embeddings=cfg.tied, **decoder)
+        conf._experts_implementation = cfg.experts_impl
+        cls = transformers.Qwen3MoeForCausalLM
     elif m["family"] == "llama":
         qwen3 = cfg.qk_norm
         conf = (transformers.Qwen3Config if qwen3 else transformers.LlamaConfig)(
