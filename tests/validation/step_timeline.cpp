@@ -39,10 +39,12 @@ traced_case describe(const nlohmann::json& k) {
   m.ffn = k["intermediate"];
   m.vocab = k["vocab"];
   m.tied_embeddings = k["tied"];
-  m.qk_norm = k.value("qk_norm", false);           // Qwen3
-  if (k.contains("moe") && !k["moe"].is_null()) {  // transformers 5's Mixtral: every layer routes
+  m.qk_norm = k.value("qk_norm", false);  // Qwen3
+  if (k.contains("moe") &&
+      !k["moe"].is_null()) {  // transformers 5's Mixtral and Qwen3-MoE: every layer routes
     const nlohmann::json& e = k["moe"];
     m.moe = {.routed_experts = e["experts"], .top_k = e["top_k"], .expert_ffn = e["intermediate"]};
+    if (e["router"] == "qwen3_moe") m.moe.layout = moe_layout::mlp_experts;
   }
   if (k["family"] == "gemma2" || k["family"] == "gemma3") {
     m.mlp = mlp_kind::geglu;
