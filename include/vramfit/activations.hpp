@@ -1028,8 +1028,11 @@ constexpr void packed_experts_block(block_builder& b, const model& m, const acti
           "token_idx, current_hidden_states.to(final_hidden_states.dtype))",
           checked_mul(routed, m.hidden), b.rho());
   b.add("routing weights (gathered)",
-        "integrations/moe.py grouped_mm_experts_forward: sample_weights[perm], kept by the "
-        "weighting product",
+        impl == experts_implementation::eager
+            ? "modeling_mixtral.py MixtralExperts.forward: top_k_weights[token_idx, top_k_pos, "
+              "None], kept by the weighting product"
+            : "integrations/moe.py grouped_mm_experts_forward: sample_weights[perm], kept by the "
+              "weighting product",
         routed, routing_weight_bits(m, b));
 }
 
