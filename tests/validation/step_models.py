@@ -526,7 +526,7 @@ def one_hot(tensor, num_classes):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral" or "qwen3_moe"
+    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe" or "gpt_oss"
     hidden: int
     intermediate: int
     heads: int
@@ -552,6 +552,7 @@ class Config:
     #                            Qwen3MoeConfig's moe_intermediate_size)
     moe_norm_topk_prob: bool = True  # Qwen3-MoE: norm_topk_prob (Qwen3-30B-A3B: true); Mixtral always renormalizes
     experts_impl: str = "grouped_mm"  # config._experts_implementation: "grouped_mm" (the default) or "eager"
+    attention_bias: bool = False  # gpt-oss: config.attention_bias (true) on q, k, v and o
 
     def __post_init__(self):
         if not self.head_dim:
@@ -672,12 +673,18 @@ def grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     selected_hidden_states_g = selected_hidden_states[perm]
     selected_gate_up = self.gate_up_proj
     selected_down = self.down_proj
+    # has_bias (gpt-oss): each sorted row's expert bias gathered from the [E, n] parameter
+    has_bias, is_transposed = getattr(self, "has_bias", False), getattr(self, "is_transposed", False)
+    selected_gate_up_bias = self.gate_up_proj_bias[expert_ids_g] if has_bias else None
+    selected_down_bias = self.down_proj_bias[expert_ids_g] if has_bias else None
     histc_input = expert_ids_g.float() if _device_type(hidden_states) == "cpu" else expert_ids_g.int()
     tokens_per_expert = histc(histc_input, bins=self.num_experts, min=0, max=self.num_experts - 1)
     offsets = torch.cumsum(tokens_per_expert, dim=0, dtype=torch.int32)
-    gate_up_out = _grouped_linear(selected_hidden_states_g, selected_gate_up, offs=offsets)
+    gate_up_out = _grouped_linear(selected_hidden_states_g, selected_gate_up, offs=offsets,
+                                  bias=selected_gate_up_bias, is_transposed=is_transposed)
     gated_out = self._apply_gate(gate_up_out)
-    out_per_sample_g = _grouped_linear(gated_out, selected_down, offs=offsets)
+    out_per_sample_g = _grouped_linear(gated_out, selected_down, offs=offsets, bias=selected_down_bias,
+                                       is_transposed=is_transposed)
     out_per_sample_g = out_per_sample_g * sample_weights_g.unsqueeze(-1)
     out_per_sample = out_per_sample_g[inv_perm]
     final_hidden_states = out_per_sample.view(num_tokens, num_top_k, hidden_dim).sum(dim=1)
@@ -1069,6 +1076,269 @@ class LlamaForCausalLM(nn.Module):
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.cfg.vocab)
         return loss, logits
+
+
+# --------------------------------------------------------------------------------------------
+# gpt-oss (transformers 5: models/gpt_oss/modeling_gpt_oss.py, generated from modular_gpt_oss.py;
+# integrations/moe.py): Qwen2's attention with biases on all four projections and a learned
+# per-head `sinks` logit, eager only (_supports_sdpa = False); GptOssRMSNorm (the weight's
+# multiply in fp32, then the cast); a half-width rotary table applied by chunk and cat; layers
+# alternating sliding_attention (even) and full_attention (odd); GptOssMLP = GptOssTopKRouter
+# (linear with bias, topk of the logits, softmax of the top-k values in their own dtype) and
+# GptOssExperts, decorated @use_experts_implementation(is_transposed=True, has_bias=True): packed
+# [E, h, 2f] and [E, f, h] weights used untransposed by grouped_mm, per-row gathered biases, and
+# the clamped, interleaved GLU of _apply_gate (alpha 1.702, limit 7.0).
+# --------------------------------------------------------------------------------------------
+class GptOssRMSNorm(LlamaRMSNorm):
+    def forward(self, hidden_states):  # GptOssRMSNorm.forward
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = mean_last_keepdim(hidden_states.pow(2))  # .mean(-1, keepdim=True), E3
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight * hidden_states).to(input_dtype)  # "main diff with Llama"
+
+
+class GptOssRotaryEmbedding(LlamaRotaryEmbedding):
+    """GptOssRotaryEmbedding.forward: emb = freqs (no cat), so cos and sin are [1, s, d / 2].
+    gpt-oss configures YaRN (rope_type "yarn", factor 32): that changes inv_freq's values and
+    attention_scaling, not a shape, so the default table stands for it here (attention_scaling 1)."""
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1).to(x.device)
+        position_ids_expanded = position_ids[:, None, :].float()
+        with autocast(enabled=False):  # maybe_autocast(device_type, enabled=False): force float32
+            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+            emb = freqs
+            cos = emb.cos() * self.attention_scaling
+            sin = emb.sin() * self.attention_scaling
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def gptoss_apply_rotary_emb(x, cos, sin):  # modeling_gpt_oss._apply_rotary_emb
+    first_half, second_half = torch.chunk(x, 2, dim=-1)
+    first_ = first_half * cos - second_half * sin
+    second_ = second_half * cos + first_half * sin
+    return torch.cat((first_, second_), dim=-1)
+
+
+def gptoss_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = gptoss_apply_rotary_emb(q, cos, sin)
+    k_embed = gptoss_apply_rotary_emb(k, cos, sin)
+    return q_embed, k_embed
+
+
+def gptoss_eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0):
+    """modeling_gpt_oss.eager_attention_forward: the sink logit of each head concatenated to the
+    scores as one more column, the row max subtracted, softmax in the logits' own dtype (bf16 in a
+    bf16 model), the sink column dropped by a slice (a view: matmul reads probs' storage)."""
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    sinks = module.sinks.reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
+    combined_logits = torch.cat([attn_weights, sinks], dim=-1)
+    combined_logits = combined_logits - combined_logits.max(dim=-1, keepdim=True).values
+    probs = softmax(combined_logits, dim=-1, dtype=combined_logits.dtype)
+    scores = probs[..., :-1]  # we drop the sink here
+    attn_weights = dropout_fn(scores, p=dropout, training=module.training).to(value_states.dtype)
+    attn_output = torch.matmul(attn_weights, value_states)
+    attn_output = attn_output.transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class GptOssAttention(nn.Module):
+    """GptOssAttention(Qwen2Attention): q/k/v/o with bias=config.attention_bias (true), sinks
+    [heads]; sliding_window for a sliding_attention layer (only the mask uses it in eager)."""
+
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.cfg = cfg
+        self.layer_idx = layer_idx
+        self.head_dim = cfg.head_dim
+        self.num_key_value_groups = cfg.heads // cfg.kv_heads
+        self.scaling = self.head_dim ** -0.5
+        self.attention_dropout = 0.0
+        self.is_causal = True
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden, cfg.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(cfg.heads * self.head_dim, cfg.hidden, bias=bias)
+        self.sliding_window = cfg.sliding_window if gptoss_layer_type(layer_idx) == "sliding_attention" else None
+        self.sinks = nn.Parameter(torch.empty(cfg.heads))
+        nn.init.normal_(self.sinks, std=0.02)  # GptOssPreTrainedModel._init_weights
+
+    def forward(self, hidden_states, position_embeddings, attention_mask):  # GptOssAttention.forward
+        assert self.cfg.attn == "eager", "gpt-oss: eager attention only (sinks; _supports_sdpa False)"
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = gptoss_apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        attn_output, attn_weights = gptoss_eager_attention_forward(
+            self, query_states, key_states, value_states, attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, attn_weights
+
+
+def gptoss_layer_type(layer_idx):
+    """GptOssConfig's default layer_types: "sliding_attention" if bool((i + 1) % 2) else "full_attention"."""
+    return "sliding_attention" if bool((layer_idx + 1) % 2) else "full_attention"
+
+
+class GptOssExperts(nn.Module):
+    """GptOssExperts with @use_experts_implementation(is_transposed=True, has_bias=True):
+    gate_up_proj [E, h, 2f], gate_up_proj_bias [E, 2f], down_proj [E, f, h], down_proj_bias [E, h];
+    "grouped_mm" (the default) runs integrations/moe.py's grouped_mm_experts_forward, "eager" the
+    class's own loop."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.impl = cfg.experts_impl
+        self.has_bias = True
+        self.is_transposed = True
+        self.intermediate_size = cfg.moe_intermediate
+        self.num_experts = cfg.moe_experts
+        self.hidden_size = cfg.hidden
+        self.gate_up_proj = nn.Parameter(torch.empty(self.num_experts, self.hidden_size, 2 * self.intermediate_size))
+        self.gate_up_proj_bias = nn.Parameter(torch.empty(self.num_experts, 2 * self.intermediate_size))
+        self.down_proj = nn.Parameter(torch.empty((self.num_experts, self.intermediate_size, self.hidden_size)))
+        self.down_proj_bias = nn.Parameter(torch.empty(self.num_experts, self.hidden_size))
+        self.alpha = 1.702
+        self.limit = 7.0
+        nn.init.normal_(self.gate_up_proj, std=0.02)  # GptOssPreTrainedModel._init_weights
+        nn.init.zeros_(self.gate_up_proj_bias)
+        nn.init.normal_(self.down_proj, std=0.02)
+        nn.init.zeros_(self.down_proj_bias)
+
+    def _apply_gate(self, gate_up):  # GptOssExperts._apply_gate
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        gate = gate.clamp(min=None, max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        glu = gate * torch.sigmoid(gate * self.alpha)
+        gated_output = (up + 1) * glu
+        return gated_output
+
+    def forward(self, hidden_states, router_indices=None, routing_weights=None):
+        if self.impl == "grouped_mm":
+            return grouped_mm_experts_forward(self, hidden_states, router_indices, routing_weights)
+        assert self.impl == "eager", self.impl
+        return self.eager_forward(hidden_states, router_indices, routing_weights)
+
+    def eager_forward(self, hidden_states, router_indices, routing_weights):  # GptOssExperts.forward
+        next_states = torch.zeros_like(hidden_states, dtype=hidden_states.dtype, device=hidden_states.device)
+        with torch.no_grad():
+            expert_mask = one_hot(router_indices, num_classes=self.num_experts)
+            expert_mask = expert_mask.permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            expert_idx = expert_idx[0]
+            if expert_idx == self.num_experts:
+                continue
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[token_idx]
+            gate_up = current_state @ self.gate_up_proj[expert_idx] + self.gate_up_proj_bias[expert_idx]
+            gated_output = self._apply_gate(gate_up)
+            out = gated_output @ self.down_proj[expert_idx] + self.down_proj_bias[expert_idx]
+            weighted_output = out * routing_weights[token_idx, top_k_pos, None]
+            next_states.index_add_(0, token_idx, weighted_output.to(hidden_states.dtype))
+        return next_states
+
+
+class GptOssTopKRouter(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.top_k = cfg.moe_top_k  # num_experts_per_tok
+        self.num_experts = cfg.moe_experts  # num_local_experts
+        self.hidden_dim = cfg.hidden
+        self.weight = nn.Parameter(torch.zeros(self.num_experts, self.hidden_dim))
+        self.bias = nn.Parameter(torch.zeros(self.num_experts))
+        nn.init.normal_(self.weight, std=0.02)  # GptOssPreTrainedModel._init_weights (normal, both)
+        nn.init.normal_(self.bias, std=0.02)
+
+    def forward(self, hidden_states):  # GptOssTopKRouter.forward
+        router_logits = F.linear(hidden_states, self.weight, self.bias)  # (num_tokens, num_experts)
+        router_top_value, router_indices = torch.topk(router_logits, self.top_k, dim=-1)  # (num_tokens, top_k)
+        # softmax over the k values in their own dtype (bf16 in a bf16 model and under autocast,
+        # where the explicit dtype is kept): the routing weights are the logits' dtype
+        router_scores = softmax(router_top_value, dim=1, dtype=router_top_value.dtype)
+        return router_logits, router_scores, router_indices
+
+
+class GptOssMLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.router = GptOssTopKRouter(cfg)  # registered before the experts
+        self.experts = GptOssExperts(cfg)
+
+    def forward(self, hidden_states):  # GptOssMLP.forward
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.reshape(-1, hidden_dim)
+        _, router_scores, router_indices = self.router(hidden_states)
+        hidden_states = self.experts(hidden_states, router_indices, router_scores)
+        hidden_states = hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+        return hidden_states, router_scores
+
+
+class GptOssDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.hidden_size = cfg.hidden
+        self.self_attn = GptOssAttention(cfg, layer_idx)
+        self.mlp = GptOssMLP(cfg)
+        self.input_layernorm = GptOssRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.post_attention_layernorm = GptOssRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.attention_type = gptoss_layer_type(layer_idx)
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, position_embeddings=None):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
+                                          attention_mask=attention_mask)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states, _ = self.mlp(hidden_states)  # diff with llama: router scores
+        hidden_states = residual + hidden_states
+        return hidden_states
+
+
+class GptOssModel(LlamaModel):
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList([GptOssDecoderLayer(cfg, i) for i in range(cfg.layers)])
+        self.norm = GptOssRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.rotary_emb = GptOssRotaryEmbedding(cfg)
+
+    def causal_masks(self, inputs_embeds, position_ids):
+        # causal_mask_mapping: create_causal_mask, then create_sliding_window_causal_mask; below
+        # the window the sliding mask is the causal one, built again (as for Gemma 2)
+        masks = super().causal_masks(inputs_embeds, position_ids)
+        assert inputs_embeds.shape[1] <= self.cfg.sliding_window
+        masks["sliding_attention"] = create_causal_mask(self.cfg, inputs_embeds, position_ids)
+        return masks
+
+
+class GptOssForCausalLM(LlamaForCausalLM):  # MixtralForCausalLM: output_router_logits off, no aux loss
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.model = GptOssModel(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        if cfg.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.loss_function = ForCausalLMLoss
 
 
 # --------------------------------------------------------------------------------------------
@@ -1983,12 +2253,12 @@ def build_model(cfg):
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
         return MODEL_CODES[cfg.code](cfg)
-    assert (cfg.family in ("mixtral", "qwen3_moe")) == (cfg.moe_experts > 0), \
-        "a sparse MoE block is Mixtral's or Qwen3-MoE's"
+    assert (cfg.family in ("mixtral", "qwen3_moe", "gpt_oss")) == (cfg.moe_experts > 0), \
+        "a sparse MoE block is Mixtral's, Qwen3-MoE's or gpt-oss's"
     assert cfg.family != "qwen3_moe" or cfg.qk_norm, "Qwen3-MoE's attention has q_norm and k_norm"
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
             "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM,
-            "qwen3_moe": LlamaForCausalLM}[cfg.family](cfg)
+            "qwen3_moe": LlamaForCausalLM, "gpt_oss": GptOssForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

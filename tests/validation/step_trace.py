@@ -364,6 +364,11 @@ MIXTRAL = dict(LLAMA, family="mixtral", intermediate=256, moe_experts=4, moe_top
 # Qwen3-MoE (transformers 5): Qwen3's attention (q_norm, k_norm), Mixtral's packed experts and shapes,
 # Qwen3MoeTopKRouter with norm_topk_prob (Qwen3-30B-A3B's config)
 QWEN3MOE = dict(MIXTRAL, family="qwen3_moe", qk_norm=True)
+# gpt-oss (transformers 5): biased attention with per-head sinks, eager only; one sliding and one full
+# layer (the window longer than the sequence: only the masks differ); GptOssTopKRouter over
+# GptOssExperts (transposed packed weights with biases, grouped_mm); the experts' width equals hidden
+GPTOSS = dict(family="gpt_oss", hidden=128, intermediate=128, heads=4, kv_heads=2, head_dim=32, layers=2, vocab=1024,
+              moe_experts=4, moe_top_k=2, moe_intermediate=128, attention_bias=True, sliding_window=128)
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -450,6 +455,12 @@ CASES = [
     case("qwen3moe-bf16-sdpa-adamw-foreach", QWEN3MOE, "bf16", "adamw", "foreach", attn="sdpa"),
     case("qwen3moe-amp-sdpa-adamw-fused", QWEN3MOE, "amp_bf16", "adamw", "fused", attn="sdpa"),
     case("qwen3moe-bf16-v256-s128-sgd-foreach", QWEN3MOE, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # gpt-oss: eager attention with sinks (it trains with eager), grouped_mm experts with biases, in
+    # bf16, under AMP, and with a small vocabulary where the layers decide the peak
+    case("gptoss-bf16-adamw-foreach", GPTOSS, "bf16", "adamw", "foreach"),
+    case("gptoss-amp-adamw-fused", GPTOSS, "amp_bf16", "adamw", "fused"),
+    case("gptoss-bf16-v256-s128-sgd-foreach", GPTOSS, "bf16", "sgd", "foreach", seq=128, vocab=256,
+         sliding_window=256),
 ]
 
 
@@ -492,7 +503,7 @@ EMULATIONS = {
 def describe(c):
     m = c["model"]
     cfg = sm.Config(**m)
-    return {
+    d = {
         "family": m["family"], "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
@@ -516,6 +527,15 @@ def describe(c):
         "accumulation": c["accumulation"], "lora": c["lora"], "use_cache": False,
         "code": cfg.code,
     }
+    if m["family"] == "gpt_oss":  # what only gpt-oss has (other families' descriptions unchanged)
+        d["norm"], d["mlp"] = "rmsnorm", "gpt_oss_glu"  # (up + 1) * gate * sigmoid(1.702 gate), clamped at 7
+        d["moe"].update(router="gpt_oss", bias=True, transposed=True)
+        d["attention_bias"] = cfg.attention_bias  # q, k, v and o
+        d["attention_sinks"] = True
+        d["sliding_window"] = cfg.sliding_window
+        d["layer_types"] = [sm.gptoss_layer_type(i) for i in range(cfg.layers)]
+        d["rope"] = "default"  # gpt-oss's YaRN: the same [1, s, head_dim / 2] tables
+    return d
 
 
 # ------------------------------------------------------------------------------------------------
@@ -575,6 +595,13 @@ def build_hf(c):
             output_router_logits=False, use_sliding_window=False, tie_word_embeddings=cfg.tied, **decoder)
         conf._experts_implementation = cfg.experts_impl
         cls = transformers.Qwen3MoeForCausalLM
+    elif m["family"] == "gpt_oss":  # transformers 5: GptOssExperts (transposed, biased), GptOssTopKRouter, sinks
+        conf = transformers.GptOssConfig(
+            num_local_experts=cfg.moe_experts, num_experts_per_tok=cfg.moe_top_k, attention_bias=cfg.attention_bias,
+            sliding_window=cfg.sliding_window, output_router_logits=False, tie_word_embeddings=cfg.tied,
+            **dict(decoder, intermediate_size=cfg.moe_intermediate))
+        conf._experts_implementation = cfg.experts_impl
+        cls = transformers.GptOssForCausalLM
     elif m["family"] == "llama":
         qwen3 = cfg.qk_norm
         conf = (transformers.Qwen3Config if qwen3 else transformers.LlamaConfig)(
