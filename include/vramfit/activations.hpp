@@ -531,10 +531,12 @@ class block_builder {
 };
 
 /// The format of eager attention's softmax output: fp32 in HF's Llama family (softmax(dtype=
-/// float32)) and GPTBigCode (attention_softmax_in_fp32); gpt-oss keeps the logits' format; GPT-2's
-/// softmax without a dtype runs in fp32 under autocast (on its fp32 list).
+/// float32)) and GPTBigCode (attention_softmax_in_fp32); gpt-oss keeps the logits' format, which
+/// the sinks (a parameter) and the mask (in the embeddings' format) widen to the parameters' (cat
+/// is on autocast's promote list); GPT-2's softmax without a dtype runs in fp32 under autocast (on
+/// its fp32 list).
 constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b) {
-  if (m.attention_sinks) return b.beta();
+  if (m.attention_sinks) return b.rho();
   if (m.family == family::llama || m.family == family::phi3 || m.family == family::gpt_bigcode)
     return 32;
   return m.family == family::gpt2 ? b.autocast_wide() : b.beta();
@@ -1056,9 +1058,10 @@ constexpr const char* mlp_input_source(const model& m, bool moe_layer, bool gpt_
 /// What one MoE layer's block allocates in forward beyond what it saves, all held until its experts
 /// return: the locals of integrations/moe.py grouped_mm_experts_forward (the unsorted gather; the
 /// weighted product, its un-permuted copy and their sum, in the routing weights' format when that
-/// is wider, then the cast back) or of MixtralExperts.forward's loop (the zeroed output, the
-/// one-hot mask, one expert's weighted product at a time, taken as an even share of the rows); and
-/// the norm output feeding the block where autocast saves only its casts. A tensor count and bytes.
+/// is wider, then the cast back; gpt-oss's gathered biases) or of MixtralExperts.forward's loop
+/// (the zeroed output, the one-hot mask, one expert's weighted product at a time, taken as an even
+/// share of the rows); and the norm output feeding the block where autocast saves only its casts. A
+/// tensor count and bytes.
 struct forward_transients {
   std::int64_t tensors = 0;
   bytes size{};
@@ -1092,6 +1095,10 @@ constexpr forward_transients moe_forward_transients(const model& m, const precis
     if (weighted > hidden) add(checked_mul(tokens, h), hidden);  // .to(hidden_states.dtype)
     if (!grouped && b.autocasts() && b.rho() > b.beta())         // the indexed fp32 weights, cast
       add(checked_mul(rows, checked_mul(3 * h, m.moe.expert_ffn / b.tp())), b.rho());
+    if (m.moe.layout == moe_layout::gpt_oss) {  // has_bias: self.gate_up_proj_bias[expert_ids_g]
+      add(checked_mul(rows, 2 * m.moe.expert_ffn / b.tp()), b.rho());
+      add(checked_mul(rows, h), b.rho());  // self.down_proj_bias[expert_ids_g]
+    }
   }
   if (b.autocasts() && b.rho() > b.beta()) add(checked_mul(tokens, h), b.rho());
   return t;

@@ -40,11 +40,18 @@ traced_case describe(const nlohmann::json& k) {
   m.vocab = k["vocab"];
   m.tied_embeddings = k["tied"];
   m.qk_norm = k.value("qk_norm", false);  // Qwen3
-  if (k.contains("moe") &&
-      !k["moe"].is_null()) {  // transformers 5's Mixtral and Qwen3-MoE: every layer routes
+  // transformers 5's Mixtral, Qwen3-MoE and gpt-oss: every layer routes.
+  if (k.contains("moe") && !k["moe"].is_null()) {
     const nlohmann::json& e = k["moe"];
     m.moe = {.routed_experts = e["experts"], .top_k = e["top_k"], .expert_ffn = e["intermediate"]};
     if (e["router"] == "qwen3_moe") m.moe.layout = moe_layout::mlp_experts;
+    if (e["router"] == "gpt_oss") m.moe.layout = moe_layout::gpt_oss;
+  }
+  if (k["family"] == "gpt_oss") {  // biased attention with sinks, windowed every other layer
+    m.bias = bias_kind::attention;
+    m.attention_sinks = true;
+    m.sliding_window = k["sliding_window"];
+    m.sliding_window_period = 2;
   }
   if (k["family"] == "gemma2" || k["family"] == "gemma3") {
     m.mlp = mlp_kind::geglu;
