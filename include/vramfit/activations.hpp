@@ -1043,11 +1043,16 @@ constexpr const char* mlp_input_source(const model& m, bool moe_layer, bool gpt_
   if (gpt_oss_experts)
     return "modeling_gpt_oss.py GptOssTopKRouter.forward: F.linear(hidden_states, self.weight, "
            "self.bias); GptOssExperts.forward: hidden_states[token_idx]";
+  if (moe_layer && m.moe.shared_experts > 0)  // the shared experts' gate_proj and up_proj
+    return "modeling_deepseek_v3.py DeepseekV3MoE.forward: self.shared_experts(residuals)";
+  if (moe_layer)
+    return m.moe.layout == moe_layout::mlp_experts
+               ? "modeling_qwen3_moe.py Qwen3MoeTopKRouter.forward: F.linear(hidden_states, "
+                 "self.weight)"
+               : "modeling_mixtral.py MixtralTopKRouter.forward: F.linear(hidden_states, "
+                 "self.weight)";
   if (m.family == family::llama && m.mlp != mlp_kind::gelu)
-    return moe_layer
-               ? "modeling_mixtral.py MixtralSparseMoeBlock.forward: self.gate(hidden_states), "
-                 "hidden_states[None, top_x]"
-               : "modeling_llama.py LlamaMLP.forward: self.gate_proj(x), self.up_proj(x)";
+    return "modeling_llama.py LlamaMLP.forward: self.gate_proj(x), self.up_proj(x)";
   if (m.family == family::phi3)
     return "modeling_phi3.py Phi3MLP.forward: self.gate_up_proj(hidden_states)";
   if (m.family == family::gpt2) return "modeling_gpt2.py GPT2MLP.forward: self.c_fc(hidden_states)";
@@ -1149,8 +1154,12 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
   // division keeps its divisor and, for the divisor's gradient, a clone of what it overwrote.
   if (e.layout != moe_layout::gpt_oss)
     b.add("routing weights' divisor and pre-division copy",
-          "modeling_mixtral.py MixtralTopKRouter.forward: router_top_value /= "
-          "router_top_value.sum(dim=-1, keepdim=True); derivatives.yaml div_: other reads self",
+          e.router_score_bias
+              ? "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: topk_weights /= "
+                "denominator; derivatives.yaml div_: other reads self"
+              : "modeling_mixtral.py MixtralTopKRouter.forward: router_top_value /= "
+                "router_top_value.sum(dim=-1, keepdim=True); derivatives.yaml div_: other reads "
+                "self",
           checked_mul(tau, e.top_k + 1), e.router_score_bias ? b.explicit_fp32() : 32);
   std::int64_t routed = checked_mul(tau, e.top_k);
   if (o.capacity_factor_percent > 0) {
