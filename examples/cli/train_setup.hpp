@@ -195,6 +195,8 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.checkpoint) trains_checkpoint(o, m);
+  if (o.quantize_experts && !(o.qlora && m.is_moe()))
+    detail::raise("--quantize-experts applies with --qlora to a mixture-of-experts model");
   if (o.qlora || o.lora_rank > 0) {
     const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
     // Unless given: peft's usual q_proj,v_proj; QLoRA's all linear layers (Dettmers et al.).
@@ -208,6 +210,7 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     // checkpoint stays as stored (gpt-oss's MXFP4 experts are dequantized: trains_checkpoint).
     weight_layout base{};
     if (o.qlora) base = bnb_4bit<>::value;
+    base.exceptions.keeps_moe_parameters = o.qlora && m.is_moe() && !o.quantize_experts;
     if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
     return lora_finetuning(rank, checked_lora_targets(targets).c_str(), adapters, base.linear,
                            base.other, base.exceptions);

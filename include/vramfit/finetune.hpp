@@ -41,6 +41,10 @@ struct quantization_exceptions {
   /// The head is converted too: a list given replaces the default that keeps it
   /// (transformers quantizers/base.py get_modules_to_not_convert, add_default_skips=False).
   bool converts_head = false;
+  /// An MoE layer's routed experts and router stay unquantized: transformers 5 holds them as plain
+  /// parameters, which a quantizer that replaces nn.Linear modules (bitsandbytes) skips
+  /// (bitsandbytes-foundation/bitsandbytes#1849).
+  bool keeps_moe_parameters = false;
 
   [[nodiscard]] constexpr bool keeps_any() const { return outside_layers != 0 || !ranges.empty(); }
 };

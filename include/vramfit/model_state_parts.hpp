@@ -48,8 +48,10 @@ constexpr bool is_linear_parameter(const tensor_group& g) {
 constexpr const element_format& frozen_format(const training& t, const tensor_group& g,
                                               bool kept = false) {
   const finetuning& f = t.finetune;
+  const bool moe_parameter = g.kind == tensor_kind::expert || g.kind == tensor_kind::router;
   if (f.quantized_base.payload_bits > 0 && g.rank == 2 && is_linear_parameter(g) && !kept &&
-      (g.kind != tensor_kind::head || f.base_exceptions.converts_head))
+      (g.kind != tensor_kind::head || f.base_exceptions.converts_head) &&
+      !(moe_parameter && f.base_exceptions.keeps_moe_parameters))
     return f.quantized_base;
   if (f.unquantized_base.payload_bits > 0) return f.unquantized_base;
   return t.precision.weights;

@@ -1488,6 +1488,30 @@ TEST_CASE("--reduce-bucket and --overlap-comm: DeepSpeed's reduce buffers, refus
           "--reduce-bucket was given an empty value");
 }
 
+TEST_CASE("--experts-implementation and --quantize-experts: transformers 5's packed experts") {
+  // The experts implementation changes what a layer saves (unit tests derive the bytes); it is
+  // refused for a dense model, and the header names it for an MoE one.
+  const nlohmann::json grouped = json_of("train -m mixtral-8x7b -s 4096 --precision amp-bf16");
+  const nlohmann::json eager =
+      json_of("train -m mixtral-8x7b -s 4096 --precision amp-bf16 --experts-implementation eager");
+  CHECK(std::string(grouped["configuration"]).find("| grouped_mm experts") != std::string::npos);
+  CHECK(std::string(eager["configuration"]).find("| eager experts") != std::string::npos);
+  CHECK(eager["memory"]["activations_per_layer"] != grouped["memory"]["activations_per_layer"]);
+  const result dense = run("train --experts-implementation eager");
+  CHECK(dense.status == 2);
+  CHECK(dense.err.find("--experts-implementation applies to a mixture-of-experts model") !=
+        std::string::npos);
+  // --qlora keeps Qwen3-30B-A3B's experts and routers in bf16 (bitsandbytes#1849) unless
+  // --quantize-experts: the frozen weights differ by the bytes training_test.cpp derives.
+  const auto weights = [](const std::string& args) {
+    return json_of(args)["memory"]["weights"].get<std::int64_t>();
+  };
+  CHECK(weights("train -m qwen3-30b-a3b --qlora") -
+            weights("train -m qwen3-30b-a3b --qlora --quantize-experts") ==
+        48LL * 128 * 3 * (2 * 1'572'864 - 811'396) + 48 * (524'288 - 135'236));
+  CHECK(run("train -m qwen3-30b-a3b --lora-rank 8 --quantize-experts").status == 2);
+}
+
 TEST_CASE("no option is silently ignored: each one changes the answer or is refused") {
   // Every option a subcommand's --help lists, given once with a value other than its default
   // to a command where it can matter, must change the output or the exit status, or be refused
@@ -1541,6 +1565,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--lora-targets q_proj",
                                           "--lora-dtype bf16",
                                           "--qlora",
+                                          "--quantize-experts",
                                           "--trainable router",
                                           "--gpu a100-80gb",
                                           "--reserve share",

@@ -239,6 +239,26 @@ TEST_CASE("seed 003: Mixtral-8x7B fine-tuning cases A, B and C") {
   CHECK(entry(c, "weights (frozen)") < 44_GB - trained_states(c));
 }
 
+TEST_CASE("transformers 5 with bitsandbytes keeps an MoE's packed experts and router unquantized") {
+  // bitsandbytes#1849: the 4-bit conversion replaces nn.Linear modules, and transformers 5 holds
+  // Qwen3-30B-A3B's experts and routers as plain parameters. Per layer (48): 128 experts of three
+  // [768, 2048] slices and a [128, 2048] router. A slice of n = 1,572,864 elements is 2n bytes in
+  // bf16 and n/2 + n/64 + 4 n/(64 x 256) + 4 = 811,396 bytes in NF4 with double quantization
+  // (4-bit codes, an 8-bit absmax per 64, an fp32 one per 256 of those, an fp32 offset); the
+  // router's 262,144 elements 524,288 and 135,236 bytes.
+  const model& m = models::qwen3_30b_a3b::value;
+  finetuning kept = qlora<16, "q_proj,v_proj">::value;
+  kept.base_exceptions.keeps_moe_parameters = true;
+  const auto frozen = [&](const finetuning& f) {
+    return entry(model_states(training{m, mixed<bf16, bf16>::value, adam<>::value, f}),
+                 "weights (frozen)");
+  };
+  const std::int64_t slices = 48LL * 128 * 3;
+  const std::int64_t per_slice = 2 * 1'572'864 - 811'396, per_router = 524'288 - 135'236;
+  CHECK(frozen(kept) - frozen(qlora<16, "q_proj,v_proj">::value) ==
+        bytes{slices * per_slice + 48 * per_router});
+}
+
 TEST_CASE("every optimizer's states on a tiny model, to the byte") {
   using testing::tiny_llama;
   static_assert(testing::tiny_llama_parameters == 1352 && testing::tiny_llama_tensors == 21);
