@@ -35,7 +35,7 @@ struct train_options {
   vramfit::model_code model_code = model_code::hf;
   bool model_code_given = false;                  ///< by the user, not by --framework
   std::optional<experts_implementation> experts;  ///< an MoE model's; unset: grouped_mm
-  bool quantize_experts = false;  ///< --qlora quantizes an MoE's experts and router too
+  bool expert_linears = false;  ///< an MoE's experts and router as nn.Linear (transformers 4)
   std::optional<double> dropout;
   recompute_kind recompute = recompute_kind::none;
   std::int64_t recompute_layers = -1;
@@ -256,10 +256,11 @@ inline void add_finetune_options(CLI::App& cmd, train_options& o) {
   cmd.add_flag("--qlora", o.qlora,
                "QLoRA: NF4 base (double quantization), bf16 embeddings and head, LoRA r=16 on "
                "all-linear unless set");
-  cmd.add_flag("--quantize-experts", o.quantize_experts,
-               "With --qlora on an MoE model: quantize its routed experts and router too, as "
-               "transformers 4's per-expert linears or unsloth's loader do (transformers 5 with "
-               "bitsandbytes keeps them in bf16: bitsandbytes#1849)");
+  cmd.add_flag("--expert-linears", o.expert_linears,
+               "With LoRA or QLoRA on an MoE model: its routed experts and router are nn.Linear "
+               "modules (transformers 4, unsloth's loader), which --lora-targets reach and --qlora "
+               "quantizes; by default transformers 5's packed parameters, which neither does "
+               "(bitsandbytes#1849)");
   cmd.add_option("--trainable", o.trainable,
                  "Train only kinds[:layers[:experts]], e.g. router or expert:0-5:0-1 (repeatable)");
 }

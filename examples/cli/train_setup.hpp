@@ -195,8 +195,10 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
   if (o.lora_rank < 0)
     detail::raise("--lora-rank must be positive (0: no LoRA), got " + std::to_string(o.lora_rank));
   if (o.checkpoint) trains_checkpoint(o, m);
-  if (o.quantize_experts && !(o.qlora && m.is_moe()))
-    detail::raise("--quantize-experts applies with --qlora to a mixture-of-experts model");
+  if (o.expert_linears && !((o.qlora || o.lora_rank > 0) && m.is_moe()))
+    detail::raise(
+        "--expert-linears applies with --lora-rank or --qlora to a mixture-of-experts "
+        "model");
   if (o.qlora || o.lora_rank > 0) {
     const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
     // Unless given: peft's usual q_proj,v_proj; QLoRA's all linear layers (Dettmers et al.).
@@ -210,10 +212,12 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     // checkpoint stays as stored (gpt-oss's MXFP4 experts are dequantized: trains_checkpoint).
     weight_layout base{};
     if (o.qlora) base = bnb_4bit<>::value;
-    base.exceptions.keeps_moe_parameters = o.qlora && m.is_moe() && !o.quantize_experts;
+    base.exceptions.keeps_moe_parameters = o.qlora && m.is_moe() && !o.expert_linears;
     if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
-    return lora_finetuning(rank, checked_lora_targets(targets).c_str(), adapters, base.linear,
-                           base.other, base.exceptions);
+    finetuning f = lora_finetuning(rank, checked_lora_targets(targets).c_str(), adapters,
+                                   base.linear, base.other, base.exceptions);
+    f.lora.packed_moe = m.is_moe() && !o.expert_linears;  // transformers 5's take no adapter
+    return f;
   }
   if (o.lora_targets || o.lora_dtype)
     detail::raise(std::string(o.lora_targets ? "--lora-targets" : "--lora-dtype") +

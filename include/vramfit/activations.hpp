@@ -502,6 +502,8 @@ class block_builder {
   /// LoRA: the base (embeddings, linears, norms and head) is frozen.
   [[nodiscard]] constexpr bool frozen_base() const { return frozen_base_; }
   [[nodiscard]] constexpr bool autocasts() const { return autocast_; }
+  /// LoRA over transformers 5's MoE layers: no adapter reaches the router or the experts.
+  [[nodiscard]] constexpr bool packed_moe() const { return f_.lora.packed_moe; }
   [[nodiscard]] constexpr model_code code() const { return o_.code; }
   /// The attention kernel that runs (attention_kernel()).
   [[nodiscard]] constexpr attention_kind attention() const { return attention_; }
@@ -977,6 +979,23 @@ constexpr void packed_experts_block(block_builder& b, const model& m, const acti
                   : "modeling_mixtral.py MixtralExperts.forward: current_state = "
                     "hidden_states[token_idx]",
           checked_mul(routed, m.hidden), bits);
+  // transformers 4's per-expert linears under LoRA (lora_config::packed_moe unset): each adapted
+  // expert linear keeps its cast input for lora_A and lora_A's rank-r output (linear_input).
+  if (b.frozen_base() && !b.packed_moe()) {
+    const bool mixtral = m.moe.layout == moe_layout::standard && m.moe.shared_experts == 0;
+    b.linear_input(
+        "expert inputs (adapted linears)",
+        "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward (transformers 4): "
+        "self.w1(hidden_states), self.w3(hidden_states)",
+        routed, m.hidden,
+        mixtral ? linear_readers{{"w1", "w3"}, 2} : linear_readers{{"gate_proj", "up_proj"}, 2});
+    b.linear_input("expert gated product (adapted down linear)",
+                   "modeling_mixtral.py MixtralBlockSparseTop2MLP.forward (transformers 4): "
+                   "self.w2(current_hidden_states)",
+                   routed, width,
+                   mixtral ? linear_readers{{"w2"}, 1} : linear_readers{{"down_proj"}, 1},
+                   {.output_linear_input = true});
+  }
   const std::int64_t weights = checked_mul(3 * m.hidden, width);  // gate_up_proj and down_proj
   if (impl == experts_implementation::batched_mm)
     b.add("expert weights copied per routed row",
@@ -1184,9 +1203,14 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
   if (m.parallel_block) {
   } else if (moe_layer) {
     // The router's F.linear keeps the norm output (under autocast its 16-bit cast); the experts
-    // gather their tokens from it, which keeps only the indices.
+    // gather their tokens from it, which keeps only the indices. Over a frozen base, adapters
+    // reach the router only as transformers 4's nn.Linear (lora_config::packed_moe), and
+    // DeepSeek's shared experts read it through their gate_proj and up_proj.
+    const linear_readers readers = m.moe.shared_experts > 0 ? linears_of(m).mlp
+                                   : b.packed_moe()         ? linear_readers{}
+                                                            : linears_of(m).router;
     b.linear_input("MLP input (norm output, router input)", source, b.replicated(1), m.hidden,
-                   linears_of(m).router);
+                   readers);
   } else {
     b.linear_input("MLP input (norm output)", source, b.replicated(1), m.hidden, linears_of(m).mlp);
   }

@@ -147,6 +147,10 @@ struct lora_config {
   /// "all-linear" (every linear weight in the layers, as PEFT's target_modules="all-linear").
   char targets[120] = {};
   element_format adapters{};  ///< payload 0: the precision policy's weight format
+  /// transformers 5: an MoE layer's routed experts and router are plain parameters, not nn.Linear
+  /// modules, so target_modules (names or all-linear) reach none of them (peft tuners_utils.py
+  /// matches modules); false: transformers 4's per-expert linears.
+  bool packed_moe = false;
 };
 
 inline constexpr char trainable_selections[] = "trainable selections";
@@ -334,8 +338,9 @@ constexpr bool lora_targets(const char* targets, const char* module) {
 
 /// Whether the weight named `name` ("model.layers.{layer}.self_attn.q_proj.weight") is one of
 /// the comma-separated `targets` (its module name is the part before ".weight").
-constexpr bool is_lora_target(const tensor_group& g, const char* targets) {
+constexpr bool is_lora_target(const tensor_group& g, const char* targets, bool packed_moe = false) {
   if (g.role != tensor_role::parameter || g.rank != 2) return false;
+  if (packed_moe && (g.kind == tensor_kind::expert || g.kind == tensor_kind::router)) return false;
   const tensor_name& name = g.name;
   const std::size_t end = name.size();
   constexpr char suffix[] = ".weight";
@@ -365,18 +370,22 @@ constexpr bool lora_targets_head(const finetuning& f) {
 
 /// LoRA adapter elements for one tensor of `g` if it is a target: r x (in + out).
 constexpr std::int64_t lora_elements(const finetuning& f, const tensor_group& g) {
-  if (f.kind != finetune_kind::lora || !detail::is_lora_target(g, f.lora.targets)) return 0;
+  if (f.kind != finetune_kind::lora ||
+      !detail::is_lora_target(g, f.lora.targets, f.lora.packed_moe))
+    return 0;
   return detail::checked_mul(f.lora.rank, detail::checked_add(g.shape[0], g.shape[1]));
 }
 
 namespace detail {
 namespace rules {
-/// The module names of the rank-2 parameter weights ("q_proj, k_proj, ..."), for messages.
-inline std::string linear_modules(const tensor_ledger& tensors) {
+/// The module names of the rank-2 parameter weights ("q_proj, k_proj, ..."), for messages;
+/// `packed_moe`: without transformers 5's packed experts and routers.
+inline std::string linear_modules(const tensor_ledger& tensors, bool packed_moe) {
   std::vector<std::string> names;
   for (const tensor_group& g : tensors) {
     std::string name = g.name.str();
     if (g.role != tensor_role::parameter || g.rank != 2 || !name.ends_with(".weight")) continue;
+    if (packed_moe && (g.kind == tensor_kind::expert || g.kind == tensor_kind::router)) continue;
     name.resize(name.size() - 7);
     name.erase(0, name.rfind('.') + 1);
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
@@ -386,9 +395,13 @@ inline std::string linear_modules(const tensor_ledger& tensors) {
   return list;
 }
 [[noreturn]] inline void lora_targets_match_no_weight(const char* target, const char* model,
-                                                      const tensor_ledger& tensors) {
+                                                      const tensor_ledger& tensors,
+                                                      bool packed_moe) {
   raise(std::string("LoRA target '") + target + "' matches no weight of model '" + model +
-        "'; its linear modules: " + linear_modules(tensors) + ", or all-linear");
+        "'; its linear modules: " + linear_modules(tensors, packed_moe) + ", or all-linear" +
+        (packed_moe ? " (transformers 5 holds the routed experts and router as parameters, "
+                      "which no target_modules entry reaches)"
+                    : ""));
 }
 [[noreturn]] inline void trainable_selection_matches_no_tensor(std::size_t selection,
                                                                const model& m) {
@@ -412,8 +425,10 @@ constexpr void check_finetuning(const finetuning& f, const model& m, const tenso
       for (; targets[at + length] != '\0' && targets[at + length] != ','; ++length)
         target[length] = targets[at + length];
       bool found = false;
-      for (const tensor_group& g : tensors) found = found || detail::is_lora_target(g, target);
-      if (!found) detail::rules::lora_targets_match_no_weight(target, m.name, tensors);
+      for (const tensor_group& g : tensors)
+        found = found || detail::is_lora_target(g, target, f.lora.packed_moe);
+      if (!found)
+        detail::rules::lora_targets_match_no_weight(target, m.name, tensors, f.lora.packed_moe);
       at += length + (targets[at + length] == ',' ? 1 : 0);
     }
   }

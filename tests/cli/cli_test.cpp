@@ -1292,7 +1292,7 @@ TEST_CASE(
   // 2 + 2 + 4 + 8 bytes each, the article's 0.45 + 0.45 + 2.72 = 3.6 GB.
   const nlohmann::json c = nlohmann::json::parse(
       run("train --model mixtral-8x7b --qlora --lora-rank 16 --lora-targets w1,w2,w3 "
-          "--lora-dtype bf16 --grad-dtype bf16 --gpu l40s --units GB -f json")
+          "--expert-linears --lora-dtype bf16 --grad-dtype bf16 --gpu l40s --units GB -f json")
           .out);
   const std::int64_t per_expert = 16 * (4096 + 14336) * 3;
   CHECK(per_expert == 884'736);
@@ -1488,7 +1488,7 @@ TEST_CASE("--reduce-bucket and --overlap-comm: DeepSpeed's reduce buffers, refus
           "--reduce-bucket was given an empty value");
 }
 
-TEST_CASE("--experts-implementation and --quantize-experts: transformers 5's packed experts") {
+TEST_CASE("--experts-implementation and --expert-linears: transformers 5's packed experts") {
   // The experts implementation changes what a layer saves (unit tests derive the bytes); it is
   // refused for a dense model, and the header names it for an MoE one.
   const nlohmann::json grouped = json_of("train -m mixtral-8x7b -s 4096 --precision amp-bf16");
@@ -1501,15 +1501,24 @@ TEST_CASE("--experts-implementation and --quantize-experts: transformers 5's pac
   CHECK(dense.status == 2);
   CHECK(dense.err.find("--experts-implementation applies to a mixture-of-experts model") !=
         std::string::npos);
-  // --qlora keeps Qwen3-30B-A3B's experts and routers in bf16 (bitsandbytes#1849) unless
-  // --quantize-experts: the frozen weights differ by the bytes training_test.cpp derives.
+  // --qlora keeps Qwen3-30B-A3B's experts and routers in bf16 (bitsandbytes#1849) unless they
+  // are linears (--expert-linears): the frozen weights differ by the bytes training_test.cpp
+  // derives. all-linear then adapts them too; by default only the attention: r = 16 over q
+  // (2048 + 4096), k and v (2048 + 512) and o (4096 + 2048) in 48 layers.
   const auto weights = [](const std::string& args) {
     return json_of(args)["memory"]["weights"].get<std::int64_t>();
   };
-  CHECK(weights("train -m qwen3-30b-a3b --qlora") -
-            weights("train -m qwen3-30b-a3b --qlora --quantize-experts") ==
+  const std::string frozen = "train -m qwen3-30b-a3b --qlora --lora-targets q_proj";
+  CHECK(weights(frozen) - weights(frozen + " --expert-linears") ==
         48LL * 128 * 3 * (2 * 1'572'864 - 811'396) + 48 * (524'288 - 135'236));
-  CHECK(run("train -m qwen3-30b-a3b --lora-rank 8 --quantize-experts").status == 2);
+  CHECK(json_of("train -m qwen3-30b-a3b --qlora")["model"]["trainable_parameters"] ==
+        48 * 16 * (2 * (2048 + 4096) + 2 * (2048 + 512)));
+  const result expert_target = run("train -m qwen3-30b-a3b --lora-rank 8 --lora-targets gate_proj");
+  CHECK(expert_target.status == 2);
+  CHECK(expert_target.err.find("no target_modules entry reaches") != std::string::npos);
+  CHECK(run("train -m qwen3-30b-a3b --lora-rank 8 --lora-targets gate_proj --expert-linears")
+            .status == 0);
+  CHECK(run("train -m llama-3-8b --qlora --expert-linears").status == 2);
 }
 
 TEST_CASE("no option is silently ignored: each one changes the answer or is refused") {
@@ -1565,7 +1574,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--lora-targets q_proj",
                                           "--lora-dtype bf16",
                                           "--qlora",
-                                          "--quantize-experts",
+                                          "--expert-linears",
                                           "--trainable router",
                                           "--gpu a100-80gb",
                                           "--reserve share",
