@@ -957,28 +957,35 @@ constexpr void packed_experts_block(block_builder& b, const model& m, const acti
   // A frozen base (LoRA: peft's target_modules reach no packed parameter) keeps no weight
   // gradient's operands, and a frozen router no routing weight's.
   const bool trained = !b.frozen_base();
-  b.add(grouped ? "expert row indices (int64: token_idx, perm, inv_perm)"
-                : "expert row indices (int64: token_idx, and top_k_pos or expert ids)",
-        grouped ? "integrations/moe.py grouped_mm_experts_forward: hidden_states[token_idx], "
-                  "selected_hidden_states[perm], out_per_sample_g[inv_perm]"
-                : "modeling_mixtral.py MixtralExperts.forward: top_k_pos, token_idx = "
+  // torch.topk keeps its int64 indices [T, k] (derivatives.yaml topk:
+  // value_selecting_reduction_backward(grad, dim, indices, ...)), and each gather its own.
+  b.add(grouped ? "expert indices (int64: top-k, token_idx, perm, inv_perm)"
+                : "expert indices (int64: top-k, token_idx, and top_k_pos or expert ids)",
+        grouped ? "torch.topk; integrations/moe.py grouped_mm_experts_forward: "
+                  "hidden_states[token_idx], selected_hidden_states[perm], "
+                  "out_per_sample_g[inv_perm]"
+                : "torch.topk; modeling_mixtral.py MixtralExperts.forward: top_k_pos, token_idx = "
                   "torch.where(expert_mask[expert_idx]); integrations/moe.py "
                   "batched_mm_experts_forward: self.gate_up_proj[expert_ids_clamped]",
-        checked_mul(grouped ? 3 : 2, routed), 64);
+        checked_add(checked_mul(b.tokens(), m.moe.top_k), checked_mul(grouped ? 3 : 2, routed)),
+        64);
   if (grouped)  // derivatives.yaml _grouped_mm keeps offs for both products' backward
     b.add(
         "expert row offsets (int32)",
         "integrations/moe.py grouped_mm_experts_forward: offsets = torch.cumsum(tokens_per_expert, "
         "dim=0, dtype=torch.int32)",
         local_experts, 32);
+  // The gathered inputs (the first projection's, for its weight gradient) and the outputs before
+  // weighting (the routing product's, for the weights' gradient): [rows, h] each, alike.
   if (trained)
-    b.add(grouped ? "expert inputs (gathered rows, sorted by expert)"
-                  : "expert inputs (gathered rows)",
+    b.add(grouped ? "expert inputs (sorted by expert) and outputs before weighting"
+                  : "expert inputs (gathered rows) and outputs before weighting",
           grouped ? "integrations/moe.py grouped_mm_experts_forward: "
-                    "_grouped_linear(selected_hidden_states_g, self.gate_up_proj, offs=offsets)"
+                    "_grouped_linear(selected_hidden_states_g, self.gate_up_proj, offs=offsets); "
+                    "out_per_sample_g * sample_weights_g.unsqueeze(-1)"
                   : "modeling_mixtral.py MixtralExperts.forward: current_state = "
-                    "hidden_states[token_idx]",
-          checked_mul(routed, m.hidden), bits);
+                    "hidden_states[token_idx]; current_hidden_states * top_k_weights[...]",
+          checked_mul(2 * routed, m.hidden), bits);
   // transformers 4's per-expert linears under LoRA (lora_config::packed_moe unset): each adapted
   // expert linear keeps its cast input for lora_A and lora_A's rank-r output (linear_input).
   if (b.frozen_base() && !b.packed_moe()) {
@@ -1038,11 +1045,6 @@ constexpr void packed_experts_block(block_builder& b, const model& m, const acti
           "integrations/moe.py grouped_mm_experts_forward: _grouped_linear(gated_out, "
           "self.down_proj, offs=offsets)",
           n, bits, {.output_linear_input = true});
-  if (trained)
-    b.add("expert outputs (before weighting)",
-          "integrations/moe.py grouped_mm_experts_forward: out_per_sample_g * "
-          "sample_weights_g.unsqueeze(-1)",
-          checked_mul(routed, m.hidden), bits);
   if (impl == experts_implementation::eager)  // derivatives.yaml index_add: source is read
     b.add("weighted expert outputs (index_add_'s source)",
           "modeling_mixtral.py MixtralExperts.forward: final_hidden_states.index_add_(0, "
@@ -1091,9 +1093,8 @@ struct forward_transients {
   bytes size{};
 };
 
-constexpr forward_transients moe_forward_transients(const model& m, const precision& p,
-                                                    const activation_options& o, const layout& l) {
-  const block_builder b(m, p, o, l);
+constexpr forward_transients moe_forward_transients(const model& m, const activation_options& o,
+                                                    const layout& l, const block_builder& b) {
   const std::int64_t tokens = b.tokens(), h = m.hidden;
   const std::int64_t rows = checked_mul(tokens, m.moe.top_k);
   const std::int64_t local = m.moe.routed_experts / l.expert;
@@ -1137,6 +1138,10 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
   const moe_config& e = m.moe;
   const std::int64_t tau = b.tokens();
   const std::int64_t t = b.tp();
+  // The top-k weights renormalized in place (Qwen3-MoE's norm_topk_prob taken as set): the
+  // division keeps its [T, 1] divisor and, for the divisor's gradient, a clone of the [T, k]
+  // values it overwrote (derivatives.yaml div_), in the probabilities' format.
+  const std::int64_t divisor = e.layout == moe_layout::gpt_oss ? 0 : checked_mul(tau, e.top_k + 1);
   if (e.layout == moe_layout::gpt_oss) {
     // modeling_gpt_oss.py GptOssTopKRouter: top-k of the logits, then a softmax over the k
     // values in their own format.
@@ -1150,36 +1155,25 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
     const char* router =
         "modeling_deepseek_v3.py DeepseekV3TopkRouter.forward: "
         "F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))";
-    b.add("router input (fp32 copy)", router, b.replicated(m.hidden), b.explicit_fp32());
-    if (!b.autocasts())
-      b.add("router weight (fp32 copy)", router, checked_mul(e.routed_experts, m.hidden), 32);
-    b.add("router scores (sigmoid output)",
-          "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: router_logits.sigmoid()",
-          checked_mul(tau, e.routed_experts), b.explicit_fp32());
+    // Under autocast the linear casts the input back to 16 bits and caches the weight's cast.
+    const std::int64_t weight = b.autocasts() ? 0 : checked_mul(e.routed_experts, m.hidden);
+    b.add("router input and weight (fp32 copies)", router,
+          checked_add(b.replicated(m.hidden), weight), b.explicit_fp32());
+    b.add("router scores and the renormalization's divisor and copy",
+          "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: router_logits.sigmoid(); "
+          "topk_weights /= denominator (derivatives.yaml div_: other reads self)",
+          checked_add(checked_mul(tau, e.routed_experts), divisor), b.explicit_fp32());
   } else {
-    b.add("router probabilities (fp32)",
+    b.add("router probabilities and the renormalization's divisor and copy (fp32)",
           e.layout == moe_layout::mlp_experts
               ? "modeling_qwen3_moe.py Qwen3MoeTopKRouter.forward: "
-                "torch.nn.functional.softmax(router_logits, dtype=torch.float, dim=-1)"
+                "torch.nn.functional.softmax(router_logits, dtype=torch.float, dim=-1); "
+                "router_top_value /= router_top_value.sum(dim=-1, keepdim=True)"
               : "modeling_mixtral.py MixtralTopKRouter.forward: "
-                "torch.nn.functional.softmax(router_logits.float(), dim=-1)",
-          checked_mul(tau, e.routed_experts), 32);
+                "torch.nn.functional.softmax(router_logits.float(), dim=-1); router_top_value /= "
+                "router_top_value.sum(dim=-1, keepdim=True)",
+          checked_add(checked_mul(tau, e.routed_experts), divisor), 32);
   }
-  b.add("top-k expert indices (int64)",
-        "torch.topk, derivatives.yaml topk: value_selecting_reduction_backward(grad, dim, "
-        "indices, ...)",
-        checked_mul(tau, e.top_k), 64);
-  // The top-k weights renormalized in place (Qwen3-MoE's norm_topk_prob taken as set): the
-  // division keeps its divisor and, for the divisor's gradient, a clone of what it overwrote.
-  if (e.layout != moe_layout::gpt_oss)
-    b.add("routing weights' divisor and pre-division copy",
-          e.router_score_bias
-              ? "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: topk_weights /= "
-                "denominator; derivatives.yaml div_: other reads self"
-              : "modeling_mixtral.py MixtralTopKRouter.forward: router_top_value /= "
-                "router_top_value.sum(dim=-1, keepdim=True); derivatives.yaml div_: other reads "
-                "self",
-          checked_mul(tau, e.top_k + 1), e.router_score_bias ? b.explicit_fp32() : 32);
   std::int64_t routed = checked_mul(tau, e.top_k);
   if (o.capacity_factor_percent > 0) {
     const std::int64_t group_tokens = checked_mul(tau, l.expert);
@@ -1730,20 +1724,20 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   // stream's format: the running layer's input (the loop's variable) and its residual
   // (LlamaDecoderLayer.forward: residual = hidden_states), and in Hugging Face's code the
   // embedding output too (LlamaModel.forward keeps inputs_embeds, a local, to its end; the other
-  // codes reassign h = layer(h)).
-  const std::int64_t held_states = o.code == model_code::hf ? 3 : 2;
-  if (range.layers > 0)
-    add_entry(ledger, "hidden states held in forward", component::activations, memory_space::device,
-              bytes_for_bits(detail::checked_mul(held_states * b.replicated(m.hidden), b.rho())),
-              held_states,
-              "modeling_llama.py LlamaModel.forward: inputs_embeds and the loop's hidden_states; "
-              "LlamaDecoderLayer.forward: residual",
-              lifetime::forward);
-  if (m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers) {
-    const detail::forward_transients f = detail::moe_forward_transients(m, t.precision, o, l);
-    add_entry(ledger, "MoE block forward transients (one layer)", component::activations,
+  // codes reassign h = layer(h)); an MoE layer's block adds its experts' locals on top.
+  if (range.layers > 0) {
+    const std::int64_t held_states = o.code == model_code::hf ? 3 : 2;
+    detail::forward_transients f{held_states, bytes_for_bits(detail::checked_mul(
+                                                  held_states * b.replicated(m.hidden), b.rho()))};
+    if (m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers) {
+      const detail::forward_transients moe = detail::moe_forward_transients(m, o, l, b);
+      f = {f.tensors + moe.tensors, f.size + moe.size};
+    }
+    add_entry(ledger, "hidden states and MoE block locals held in forward", component::activations,
               memory_space::device, f.size, f.tensors,
-              "integrations/moe.py grouped_mm_experts_forward's locals (moe_forward_transients)",
+              "modeling_llama.py LlamaModel.forward: inputs_embeds and the loop's hidden_states; "
+              "LlamaDecoderLayer.forward: residual; integrations/moe.py "
+              "grouped_mm_experts_forward's locals (moe_forward_transients)",
               lifetime::forward);
   }
   detail::add_pipeline_runtime_tensors(ledger, t, o, b, range, flight, last_chunk);

@@ -123,9 +123,9 @@ struct memory_entry {
 };
 
 /// A GPU's entries. Each add_entry call site adds at most one: 27 for the model states
-/// (training.hpp), 11 for a step's activations (activations.hpp), 5 for the runtime overheads
-/// (overheads.hpp), 43 in all; inference's ledger holds fewer.
-using memory_ledger = detail::static_vector<memory_entry, 43>;
+/// (training.hpp), 10 for a step's activations (activations.hpp), 5 for the runtime overheads
+/// (overheads.hpp), 42 in all; inference's ledger holds fewer.
+using memory_ledger = detail::static_vector<memory_entry, 42>;
 
 /// Appends an entry unless it is empty.
 constexpr void add_entry(memory_ledger& ledger, const char* name, component what,

@@ -79,9 +79,20 @@ constexpr void for_each_distinct_stage(const layout& l, const model& m, const la
     return;
   }
   const std::int64_t period = m.sliding_window > 0 ? m.sliding_window_period : 1;
+  // Layer groups share edges (every MoE group starts at the first MoE layer): a stage is visited
+  // once however many edges name it (past the first 64 distinct ones, again: visits repeat, the
+  // answer does not change).
+  constexpr std::size_t remembered = 64;
+  detail::static_vector<std::int64_t, remembered> seen{};
   auto run_from = [&](std::int64_t first) {
-    for (std::int64_t s = first; s < stages && s < first + period; ++s)
-      if (s >= 0) visit(s);
+    for (std::int64_t s = first; s < stages && s < first + period; ++s) {
+      if (s < 0) continue;
+      bool visited = false;
+      for (const std::int64_t v : seen) visited = visited || v == s;
+      if (visited) continue;
+      if (seen.size() < remembered) seen.push_back(s);
+      visit(s);
+    }
   };
   run_from(0);
   run_from(1);
