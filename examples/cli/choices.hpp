@@ -368,6 +368,13 @@ inline constexpr named<fsdp_strategy> fsdp_strategies[] = {
     {"hybrid", fsdp_strategy::hybrid_shard, "HYBRID_SHARD, with --fsdp-group"},
     {"none", fsdp_strategy::no_shard, "NO_SHARD"}};
 
+inline constexpr named<fsdp_backward_prefetch> backward_prefetches[] = {
+    {"pre", fsdp_backward_prefetch::pre, "BACKWARD_PRE"},
+    {"post", fsdp_backward_prefetch::post, "BACKWARD_POST"},
+    {"none", fsdp_backward_prefetch::none, "None"}};
+
+inline constexpr named<bool> truth_values[] = {{"true", true}, {"false", false}};
+
 inline constexpr named<sharding_family> sharding_families[] = {
     {"deepspeed", sharding_family::deepspeed},
     {"megatron", sharding_family::megatron},

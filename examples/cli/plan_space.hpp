@@ -263,6 +263,11 @@ inline search_space space_of(const CLI::App& cmd, const train_options& o, const 
     detail::raise(
         "plan searches FSDP with reshard_after_forward=True; give "
         "--reshard-after-forward to train");
+  for (const char* name : {"--backward-prefetch", "--forward-prefetch", "--limit-all-gathers"})
+    if (given(name))
+      detail::raise(std::string("plan searches FSDP1 with its defaults (BACKWARD_PRE, no forward "
+                                "prefetch, the rate limiter); give ") +
+                    name + " to train");
   s.sharding = family.value_or(sharding_family::deepspeed);
   // The FSDP API of the FSDP candidates: with none searched, it would change nothing.
   if (given("--fsdp-version") && s.sharding != sharding_family::fsdp &&

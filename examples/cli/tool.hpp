@@ -96,7 +96,8 @@ inline tool::tool() {
   add_train_options(*plan_cmd_, plan_);
   for (const CLI::Option* o : plan_cmd_->get_options()) train_names_.push_back(long_name(*o));
   add_plan_options(*plan_cmd_, space_);
-  hide_refused(*plan_cmd_, {"--reshard-after-forward", "--sweep", "--sweep-max", "--timeline"});
+  hide_refused(*plan_cmd_, {"--reshard-after-forward", "--backward-prefetch", "--forward-prefetch",
+                            "--limit-all-gathers", "--sweep", "--sweep-max", "--timeline"});
   for (const unsearchable_option& u : unsearchable_options) hide_refused(*plan_cmd_, {u.name});
   load_cmd_ = app_.add_subcommand(
       "load", "Memory per GPU while a model is loaded or initialized, before its first step");

@@ -54,6 +54,9 @@ struct train_options {
   std::int64_t fsdp_group = 0;
   std::int64_t fsdp_version = 1;
   std::string reshard_after_forward;
+  fsdp_backward_prefetch backward_prefetch = fsdp_backward_prefetch::pre;
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;
   std::int64_t tp = 1;
   bool sp = false;
   std::int64_t pp = 1;
@@ -198,6 +201,14 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_option("--reshard-after-forward", o.reshard_after_forward,
                  "FSDP2 full sharding: true (the default), false (units stay gathered until "
                  "their backward) or N (resharded over N ranks)");
+  add_choice(cmd, "--backward-prefetch", o.backward_prefetch, backward_prefetches,
+             "FSDP1 backward prefetch",
+             "FSDP1: when backward all-gathers the next unit: " + choice_list(backward_prefetches));
+  cmd.add_flag("--forward-prefetch", o.forward_prefetch,
+               "FSDP1: all-gather the next unit before the current one's forward");
+  add_choice(cmd, "--limit-all-gathers", o.limit_all_gathers, truth_values, "FSDP1 rate limiter",
+             "FSDP1's rate limiter: true (torch >= 2.1's default) or false (torch <= 2.0's: the "
+             "all-gathers the CPU issues ahead stay reserved)");
   cmd.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   cmd.add_flag("--sp", o.sp, "Sequence parallelism (with --tp)");
   cmd.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
@@ -330,6 +341,13 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
   if (!plan && given("--reshard-after-forward") &&
       !(o.fsdp == fsdp_strategy::full_shard && o.fsdp_version == 2))
     refuse("--reshard-after-forward applies with --fsdp full --fsdp-version 2 only");
+  if (!plan &&
+      (given("--backward-prefetch") || given("--forward-prefetch") ||
+       given("--limit-all-gathers")) &&
+      !(o.fsdp && o.fsdp != fsdp_strategy::no_shard && o.fsdp_version == 1))
+    refuse(
+        "--backward-prefetch, --forward-prefetch and --limit-all-gathers apply with --fsdp full, "
+        "grad-op or hybrid and --fsdp-version 1 only");
   if (given("--offload-to") && o.offload == offload_mode::none)
     refuse("--offload-to applies with --offload optimizer or all only");
   if (given("--sweep-max") && !o.sweep) refuse("--sweep-max applies with --sweep only");

@@ -277,6 +277,9 @@ inline layout layout_of(const train_options& o, const model& m) {
   l.zero_overlap_comm = o.overlap_comm;
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);
+  l.fsdp_backward_prefetch = o.backward_prefetch;
+  l.fsdp_forward_prefetch = o.forward_prefetch;
+  l.fsdp_limit_all_gathers = o.limit_all_gathers;
   if (o.offload != offload_mode::none) l.optimizer_offload = o.offload_to;
   if (o.offload == offload_mode::all) l.parameter_offload = o.offload_to;
   validated(l, m);

@@ -93,7 +93,7 @@ struct block {
   std::int64_t requested = 0;  ///< the tensor's own bytes (allocated blocks)
   int prev = -1, next = -1;    ///< neighbours in the segment, by address
   std::int64_t gc_base = 0;    ///< the pool's searches when it was cached (its age's origin)
-  bool allocated = false;
+  bool allocated = false;      ///< in use, or freed with a stream recorded that has not passed it
 };
 
 /// One segment: a cudaMalloc (or, with expandable segments, one growing mapping per pool and
@@ -184,13 +184,27 @@ class caching_allocator {
   /// neighbours and stays reserved.
   constexpr void release(int handle) {
     if (handle < 0) return;
+    release_deferred(handle);
+    complete_free(handle);
+  }
+
+  /// Frees the tensor of `handle` with another stream recorded on it (record_stream): it leaves
+  /// the allocated count at once, but its block joins the cache only at complete_free(), once
+  /// that stream has passed the free (CUDACachingAllocator.cpp free: insert_events, then
+  /// process_events). Until then no request gets it and no neighbour merges with it.
+  constexpr void release_deferred(int handle) {
+    if (handle < 0) return;
     settle_peak();
     caching::block& x = at(handle);
-    x.allocated = false;
     stats_.allocated -= bytes{x.size};
     pool_of(segment_of(x).small).allocated -= bytes{x.size};
     stats_.requested -= bytes{x.requested};
     x.requested = 0;
+  }
+  /// The recorded stream has passed the free of a block release_deferred() took: it is cached.
+  constexpr void complete_free(int handle) {
+    if (handle < 0) return;
+    at(handle).allocated = false;
     merge(handle);
   }
 

@@ -95,6 +95,12 @@ constexpr bytes gathered_on_side_stream(const layout& l, const gathered_units& g
   return l.implementation == fsdp ? fsdp_gathered_on_side_stream(l, g, buffer) : bytes{};
 }
 
+/// What record_stream frees keep reserved on a stage of `layers` layer units (FSDP1's).
+constexpr deferred_frees deferred_frees_of(const layout& l, const gathered_units& g,
+                                           std::int64_t layers) {
+  return fsdp1_deferred_frees(l, g, layers);
+}
+
 /// The head's backward where units are gathered: its gradients wait for the root's reduction.
 template <class Add>
 constexpr void defer_head_gradients(const gathered_units& g, const root_gradient_entries& at,

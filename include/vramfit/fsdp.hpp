@@ -95,13 +95,38 @@ constexpr gathered_units fsdp_gathered_of(const training& t, const tensor_ledger
            (l.fsdp_version == 2 ? elements_in(sharded_gradient_format(t), u.trained) : bytes{});
   };
   auto gathered = [&](const fsdp_unit& u) { return elements_in(p.compute, u.trained) + u.frozen; };
-  const bool prefetched = l.fsdp_prefetch && l.shard_degree() > 1;
+  // FSDP2 all-gathers the next unit while the current one computes (implicit forward prefetch,
+  // _fsdp_state.py backward prefetch); FSDP1 where backward_prefetch=BACKWARD_PRE or
+  // forward_prefetch asks (_runtime_utils.py _prefetch_handle).
+  const bool prefetched =
+      l.shard_degree() > 1 &&
+      (l.fsdp_version == 2 || l.fsdp_backward_prefetch == fsdp_backward_prefetch::pre ||
+       l.fsdp_forward_prefetch);
   const bytes root = unsharded(units.root.trained);
   return {
       gathered(units.root), gathered(units.layer), prefetched ? 2 : 1, gradients(units.layer),
       gradients(units.root), root,
       // A tied head's weight is the embedding: its gradient comes with the head's backward.
       l.fsdp_version == 2 && !t.model.tied_embeddings ? unsharded(units.root_head_trained) : root};
+}
+
+/// What FSDP1's record_stream frees leave reserved on a stage of `layers` layer units beyond the
+/// gathered units and gradients allocated (docs/allocator.md#deferred-frees). A unit's all-gather
+/// output is freed with the compute stream recorded (flat_param.py _free_unsharded_flat_param), its
+/// unsharded gradient with the post-backward stream (_runtime_utils.py _post_backward_hook), so a
+/// block returns once the GPU has run what the CPU issued. With the rate limiter the CPU waits,
+/// before each all-gather, for the free two units back (_runtime_utils.py _unshard,
+/// _limiter_utils.py _FreeEventQueue, limit 2): one unit's all-gather and one unit's gradient
+/// (its reduce-scatter assumed to keep pace) are outstanding. Without it the CPU is bounded by
+/// nothing FSDP does: vramfit takes the bound, the step's every all-gather (two per unit) and
+/// every unit's gradient outstanding, assuming a GPU-bound step.
+constexpr deferred_frees fsdp1_deferred_frees(const layout& l, const gathered_units& g,
+                                              std::int64_t layers) {
+  if (!l.gathers_units() || l.fsdp_version != 1 || l.shard_degree() < 2) return {};
+  if (l.fsdp_limit_all_gathers) return {{g.layer, 1}, {g.layer_gradients, 1}};
+  const std::int64_t all_gathers = checked_mul(2, layers);
+  return {{g.layer, all_gathers > g.layers ? all_gathers - g.layers : 0},
+          {g.layer_gradients, layers - 1}};
 }
 
 /// FSDP's gathered units: the root and the current and prefetched layers, or all units kept
@@ -134,7 +159,7 @@ constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_
             component::buffers, memory_space::device, g.layer_gradients, 0,
             "FSDP2 _fsdp_collectives.py foreach_reduce; FSDP1 _runtime_utils.py "
             "_post_backward_hook",
-            lifetime::backward_pass);
+            lifetime::backward_pass, entry_role::unit_gradients);
   if (fsdp_defers_reduction(l))
     add_entry(ledger, "unsharded gradients added up over the micro-batches", component::gradients,
               memory_space::device,

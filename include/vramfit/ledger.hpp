@@ -99,6 +99,7 @@ enum class entry_role : unsigned char {
   reloaded_layer,        ///< a layer brought back from the host (activation offload)
   gathered_parameters,   ///< sharded parameters gathered: units at once, or the whole model
   root_gradients,        ///< the root unit's unsharded gradients, reduced last
+  unit_gradients,        ///< a layer unit's unsharded gradients in backward, until reduced
   /// Unsharded gradients added up over the micro-batches, reduced after the last (FSDP2 under
   /// torch.distributed.pipelining)
   accumulated_gradients,

@@ -283,6 +283,20 @@ struct gathered_units {
   bytes root_head_gradients;       ///< of the unsharded, what the head's backward makes
 };
 
+/// Blocks freed with another stream recorded (record_stream), which the caching allocator keeps
+/// out of its pools, though no longer allocated, until that stream passes the free
+/// (CUDACachingAllocator.cpp free: insert_events): `count` blocks of `each` bytes.
+struct deferred_blocks {
+  bytes each{};
+  std::int64_t count = 0;
+};
+
+/// What a sharded framework's record_stream frees keep reserved through a step.
+struct deferred_frees {
+  deferred_blocks gathered;   ///< units' all-gather outputs, on the all-gather stream
+  deferred_blocks gradients;  ///< units' unsharded gradients, on the compute stream in backward
+};
+
 }  // namespace detail
 
 /// Layers, and whether it is the first or the last, of pipeline stage `stage`.

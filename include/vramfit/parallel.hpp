@@ -35,6 +35,10 @@ enum class shard_implementation : unsigned char {
 
 enum class offload_target : unsigned char { none, cpu, nvme };
 
+/// FSDP1's BackwardPrefetch: whether backward all-gathers the next unit before the current unit's
+/// gradients are computed (pre, the default), after them (post), or only when it is reached (none).
+enum class fsdp_backward_prefetch : unsigned char { pre, post, none };
+
 /// The most pipeline stages whose layers a layout can list one by one (layout::stage_layers);
 /// even stages have no such limit.
 inline constexpr std::size_t max_listed_stages = 64;
@@ -73,7 +77,12 @@ struct layout {
   /// DeepSpeed ZeRO-3 sub_group_size (runtime/zero/config.py: 1e9): the optimizer steps one
   /// sub-group of the partition at a time, with fp32 gradients for that sub-group only.
   std::int64_t zero3_sub_group_elements = 1'000'000'000;
-  bool fsdp_prefetch = true;  ///< FSDP backward/forward prefetch: the next unit is gathered early
+  // FSDP1's gathering at run time (FullyShardedDataParallel's arguments, their defaults); FSDP2's
+  // fully_shard prefetches one unit and frees without record_stream, so it takes none of them.
+  vramfit::fsdp_backward_prefetch fsdp_backward_prefetch = fsdp_backward_prefetch::pre;
+  bool fsdp_forward_prefetch = false;
+  /// The rate limiter: True since torch 2.1 (pytorch/pytorch#104900), False in torch 1.12-2.0.
+  bool fsdp_limit_all_gathers = true;
   /// PyTorch FSDP's API: 1 FullyShardedDataParallel (flat parameters), 2 fully_shard (per-tensor
   /// DTensors; its gradient reduction always copies into a reduce-scatter buffer).
   std::int64_t fsdp_version = 1;
@@ -208,6 +217,12 @@ namespace detail::rules {
         "are sharded over (" +
         str(shard) + ")");
 }
+[[noreturn]] inline void fsdp1_gathering_options_need_fsdp1() {
+  raise(
+      "backward_prefetch, forward_prefetch and limit_all_gathers are options of FSDP1 "
+      "(FullyShardedDataParallel): they need FSDP version 1 (FSDP2's fully_shard prefetches one "
+      "unit and has no rate limiter)");
+}
 [[noreturn]] inline void world_size_must_not_exceed_the_limit(std::int64_t gpus_so_far,
                                                               std::int64_t limit) {
   raise("the layout spans more than " + str(limit) +
@@ -260,6 +275,7 @@ namespace detail::rules {
     "reshard_after_forward needs FSDP2 full sharding")                                            \
   X(reshard_after_forward_must_divide_the_shard_ranks,                                            \
     "reshard_after_forward does not divide the shard ranks", v.a, v.b)                            \
+  X(fsdp1_gathering_options_need_fsdp1, "an FSDP1 gathering option without FSDP1")                \
   X(parameter_offload_needs_zero3, "parameter offload needs ZeRO-3")
 
 #define VRAMFIT_LAYOUT_RULE_NAME(rule, ...) rule,
@@ -371,6 +387,10 @@ constexpr layout_violation check_sharding(const layout& l) {
       return {reshard_after_forward_must_divide_the_shard_ranks, l.reshard_after_forward,
               l.shard_degree()};
   }
+  const bool fsdp1_defaults = l.fsdp_backward_prefetch == fsdp_backward_prefetch::pre &&
+                              !l.fsdp_forward_prefetch && l.fsdp_limit_all_gathers;
+  if (!fsdp1_defaults && (l.implementation != shard_implementation::fsdp || l.fsdp_version != 1))
+    return {fsdp1_gathering_options_need_fsdp1};
   if (l.parameter_offload != offload_target::none && l.zero != sharding::zero3)
     return {parameter_offload_needs_zero3};
   return {};

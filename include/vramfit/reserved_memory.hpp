@@ -141,6 +141,9 @@ class step_replay {
   std::vector<parameter> parameters_;
   std::int64_t parameter_elements_ = 0, parameter_tensors_ = 0;  ///< of the stage
   replay_mode mode_ = replay_mode::skip_repeats;
+  /// The blocks record_stream frees hold (step_timeline::deferred): the gathered units', the
+  /// gradients'.
+  std::vector<int> deferred_[2];
 
   /// The allocator's state and where each held tensor lies (its handle names a block, whose
   /// place is what matters); empty when the allocator's state is not comparable.
@@ -304,6 +307,28 @@ class step_replay {
         drop_bytes(static_cast<int>(i), bytes{std::numeric_limits<std::int64_t>::max()});
   }
 
+  /// With the first allocation of the gathered units or of a unit's gradients, the blocks that
+  /// record_stream frees keep beside them (freed at once, passed later); with their free, those
+  /// blocks are passed and cached.
+  constexpr void deferred_frees_beside(const timeline_event& e) {
+    const entry_role role = tl_.ledger[static_cast<std::size_t>(e.entry)].role;
+    const bool gathered = role == entry_role::gathered_parameters;
+    if (!gathered && role != entry_role::unit_gradients) return;
+    const deferred_blocks& d = gathered ? tl_.deferred.gathered : tl_.deferred.gradients;
+    std::vector<int>& held = deferred_[gathered ? 0 : 1];
+    if (e.delta < bytes{}) {
+      for (int handle : held) alloc_.complete_free(handle);
+      held.clear();
+      return;
+    }
+    if (!held.empty()) return;
+    const auto stream = static_cast<int>(gathered ? alloc_stream::all_gather : alloc_stream::main);
+    for (std::int64_t k = 0; k < d.count; ++k) {
+      held.push_back(alloc_.allocate(d.each, stream));
+      alloc_.release_deferred(held.back());
+    }
+  }
+
   /// Event `i` in `layer`: its tensors allocated or freed. Without a list of its tensors, an
   /// allocation is the entry's tensors (equal ones, or per parameter), and a free takes the
   /// entry's latest tensors.
@@ -328,6 +353,7 @@ class step_replay {
       else
         drop(e.entry, layer, size);
     }
+    deferred_frees_beside(e);
   }
 };
 

@@ -136,6 +136,8 @@ struct step_timeline {
   step_peak peak{};
   detail::static_vector<timeline_run, max_layer_runs> runs{};
   layer_context layers{};
+  /// What record_stream frees keep reserved, not allocated: the replay holds it, the events not.
+  detail::deferred_frees deferred{};
 };
 
 namespace detail {
@@ -956,7 +958,10 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
 
   step_writer writer{t, o, tl, roles, runs, outside};
   writer.units = l.gathers_units();
-  if (writer.units) writer.unit_bytes = states.gathered;
+  if (writer.units) {
+    writer.unit_bytes = states.gathered;
+    tl.deferred = deferred_frees_of(l, states.gathered, range.layers);
+  }
   writer.root_grads = entry_with(tl.ledger, entry_role::root_gradients);
   writer.accumulated = entry_with(tl.ledger, entry_role::accumulated_gradients);
   writer.gathered = entry_with(tl.ledger, entry_role::gathered_parameters);

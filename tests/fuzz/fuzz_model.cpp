@@ -379,7 +379,9 @@ layout random_layout(FuzzedDataProvider& in, const model& m) {
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.ddp_bucket_bytes = count(in);
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.zero_reduce_bucket_elements = count(in);
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.zero3_prefetch_bucket_elements = count(in);
-  l.fsdp_prefetch = in.ConsumeBool();
+  l.fsdp_backward_prefetch = pick_enum<fsdp_backward_prefetch>(in, 2);
+  l.fsdp_forward_prefetch = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  l.fsdp_limit_all_gathers = in.ConsumeIntegralInRange<int>(0, 3) != 0;
   const int version = in.ConsumeIntegralInRange<int>(0, 9);  // mostly 1 or 2; 0 and 3 are errors
   l.fsdp_version = version < 8 ? 1 + version % 2 : version == 8 ? 0 : 3;
   if (in.ConsumeBool()) l.reshard_after_forward = in.ConsumeIntegralInRange<std::int64_t>(-1, 16);
@@ -538,11 +540,13 @@ void print(const training& t, const activation_options& o, const runtime_overhea
   note(
       "  layout: dp %lld tp %lld sp %d pp %lld cp %lld ep %lld zero %d impl %d shard_group %lld "
       "offload opt %d param %d bucket_view %d ddp_bucket %lld reduce_bucket %lld prefetch_bucket "
-      "%lld fsdp_prefetch %d fsdp_version %lld reshard_after_forward %lld\n",
+      "%lld backward_prefetch %d forward_prefetch %d limit_all_gathers %d fsdp_version %lld "
+      "reshard_after_forward %lld\n",
       ll(l.data), ll(l.tensor), int(l.sequence), ll(l.pipeline), ll(l.context), ll(l.expert),
       int(l.zero), int(l.implementation), ll(l.shard_group), int(l.optimizer_offload),
       int(l.parameter_offload), int(l.ddp_bucket_view), ll(l.ddp_bucket_bytes),
-      ll(l.zero_reduce_bucket_elements), ll(l.zero3_prefetch_bucket_elements), int(l.fsdp_prefetch),
+      ll(l.zero_reduce_bucket_elements), ll(l.zero3_prefetch_bucket_elements),
+      int(l.fsdp_backward_prefetch), int(l.fsdp_forward_prefetch), int(l.fsdp_limit_all_gathers),
       ll(l.fsdp_version), ll(l.reshard_after_forward));
   if (!l.stage_layers.empty()) {
     note("  stage layers (%zu):", l.stage_layers.size());
