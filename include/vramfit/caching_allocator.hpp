@@ -154,30 +154,23 @@ class caching_allocator {
 
   /// torch.empty of `size` bytes on `stream`; its block's handle.
   constexpr int allocate(bytes size, int stream = 0) {
-    using namespace caching;
-    const std::int64_t rounded = round_size(conf_, size.count);
-    const bool small = rounded <= small_size;  // get_pool
-    int b = free_block(rounded, stream, small);
-    if (b < 0) {
-      garbage_collect();
-      b = new_segment(rounded, stream, small);
-      if (b < 0 && release_available(rounded, stream, small))
-        b = new_segment(rounded, stream, small);
-      if (b < 0 && release_all()) b = new_segment(rounded, stream, small);
-      if (b < 0) {
-        ++stats_.oom;
-        return -1;
-      }
-    }
-    if (should_split(at(b), rounded, small)) split(b, rounded);
+    const int b = take(size, stream);
+    if (b < 0) return b;
     caching::block& x = at(b);
-    x.allocated = true;
     x.requested = size.count;
     stats_.allocated += bytes{x.size};
-    pool_of(small).allocated += bytes{x.size};
+    pool_of(segment_of(x).small).allocated += bytes{x.size};
     stats_.requested += size;
     if (stats_.allocated > stats_.peak_allocated) mark_peak();
     return b;
+  }
+
+  /// A block of `size` bytes as a tensor freed with a stream recorded leaves it once that tensor's
+  /// use is past (release_deferred() after its allocate()): out of the pools, counted nowhere,
+  /// until complete_free().
+  constexpr int hold_freed(bytes size, int stream = 0) {
+    settle_peak();
+    return take(size, stream);
   }
 
   /// Frees the tensor of `handle` (once) into the cache (free_block): it merges with free
@@ -375,6 +368,29 @@ class caching_allocator {
   [[nodiscard]] constexpr position lower_bound(const caching::free_entry& k) const {
     return free_.lower_bound([&](const caching::free_entry& e) { return e < k; });
   }
+  /// malloc's search: a cached block of the pool (split when it is larger), else a new segment,
+  /// else the cache released and a new segment; -1 when none fits the device. Counted nowhere.
+  constexpr int take(bytes size, int stream) {
+    using namespace caching;
+    const std::int64_t rounded = round_size(conf_, size.count);
+    const bool small = rounded <= small_size;  // get_pool
+    int b = free_block(rounded, stream, small);
+    if (b < 0) {
+      garbage_collect();
+      b = new_segment(rounded, stream, small);
+      if (b < 0 && release_available(rounded, stream, small))
+        b = new_segment(rounded, stream, small);
+      if (b < 0 && release_all()) b = new_segment(rounded, stream, small);
+      if (b < 0) {
+        ++stats_.oom;
+        return -1;
+      }
+    }
+    if (should_split(at(b), rounded, small)) split(b, rounded);
+    at(b).allocated = true;
+    return b;
+  }
+
   constexpr void cache(int b) {
     at(b).gc_base = large_searches_;
     const caching::free_entry e = key(b);

@@ -323,10 +323,7 @@ class step_replay {
     }
     if (!held.empty()) return;
     const auto stream = static_cast<int>(gathered ? alloc_stream::all_gather : alloc_stream::main);
-    for (std::int64_t k = 0; k < d.count; ++k) {
-      held.push_back(alloc_.allocate(d.each, stream));
-      alloc_.release_deferred(held.back());
-    }
+    for (std::int64_t k = 0; k < d.count; ++k) held.push_back(alloc_.hold_freed(d.each, stream));
   }
 
   /// Event `i` in `layer`: its tensors allocated or freed. Without a list of its tensors, an

@@ -65,6 +65,9 @@ TEST_CASE("plan's and min-gpus's --help list only what they accept, and refuse t
                                                     "--offload-to nvme",
                                                     "--sweep micro-batch",
                                                     "--reshard-after-forward false",
+                                                    "--backward-prefetch none",
+                                                    "--forward-prefetch",
+                                                    "--limit-all-gathers false",
                                                     "--timeline"};
   for (const std::string& given : refused_by_plan) {
     CAPTURE(given);

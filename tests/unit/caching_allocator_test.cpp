@@ -93,6 +93,34 @@ TEST_CASE("streams: a block freed on one stream serves only that stream") {
   CHECK(a.stats().reserved == bytes{60 * M});
 }
 
+TEST_CASE("record_stream: a block freed with a stream recorded returns only when it passes") {
+  // CUDACachingAllocator.cpp free(): the allocated statistics drop at once; with stream uses
+  // the block waits in insert_events until process_events sees its events complete.
+  caching_allocator a;
+  const int x = a.allocate(bytes{400 * K});
+  a.allocate(bytes{400 * K});
+  a.release_deferred(x);
+  CHECK(a.stats().allocated == bytes{400 * K});
+  CHECK(a.stats().requested == bytes{400 * K});
+  // Neither reused nor merged: a third tensor goes after the second.
+  a.allocate(bytes{400 * K});
+  CHECK(a.segment_map(0) == map{400 * K, 400 * K, 400 * K, -848 * K});
+  CHECK(a.stats().allocated == bytes{800 * K});
+  a.complete_free(x);
+  CHECK(a.segment_map(0) == map{-400 * K, 400 * K, 400 * K, -848 * K});
+  a.allocate(bytes{300 * K});  // best fit: the passed block
+  CHECK(a.segment_map(0) == map{300 * K, -100 * K, 400 * K, 400 * K, -848 * K});
+  CHECK(a.stats().reserved == bytes{2 * M});
+  // A block whose tensor's use is past when the replay reaches it: taken, counted nowhere.
+  const bytes allocated = a.stats().allocated;
+  const int y = a.hold_freed(bytes{800 * K});
+  CHECK(a.segment_map(0) == map{300 * K, -100 * K, 400 * K, 400 * K, 800 * K, -48 * K});
+  CHECK(a.stats().allocated == allocated);
+  CHECK(a.stats().peak_allocated == bytes{1100 * K});
+  a.complete_free(y);
+  CHECK(a.segment_map(0) == map{300 * K, -100 * K, 400 * K, 400 * K, -848 * K});
+}
+
 TEST_CASE("best fit breaks ties by address: a new segment lies below, unless a replay says") {
   // Two 30 MiB segments, both cached whole: a 10 MiB request fits either, and
   // BlockComparatorSize takes the lower address. Without addresses the newer segment ranks lower

@@ -142,6 +142,50 @@ TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int 
                        error);
 }
 
+TEST_CASE("FSDP1's prefetch and rate limiter: units gathered, frees deferred by record_stream") {
+  // Llama-3-8B under amp, FSDP1 over 8 ranks: a layer unit gathers 218,112,000 bf16 elements and
+  // its flat gradient is fp32 (as in the first test).
+  const model& m = models::llama_3_8b::value;
+  const std::int64_t layer = 218'112'000;
+  auto run = [&](layout l) {
+    return step_timeline_of(training{m, amp<bf16>::value, adamw<>::value, full_finetune::value, l},
+                            activation_options{.micro_batch = 1, .sequence = 2048});
+  };
+  const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
+  // BACKWARD_PRE (the default) gathers the next unit before the current one's gradients; with
+  // BACKWARD_POST and no forward prefetch one unit is gathered at a time (_prefetch_handle).
+  layout post = parallel<fsdp<8>>::value;
+  post.fsdp_backward_prefetch = fsdp_backward_prefetch::post;
+  CHECK(entry(run(post).ledger, "gathered FSDP units (root + current layer)") ==
+        bytes{2 * root + 2 * layer});
+  post.fsdp_forward_prefetch = true;
+  CHECK(entry(run(post).ledger, "gathered FSDP units (root + current and prefetched layers)") ==
+        bytes{2 * root + 2 * 2 * layer});
+  // The rate limiter waits for the free two units back: one unit's all-gather and one unit's
+  // gradient are freed but not yet passed. Without it, all 2 x 32 all-gathers of the step but
+  // the two gathered, and all 32 gradients but the one allocated.
+  const layout limited = parallel<fsdp<8>>::value;
+  CHECK(run(limited).deferred.gathered.each == bytes{2 * layer});
+  CHECK(run(limited).deferred.gathered.count == 1);
+  CHECK(run(limited).deferred.gradients.each == bytes{4 * layer});
+  CHECK(run(limited).deferred.gradients.count == 1);
+  layout unlimited = limited;
+  unlimited.fsdp_limit_all_gathers = false;
+  CHECK(run(unlimited).deferred.gathered.count == 62);
+  CHECK(run(unlimited).deferred.gradients.count == 31);
+  // FSDP2 frees without record_stream; one rank gathers nothing.
+  CHECK(run(parallel<fully_shard<8>>::value).deferred.gathered.count == 0);
+  CHECK(run(parallel<fsdp<1>>::value).deferred.gradients.count == 0);
+  // The options are FSDP1's.
+  layout v2 = parallel<fully_shard<8>>::value;
+  v2.fsdp_limit_all_gathers = false;
+  CHECK_THROWS_WITH_AS(validated(v2, m),
+                       doctest::Contains("limit_all_gathers are options of FSDP1"), vramfit::error);
+  layout deepspeed = parallel<zero<3, 8>>::value;
+  deepspeed.fsdp_backward_prefetch = fsdp_backward_prefetch::none;
+  CHECK(check_layout(deepspeed, m).rule == layout_rule::fsdp1_gathering_options_need_fsdp1);
+}
+
 TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for trained ones") {
   // LoRA r = 16 on q_proj and v_proj of Llama-3-8B, bf16 base, FSDP over 8 ranks: the root unit
   // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) has no gradient; a layer
