@@ -1098,9 +1098,8 @@ constexpr forward_transients moe_forward_transients(const model& m, const activa
   const std::int64_t tokens = b.tokens(), h = m.hidden;
   const std::int64_t rows = checked_mul(tokens, m.moe.top_k);
   const std::int64_t local = m.moe.routed_experts / l.expert;
-  const std::int64_t hidden = b.rho();
-  const std::int64_t weighted =
-      routing_weight_bits(m, b) > hidden ? routing_weight_bits(m, b) : hidden;
+  const std::int64_t hidden = b.rho(), routing = routing_weight_bits(m, b);
+  const std::int64_t weighted = routing > hidden ? routing : hidden;
   forward_transients t{};
   auto add = [&t](std::int64_t elements, std::int64_t bits) {
     if (elements == 0) return;
