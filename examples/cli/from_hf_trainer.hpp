@@ -228,10 +228,9 @@ inline bool fsdp(launcher_keys& k, const run& r) {
     const bool reshard = raf ? truth(k, reshard_key).value_or(true) : !has("shard_grad_op");
     k.set("--fsdp", "full", "fsdp");
     k.set("--reshard-after-forward", reshard ? "true" : "false", raf ? reshard_key : "fsdp");
-    if (truth(k, key("forward_prefetch")).value_or(false))
-      k.refuse(key("forward_prefetch"), "is not yet implemented in FSDP2 (accelerate's rule)");
-    // _process_fsdp_args passes them to accelerate with FSDP1 only.
-    for (const char* name : {"backward_prefetch", "limit_all_gathers"})
+    // _process_fsdp_args passes them to accelerate with FSDP1 only (so accelerate's "not yet
+    // implemented in FSDP2", raised for a forward_prefetch it is given, is not reached).
+    for (const char* name : {"backward_prefetch", "forward_prefetch", "limit_all_gathers"})
       k.unmodeled(key(name),
                   "FSDP2 ignores it: transformers passes it on with FSDP1 only (fully_shard "
                   "prefetches one unit and has no rate limiter)");
@@ -738,10 +737,11 @@ inline void fsdp(launcher_keys& k, std::int64_t processes, std::int64_t machines
     k.unmodeled("fsdp_config.fsdp_sharding_strategy",
                 "FSDP1's: FSDP2 reads "
                 "fsdp_reshard_after_forward");
-    if (truth(k, "fsdp_config.fsdp_forward_prefetch").value_or(false))
-      k.refuse("fsdp_config.fsdp_forward_prefetch",
-               "is not yet implemented in FSDP2, set to None or use fsdp_version=1 (accelerate's "
-               "rule)");
+    // Launch always sets FSDP_FORWARD_PREFETCH, which the plugin reads with FSDP1 only: its "not
+    // yet implemented in FSDP2" is raised for a forward_prefetch a script gives it, not for this.
+    k.unmodeled("fsdp_config.fsdp_forward_prefetch",
+                "FSDP2 ignores it: accelerate reads it with FSDP1 only (fully_shard prefetches "
+                "one unit)");
     // The plugin reads FSDP_BACKWARD_PREFETCH whatever the version, then with FSDP2 warns
     // "backward_prefetch is not supported in FSDP2" and sets it to None.
     if (backward_prefetch(k, "fsdp_config.fsdp_backward_prefetch", true))

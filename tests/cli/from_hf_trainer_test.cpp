@@ -327,9 +327,10 @@ TEST_CASE(
   const nlohmann::json fsdp2 =
       from("hf-trainer",
            "fsdp: full_shard\nfsdp_config: {backward_prefetch: backward_pre, "
-           "limit_all_gathers: false}\n");
-  CHECK(unmodeled_of(fsdp2) ==
-        std::vector<std::string>{"fsdp_config.backward_prefetch", "fsdp_config.limit_all_gathers"});
+           "forward_prefetch: true, limit_all_gathers: false}\n");
+  CHECK(unmodeled_of(fsdp2) == std::vector<std::string>{"fsdp_config.backward_prefetch",
+                                                        "fsdp_config.forward_prefetch",
+                                                        "fsdp_config.limit_all_gathers"});
   CHECK(fsdp2["not_modeled"][0]["why"].get<std::string>().find("FSDP2 ignores it") !=
         std::string::npos);
   // transformers 4.x (torch_dtype: TRL <= 0.26) set limit_all_gathers as written: FSDP tests the
@@ -377,11 +378,18 @@ TEST_CASE(
                                                     "BACKWARD_PRE\n");
   CHECK(std::get<1>(options_of(old)[4]) == "none");
   CHECK(unmodeled_of(old) == std::vector<std::string>{"fsdp_config.fsdp_backward_prefetch_policy"});
-  // FSDP2: the plugin warns and sets backward_prefetch to None.
+  // FSDP2: the plugin warns and sets backward_prefetch to None, and reads FSDP_FORWARD_PREFETCH
+  // with FSDP1 only.
   const nlohmann::json acc2 =
-      from("accelerate", acc + "  fsdp_version: 2\n  fsdp_backward_prefetch: BACKWARD_PRE\n");
-  CHECK(unmodeled_of(acc2) == std::vector<std::string>{"fsdp_config.fsdp_backward_prefetch"});
-  for (const auto& o : options_of(acc2)) CHECK(std::get<0>(o) != "--backward-prefetch");
+      from("accelerate", acc +
+                             "  fsdp_version: 2\n  fsdp_backward_prefetch: BACKWARD_PRE\n"
+                             "  fsdp_forward_prefetch: true\n");
+  CHECK(unmodeled_of(acc2) == std::vector<std::string>{"fsdp_config.fsdp_forward_prefetch",
+                                                       "fsdp_config.fsdp_backward_prefetch"});
+  for (const auto& o : options_of(acc2)) {
+    CHECK(std::get<0>(o) != "--backward-prefetch");
+    CHECK(std::get<0>(o) != "--forward-prefetch");
+  }
   // plan searches FSDP1 with torch's defaults: the file's are listed, not taken.
   const nlohmann::json plan = vramfit::cli_test::json_of(
       "plan --gpus 8 --from accelerate " + written("plan.yaml", acc_given), hub_env())["from"];
