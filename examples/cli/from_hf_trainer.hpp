@@ -39,6 +39,58 @@ inline std::optional<bool> truth(launcher_keys& k, std::string_view key) {
   k.refuse(key, "must be true or false, got " + detail::shown(*v) + " (invalid truth value)");
 }
 
+/// FSDP1's BackwardPrefetch as accelerate's FullyShardedDataParallelPlugin.__post_init__ reads it
+/// (utils/dataclasses.py): NO_PREFETCH (None), BACKWARD_PRE or BACKWARD_POST in any case
+/// (utils/constants.py FSDP_BACKWARD_PREFETCH), or the enum's value 1 or 2 as digits; anything else
+/// raises there (BackwardPrefetch[...]). `numbers`: a YAML integer counts as its digits, as
+/// accelerate launch passes str() of it on (utils/launch.py prepare_multi_gpu_env); transformers
+/// calls .upper() on the value, text only. vramfit's --backward-prefetch word, if the key is given.
+inline std::optional<std::string> backward_prefetch(launcher_keys& k, std::string_view key,
+                                                    bool numbers) {
+  const nlohmann::json* v = k.find(key);
+  if (!v) return std::nullopt;
+  if (v->is_string() || (numbers && v->is_number_integer())) {
+    const std::string s = v->is_string() ? v->get<std::string>() : v->dump();
+    if (same_name(s, "NO_PREFETCH")) return "none";
+    if (same_name(s, "BACKWARD_PRE")) return "pre";
+    if (same_name(s, "BACKWARD_POST")) return "post";
+    const std::size_t digits = s.find_first_not_of('0');  // BackwardPrefetch(int(s)): 1 or 2
+    if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos &&
+        digits != std::string::npos && s.size() - digits == 1 &&
+        (s[digits] == '1' || s[digits] == '2'))
+      return s[digits] == '1' ? "pre" : "post";
+  }
+  k.refuse(key, "must be BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH, got " + detail::shown(*v) +
+                    " (accelerate's rule)");
+}
+
+/// fsdp_config's backward_prefetch, forward_prefetch and limit_all_gathers under FSDP1, as
+/// transformers hands them to FullyShardedDataParallelPlugin (training_args.py _process_fsdp_args:
+/// backward_prefetch NO_PREFETCH and forward_prefetch false when absent, limit_all_gathers only
+/// when given, else the plugin's True). Transformers 4.x (`legacy`) set them through FSDP_*
+/// variables the same way, but limit_all_gathers as written (trainer.py
+/// create_accelerator_and_postprocess setattr), which FSDP tests for truth: any text but "" is
+/// true. NO_SHARD all-gathers nothing.
+inline void fsdp1_gathering(launcher_keys& k, const std::string& prefetch_key,
+                            const std::string& forward_key, const std::string& limit_key,
+                            bool sharded, bool legacy) {
+  const auto prefetch = backward_prefetch(k, prefetch_key, false);
+  const bool forward = truth(k, forward_key).value_or(false);
+  const nlohmann::json* limit_value = k.find(limit_key);
+  const bool limit = legacy && limit_value && limit_value->is_string()
+                         ? !limit_value->get_ref<const std::string&>().empty()
+                         : truth(k, limit_key).value_or(true);
+  if (!sharded) {
+    k.no_effect({prefetch_key, forward_key, limit_key});
+    return;
+  }
+  k.set("--backward-prefetch", prefetch.value_or("none"),
+        prefetch ? std::string_view(prefetch_key)
+                 : std::string_view("(default: fsdp_config.backward_prefetch NO_PREFETCH)"));
+  if (forward) k.set("--forward-prefetch", "true", forward_key);
+  if (!limit) k.set("--limit-all-gathers", "false", limit_key);
+}
+
 /// Where a file of the other kinds would say so: accelerate's ClusterConfig always holds
 /// distributed_type (config_args.py process_config), a DeepSpeed JSON zero_optimization or its
 /// batch keys. Neither is a TrainingArguments, SFTConfig or ModelConfig field.
@@ -176,21 +228,25 @@ inline bool fsdp(launcher_keys& k, const run& r) {
     const bool reshard = raf ? truth(k, reshard_key).value_or(true) : !has("shard_grad_op");
     k.set("--fsdp", "full", "fsdp");
     k.set("--reshard-after-forward", reshard ? "true" : "false", raf ? reshard_key : "fsdp");
-    if (truth(k, key("forward_prefetch")).value_or(false))
-      k.refuse(key("forward_prefetch"), "is not yet implemented in FSDP2 (accelerate's rule)");
+    // _process_fsdp_args passes them to accelerate with FSDP1 only (so accelerate's "not yet
+    // implemented in FSDP2", raised for a forward_prefetch it is given, is not reached).
+    for (const char* name : {"backward_prefetch", "forward_prefetch", "limit_all_gathers"})
+      k.unmodeled(key(name),
+                  "FSDP2 ignores it: transformers passes it on with FSDP1 only (fully_shard "
+                  "prefetches one unit and has no rate limiter)");
   } else {
-    k.set("--fsdp",
-          has("shard_grad_op")  ? "grad-op"
-          : has("no_shard")     ? "none"
-          : has("hybrid_shard") ? "hybrid"
-                                : "full",
-          "fsdp");
+    const char* fsdp_word = has("shard_grad_op")  ? "grad-op"
+                            : has("no_shard")     ? "none"
+                            : has("hybrid_shard") ? "hybrid"
+                                                  : "full";
+    k.set("--fsdp", fsdp_word, "fsdp");
     if (has("hybrid_shard_zero2"))
       k.unmodeled("fsdp",
                   "HYBRID_SHARD_ZERO2 (gradients and states sharded in a node, "
                   "parameters gathered): vramfit models it as full sharding");
     k.unmodeled(reshard_key, "FSDP1 takes the sharding strategy from fsdp");
-    k.unmodeled(key("forward_prefetch"), "how many gathered units are in flight");
+    fsdp1_gathering(k, key("backward_prefetch"), key("forward_prefetch"), key("limit_all_gathers"),
+                    std::string_view(fsdp_word) != "none", r.at != era::current);
   }
   if (has("offload") || truth(k, key("cpu_offload")).value_or(false))
     k.set("--offload", "all", has("offload") ? "fsdp" : key("cpu_offload"));
@@ -209,8 +265,6 @@ inline bool fsdp(launcher_keys& k, const run& r) {
     k.unmodeled(key("min_num_params"), "size-based units instead of the decoder layers");
   k.no_effect({"fsdp_config.transformer_layer_cls_to_wrap",
                "fsdp_config.fsdp_transformer_layer_cls_to_wrap"});
-  for (const char* name : {"backward_prefetch", "limit_all_gathers"})
-    k.unmodeled(key(name), "how many gathered units are in flight");
   if (truth(k, key("cpu_ram_efficient_loading")).value_or(false) &&
       !truth(k, key("sync_module_states")).value_or(true))
     k.refuse(key("sync_module_states"),
@@ -661,7 +715,7 @@ inline void fsdp(launcher_keys& k, std::int64_t processes, std::int64_t machines
   k.set("--fsdp-version", std::to_string(version),
         k.find("fsdp_config.fsdp_version") ? "fsdp_config.fsdp_version"
                                            : "(default: fsdp_config.fsdp_version 1)");
-  using detail_hf_trainer::truth;
+  using detail_hf_trainer::backward_prefetch, detail_hf_trainer::truth;
   if (hsdp_group > 0) {  // parallelism_config's replicate x shard: HSDP
     k.set("--fsdp", "hybrid", "parallelism_config.parallelism_config_dp_replicate_size");
     k.set("--fsdp-group", std::to_string(hsdp_group),
@@ -683,10 +737,17 @@ inline void fsdp(launcher_keys& k, std::int64_t processes, std::int64_t machines
     k.unmodeled("fsdp_config.fsdp_sharding_strategy",
                 "FSDP1's: FSDP2 reads "
                 "fsdp_reshard_after_forward");
-    if (truth(k, "fsdp_config.fsdp_forward_prefetch").value_or(false))
-      k.refuse("fsdp_config.fsdp_forward_prefetch",
-               "is not yet implemented in FSDP2, set to None or use fsdp_version=1 (accelerate's "
-               "rule)");
+    // Launch always sets FSDP_FORWARD_PREFETCH, which the plugin reads with FSDP1 only: its "not
+    // yet implemented in FSDP2" is raised for a forward_prefetch a script gives it, not for this.
+    k.unmodeled("fsdp_config.fsdp_forward_prefetch",
+                "FSDP2 ignores it: accelerate reads it with FSDP1 only (fully_shard prefetches "
+                "one unit)");
+    // The plugin reads FSDP_BACKWARD_PREFETCH whatever the version, then with FSDP2 warns
+    // "backward_prefetch is not supported in FSDP2" and sets it to None.
+    if (backward_prefetch(k, "fsdp_config.fsdp_backward_prefetch", true))
+      k.unmodeled("fsdp_config.fsdp_backward_prefetch",
+                  "FSDP2 ignores it: accelerate sets backward prefetch to None (fully_shard "
+                  "prefetches one unit)");
   } else {
     const std::string s =
         k.choice("fsdp_config.fsdp_sharding_strategy",
@@ -711,7 +772,19 @@ inline void fsdp(launcher_keys& k, std::int64_t processes, std::int64_t machines
     k.unmodeled("fsdp_config.fsdp_reshard_after_forward",
                 "FSDP1 ignores it: the launcher always sets fsdp_sharding_strategy (default "
                 "FULL_SHARD), which wins");
-    k.unmodeled("fsdp_config.fsdp_forward_prefetch", "how many gathered units are in flight");
+    // FSDP_BACKWARD_PREFETCH is set only when given, and the plugin's backward_prefetch is then
+    // None (NO_PREFETCH); FSDP_FORWARD_PREFETCH defaults to false (launch.py, utils/launch.py
+    // prepare_multi_gpu_env, utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__).
+    const char* prefetch_key = "fsdp_config.fsdp_backward_prefetch";
+    const auto prefetch = backward_prefetch(k, prefetch_key, true);
+    const bool forward = truth(k, "fsdp_config.fsdp_forward_prefetch").value_or(false);
+    if (hsdp_group == 0 && s == "NO_SHARD") {  // all-gathers nothing
+      k.no_effect({prefetch_key, "fsdp_config.fsdp_forward_prefetch"});
+    } else {
+      k.set("--backward-prefetch", prefetch.value_or("none"),
+            prefetch ? prefetch_key : "(default: fsdp_config.fsdp_backward_prefetch NO_PREFETCH)");
+      if (forward) k.set("--forward-prefetch", "true", "fsdp_config.fsdp_forward_prefetch");
+    }
   }
   if (truth(k, "fsdp_config.fsdp_offload_params").value_or(false))
     k.set("--offload", "all", "fsdp_config.fsdp_offload_params");
@@ -724,7 +797,13 @@ inline void fsdp(launcher_keys& k, std::int64_t processes, std::int64_t machines
     k.unmodeled("fsdp_config.fsdp_auto_wrap_policy",
                 "units other than the decoder layers (vramfit gathers one layer at a time)");
   k.unmodeled("fsdp_config.fsdp_min_num_params", "size-based units (SIZE_BASED_WRAP)");
-  k.unmodeled("fsdp_config.fsdp_backward_prefetch", "how many gathered units are in flight");
+  // Not passed on by launch (no FSDP_LIMIT_ALL_GATHERS in utils/launch.py prepare_multi_gpu_env):
+  // the plugin keeps limit_all_gathers=True, vramfit's default.
+  k.unmodeled("fsdp_config.fsdp_limit_all_gathers",
+              "accelerate launch does not pass it on: the plugin keeps limit_all_gathers=True");
+  k.unmodeled("fsdp_config.fsdp_backward_prefetch_policy",
+              "accelerate < 1.0's name for fsdp_backward_prefetch, dropped in accelerate 1.0 "
+              "(#3098): launch ignores it; rename it fsdp_backward_prefetch");
   k.unmodeled("fsdp_config.fsdp_ignored_modules", "modules left unsharded");
   if (truth(k, "fsdp_config.fsdp_cpu_ram_efficient_loading").value_or(false) &&
       !truth(k, "fsdp_config.fsdp_sync_module_states").value_or(true))

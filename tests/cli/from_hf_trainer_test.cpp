@@ -252,12 +252,14 @@ TEST_CASE(
   // shard_grad_op under FSDP2: no resharding after forward; FSDP1 keeps the strategy.
   CHECK(options("fsdp: [shard_grad_op]\nfsdp_config: {fsdp_version: 1}\noptim: adafactor\n"
                 "per_device_train_batch_size: 2\n") ==
-        option_list{{"--framework", "hf-trainer", "--from hf-trainer"},
-                    {"--fsdp-version", "1", "fsdp_config.fsdp_version"},
-                    {"--fsdp", "grad-op", "fsdp"},
-                    {"--precision", "fp32", "(default: bf16 false, fp16 false)"},
-                    {"--micro-batch", "2", "per_device_train_batch_size"},
-                    {"--optimizer", "adafactor", "optim"}});
+        option_list{
+            {"--framework", "hf-trainer", "--from hf-trainer"},
+            {"--fsdp-version", "1", "fsdp_config.fsdp_version"},
+            {"--fsdp", "grad-op", "fsdp"},
+            {"--backward-prefetch", "none", "(default: fsdp_config.backward_prefetch NO_PREFETCH)"},
+            {"--precision", "fp32", "(default: bf16 false, fp16 false)"},
+            {"--micro-batch", "2", "per_device_train_batch_size"},
+            {"--optimizer", "adafactor", "optim"}});
   // An optimizer vramfit does not model, and a DeepSpeed file: listed, with what to run.
   const nlohmann::json from = json_of(
       "--from hf-trainer " + written("ds.yaml",
@@ -268,6 +270,133 @@ TEST_CASE(
             "run vramfit train --from deepspeed 'ds_z3.json' with the options above") !=
         std::string::npos);
   CHECK(std::get<1>(options_of(from)[1]) == "bf16-fp32-master-16bit-grads");
+}
+
+TEST_CASE(
+    "--from hf-trainer and accelerate: FSDP1's backward_prefetch, forward_prefetch and "
+    "limit_all_gathers") {
+  const auto from = [](const std::string& kind, const std::string& text,
+                       const std::string& more = "") {
+    return json_of("--from " + kind + " " + written("gather.yaml", text) + more)["from"];
+  };
+  const auto fsdp1_options = [](const nlohmann::json& f) {  // --fsdp and the three
+    option_list kept;
+    for (const auto& o : options_of(f))
+      for (const char* name :
+           {"--fsdp", "--backward-prefetch", "--forward-prefetch", "--limit-all-gathers"})
+        if (std::get<0>(o) == name) kept.push_back(o);
+    return kept;
+  };
+  // transformers: each key as accelerate's plugin reads it, with or without the fsdp_ prefix;
+  // backward_prefetch is NO_PREFETCH when absent (training_args.py _process_fsdp_args).
+  const std::string fsdp1 = "fsdp: full_shard\nfsdp_config:\n  version: 1\n";
+  CHECK(fsdp1_options(from("hf-trainer", fsdp1)) ==
+        option_list{{"--fsdp", "full", "fsdp"},
+                    {"--backward-prefetch", "none",
+                     "(default: fsdp_config.backward_prefetch NO_PREFETCH)"}});
+  const std::string given = fsdp1 +
+                            "  backward_prefetch: backward_pre\n  forward_prefetch: true\n"
+                            "  limit_all_gathers: false\n";
+  CHECK(fsdp1_options(from("hf-trainer", given)) ==
+        option_list{{"--fsdp", "full", "fsdp"},
+                    {"--backward-prefetch", "pre", "fsdp_config.backward_prefetch"},
+                    {"--forward-prefetch", "true", "fsdp_config.forward_prefetch"},
+                    {"--limit-all-gathers", "false", "fsdp_config.limit_all_gathers"}});
+  check_round_trip("--from hf-trainer " + written("given.yaml", given) + " --dp 4",
+                   "--framework hf-trainer --dp 4 --fsdp full --fsdp-version 1"
+                   " --backward-prefetch pre --forward-prefetch --limit-all-gathers false"
+                   " --precision fp32 --micro-batch 8 --optimizer adamw-fused");
+  CHECK(fsdp1_options(from("hf-trainer",
+                           "fsdp: [hybrid_shard]\nfsdp_config: {fsdp_version: 1, "
+                           "fsdp_backward_prefetch: BACKWARD_POST, fsdp_forward_prefetch: 'True', "
+                           "fsdp_limit_all_gathers: 'true'}\n",
+                           " --dp 4 --fsdp-group 2")) ==
+        option_list{{"--fsdp", "hybrid", "fsdp"},
+                    {"--backward-prefetch", "post", "fsdp_config.fsdp_backward_prefetch"},
+                    {"--forward-prefetch", "true", "fsdp_config.fsdp_forward_prefetch"}});
+  CHECK(std::get<1>(fsdp1_options(from("hf-trainer", fsdp1 + "  backward_prefetch: '1'\n"))[1]) ==
+        "pre");  // BackwardPrefetch(1)
+  // NO_SHARD all-gathers nothing; FSDP2 (transformers 5's default) is not given them.
+  const nlohmann::json no_shard =
+      from("hf-trainer",
+           "fsdp: no_shard\nfsdp_config: {version: 1, backward_prefetch: "
+           "backward_post, limit_all_gathers: false}\n");
+  CHECK(fsdp1_options(no_shard) == option_list{{"--fsdp", "none", "fsdp"}});
+  CHECK(no_shard["no_effect"] ==
+        nlohmann::json{"fsdp_config.backward_prefetch", "fsdp_config.limit_all_gathers"});
+  const nlohmann::json fsdp2 =
+      from("hf-trainer",
+           "fsdp: full_shard\nfsdp_config: {backward_prefetch: backward_pre, "
+           "forward_prefetch: true, limit_all_gathers: false}\n");
+  CHECK(unmodeled_of(fsdp2) == std::vector<std::string>{"fsdp_config.backward_prefetch",
+                                                        "fsdp_config.forward_prefetch",
+                                                        "fsdp_config.limit_all_gathers"});
+  CHECK(fsdp2["not_modeled"][0]["why"].get<std::string>().find("FSDP2 ignores it") !=
+        std::string::npos);
+  // transformers 4.x (torch_dtype: TRL <= 0.26) set limit_all_gathers as written: FSDP tests the
+  // text "false" for truth, which is true.
+  const std::string legacy = "torch_dtype: bfloat16\nfsdp: full_shard\nfsdp_config:\n";
+  const auto has_limit = [](const nlohmann::json& f) {
+    for (const auto& o : options_of(f))
+      if (std::get<0>(o) == "--limit-all-gathers") return true;
+    return false;
+  };
+  CHECK_FALSE(has_limit(from("hf-trainer", legacy + "  limit_all_gathers: 'false'\n")));
+  CHECK(has_limit(from("hf-trainer", legacy + "  limit_all_gathers: false\n")));
+  CHECK(has_limit(from("hf-trainer", fsdp1 + "  limit_all_gathers: 'false'\n")));
+
+  // accelerate: launch sets FSDP_BACKWARD_PREFETCH only when given (the plugin's None otherwise);
+  // it passes limit_all_gathers on to nothing.
+  const std::string acc = "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n";
+  CHECK(fsdp1_options(from("accelerate", acc + "  fsdp_version: 1\n")) ==
+        option_list{{"--fsdp", "full", "(default: fsdp_config.fsdp_sharding_strategy FULL_SHARD)"},
+                    {"--backward-prefetch", "none",
+                     "(default: fsdp_config.fsdp_backward_prefetch NO_PREFETCH)"}});
+  const std::string acc_given = acc +
+                                "  fsdp_sharding_strategy: SHARD_GRAD_OP\n"
+                                "  fsdp_backward_prefetch: BACKWARD_PRE\n"
+                                "  fsdp_forward_prefetch: true\n"
+                                "  fsdp_limit_all_gathers: false\n";
+  const nlohmann::json a = from("accelerate", acc_given);
+  CHECK(options_of(a) ==
+        option_list{{"--framework", "hf-trainer", "--from accelerate"},
+                    {"--dp", "8", "num_processes"},
+                    {"--fsdp-version", "1", "(default: fsdp_config.fsdp_version 1)"},
+                    {"--fsdp", "grad-op", "fsdp_config.fsdp_sharding_strategy"},
+                    {"--backward-prefetch", "pre", "fsdp_config.fsdp_backward_prefetch"},
+                    {"--forward-prefetch", "true", "fsdp_config.fsdp_forward_prefetch"},
+                    {"--precision", "fp32", "(default: mixed_precision no)"}});
+  CHECK(unmodeled_of(a) == std::vector<std::string>{"fsdp_config.fsdp_limit_all_gathers"});
+  check_round_trip("--from accelerate " + written("acc.yaml", acc_given),
+                   "--framework hf-trainer --dp 8 --fsdp grad-op --fsdp-version 1"
+                   " --backward-prefetch pre --forward-prefetch --precision fp32");
+  CHECK(std::get<1>(options_of(from("accelerate", acc + "  fsdp_backward_prefetch: 2\n"))[4]) ==
+        "post");  // launch passes str(2) on: BackwardPrefetch(2)
+  // accelerate < 1.0's name: ignored since 1.0, so the default holds.
+  const nlohmann::json old = from("accelerate", acc +
+                                                    "  fsdp_backward_prefetch_policy: "
+                                                    "BACKWARD_PRE\n");
+  CHECK(std::get<1>(options_of(old)[4]) == "none");
+  CHECK(unmodeled_of(old) == std::vector<std::string>{"fsdp_config.fsdp_backward_prefetch_policy"});
+  // FSDP2: the plugin warns and sets backward_prefetch to None, and reads FSDP_FORWARD_PREFETCH
+  // with FSDP1 only.
+  const nlohmann::json acc2 =
+      from("accelerate", acc +
+                             "  fsdp_version: 2\n  fsdp_backward_prefetch: BACKWARD_PRE\n"
+                             "  fsdp_forward_prefetch: true\n");
+  CHECK(unmodeled_of(acc2) == std::vector<std::string>{"fsdp_config.fsdp_forward_prefetch",
+                                                       "fsdp_config.fsdp_backward_prefetch"});
+  for (const auto& o : options_of(acc2)) {
+    CHECK(std::get<0>(o) != "--backward-prefetch");
+    CHECK(std::get<0>(o) != "--forward-prefetch");
+  }
+  // plan searches FSDP1 with torch's defaults: the file's are listed, not taken.
+  const nlohmann::json plan = vramfit::cli_test::json_of(
+      "plan --gpus 8 --from accelerate " + written("plan.yaml", acc_given), hub_env())["from"];
+  REQUIRE(plan["overridden"].size() == 3);  // --dp, --backward-prefetch, --forward-prefetch
+  CHECK(plan["overridden"][1]["option"] == "--backward-prefetch pre");
+  CHECK(plan["overridden"][2]["why"].get<std::string>().find("plan searches FSDP1 with its "
+                                                             "defaults") != std::string::npos);
 }
 
 TEST_CASE("--from hf-trainer and accelerate: bad files refused in one line, naming file and key") {
@@ -289,6 +418,12 @@ TEST_CASE("--from hf-trainer and accelerate: bad files refused in one line, nami
           "max_length: 512\n",
           "fsdp_config.activation_checkpointing and gradient_checkpointing can't be set to True");
   refused("hf-trainer", "fsdp: hybrid_shard\n", "fsdp no_shard and hybrid_shard are only");
+  refused("hf-trainer",
+          "fsdp: full_shard\nfsdp_config: {version: 1, backward_prefetch: sideways}\n",
+          "fsdp_config.backward_prefetch must be BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH, got "
+          "\"sideways\"");
+  refused("hf-trainer", "fsdp: full_shard\nfsdp_config: {version: 1, forward_prefetch: maybe}\n",
+          "fsdp_config.forward_prefetch must be true or false, got \"maybe\"");
   refused("hf-trainer", "load_in_4bit: true\n", "load_in_4bit without use_peft");
   refused("hf-trainer", "dtype: bf16\n", "dtype must be 'auto' or a torch.dtype");
   refused("hf-trainer", "packing: true\npacking_strategy: ffd\n", "packing_strategy must be");
@@ -302,6 +437,13 @@ TEST_CASE("--from hf-trainer and accelerate: bad files refused in one line, nami
           "distributed_type: FSDP\nfsdp_config: {fsdp_version: 2, "
           "fsdp_reshard_after_forward: FULL_SHARD}\n",
           "this is not supported with FSDP2, please set to a bool");
+  // The plugin reads the value whatever the version: FSDP2 too (BackwardPrefetch["SIDEWAYS"]).
+  for (const std::string version : {"1", "2"})
+    refused("accelerate",
+            "distributed_type: FSDP\nfsdp_config: {fsdp_version: " + version +
+                ", fsdp_backward_prefetch: sideways}\n",
+            "fsdp_config.fsdp_backward_prefetch must be BACKWARD_PRE, BACKWARD_POST or "
+            "NO_PREFETCH, got \"sideways\"");
   refused("accelerate",
           "distributed_type: DEEPSPEED\ndeepspeed_config: {deepspeed_config_file: "
           "ds.json, zero_stage: 3}\n",
