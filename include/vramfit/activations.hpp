@@ -1059,19 +1059,8 @@ constexpr void packed_experts_block(block_builder& b, const model& m, const acti
         routed, routing_weight_bits(m, b));
 }
 
-/// Where the MLP's first projections read the norm output.
-constexpr const char* mlp_input_source(const model& m, bool moe_layer, bool gpt_oss_experts) {
-  if (gpt_oss_experts)
-    return "modeling_gpt_oss.py GptOssTopKRouter.forward: F.linear(hidden_states, self.weight, "
-           "self.bias); GptOssExperts.forward: hidden_states[token_idx]";
-  if (moe_layer && m.moe.shared_experts > 0)  // the shared experts' gate_proj and up_proj
-    return "modeling_deepseek_v3.py DeepseekV3MoE.forward: self.shared_experts(residuals)";
-  if (moe_layer)
-    return m.moe.layout == moe_layout::mlp_experts
-               ? "modeling_qwen3_moe.py Qwen3MoeTopKRouter.forward: F.linear(hidden_states, "
-                 "self.weight)"
-               : "modeling_mixtral.py MixtralTopKRouter.forward: F.linear(hidden_states, "
-                 "self.weight)";
+/// Where a dense MLP's first projections read the norm output in Hugging Face's code.
+constexpr const char* dense_mlp_input_source(const model& m) {
   if (m.family == family::llama && m.mlp != mlp_kind::gelu)
     return "modeling_llama.py LlamaMLP.forward: self.gate_proj(x), self.up_proj(x)";
   if (m.family == family::phi3)
@@ -1079,6 +1068,36 @@ constexpr const char* mlp_input_source(const model& m, bool moe_layer, bool gpt_
   if (m.family == family::gpt2) return "modeling_gpt2.py GPT2MLP.forward: self.c_fc(hidden_states)";
   return "the up projection (a linear keeps its input), derivatives.yaml mm: "
          "mm_mat2_backward(grad, self, ...)";
+}
+
+/// The linears that keep the MLP's input (the norm output) and where Hugging Face's code reads
+/// it. In an MoE layer the router's F.linear keeps it (under autocast its 16-bit cast) and the
+/// experts gather their tokens from it, which keeps only the indices; over a frozen base,
+/// adapters reach the router only as transformers 4's nn.Linear (lora_config::packed_moe).
+/// DeepSeek's shared experts read it through their gate_proj and up_proj.
+struct mlp_input {
+  const char* source;
+  linear_readers readers;
+};
+
+constexpr mlp_input mlp_input_of(const model& m, const block_builder& b, bool moe_layer) {
+  const layer_linears linears = linears_of(m);
+  if (!moe_layer) return {dense_mlp_input_source(m), linears.mlp};
+  if (m.moe.shared_experts > 0)
+    return {"modeling_deepseek_v3.py DeepseekV3MoE.forward: self.shared_experts(residuals)",
+            linears.mlp};
+  const linear_readers router = b.packed_moe() ? linear_readers{} : linears.router;
+  if (m.moe.layout == moe_layout::gpt_oss)
+    return {
+        "modeling_gpt_oss.py GptOssTopKRouter.forward: F.linear(hidden_states, self.weight, "
+        "self.bias); GptOssExperts.forward: hidden_states[token_idx]",
+        router};
+  return {m.moe.layout == moe_layout::mlp_experts
+              ? "modeling_qwen3_moe.py Qwen3MoeTopKRouter.forward: F.linear(hidden_states, "
+                "self.weight)"
+              : "modeling_mixtral.py MixtralTopKRouter.forward: F.linear(hidden_states, "
+                "self.weight)",
+          router};
 }
 
 /// What one MoE layer's block allocates in forward beyond what it saves, all held until its experts
@@ -1190,22 +1209,11 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
 constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
                                   const layout& l, bool moe_layer) {
   // Each linear reading the norm output keeps its input (under autocast its own cast).
-  const bool gpt_oss_experts = moe_layer && m.moe.layout == moe_layout::gpt_oss;
-  const char* source = o.code == model_code::hf ? mlp_input_source(m, moe_layer, gpt_oss_experts)
-                                                : sources_of(o.code).mlp_input;
-  if (m.parallel_block) {
-  } else if (moe_layer) {
-    // The router's F.linear keeps the norm output (under autocast its 16-bit cast); the experts
-    // gather their tokens from it, which keeps only the indices. Over a frozen base, adapters
-    // reach the router only as transformers 4's nn.Linear (lora_config::packed_moe), and
-    // DeepSeek's shared experts read it through their gate_proj and up_proj.
-    const linear_readers readers = m.moe.shared_experts > 0 ? linears_of(m).mlp
-                                   : b.packed_moe()         ? linear_readers{}
-                                                            : linears_of(m).router;
-    b.linear_input("MLP input (norm output, router input)", source, b.replicated(1), m.hidden,
-                   readers);
-  } else {
-    b.linear_input("MLP input (norm output)", source, b.replicated(1), m.hidden, linears_of(m).mlp);
+  if (!m.parallel_block) {
+    const mlp_input in = mlp_input_of(m, b, moe_layer);
+    b.linear_input(moe_layer ? "MLP input (norm output, router input)" : "MLP input (norm output)",
+                   o.code == model_code::hf ? in.source : sources_of(o.code).mlp_input,
+                   b.replicated(1), m.hidden, in.readers);
   }
   if (!moe_layer)
     mlp_block(b, m, b.tokens(), m.ffn / b.tp(), "MLP up/gate output");
