@@ -20,6 +20,7 @@ enum class recipe : unsigned char {
   pipeline,
   plan,
   data_parallel,  ///< train with data or context parallelism, and min-gpus, without --zero
+  fsdp1,          ///< FSDP1 sharding given (train, min-gpus): its run-time gathering options
 };
 
 /// One option a framework sets, as the command line spells it ("--recompute", "op-sac"; a flag's
@@ -111,6 +112,10 @@ inline constexpr framework_default fsdp1[] = {
     {"--precision", "amp-bf16",
      "accelerate FullyShardedDataParallelPlugin mixed_precision bf16 over fp32 parameters"},
     {"--fsdp-version", "1", "torch/distributed/fsdp/fully_sharded_data_parallel.py"},
+    {"--backward-prefetch", "none",
+     "accelerate utils/dataclasses.py FullyShardedDataParallelPlugin: backward_prefetch None "
+     "unless FSDP_BACKWARD_PREFETCH is set",
+     recipe::fsdp1},
     {"--sharding", "fsdp", "accelerate's FSDP plugin", recipe::plan},
 };
 inline constexpr framework_default hf_trainer[] = {

@@ -86,6 +86,8 @@ inline std::string_view dropped_by(std::string_view subcommand, std::string_view
   if (subcommand == "plan") {
     if (option == "--dp" || option == "--grad-accum")
       return "plan searches it (give --gpus and --global-batch)";
+    if (option == "--reshard-after-forward")
+      return "plan searches FSDP with reshard_after_forward=True";
     if (option == "--backward-prefetch" || option == "--forward-prefetch" ||
         option == "--limit-all-gathers")
       return "plan searches FSDP1 with its defaults (BACKWARD_PRE, no forward prefetch, the rate "

@@ -2,6 +2,7 @@
 // `vramfit models`, `gpus` and `frameworks`: the presets as tables or JSON.
 #pragma once
 
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -65,7 +66,10 @@ inline int run_frameworks(std::ostream& out, output_format format, const size_st
                                      "FSDP with --pp",
                                      "with --pp",
                                      "plan",
-                                     "with --dp or --cp, and min-gpus; not with --zero"};
+                                     "with --dp or --cp, and min-gpus; not with --zero",
+                                     "with --fsdp (FSDP1) in train and min-gpus"};
+  static_assert(std::size(recipes) == static_cast<std::size_t>(recipe::fsdp1) + 1,
+                "a text per recipe");
   for (const cli::framework& f : cli::frameworks) {
     nlohmann::json defaults = nlohmann::json::array();
     for (const cli::framework_default& d : f.defaults) {

@@ -388,6 +388,9 @@ inline void apply_framework(CLI::App& cmd, train_options& o) {
         return o.pp > 1 || cmd.get_name() == "plan";
       case recipe::plan:
         return cmd.get_name() == "plan";
+      case recipe::fsdp1:
+        return cmd.get_name() != "plan" && o.fsdp && o.fsdp != fsdp_strategy::no_shard &&
+               o.fsdp_version == 1;
       case recipe::data_parallel:  // min-gpus searches the data-parallel degree
         return !o.zero && (cmd.get_name() == "min-gpus" ||
                            (cmd.get_name() == "train" && (o.dp > 1 || o.cp > 1)));

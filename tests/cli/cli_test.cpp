@@ -1149,6 +1149,13 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
         total(run("train --framework torchtitan --dp 4 --fsdp full -f json")));
   CHECK(total(run("train --framework torchtitan --dp 4 -f json")) !=
         total(run("train --framework torchtitan --dp 4 --fsdp none -f json")));
+  // accelerate's FSDP plugin passes backward_prefetch=None unless asked: one unit at a time.
+  const std::string fsdp1 = run("train --framework fsdp1 --dp 8 --fsdp full").out;
+  CHECK(fsdp1.find("gathered FSDP units (root + current layer)") != std::string::npos);
+  CHECK(total(run("train --framework fsdp1 --dp 8 --fsdp full -f json")) ==
+        total(run("train --precision amp-bf16 --dp 8 --fsdp full --backward-prefetch none "
+                  "-f json")));
+  CHECK(run("train --framework fsdp1").status == 0);  // no FSDP: nothing to prefetch
   CHECK(nlohmann::json::parse(run("infer --framework vllm -f json").out) ==
         nlohmann::json::parse(run("infer --utilization 92 --block 16 -f json").out));
   // The listing: every framework with its defaults, each with a source.

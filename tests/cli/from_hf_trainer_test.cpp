@@ -397,6 +397,11 @@ TEST_CASE(
   CHECK(plan["overridden"][1]["option"] == "--backward-prefetch pre");
   CHECK(plan["overridden"][2]["why"].get<std::string>().find("plan searches FSDP1 with its "
                                                              "defaults") != std::string::npos);
+  // FSDP2's reshard_after_forward likewise: plan searches resharding FSDP.
+  const nlohmann::json plan2 =
+      vramfit::cli_test::json_of("plan --gpus 8 --from accelerate " + f4, hub_env())["from"];
+  REQUIRE(plan2["overridden"].size() == 2);  // --dp, --reshard-after-forward
+  CHECK(plan2["overridden"][1]["option"] == "--reshard-after-forward true");
 }
 
 TEST_CASE("--from hf-trainer and accelerate: bad files refused in one line, naming file and key") {
