@@ -35,6 +35,11 @@ inline std::string describe(const train_options& o, const training_plan_value& p
         << (l.implementation == shard_implementation::fsdp
                 ? ""
                 : std::to_string(static_cast<int>(l.zero)));
+    // FSDP1's gathering where it is not torch's default.
+    if (l.fsdp_backward_prefetch == fsdp_backward_prefetch::post) s << ", BACKWARD_POST";
+    if (l.fsdp_backward_prefetch == fsdp_backward_prefetch::none) s << ", no backward prefetch";
+    if (l.fsdp_forward_prefetch) s << ", forward prefetch";
+    if (!l.fsdp_limit_all_gathers) s << ", no rate limiter";
     s << ")";
   }
   if (l.tensor > 1) s << " TP " << l.tensor << (l.sequence ? "+SP" : "");

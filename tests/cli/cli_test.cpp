@@ -1152,6 +1152,7 @@ TEST_CASE("--framework fills in the options not given, with the framework's sour
   // accelerate's FSDP plugin passes backward_prefetch=None unless asked: one unit at a time.
   const std::string fsdp1 = run("train --framework fsdp1 --dp 8 --fsdp full").out;
   CHECK(fsdp1.find("gathered FSDP units (root + current layer)") != std::string::npos);
+  CHECK(fsdp1.find("8 GPUs (data 8, FSDP, no backward prefetch)") != std::string::npos);
   CHECK(total(run("train --framework fsdp1 --dp 8 --fsdp full -f json")) ==
         total(run("train --precision amp-bf16 --dp 8 --fsdp full --backward-prefetch none "
                   "-f json")));
