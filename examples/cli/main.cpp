@@ -23,9 +23,10 @@ int vramfit_cli_main(int argc, char** argv) {
 #ifndef VRAMFIT_CLI_NO_MAIN
 int main(int argc, char** argv) {
 #if defined(__GLIBC__)
-  // The allocator's replay builds and frees vectors of up to tens of megabytes per step: keep
-  // freed heap mapped rather than handing it back to the kernel and faulting it in again (a
-  // third of an MoE estimate's time went to page faults).
+  // Each estimate and each search replays the allocator in buffers of its own, up to tens of
+  // megabytes on an MoE model (a search reuses them from candidate to candidate: replay_scratch):
+  // keep freed heap mapped rather than handing it back to the kernel and faulting it in again for
+  // the next one. The library itself leaves the heap's policy to its host.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif

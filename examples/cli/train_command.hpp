@@ -127,11 +127,12 @@ inline void run_sweep(std::ostream& out, const train_options& o, const model& m,
   if (o.timeline) detail::raise("--timeline shows one step: leave out --sweep");
   const std::string axis = name_of(sweep_axes, *o.sweep);
   std::vector<sweep_point> points;
+  replay_scratch scratch;  // the allocator replays' buffers, reused
   for (const std::int64_t x : swept_values(o, m)) {
     train_options swept = o;
     (*o.sweep == sweep_axis::micro_batch ? swept.micro_batch : swept.seq_len) = x;
     try {
-      points.push_back({x, fit(build_plan(swept, m), device).required});
+      points.push_back({x, fit(build_plan(swept, m), device, scratch).required});
     } catch (const overflow_error&) {
       detail::raise("--sweep-max: at " + axis + " " + std::to_string(x) +
                     " the memory no longer fits in 64 bits; choose a smaller --sweep-max");

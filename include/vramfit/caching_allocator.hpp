@@ -278,8 +278,14 @@ class caching_allocator {
   /// ages would matter, so such an allocator's state is empty: comparable to none.
   [[nodiscard]] constexpr std::vector<std::int64_t> state() const {
     std::vector<std::int64_t> out;
-    if (collects_garbage() || next_address_ >= 0) return out;
-    out.reserve(blocks_.size() + 7 * segments_.size() + 5);
+    append_state(out);
+    return out;
+  }
+  /// Appends state() to `out` (a replay compares states in buffers it keeps); false, appending
+  /// nothing, when the state is empty.
+  constexpr bool append_state(std::vector<std::int64_t>& out) const {
+    if (collects_garbage() || next_address_ >= 0) return false;
+    out.reserve(out.size() + blocks_.size() + 7 * segments_.size() + 5);
     for (const caching::segment& x : segments_) {
       out.insert(out.end(), {x.size, x.stream, x.small, x.expandable, x.released, x.address});
       // The blocks by address, free ones negative, ended by 0 (no block is empty).
@@ -289,7 +295,21 @@ class caching_allocator {
     }
     out.insert(out.end(), {stats_.allocated.count, stats_.reserved.count, stats_.requested.count,
                            stats_.segments, stats_.oom});
-    return out;
+    return true;
+  }
+  /// Starts over as `caching_allocator(conf, limits)`, keeping its buffers: a search replays
+  /// many steps of many candidates, and reserving their memory again each time costs page faults.
+  constexpr void reset(const alloc_conf& conf = {}, allocator_limits limits = {}) {
+    conf_ = conf;
+    limits_ = limits;
+    stats_ = {};
+    blocks_.clear();
+    unused_.clear();
+    segments_.clear();
+    free_.clear();
+    large_searches_ = 0;
+    next_address_ = -1;
+    peak_pending_ = false;
   }
   /// Where a handle's block lies: its segment and offset.
   [[nodiscard]] constexpr const caching::block& block_at(int handle) const { return at(handle); }

@@ -41,6 +41,12 @@ constexpr fit_report fit(const training_plan_value& p, const gpu& device) {
   return fit(breakdown(p, device), device, p.overheads.metric);
 }
 
+/// The same, the allocator replayed in the buffers of `scratch`: a search that fits many plans
+/// passes one to all, and each replay reuses the memory of the ones before.
+constexpr fit_report fit(const training_plan_value& p, const gpu& device, replay_scratch& scratch) {
+  return fit(breakdown(p, device, scratch), device, p.overheads.metric);
+}
+
 /// The fit of an inference plan on GPU `device`: its most loaded GPU.
 constexpr fit_report fit(const inference_plan_value& p, const gpu& device) {
   return fit(breakdown(p, device), device, p.overheads.metric);

@@ -432,7 +432,7 @@ class layout_searcher {
     };
     const auto required = [&](const plan_candidate& c, std::int64_t size) {
       ++r_.memory_evaluations;
-      return fit(with(c, size), g_).required;
+      return fit(with(c, size), g_, scratch_).required;
     };
     const auto fits = [&](const plan_candidate& c, std::int64_t size) {
       return required(c, size) <= g_.capacity;
@@ -552,7 +552,7 @@ class layout_searcher {
                                  std::size_t& chosen) {
     const auto required = [&](std::size_t i) {
       ++r_.memory_evaluations;
-      return fit(plan_of(e, per_replica, sizes[i]), g_).required;
+      return fit(plan_of(e, per_replica, sizes[i]), g_, scratch_).required;
     };
     e.required = required(0);
     if (e.required > g_.capacity) {
@@ -623,14 +623,14 @@ class layout_searcher {
     // the layers spared.
     const std::int64_t spared = largest_fitting(1, most - 1, [&](std::int64_t t) {
       ++r_.memory_evaluations;
-      return fit(with_layers(most - t), g_).required <= g_.capacity;
+      return fit(with_layers(most - t), g_, scratch_).required <= g_.capacity;
     });
     const std::int64_t k = most - spared;
     if (k >= most) return;
     const training_plan_value p = with_layers(k);
     ++r_.memory_evaluations;
     e.recompute_layers = k;
-    e.required = fit(p, g_).required;
+    e.required = fit(p, g_, scratch_).required;
     e.time = estimate_step_time(p, net_, work_);
   }
 
@@ -677,6 +677,7 @@ class layout_searcher {
   std::size_t top_ = 10;
   cluster_figures net_{};
   model_work work_{};
+  replay_scratch scratch_{};  ///< the allocator replays' buffers, reused from one to the next
 };
 
 }  // namespace detail

@@ -40,13 +40,30 @@ constexpr stage_state<timed_ledger> most_loaded_rank(const training_plan_value& 
   return {most.stage, ledger_of(most.state)};
 }
 
+namespace detail {
+/// simulated_reserve() in the buffers of `scratch`, or (null) of its own, made only to replay.
+constexpr std::optional<reserved_memory_estimate> simulated_reserve_in(
+    const training_plan_value& p, const stage_state<step_timeline>& most, replay_scratch* scratch) {
+  if (!replays_allocator(p.overheads)) return {};
+  if (stage_of(p.setup, most.stage).layers > max_replayed_layers) return {};
+  if (scratch == nullptr)
+    return reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage);
+  return reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage, {},
+                         replay_mode::skip_repeats, *scratch);
+}
+}  // namespace detail
+
 /// The caching allocator over the most loaded rank's steps when the plan simulates it
 /// (reserve_model::simulated, no fixed share given, at most max_replayed_layers on the stage).
 constexpr std::optional<reserved_memory_estimate> simulated_reserve(
     const training_plan_value& p, const stage_state<step_timeline>& most) {
-  if (!replays_allocator(p.overheads)) return {};
-  if (stage_of(p.setup, most.stage).layers > max_replayed_layers) return {};
-  return reserved_memory(p.setup, p.batch, most.state, p.overheads.allocator, most.stage);
+  return detail::simulated_reserve_in(p, most, nullptr);
+}
+
+/// The same in the buffers of `scratch`, which the next replay reuses.
+constexpr std::optional<reserved_memory_estimate> simulated_reserve(
+    const training_plan_value& p, const stage_state<step_timeline>& most, replay_scratch& scratch) {
+  return detail::simulated_reserve_in(p, most, &scratch);
 }
 
 /// `rank`'s ledger on `device` with the runtime overheads, the allocator's reserve from `allocator`
@@ -62,7 +79,8 @@ constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& d
 
 /// One estimate of a training plan on `device`: the most loaded rank's stage and step timeline
 /// (built once), the caching allocator replayed over it when the plan simulates it, and the
-/// rank's ledger with the runtime overheads.
+/// rank's ledger with the runtime overheads. A search passes the same `scratch` to each estimate:
+/// the allocator's replays reuse its buffers.
 struct training_estimate {
   std::int64_t stage = 0;
   step_timeline timeline{};
@@ -70,16 +88,33 @@ struct training_estimate {
   timed_ledger ledger{};
 };
 
-constexpr training_estimate estimate(const training_plan_value& p, const gpu& device) {
+namespace detail {
+constexpr training_estimate estimate_in(const training_plan_value& p, const gpu& device,
+                                        replay_scratch* scratch) {
   stage_state<step_timeline> most = most_loaded_step(p);
-  std::optional<reserved_memory_estimate> allocator = simulated_reserve(p, most);
+  std::optional<reserved_memory_estimate> allocator = simulated_reserve_in(p, most, scratch);
   timed_ledger ledger = with_overheads(p, device, ledger_of(most.state), allocator);
   return {most.stage, std::move(most.state), allocator, ledger};
+}
+}  // namespace detail
+
+constexpr training_estimate estimate(const training_plan_value& p, const gpu& device) {
+  return detail::estimate_in(p, device, nullptr);
+}
+
+constexpr training_estimate estimate(const training_plan_value& p, const gpu& device,
+                                     replay_scratch& scratch) {
+  return detail::estimate_in(p, device, &scratch);
 }
 
 /// The most loaded rank's ledger on `device`, runtime overheads included.
 constexpr timed_ledger breakdown(const training_plan_value& p, const gpu& device) {
   return estimate(p, device).ledger;
+}
+
+constexpr timed_ledger breakdown(const training_plan_value& p, const gpu& device,
+                                 replay_scratch& scratch) {
+  return estimate(p, device, scratch).ledger;
 }
 
 /// A training plan as a type: `training_plan<models::llama_3_8b, mixed<bf16>, adamw<>,

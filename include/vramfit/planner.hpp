@@ -26,8 +26,9 @@ constexpr training_plan_value without_reserve(training_plan_value p) {
 template <class With>
 constexpr std::int64_t largest_fitting_plan(const training_plan_value& p, const gpu& device,
                                             std::int64_t limit, With with) {
+  replay_scratch scratch;  // the replays' buffers, reused
   auto report = [&](const training_plan_value& q, std::int64_t n) {
-    return fit(with(q, n), device);
+    return fit(with(q, n), device, scratch);
   };
   auto fits = [&](std::int64_t n) { return report(p, n).fits(); };
   if (!replays_allocator(p.overheads)) return largest_fitting(1, limit, fits);
@@ -89,10 +90,11 @@ constexpr std::int64_t max_sequence(training_plan_value p, const gpu& device,
 constexpr std::int64_t min_data_parallel(training_plan_value p, const gpu& device,
                                          std::int64_t limit = 1024) {
   const bool bounded = replays_allocator(p.overheads);
+  replay_scratch scratch;  // the replays' buffers, reused
   auto may_fit = [&] { return !bounded || fit(detail::without_reserve(p), device).fits(); };
   for (std::int64_t n = 1; n <= limit; n *= 2) {
     p.setup.layout.data = n;
-    if (p.setup.layout.shard_group <= n && may_fit() && fit(p, device).fits()) return n;
+    if (p.setup.layout.shard_group <= n && may_fit() && fit(p, device, scratch).fits()) return n;
     if (n > limit / 2) break;  // the next degree passes the limit (and may not fit in 64 bits)
   }
   return 0;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "caching_allocator.hpp"
@@ -42,13 +43,22 @@ struct live_tensor {
   int handle = -1;
 };
 
-/// The sizes of a layer's tensors that `filter` takes, one per tensor.
-constexpr std::vector<bytes> sizes_of(const std::vector<layer_piece>& pieces,
-                                      const piece_filter& filter) {
-  std::vector<bytes> sizes;
+/// A parameter tensor of the stage: its elements, and its layer (-1: outside the layers).
+struct replay_parameter {
+  std::int64_t elements = 0, layer = -1;
+};
+
+/// The sizes of a layer's tensors that `filter` takes, one per tensor, into `sizes`.
+constexpr void sizes_of(const std::vector<layer_piece>& pieces, const piece_filter& filter,
+                        std::vector<bytes>& sizes) {
   for (const layer_piece& x : pieces)
     if (filter.takes(x))
       for (std::int64_t i = 0; i < x.count; ++i) sizes.push_back(x.size);
+}
+constexpr std::vector<bytes> sizes_of(const std::vector<layer_piece>& pieces,
+                                      const piece_filter& filter) {
+  std::vector<bytes> sizes;
+  sizes_of(pieces, filter, sizes);
   return sizes;
 }
 
@@ -61,33 +71,76 @@ constexpr void split_even(bytes total, std::int64_t n, Take&& take) {
   take(total - each * (n - 1));
 }
 
-/// One replay of training steps of a stage.
+class step_replay;
+
+}  // namespace detail
+
+/// The buffers of the allocator's replay, kept from one replay to the next: a search that replays
+/// many candidates (plan, min-gpus, the largest micro-batch) passes one, so that each replay
+/// reuses the memory the ones before it took instead of allocating, and faulting in, megabytes
+/// again. Opaque; its contents never change an answer (every replay starts over from scratch).
+class replay_scratch {
+ public:
+  constexpr replay_scratch() = default;
+
+ private:
+  friend class detail::step_replay;
+  caching_allocator alloc_{};
+  std::vector<std::vector<detail::live_tensor>> live_;  ///< per ledger entry
+  std::vector<std::vector<bytes>> event_sizes_;         ///< per event
+  std::vector<std::vector<layer_piece>> runs_;          ///< one layer's tensors per run
+  std::vector<detail::replay_parameter> parameters_;
+  std::vector<std::int64_t> state_, next_state_;  ///< the states steps started from
+  std::vector<int> deferred_[2];
+};
+
+namespace detail {
+
+/// One replay of training steps of a stage, in the buffers of `scratch`.
 class step_replay {
  public:
   constexpr step_replay(const training& t, const activation_options& o, const step_timeline& tl,
                         std::int64_t stage, const alloc_conf& conf, allocator_limits limits,
-                        replay_mode mode = replay_mode::skip_repeats)
-      : t_(t), tl_(tl), alloc_(conf, limits), live_(tl.ledger.size()), mode_(mode) {
+                        replay_mode mode, replay_scratch& scratch)
+      : t_(t),
+        tl_(tl),
+        alloc_(scratch.alloc_),
+        live_(scratch.live_),
+        event_sizes_(scratch.event_sizes_),
+        parameters_(scratch.parameters_),
+        mode_(mode),
+        deferred_(scratch.deferred_),
+        state_(scratch.state_),
+        next_state_(scratch.next_state_) {
+    alloc_.reset(conf, limits);
+    live_.resize(tl.ledger.size());
+    for (std::vector<live_tensor>& held : live_) held.clear();
+    for (std::vector<int>& held : deferred_) held.clear();
+    parameters_.clear();
     const tensor_ledger tensors = vramfit::tensors(t.model);
-    std::vector<std::vector<layer_piece>> runs;
-    for (const timeline_run& r : tl.runs) {
-      std::vector<layer_piece> pieces;
-      for_each_layer_tensor(t, o, tensors, r.first, tl.layers.experts_per_rank, tl.layers.shards,
-                            tl.layers.sharded_grads, r.full, [&](const layer_piece& x) {
+    std::vector<std::vector<layer_piece>>& runs = scratch.runs_;
+    runs.resize(tl.runs.size());
+    for (std::size_t r = 0; r < tl.runs.size(); ++r) {
+      std::vector<layer_piece>& pieces = runs[r];
+      pieces.clear();
+      for_each_layer_tensor(t, o, tensors, tl.runs[r].first, tl.layers.experts_per_rank,
+                            tl.layers.shards, tl.layers.sharded_grads, tl.runs[r].full,
+                            [&](const layer_piece& x) {
                               if (x.count > 0 && x.size > bytes{}) pieces.push_back(x);
                             });
-      runs.push_back(pieces);
     }
     // Each layer event's tensors, one layer's (the whole bytes as one when they do not add up).
-    for (const timeline_event& e : tl.events) {
-      std::vector<bytes> sizes;
+    event_sizes_.resize(tl.events.size());
+    for (std::size_t i = 0; i < tl.events.size(); ++i) {
+      const timeline_event& e = tl.events[i];
+      std::vector<bytes>& sizes = event_sizes_[i];
+      sizes.clear();
       if (e.pieces && e.first_layer >= 0) {
-        sizes = sizes_of(runs[run_of(e.first_layer)], *e.pieces);
+        sizes_of(runs[run_of(e.first_layer)], *e.pieces, sizes);
         bytes sum{};
         for (bytes size : sizes) sum += size;
-        if (sum != (e.delta > bytes{} ? e.delta : -e.delta)) sizes = {};
+        if (sum != (e.delta > bytes{} ? e.delta : -e.delta)) sizes.clear();
       }
-      event_sizes_.push_back(sizes);
     }
     parameters(t, stage);
   }
@@ -96,17 +149,21 @@ class step_replay {
   constexpr void run(reserved_memory_estimate& out) {
     set_up(made::at_start);
     bytes before{};
-    std::vector<std::int64_t> last_start;  // the state the step before started from
+    // Deterministic replay: a step starting from its predecessor's start state repeats it and
+    // ends the steps. Not compared after a step that reserved more (new segments), nor when step
+    // 1 creates states: step 2 then mostly reserves more, and writing the state costs 5-10 %.
+    const bool compares = mode_ == replay_mode::skip_repeats && !creates_states();
+    bool saved = false;  // state_ holds the state the step before started from
     for (std::int64_t step = 1; step <= reserved_steps_simulated; ++step) {
-      // Deterministic replay: a step starting from its predecessor's start state repeats it and
-      // ends the steps. Not compared after a step that reserved more (new segments), nor when step
-      // 1 creates states: step 2 then mostly reserves more, and writing the state costs 5-10 %.
-      std::vector<std::int64_t> start;
-      if (mode_ == replay_mode::skip_repeats && (step == 2 || !last_start.empty()) &&
-          !creates_states())
-        start = state();
-      if (step > 2 && !start.empty() && start == last_start) break;
-      last_start = std::move(start);
+      bool repeats = false;
+      if (compares && (step == 2 || saved)) {
+        const bool compared = saved;
+        saved = write_state(repeats);
+        repeats = repeats && compared && saved;
+      } else {
+        saved = false;
+      }
+      if (step > 2 && repeats) break;
       alloc_.reset_peaks();
       replay_step(step == 1);
       const bytes reserved = alloc_.stats().peak_reserved;
@@ -115,7 +172,7 @@ class step_replay {
         if (step > 2) break;
       } else {
         out.stable_step = step;
-        last_start.clear();
+        saved = false;
       }
       before = reserved;
     }
@@ -128,38 +185,42 @@ class step_replay {
   }
 
  private:
-  /// A parameter tensor of the stage: its elements, and its layer (-1: outside the layers).
-  struct parameter {
-    std::int64_t elements = 0, layer = -1;
-  };
+  using parameter = replay_parameter;
 
   const training& t_;
   const step_timeline& tl_;
-  caching_allocator alloc_;
-  std::vector<std::vector<live_tensor>> live_;   ///< per ledger entry, in allocation order
-  std::vector<std::vector<bytes>> event_sizes_;  ///< per event: its tensors, when listed
-  std::vector<parameter> parameters_;
+  caching_allocator& alloc_;
+  std::vector<std::vector<live_tensor>>& live_;   ///< per ledger entry, in allocation order
+  std::vector<std::vector<bytes>>& event_sizes_;  ///< per event: its tensors, when listed
+  std::vector<parameter>& parameters_;
   std::int64_t parameter_elements_ = 0, parameter_tensors_ = 0;  ///< of the stage
   replay_mode mode_ = replay_mode::skip_repeats;
   /// The blocks record_stream frees hold (step_timeline::deferred): the gathered units', the
   /// gradients'.
-  std::vector<int> deferred_[2];
+  std::vector<int> (&deferred_)[2];
+  std::vector<std::int64_t>& state_;       ///< the state this step starts from (write_state())
+  std::vector<std::int64_t>& next_state_;  ///< the one before's, or a spare buffer
 
-  /// The allocator's state and where each held tensor lies (its handle names a block, whose
-  /// place is what matters); empty when the allocator's state is not comparable.
-  [[nodiscard]] constexpr std::vector<std::int64_t> state() const {
-    std::vector<std::int64_t> out = alloc_.state();
-    if (out.empty()) return out;
+  /// Writes the allocator's state and where each held tensor lies (its handle names a block,
+  /// whose place is what matters) into state_, in buffers kept from step to step and from replay
+  /// to replay: what state_ held moves to next_state_, and `same` says whether the two are equal,
+  /// value for value. False, state_ emptied, when the allocator's state is not comparable.
+  constexpr bool write_state(bool& same) {
+    std::swap(state_, next_state_);
+    state_.clear();
+    same = false;
+    if (!alloc_.append_state(state_)) return false;
     for (const std::vector<live_tensor>& held : live_) {
-      out.push_back(static_cast<std::int64_t>(held.size()));
+      state_.push_back(static_cast<std::int64_t>(held.size()));
       for (const live_tensor& x : held) {
-        out.insert(out.end(), {x.layer, x.size.count, -1, -1});
+        state_.insert(state_.end(), {x.layer, x.size.count, -1, -1});
         if (x.handle < 0) continue;  // refused: out of memory
-        out[out.size() - 2] = alloc_.block_at(x.handle).segment;
-        out.back() = alloc_.block_at(x.handle).offset;
+        state_[state_.size() - 2] = alloc_.block_at(x.handle).segment;
+        state_.back() = alloc_.block_at(x.handle).offset;
       }
     }
-    return out;
+    same = state_ == next_state_;
+    return true;
   }
 
   [[nodiscard]] constexpr std::size_t run_of(std::int64_t layer) const {
@@ -371,21 +432,31 @@ namespace detail::rules {
 
 /// Replays timeline `tl` of stage `stage` through the caching allocator step by step: the first
 /// creates the optimizer states, which move later steps' activations to new segments, so steps run
-/// until one after the second reserves nothing new, at most reserved_steps_simulated.
+/// until one after the second reserves nothing new, at most reserved_steps_simulated. In the
+/// buffers of `scratch`, which the next replay reuses.
+constexpr reserved_memory_estimate reserved_memory(const training& t, const activation_options& o,
+                                                   const step_timeline& tl, const alloc_conf& conf,
+                                                   std::int64_t stage, allocator_limits limits,
+                                                   replay_mode mode, replay_scratch& scratch) {
+  std::int64_t layers = 0;
+  for (const timeline_run& r : tl.runs) layers += r.count;
+  if (layers > max_replayed_layers)
+    detail::rules::allocator_replay_needs_at_most_max_replayed_layers(layers);
+  reserved_memory_estimate out{};
+  detail::step_replay replay(t, o, tl, stage, conf, limits, mode, scratch);
+  replay.run(out);
+  return out;
+}
+
+/// The same in buffers of its own.
 constexpr reserved_memory_estimate reserved_memory(const training& t, const activation_options& o,
                                                    const step_timeline& tl,
                                                    const alloc_conf& conf = {},
                                                    std::int64_t stage = 0,
                                                    allocator_limits limits = {},
                                                    replay_mode mode = replay_mode::skip_repeats) {
-  std::int64_t layers = 0;
-  for (const timeline_run& r : tl.runs) layers += r.count;
-  if (layers > max_replayed_layers)
-    detail::rules::allocator_replay_needs_at_most_max_replayed_layers(layers);
-  reserved_memory_estimate out{};
-  detail::step_replay replay(t, o, tl, stage, conf, limits, mode);
-  replay.run(out);
-  return out;
+  replay_scratch scratch;
+  return reserved_memory(t, o, tl, conf, stage, limits, mode, scratch);
 }
 
 /// The same, building the stage's timeline.

@@ -176,6 +176,23 @@ BENCHMARK(reserved_memory_by_layers<true>)
     ->ArgsProduct({{2, 32, 126}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
+/// A search on the replayed allocator: the largest micro-batch of Qwen3-30B-A3B (48 layers of
+/// 128 experts) with FSDP over 32 GPUs at 4,096 tokens and full recompute, which replays the
+/// allocator for each micro-batch it tries (the answer: 5). Run in a process that keeps glibc's
+/// default heap policy, like the Python module.
+void max_micro_batch_replayed(benchmark::State& state) {
+  training_plan_value plan{
+      training{models::qwen3_30b_a3b::value, mixed<bf16>::value, adamw<>::value,
+               full_finetune::value, parallel<fsdp<32>>::value},
+      activation_options{.micro_batch = 1, .sequence = 4096, .recompute = recompute_kind::full},
+      runtime_overheads{.reserve = reserve_model::simulated}};
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan);
+    benchmark::DoNotOptimize(max_micro_batch(plan, gpus::h100_80gb::value));
+  }
+}
+BENCHMARK(max_micro_batch_replayed)->Unit(benchmark::kMillisecond);
+
 /// What `vramfit infer` evaluates: each stage's ledger, then the largest batch and context.
 void infer_by_layers(benchmark::State& state) {
   model m = tiny_with_layers(state.range(0));

@@ -266,6 +266,50 @@ TEST_CASE("state: what decides later requests, whatever the handles and dead blo
   CHECK(gc.state().empty());
 }
 
+TEST_CASE("append_state appends state(); reset starts over as a new allocator") {
+  // Requests that split, merge, cache and reach a second pool, run by a used allocator after
+  // reset() and by a new one: the same handles, statistics, segment maps and state.
+  auto run = [](caching_allocator& a) {
+    std::vector<int> handles;
+    for (const std::int64_t size : {4 * M, 300 * K, 12 * M, 3 * M, K - 300, 30 * M})
+      handles.push_back(a.allocate(bytes{size}));
+    a.release(handles[0]);
+    a.release(handles[3]);
+    handles.push_back(a.allocate(bytes{2 * M}));
+    a.release(handles[4]);
+    handles.push_back(a.allocate(bytes{5 * M}, 1));
+    return handles;
+  };
+  const alloc_conf expandable = parse_alloc_conf("expandable_segments:True");
+  for (const alloc_conf& conf : {alloc_conf{}, expandable}) {
+    caching_allocator used(expandable, {.device = bytes{64 * M}});
+    used.release(used.allocate(bytes{40 * M}));
+    used.allocate(bytes{1000});
+    run(used);
+    used.reset(conf);
+    caching_allocator fresh(conf);
+    CHECK(run(used) == run(fresh));
+    CHECK(used.state() == fresh.state());
+    CHECK(used.stats().reserved == fresh.stats().reserved);
+    CHECK(used.stats().peak_allocated == fresh.stats().peak_allocated);
+    CHECK(used.stats().largest_free_at_peak == fresh.stats().largest_free_at_peak);
+    CHECK(used.stats().cuda_mallocs == fresh.stats().cuda_mallocs);
+    REQUIRE(used.segment_count() == fresh.segment_count());
+    for (std::size_t s = 0; s < used.segment_count(); ++s)
+      CHECK(used.segment_map(s) == fresh.segment_map(s));
+    std::vector<std::int64_t> appended{7};
+    CHECK(used.append_state(appended));
+    CHECK(appended.front() == 7);
+    CHECK(std::vector(appended.begin() + 1, appended.end()) == used.state());
+  }
+  // Garbage collection: nothing appended.
+  caching_allocator gc(parse_alloc_conf("garbage_collection_threshold:0.5"), {{}, bytes{200 * M}});
+  gc.allocate(bytes{M});
+  std::vector<std::int64_t> none;
+  CHECK_FALSE(gc.append_state(none));
+  CHECK(none.empty());
+}
+
 TEST_CASE("property: reserved covers allocated, and both equal their blocks and segments") {
   for (const char* conf :
        {"", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"}) {

@@ -367,6 +367,83 @@ TEST_CASE("the fast replay equals the full one for deep stages and allocator opt
   }
 }
 
+TEST_CASE("replays in one scratch answer as replays in buffers of their own") {
+  // A search passes one replay_scratch to every replay: what one replay leaves in it (blocks,
+  // segments, held tensors, the state compared) must never reach the next. Unlike replays in
+  // turn, larger and smaller, with and without steps left out, out of memory, expandable
+  // segments and garbage collection, each equal to its replay in fresh buffers.
+  struct replayed {
+    training t;
+    activation_options o;
+    alloc_conf conf;
+    allocator_limits limits;
+    replay_mode mode;
+  };
+  const training llama{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value,
+                       full_finetune::value, parallel<fsdp<8>>::value};
+  const training sgd_plain{models::llama_3_8b::value, mixed<bf16>::value, sgd<>::value};
+  training mixtral{models::mixtral_8x7b::value, mixed<bf16>::value, adamw<>::value};
+  mixtral.model.layers = 3;
+  mixtral.layout = {
+      .data = 8, .zero = sharding::zero3, .implementation = shard_implementation::deepspeed};
+  training qwen{models::qwen2_5_0_5b::value, mixed<bf16>::value, adamw<>::value};
+  qwen.model.layers = 97;
+  const activation_options one{.micro_batch = 1, .sequence = 2048};
+  const activation_options two{.micro_batch = 2, .sequence = 1024};
+  const allocator_limits tight{.device = bytes{std::int64_t{24} << 30},
+                               .fraction_limit = bytes{std::int64_t{20} << 30}};
+  const std::vector<replayed> replays = {
+      {llama, one, {}, {}, replay_mode::skip_repeats},
+      {sgd_plain, one, {}, {}, replay_mode::skip_repeats},
+      {qwen, two, parse_alloc_conf("expandable_segments:True"), {}, replay_mode::skip_repeats},
+      {mixtral, two, {}, {}, replay_mode::full},
+      {qwen, two, parse_alloc_conf("garbage_collection_threshold:0.6"), tight,
+       replay_mode::skip_repeats},
+      {sgd_plain, two, {}, {}, replay_mode::skip_repeats},
+      {qwen, two, parse_alloc_conf("max_split_size_mb:256"), tight, replay_mode::skip_repeats},
+      {training{testing::tiny_llama, mixed<bf16>::value, adamw<>::value},
+       {.micro_batch = 1, .sequence = 4},
+       {},
+       {},
+       replay_mode::skip_repeats},
+      {llama, two, {}, {}, replay_mode::full},
+  };
+  for (const bool reversed : {false, true}) {
+    replay_scratch scratch;
+    for (std::size_t k = 0; k < replays.size(); ++k) {
+      const replayed& r = replays[reversed ? replays.size() - 1 - k : k];
+      CAPTURE(reversed);
+      CAPTURE(k);
+      const step_timeline tl = step_timeline_of(r.t, r.o);
+      check_same(reserved_memory(r.t, r.o, tl, r.conf, 0, r.limits, r.mode, scratch),
+                 reserved_memory(r.t, r.o, tl, r.conf, 0, r.limits, r.mode));
+    }
+  }
+  // The planner's searches, which reuse one, and a fit through one: as without.
+  training_plan_value p{llama, one, {.reserve = reserve_model::simulated}};
+  replay_scratch scratch;
+  for (const std::int64_t b : {4, 1, 2}) {
+    p.batch.micro_batch = b;
+    CHECK(fit(p, gpus::h100_80gb::value, scratch) == fit(p, gpus::h100_80gb::value));
+  }
+  // And in a constant expression: two replays in one scratch (one layer, plain SGD: within
+  // clang's default constexpr steps).
+  static_assert([] {
+    model m = testing::tiny_llama;
+    m.layers = 1;
+    const training t{m, mixed<bf16>::value, sgd<>::value};
+    const activation_options o{.micro_batch = 1, .sequence = 4};
+    const step_timeline tl = step_timeline_of(t, o);
+    replay_scratch s;
+    const reserved_memory_estimate first =
+        reserved_memory(t, o, tl, {}, 0, {}, replay_mode::full, s);
+    const reserved_memory_estimate second =
+        reserved_memory(t, o, tl, {}, 0, {}, replay_mode::skip_repeats, s);
+    return first.reserved == bytes{2 << 20} && second.reserved == first.reserved &&
+           second.allocated == first.allocated && second.stable_step == first.stable_step;
+  }());
+}
+
 TEST_CASE("a later step that starts where the one before started is left out") {
   // Plain SGD keeps no state: the second step reserves nothing new and ends where it started,
   // so the third would repeat it; the fast path stops there, with the full replay's numbers.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace vramfit::detail {
@@ -56,12 +57,13 @@ class chunked_list {
 
   /// Puts `value` at `p`, before the element there.
   constexpr void insert(position p, const T& value) {
-    if (chunks_.empty()) chunks_.emplace_back();
+    if (chunks_.empty()) chunks_.push_back(spare());
     if (p.chunk == chunks_.size()) p = {p.chunk - 1, chunks_.back().size()};
     std::vector<T>& c = chunks_[p.chunk];
     c.insert(c.begin() + static_cast<std::ptrdiff_t>(p.index), value);
     if (c.size() < 2 * chunk_size) return;
-    std::vector<T> upper(c.begin() + chunk_size, c.end());
+    std::vector<T> upper = spare();
+    upper.assign(c.begin() + chunk_size, c.end());
     c.resize(chunk_size);
     chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(p.chunk + 1), std::move(upper));
   }
@@ -69,7 +71,18 @@ class chunked_list {
   constexpr void erase(const position& p) {
     std::vector<T>& c = chunks_[p.chunk];
     c.erase(c.begin() + static_cast<std::ptrdiff_t>(p.index));
-    if (c.empty()) chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(p.chunk));
+    if (!c.empty()) return;
+    spare_.push_back(std::move(c));
+    chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(p.chunk));
+  }
+
+  /// Empties the list; its chunks' buffers stay for the elements inserted next.
+  constexpr void clear() {
+    for (std::vector<T>& c : chunks_) {
+      c.clear();
+      spare_.push_back(std::move(c));
+    }
+    chunks_.clear();
   }
 
   /// Every element, in order (a copy: the caller may erase while it walks them).
@@ -82,6 +95,15 @@ class chunked_list {
  private:
   static constexpr std::size_t chunk_size = 16;  ///< a chunk splits when it reaches twice this
   std::vector<std::vector<T>> chunks_;
+  /// Emptied chunks, whose buffers a new chunk takes before any is allocated.
+  std::vector<std::vector<T>> spare_;
+
+  constexpr std::vector<T> spare() {
+    if (spare_.empty()) return {};
+    std::vector<T> c = std::move(spare_.back());
+    spare_.pop_back();
+    return c;
+  }
 };
 
 }  // namespace vramfit::detail
