@@ -16,6 +16,8 @@ namespace detail_deepspeed {
 
 /// The most elements a bucket option takes here; vramfit's option checks the value itself.
 inline constexpr std::int64_t largest_elements = std::int64_t{1} << 50;
+/// The largest count the options take (train_setup.hpp whole_count).
+inline constexpr std::int64_t largest_count = 1'000'000'000'000'000;
 
 /// The batch, and the parallel degrees the file holds. config.py _batch_assertion requires
 /// train_batch_size == micro x steps x world_size, where the world counts every rank under
@@ -133,21 +135,40 @@ inline std::int64_t zero(launcher_keys& k) {
     return 0;
   }
   // "auto": the Trainer's sizes from the hidden size, which --reduce-bucket auto computes.
-  const auto bucket = [&k](const char* key, const char* option) {
+  const auto bucket = [&k](const char* key, const char* option, std::int64_t least = 1) {
     if (k.is_auto(key))
       k.set(option, "auto", key);
-    else if (const auto n = k.integer(key, 1, largest_elements))
+    else if (const auto n = k.integer(key, least, largest_elements))
       k.set(option, std::to_string(*n), key);
   };
   bucket("zero_optimization.reduce_bucket_size", "--reduce-bucket");
+  // ZeRO-3's coordinator (partitioned_param_coordinator.py), read by stage 3 only; 0 is a
+  // limit too (zero/config.py: ge=0).
+  const char* live = "zero_optimization.stage3_max_live_parameters";
+  const char* reuse = "zero_optimization.stage3_max_reuse_distance";
+  const char* persistence = "zero_optimization.stage3_param_persistence_threshold";
+  const char* model_persistence = "zero_optimization.stage3_model_persistence_threshold";
   if (stage < 3) {
     if (k.boolean("zero_optimization.overlap_comm").value_or(false))
       k.set("--overlap-comm", "true", "zero_optimization.overlap_comm");
+    k.no_effect({live, reuse, persistence, model_persistence});
   } else {
     k.no_effect({"zero_optimization.overlap_comm"});  // ZeRO-3 reduces through one buffer
-    bucket("zero_optimization.stage3_prefetch_bucket_size", "--prefetch-bucket");
+    // 0 prefetches nothing (partitioned_param_coordinator.py: prefetch_bucket_sz > 0).
+    bucket("zero_optimization.stage3_prefetch_bucket_size", "--prefetch-bucket", 0);
     if (const auto g = k.integer("zero_optimization.sub_group_size", 1, largest_elements))
       k.set("--sub-group", std::to_string(*g), "zero_optimization.sub_group_size");
+    for (const auto& [key, option] :
+         {std::pair{live, "--max-live-parameters"}, std::pair{reuse, "--max-reuse-distance"}})
+      if (const auto n = k.integer(key, 0, largest_count)) k.set(option, std::to_string(*n), key);
+    // "auto": the Trainer's 10 x hidden size, which --persistence-threshold auto computes.
+    if (k.is_auto(persistence))
+      k.set("--persistence-threshold", "auto", persistence);
+    else if (const auto n = k.integer(persistence, 0, largest_count))
+      k.set("--persistence-threshold", std::to_string(*n), persistence);
+    k.unmodeled(model_persistence,
+                "caps the persistent parameters' total (default unlimited); vramfit keeps every "
+                "parameter under the persistence threshold gathered");
   }
   const auto ratio = k.number("zero_optimization.offload_optimizer.ratio");
   if (ratio && *ratio < 1 && stage != 3)  // zero/config.py offload_ratio_check
@@ -192,13 +213,6 @@ inline std::int64_t zero(launcher_keys& k) {
        "zero_optimization.stage3_gather_16bit_weights_on_model_save",
        "zero_optimization.stage3_gather_fp16_weights_on_model_save",
        "zero_optimization.gather_16bit_weights_on_model_save"});
-  for (const char* key : {"zero_optimization.stage3_max_live_parameters",
-                          "zero_optimization.stage3_max_reuse_distance",
-                          "zero_optimization.stage3_param_persistence_threshold",
-                          "zero_optimization.stage3_model_persistence_threshold"})
-    k.unmodeled(key,
-                "ZeRO-3 keeps gathered parameters by these limits; vramfit keeps the largest "
-                "layer's and the prefetch bucket");
   for (const char* key :
        {"zero_optimization.zero_hpz_partition_size", "zero_optimization.zero_quantized_weights",
         "zero_optimization.zero_quantized_gradients",

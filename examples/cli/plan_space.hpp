@@ -46,6 +46,9 @@ inline const std::set<std::string> decided_by_plan = {"--dp",
                                                       "--reduce-bucket",
                                                       "--prefetch-bucket",
                                                       "--sub-group",
+                                                      "--max-live-parameters",
+                                                      "--max-reuse-distance",
+                                                      "--persistence-threshold",
                                                       "--overlap-comm",
                                                       "--fsdp",
                                                       "--fsdp-group",
@@ -119,6 +122,9 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
       if (l.zero == sharding::zero3) {
         if (o.prefetch_bucket) argv.insert(argv.end(), {"--prefetch-bucket", *o.prefetch_bucket});
         if (o.sub_group) argv.insert(argv.end(), {"--sub-group", *o.sub_group});
+        if (o.max_live) argv.insert(argv.end(), {"--max-live-parameters", *o.max_live});
+        if (o.reuse_distance) argv.insert(argv.end(), {"--max-reuse-distance", *o.reuse_distance});
+        if (o.persistence) argv.insert(argv.end(), {"--persistence-threshold", *o.persistence});
       }
     }
   }

@@ -49,6 +49,9 @@ struct train_options {
   std::optional<std::string> reduce_bucket;    ///< DeepSpeed reduce_bucket_size; unset: 5e8
   std::optional<std::string> prefetch_bucket;  ///< DeepSpeed stage3_prefetch_bucket_size; 5e7
   std::optional<std::string> sub_group;        ///< DeepSpeed sub_group_size; unset: 1e9
+  std::optional<std::string> max_live;         ///< DeepSpeed stage3_max_live_parameters; 1e9
+  std::optional<std::string> reuse_distance;   ///< DeepSpeed stage3_max_reuse_distance; 1e9
+  std::optional<std::string> persistence;      ///< stage3_param_persistence_threshold; 1e5
   bool overlap_comm = false;
   std::optional<fsdp_strategy> fsdp;
   std::int64_t fsdp_group = 0;
@@ -183,12 +186,23 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
   cmd.add_flag("--overlap-comm", o.overlap_comm,
                "DeepSpeed ZeRO-1/2 overlap_comm: a second reduce buffer");
   cmd.add_option("--prefetch-bucket", o.prefetch_bucket,
-                 "DeepSpeed ZeRO-3's stage3_prefetch_bucket_size: parameter elements gathered "
-                 "ahead, such as 1e8 (default 5e7), or auto (the Hugging Face Trainer's: 0.9 x "
-                 "hidden size squared)");
+                 "DeepSpeed ZeRO-3's stage3_prefetch_bucket_size: parameter elements a fetch "
+                 "prefetches at most (default 5e7), 0 for none (what vramfit's bound on the "
+                 "gathered parameters takes), or auto (the Hugging Face Trainer's: 0.9 x hidden "
+                 "size squared)");
   cmd.add_option("--sub-group", o.sub_group,
                  "DeepSpeed ZeRO-3's sub_group_size: elements per optimizer step group, whose "
                  "fp32 gradients the step makes at once (default 1e9)");
+  cmd.add_option("--max-live-parameters", o.max_live,
+                 "DeepSpeed ZeRO-3's stage3_max_live_parameters: the prefetcher gathers ahead "
+                 "while fewer elements than this are gathered (default 1e9)");
+  cmd.add_option("--max-reuse-distance", o.reuse_distance,
+                 "DeepSpeed ZeRO-3's stage3_max_reuse_distance: a parameter used again within "
+                 "this many elements of modules stays gathered (default 1e9)");
+  cmd.add_option("--persistence-threshold", o.persistence,
+                 "DeepSpeed ZeRO-3's stage3_param_persistence_threshold: parameters of at most "
+                 "this many elements stay gathered for the run (default 1e5), or auto (the Hugging "
+                 "Face Trainer's: 10 x hidden size)");
   add_choice(cmd, "--fsdp", o.fsdp, fsdp_strategies, "FSDP strategy",
              "PyTorch FSDP over the data-parallel ranks: " + choice_list(fsdp_strategies));
   cmd.add_option("--fsdp-group", o.fsdp_group, "Ranks per shard group for --fsdp hybrid")
@@ -331,8 +345,10 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
       o.zero ? *o.zero > 0 && o.zero_impl == shard_implementation::deepspeed : plan;
   if ((given("--reduce-bucket") || given("--overlap-comm")) && !deepspeed)
     refuse("--reduce-bucket and --overlap-comm apply with --zero 1, 2 or 3 of DeepSpeed only");
-  if ((given("--prefetch-bucket") || given("--sub-group")) && !(deepspeed && o.zero == 3))
-    refuse("--prefetch-bucket and --sub-group apply with --zero 3 of DeepSpeed only");
+  for (const char* name : {"--prefetch-bucket", "--sub-group", "--max-live-parameters",
+                           "--max-reuse-distance", "--persistence-threshold"})
+    if (given(name) && !(deepspeed && o.zero == 3))
+      refuse(std::string(name) + " applies with --zero 3 of DeepSpeed only");
   if (given("--overlap-comm") && o.zero == 3)
     refuse("--overlap-comm: ZeRO-3 reduces through its one buffer either way");
   // plan: --sharding fsdp or any searches FSDP too (plan_space.hpp checks it there).

@@ -114,16 +114,17 @@ inline train_options for_model(const train_options& o, const named_model& m) {
 
 /// A count such as "2e8" or "494032768" given to `option`: whole and positive, at most 10^15.
 inline std::int64_t whole_count(const std::string& text, const char* option, const char* what,
-                                const char* example) {
+                                const char* example, int least = 1) {
   std::size_t used = 0;
   long double n = 0;
   try {
     n = std::stold(text, &used);
   } catch (const std::logic_error&) {
   }
-  if (used != text.size() || !(n >= 1 && n <= 1e15L) || n != std::floor(n))
-    detail::raise(std::string(option) + " takes a whole number of " + what +
-                  " from 1 to 1e15, such as " + example + "; got " + cli::shown_value(text));
+  if (used != text.size() || !(n >= least && n <= 1e15L) || n != std::floor(n))
+    detail::raise(std::string(option) + " takes a whole number of " + what + " from " +
+                  std::to_string(least) + " to 1e15, such as " + example + "; got " +
+                  cli::shown_value(text));
   return static_cast<std::int64_t>(n);
 }
 
@@ -271,9 +272,22 @@ inline layout layout_of(const train_options& o, const model& m) {
     l.zero3_prefetch_bucket_elements =
         *o.prefetch_bucket == "auto"
             ? squared / 10 * 9 + squared % 10 * 9 / 10
-            : whole_count(*o.prefetch_bucket, "--prefetch-bucket", "parameter elements", "1e8");
+            : whole_count(*o.prefetch_bucket, "--prefetch-bucket", "parameter elements", "1e8", 0);
   if (o.sub_group)
     l.zero3_sub_group_elements = whole_count(*o.sub_group, "--sub-group", "elements", "1e8");
+  // 0 is DeepSpeed's too (zero/config.py ge=0): no prefetch, no reuse, nothing persistent.
+  if (o.max_live)
+    l.zero3_max_live_elements =
+        whole_count(*o.max_live, "--max-live-parameters", "parameter elements", "1e8", 0);
+  if (o.reuse_distance)
+    l.zero3_reuse_distance_elements =
+        whole_count(*o.reuse_distance, "--max-reuse-distance", "parameter elements", "1e8", 0);
+  // "auto": the Trainer's 10 x hidden size (integrations/deepspeed.py trainer_config_finalize).
+  if (o.persistence)
+    l.zero3_persistence_threshold = *o.persistence == "auto"
+                                        ? detail::checked_mul(10, m.hidden)
+                                        : whole_count(*o.persistence, "--persistence-threshold",
+                                                      "parameter elements", "1e6", 0);
   l.zero_overlap_comm = o.overlap_comm;
   l.fsdp_version = o.fsdp_version;
   l.reshard_after_forward = reshard_ranks(o.reshard_after_forward);

@@ -74,13 +74,14 @@ constexpr void add_reduce_buffers(memory_ledger& ledger, const stage_model_state
   if (s.l().implementation == deepspeed) add_deepspeed_reduce_bucket(ledger, s);
 }
 
-/// The parameters sharded weights are gathered into: FSDP's units or whole model, or ZeRO-3's
-/// largest layer (and DeepSpeed's prefetch bucket).
+/// The parameters sharded weights are gathered into: FSDP's units or whole model, DeepSpeed
+/// ZeRO-3's coordinator's, or the estimator's largest layer.
 constexpr void add_gathered_parameters(memory_ledger& ledger, const stage_model_states& s) {
   using enum shard_implementation;
   if (!s.shard_weights) return;
   if (s.l().implementation == fsdp) return add_fsdp_gathered_parameters(ledger, s);
-  add_zero3_gathered_parameters(ledger, s, s.l().implementation == deepspeed);
+  if (s.l().implementation == deepspeed) return add_deepspeed_zero3_gathering(ledger, s);
+  add_zero3_gathered_parameters(ledger, s);
 }
 
 /// Whether backward's sharded gradients come from the reduce-scatter stream's pool.
@@ -92,6 +93,7 @@ constexpr bool gradients_on_side_stream(const layout& l, bool sharded_grads) {
 /// Of the gathered parameters' `buffer` bytes, what the all-gather stream allocates.
 constexpr bytes gathered_on_side_stream(const layout& l, const gathered_units& g, bytes buffer) {
   using enum shard_implementation;
+  if (l.implementation == deepspeed) return deepspeed_gathered_on_side_stream(l, buffer);
   return l.implementation == fsdp ? fsdp_gathered_on_side_stream(l, g, buffer) : bytes{};
 }
 

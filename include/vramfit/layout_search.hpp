@@ -500,6 +500,11 @@ class layout_searcher {
     p.setup.layout.fsdp_version = given.fsdp_version;
     p.setup.layout.zero_reduce_bucket_elements = given.zero_reduce_bucket_elements;
     p.setup.layout.zero_overlap_comm = given.zero_overlap_comm;
+    p.setup.layout.zero3_prefetch_bucket_elements = given.zero3_prefetch_bucket_elements;
+    p.setup.layout.zero3_sub_group_elements = given.zero3_sub_group_elements;
+    p.setup.layout.zero3_max_live_elements = given.zero3_max_live_elements;
+    p.setup.layout.zero3_reuse_distance_elements = given.zero3_reuse_distance_elements;
+    p.setup.layout.zero3_persistence_threshold = given.zero3_persistence_threshold;
     p.batch.recompute = e.recompute;
     p.batch.recompute_layers = e.recompute == recompute_kind::full ? e.recompute_layers : -1;
     p.batch.virtual_stages = e.virtual_stages;

@@ -74,6 +74,13 @@ struct layout {
   /// (runtime/zero/config.py: off for ZeRO-1/2 unless set; ZeRO-3 keeps one buffer either way).
   bool zero_overlap_comm = false;
   std::int64_t zero3_prefetch_bucket_elements = 50'000'000;  ///< stage3_prefetch_bucket_size
+  // DeepSpeed ZeRO-3's gathering at run time (runtime/zero/config.py, its defaults): the
+  // coordinator prefetches while fewer than max_live elements are gathered, keeps a parameter
+  // whose next use is within the reuse distance of elements, and never partitions a parameter
+  // of at most the persistence threshold's elements (docs/sources.md#deepspeed-zero).
+  std::int64_t zero3_max_live_elements = 1'000'000'000;        ///< stage3_max_live_parameters
+  std::int64_t zero3_reuse_distance_elements = 1'000'000'000;  ///< stage3_max_reuse_distance
+  std::int64_t zero3_persistence_threshold = 100'000;  ///< stage3_param_persistence_threshold
   /// DeepSpeed ZeRO-3 sub_group_size (runtime/zero/config.py: 1e9): the optimizer steps one
   /// sub-group of the partition at a time, with fp32 gradients for that sub-group only.
   std::int64_t zero3_sub_group_elements = 1'000'000'000;
@@ -248,7 +255,7 @@ namespace detail::rules {
   X(parallel_degree_must_be_positive, "a parallel degree is not positive", v.degree, v.a)         \
   X(world_size_must_not_exceed_the_limit, "more GPUs than the world-size limit", v.a,             \
     max_world_size)                                                                               \
-  X(buffer_size_must_not_be_negative, "a communication buffer size is negative", v.degree, v.a)   \
+  X(buffer_size_must_not_be_negative, "a buffer size or ZeRO-3 limit is negative", v.degree, v.a) \
   X(shard_group_must_divide_data_parallel, "the shard group does not divide data parallel", v.a,  \
     v.b)                                                                                          \
   X(sequence_parallel_needs_tensor_parallel, "sequence parallelism needs tensor parallelism")     \
@@ -308,11 +315,18 @@ constexpr layout_violation check_degrees(const layout& l) {
     world *= degrees[i];
     if (world > max_world_size) return {world_size_must_not_exceed_the_limit, world};
   }
-  const std::int64_t buffers[] = {l.ddp_bucket_bytes, l.zero_reduce_bucket_elements,
-                                  l.zero3_prefetch_bucket_elements, l.zero3_sub_group_elements};
-  const char* buffer_names[] = {"the DDP bucket", "the ZeRO reduce bucket",
-                                "the ZeRO-3 prefetch bucket", "the ZeRO-3 sub-group"};
-  for (int i = 0; i < 4; ++i)
+  const std::int64_t buffers[] = {
+      l.ddp_bucket_bytes,           l.zero_reduce_bucket_elements, l.zero3_prefetch_bucket_elements,
+      l.zero3_sub_group_elements,   l.zero3_max_live_elements,     l.zero3_reuse_distance_elements,
+      l.zero3_persistence_threshold};
+  const char* buffer_names[] = {"the DDP bucket",
+                                "the ZeRO reduce bucket",
+                                "the ZeRO-3 prefetch bucket",
+                                "the ZeRO-3 sub-group",
+                                "the ZeRO-3 max live parameters",
+                                "the ZeRO-3 max reuse distance",
+                                "the ZeRO-3 persistence threshold"};
+  for (int i = 0; i < 7; ++i)
     if (buffers[i] < 0) return {buffer_size_must_not_be_negative, buffers[i], 0, buffer_names[i]};
   if (l.shard_group > 0 && l.data % l.shard_group != 0)
     return {shard_group_must_divide_data_parallel, l.shard_group, l.data};

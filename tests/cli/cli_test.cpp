@@ -1489,6 +1489,53 @@ TEST_CASE("--reduce-bucket and --overlap-comm: DeepSpeed's reduce buffers, refus
           "--reduce-bucket was given an empty value");
 }
 
+TEST_CASE(
+    "ZeRO-3's coordinator: --max-live-parameters, --max-reuse-distance, "
+    "--persistence-threshold") {
+  // Llama-2-70B over 8 GPUs without prefetch (--prefetch-bucket 0): the head, and layer 79's
+  // down_proj and up_proj, whose backward lies within 1e9 elements of modules of their forward,
+  // cross the turn gathered: 731,906,048 elements in bf16 (unit tests derive it).
+  const std::string base =
+      "train -m llama-2-70b --dp 8 --zero 3 --precision bf16-fp32-master-16bit-grads ";
+  const char* gathered = "ZeRO-3 gathered parameters (fetched, prefetched and kept)";
+  CHECK(entry_bytes(json_of(base + "--prefetch-bucket 0"), gathered) == 2 * 731'906'048LL);
+  // No reuse distance: each parameter goes after its module, the largest (the head) alone.
+  CHECK(entry_bytes(json_of(base + "--prefetch-bucket 0 --max-reuse-distance 0"), gathered) ==
+        2 * 262'144'000LL);
+  // No room to prefetch (--max-live-parameters 0) is no prefetch.
+  CHECK(vramfit::cli_test::without_from(base + "--max-live-parameters 0") ==
+        vramfit::cli_test::without_from(base + "--prefetch-bucket 0"));
+  // The Trainer's "auto" threshold is 10 x hidden size; 1e5 and 81920 keep the same norms.
+  CHECK(vramfit::cli_test::without_from(base + "--persistence-threshold auto") ==
+        vramfit::cli_test::without_from(base + "--persistence-threshold 81920"));
+  // Threshold 0: none of the 161 norms of 8,192 elements stays gathered.
+  const auto weights = [](const std::string& args) {
+    return json_of(args)["memory"]["weights"].get<std::int64_t>();
+  };
+  CHECK(weights(base) - weights(base + "--persistence-threshold 0") == 2 * 161 * 8192LL);
+  const auto refused = [](const std::string& args, const char* message) {
+    const result r = run(args);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+    CHECK(r.err.find('\n') == r.err.size() - 1);
+  };
+  for (const char* option :
+       {"--max-live-parameters 1e8", "--max-reuse-distance 1e8", "--persistence-threshold 1e8"}) {
+    CAPTURE(option);
+    const std::string name = std::string(option).substr(0, std::string(option).find(' '));
+    refused("train -m gpt2 " + std::string(option),
+            (name + " applies with --zero 3 of DeepSpeed only").c_str());
+    refused("train -m gpt2 --dp 2 --zero 2 " + std::string(option), "of DeepSpeed only");
+    refused("train -m gpt2 --dp 2 --zero 3 --zero-impl paper " + std::string(option),
+            "of DeepSpeed only");
+    refused("train -m gpt2 --dp 2 --zero 3 " + name + " -1",
+            (name + " takes a whole number of parameter elements from 0 to 1e15").c_str());
+    refused("train -m gpt2 --dp 2 --zero 3 " + name + " 1e16", "from 0 to 1e15");
+    refused("train -m gpt2 --dp 2 --zero 3 " + name + " 2.5", "from 0 to 1e15");
+  }
+  refused("train -m gpt2 --dp 2 --zero 3 --max-live-parameters auto", "from 0 to 1e15");
+}
+
 TEST_CASE("--experts-implementation and --expert-linears: transformers 5's packed experts") {
   // The experts implementation changes what a layer saves (unit tests derive the bytes); it is
   // refused for a dense model, and the header names it for an MoE one.
@@ -1605,7 +1652,8 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
   for (const char* o : {"--explain", "--params 7e9", "--check", "--dtypes"})
     probes.push_back({"train", o});
   // DeepSpeed ZeRO-3's buffers (refused elsewhere), and a launcher's file.
-  for (const char* o : {"--prefetch-bucket 1e8", "--sub-group 1e6"}) {
+  for (const char* o : {"--prefetch-bucket 0", "--sub-group 1e6", "--max-live-parameters 1e8",
+                        "--max-reuse-distance 1e10", "--persistence-threshold 1e8"}) {
     probes.push_back({"train", o});
     probes.push_back({"train --zero 3 --dp 2", o});
     probes.push_back({"min-gpus --zero 3", o});
@@ -1659,7 +1707,8 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
   probes.push_back({measured + " --pp 2", "--pp-runtime torch"});
   probes.push_back({measured, "--pp-runtime torch"});
   probes.push_back({measured, "--log compare.log"});
-  for (const char* o : {"--prefetch-bucket 1e8", "--sub-group 1e6"}) {
+  for (const char* o : {"--prefetch-bucket 0", "--sub-group 1e6", "--max-live-parameters 1e8",
+                        "--max-reuse-distance 1e10", "--persistence-threshold 1e8"}) {
     probes.push_back({measured, o});
     probes.push_back({measured + " --zero 3 --dp 2", o});
   }

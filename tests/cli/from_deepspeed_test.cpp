@@ -28,20 +28,21 @@ std::string written(const std::string& name, const std::string& text) {
 TEST_CASE("--from deepspeed: Hugging Face's ZeRO-3 example, its auto values and round trip") {
   const nlohmann::json j = json_of("train -m llama-3-8b --dp 2 --from deepspeed " + hf_zero3);
   // stage 3; offload_optimizer and offload_param on cpu; sub_group_size 1e14; the two buckets
-  // "auto"; AdamW without torch_adam is FusedAdam.
-  CHECK(from_options(j) == words{"--framework deepspeed", "--zero 3", "--reduce-bucket auto",
-                                 "--prefetch-bucket auto", "--sub-group 100000000000000",
-                                 "--offload all", "--offload-to cpu", "--optimizer adamw",
-                                 "--optimizer-impl fused"});
+  // and the persistence threshold "auto"; the coordinator's limits 1e9; AdamW without
+  // torch_adam is FusedAdam.
+  CHECK(from_options(j) ==
+        words{"--framework deepspeed", "--zero 3", "--reduce-bucket auto", "--prefetch-bucket auto",
+              "--sub-group 100000000000000", "--max-live-parameters 1000000000",
+              "--max-reuse-distance 1000000000", "--persistence-threshold auto", "--offload all",
+              "--offload-to cpu", "--optimizer adamw", "--optimizer-impl fused"});
   CHECK(without_from("train -m llama-3-8b --dp 2 --from deepspeed " + hf_zero3) ==
         without_from("train -m llama-3-8b --dp 2 --framework deepspeed --zero 3 --reduce-bucket "
-                     "auto --prefetch-bucket auto --sub-group 1e14 --offload all --offload-to cpu "
-                     "--optimizer adamw --optimizer-impl fused"));
+                     "auto --prefetch-bucket auto --sub-group 1e14 --max-live-parameters 1e9 "
+                     "--max-reuse-distance 1e9 --persistence-threshold auto --offload all "
+                     "--offload-to cpu --optimizer adamw --optimizer-impl fused"));
   // The Trainer fills these in; vramfit says so rather than guessing.
-  for (const char* key :
-       {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
-        "fp16.enabled", "zero_optimization.stage3_max_live_parameters",
-        "zero_optimization.stage3_param_persistence_threshold"}) {
+  for (const char* key : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                          "train_batch_size", "fp16.enabled"}) {
     INFO(key);
     CHECK(lists(j, "not_modeled", key));
   }
@@ -62,6 +63,42 @@ TEST_CASE("--reduce-bucket and --prefetch-bucket auto: the Trainer's H^2 and int
         without_from(base + " --reduce-bucket 16777215"));
 }
 
+TEST_CASE("--from deepspeed: ZeRO-3's coordinator limits, read at stage 3 only") {
+  // zero/config.py: stage3_max_live_parameters, stage3_max_reuse_distance and
+  // stage3_param_persistence_threshold are integers of 0 or more; stages 1 and 2 read none of
+  // them; stage3_model_persistence_threshold caps the persistent total, which vramfit does not.
+  const std::string limits = R"("stage3_max_live_parameters": 2e8, "stage3_max_reuse_distance": 0,
+      "stage3_param_persistence_threshold": 1e6, "stage3_model_persistence_threshold": 1e7})";
+  const nlohmann::json three = json_of("train -m llama-3-8b --dp 4 --from deepspeed " +
+                                       written("ds_limits3.json", R"({"zero_optimization":
+          {"stage": 3, )" + limits + "}"));
+  CHECK(from_options(three) == words{"--framework deepspeed", "--precision fp32", "--zero 3",
+                                     "--max-live-parameters 200000000", "--max-reuse-distance 0",
+                                     "--persistence-threshold 1000000"});
+  CHECK(lists(three, "not_modeled", "zero_optimization.stage3_model_persistence_threshold"));
+  const nlohmann::json two = json_of("train -m llama-3-8b --dp 4 --from deepspeed " +
+                                     written("ds_limits2.json", R"({"zero_optimization":
+          {"stage": 2, )" + limits + "}"));
+  CHECK(from_options(two) == words{"--framework deepspeed", "--precision fp32", "--zero 2"});
+  for (const char* key : {"zero_optimization.stage3_max_live_parameters",
+                          "zero_optimization.stage3_max_reuse_distance",
+                          "zero_optimization.stage3_param_persistence_threshold",
+                          "zero_optimization.stage3_model_persistence_threshold"}) {
+    INFO(key);
+    CHECK(lists(two, "no_effect", key));
+  }
+  check_refusal(
+      run("train --from deepspeed " + written("ds_limits_bad.json", R"({"zero_optimization":
+          {"stage": 3, "stage3_max_live_parameters": -1}})")),
+      "zero_optimization.stage3_max_live_parameters must be an integer from 0 to");
+  // A prefetch bucket of 0 prefetches nothing, as DeepSpeed takes it.
+  const nlohmann::json none = json_of("train -m llama-3-8b --dp 4 --from deepspeed " +
+                                      written("ds_prefetch0.json", R"({"zero_optimization":
+          {"stage": 3, "stage3_prefetch_bucket_size": 0}})"));
+  CHECK(from_options(none) ==
+        words{"--framework deepspeed", "--precision fp32", "--zero 3", "--prefetch-bucket 0"});
+}
+
 TEST_CASE("--from deepspeed: the other re-created examples") {
   const std::string base = "train -m llama-3-8b --from deepspeed ";
   // ZeRO-2 with its optimizer offloaded, two reduce buffers (overlap_comm), 2e8 each.
@@ -76,15 +113,16 @@ TEST_CASE("--from deepspeed: the other re-created examples") {
   // DeepSpeedExamples' bf16 baseline: micro-batch 4, bf16, ZeRO-3 with a 5e7 bucket; its
   // torch_autocast is off.
   const nlohmann::json bf16 = json_of(base + ds + "dsexamples_bf16_master_weight_baseline.json");
+  // Its stage3_param_persistence_threshold 0 keeps no parameter gathered for the run.
   CHECK(from_options(bf16) == words{"--framework deepspeed", "--micro-batch 4", "--grad-accum 1",
                                     "--precision bf16-fp32-master-16bit-grads", "--zero 3",
-                                    "--reduce-bucket 50000000", "--optimizer adamw",
-                                    "--optimizer-impl fused"});
+                                    "--reduce-bucket 50000000", "--persistence-threshold 0",
+                                    "--optimizer adamw", "--optimizer-impl fused"});
   CHECK(lists(bf16, "no_effect", "torch_autocast"));
   CHECK(without_from(base + ds + "dsexamples_bf16_master_weight_baseline.json") ==
         without_from("train -m llama-3-8b --framework deepspeed --micro-batch 4 --grad-accum 1 "
                      "--precision bf16-fp32-master-16bit-grads --zero 3 --reduce-bucket 5e7 "
-                     "--optimizer adamw --optimizer-impl fused"));
+                     "--persistence-threshold 0 --optimizer adamw --optimizer-impl fused"));
   // SuperOffload's baseline: train_batch_size without the micro-batch needs the world size.
   const nlohmann::json offload =
       json_of(base + ds + "dsexamples_superoffload_llama-8b_zerooffload.json");

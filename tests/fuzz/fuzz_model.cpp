@@ -379,6 +379,9 @@ layout random_layout(FuzzedDataProvider& in, const model& m) {
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.ddp_bucket_bytes = count(in);
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.zero_reduce_bucket_elements = count(in);
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.zero3_prefetch_bucket_elements = count(in);
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.zero3_max_live_elements = count(in);
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.zero3_reuse_distance_elements = count(in);
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) l.zero3_persistence_threshold = count(in);
   l.fsdp_backward_prefetch = pick_enum<fsdp_backward_prefetch>(in, 2);
   l.fsdp_forward_prefetch = in.ConsumeIntegralInRange<int>(0, 3) == 0;
   l.fsdp_limit_all_gathers = in.ConsumeIntegralInRange<int>(0, 3) != 0;
@@ -540,14 +543,16 @@ void print(const training& t, const activation_options& o, const runtime_overhea
   note(
       "  layout: dp %lld tp %lld sp %d pp %lld cp %lld ep %lld zero %d impl %d shard_group %lld "
       "offload opt %d param %d bucket_view %d ddp_bucket %lld reduce_bucket %lld prefetch_bucket "
-      "%lld backward_prefetch %d forward_prefetch %d limit_all_gathers %d fsdp_version %lld "
-      "reshard_after_forward %lld\n",
+      "%lld max_live %lld reuse_distance %lld persistence %lld backward_prefetch %d "
+      "forward_prefetch %d limit_all_gathers %d fsdp_version %lld reshard_after_forward %lld\n",
       ll(l.data), ll(l.tensor), int(l.sequence), ll(l.pipeline), ll(l.context), ll(l.expert),
       int(l.zero), int(l.implementation), ll(l.shard_group), int(l.optimizer_offload),
       int(l.parameter_offload), int(l.ddp_bucket_view), ll(l.ddp_bucket_bytes),
       ll(l.zero_reduce_bucket_elements), ll(l.zero3_prefetch_bucket_elements),
-      int(l.fsdp_backward_prefetch), int(l.fsdp_forward_prefetch), int(l.fsdp_limit_all_gathers),
-      ll(l.fsdp_version), ll(l.reshard_after_forward));
+      ll(l.zero3_max_live_elements), ll(l.zero3_reuse_distance_elements),
+      ll(l.zero3_persistence_threshold), int(l.fsdp_backward_prefetch),
+      int(l.fsdp_forward_prefetch), int(l.fsdp_limit_all_gathers), ll(l.fsdp_version),
+      ll(l.reshard_after_forward));
   if (!l.stage_layers.empty()) {
     note("  stage layers (%zu):", l.stage_layers.size());
     for (const i64 n : l.stage_layers) note(" %lld", ll(n));

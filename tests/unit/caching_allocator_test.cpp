@@ -266,7 +266,7 @@ TEST_CASE("state: what decides later requests, whatever the handles and dead blo
   CHECK(gc.state().empty());
 }
 
-TEST_CASE("append_state appends state(); reset starts over as a new allocator") {
+TEST_CASE("append_state appends state(), and reset starts over as a new allocator") {
   // Requests that split, merge, cache and reach a second pool, run by a used allocator after
   // reset() and by a new one: the same handles, statistics, segment maps and state.
   auto run = [](caching_allocator& a) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vramfit/hf_config.hpp>
 #include <vramfit/vramfit.hpp>
@@ -181,6 +182,32 @@ TEST_CASE("layouts and budgets past their limits are errors in the user's terms"
   l.stage_layers.push_back(9223372036854775807LL);
   CHECK_THROWS_WITH(validated(l, m),
                     "vramfit: the pipeline stages' layers sum to more than the model's 32");
+  // DeepSpeed ZeRO-3's limits take 0 (zero/config.py ge=0), not less.
+  l = layout{.data = 8, .zero = sharding::zero3, .implementation = shard_implementation::deepspeed};
+  l.zero3_max_live_elements = 0;
+  l.zero3_reuse_distance_elements = 0;
+  l.zero3_persistence_threshold = 0;
+  CHECK(check_layout(l, m).rule == layout_rule::none);
+  l.zero3_max_live_elements = -1;
+  CHECK_THROWS_WITH(validated(l, m),
+                    "vramfit: the ZeRO-3 max live parameters must not be "
+                    "negative, got -1");
+  l.zero3_max_live_elements = 0;
+  l.zero3_reuse_distance_elements = -2;
+  CHECK_THROWS_WITH(validated(l, m),
+                    "vramfit: the ZeRO-3 max reuse distance must not be "
+                    "negative, got -2");
+  l.zero3_reuse_distance_elements = 0;
+  l.zero3_persistence_threshold = -3;
+  CHECK_THROWS_WITH(validated(l, m),
+                    "vramfit: the ZeRO-3 persistence threshold must not be "
+                    "negative, got -3");
+  // The largest of each, the coordinator's reach saturating: every parameter persistent.
+  l.zero3_max_live_elements = l.zero3_reuse_distance_elements = l.zero3_persistence_threshold =
+      std::numeric_limits<std::int64_t>::max();
+  const memory_ledger kept =
+      model_states(training{m, mixed<bf16, bf16>::value, adamw<>::value, full_finetune::value, l});
+  CHECK(size_of(kept, entry_role::gathered_parameters) == bytes{});
   const gpu& h100 = gpus::h100_80gb::value;
   CHECK_THROWS_WITH(
       serve(m, {}, plain_weights<bf16>::value, {}, 4096, h100, {.utilization_percent = 0}),

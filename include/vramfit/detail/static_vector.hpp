@@ -33,6 +33,7 @@ struct static_vector {
     }
     items[count++] = item;
   }
+  constexpr void clear() { count = 0; }
   [[nodiscard]] constexpr std::size_t size() const { return count; }
   [[nodiscard]] constexpr bool empty() const { return count == 0; }
   constexpr const T* begin() const { return items; }
