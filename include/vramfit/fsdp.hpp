@@ -42,7 +42,7 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
       const tensor_group& g = tensors[i];
       const bool before = i < first_layers;
       if (root ? g.layer_count == 0 && !(after_layers_only && before) : g.in_layer(layer))
-        add_group(t, g, only, before, experts_per_rank, 1, acc);
+        add_group(t, g, only, before, experts_per_rank, 1, acc, group_parts::sizes);
     }
     return fsdp_unit{acc.trained_elements, acc.frozen_weights};
   };

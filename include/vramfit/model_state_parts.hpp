@@ -162,12 +162,17 @@ constexpr void add_optimizer_states(unsharded_states& acc, const training& t, co
       count;
 }
 
+/// What add_group accumulates: everything, or the tensors' sizes alone (weights, gradients,
+/// autocast copies and their counts), without the master copies and optimizer states that only
+/// the stage's totals need (a fit sizes FSDP's units and each layer's gradients this way).
+enum class group_parts : unsigned char { all, sizes };
+
 /// Accumulates `count` trained tensors of `g` of shape `s` stored as `weight`: the weight, its
 /// gradient, master copy and optimizer states. A tensor in a format of its own (peft's fp32
 /// adapters over 16-bit weights) has its gradient and states in that format, and no master.
 constexpr void add_trained(unsharded_states& acc, const training& t, const tensor_group& g,
                            std::int64_t count, const local_shape& s, const element_format& weight,
-                           std::int64_t shards) {
+                           std::int64_t shards, group_parts parts = group_parts::all) {
   if (count == 0) return;
   const precision& p = t.precision;
   const bool master_shards = master_is_sharded(t);
@@ -176,15 +181,18 @@ constexpr void add_trained(unsharded_states& acc, const training& t, const tenso
   const local_shape shard = dim0_shard(s, shards);
   acc.trained_elements = checked_add(acc.trained_elements, checked_mul(count, s.elements()));
   acc.trained_tensors = checked_add(acc.trained_tensors, count);
-  acc.trained_weights += stored(weight, s) * count;
-  acc.rounding += allocator_rounding(stored(weight, s)) * count;
-  acc.dim0_trained_weights += stored(master_shards && !own ? p.master : weight, shard) * count;
-  acc.gradients += stored(gradient, s) * count;
-  acc.rounding += allocator_rounding(stored(gradient, s)) * count;
+  const bytes weight_bytes = stored(weight, s);
+  const bytes gradient_bytes = own ? weight_bytes : stored(gradient, s);
+  acc.trained_weights += weight_bytes * count;
+  acc.gradients += gradient_bytes * count;
   acc.dim0_gradients += stored(own ? weight : sharded_gradient_format(t), shard) * count;
+  if (parts == group_parts::sizes) return;
+  acc.rounding += (allocator_rounding(weight_bytes) + allocator_rounding(gradient_bytes)) * count;
+  acc.dim0_trained_weights += stored(master_shards && !own ? p.master : weight, shard) * count;
   if (p.has_master() && !own) {
-    acc.master += stored(p.master, s) * count;
-    acc.rounding += allocator_rounding(stored(p.master, s)) * count;
+    const bytes master_bytes = stored(p.master, s);
+    acc.master += master_bytes * count;
+    acc.rounding += allocator_rounding(master_bytes) * count;
     if (!master_shards) acc.dim0_master += stored(p.master, shard) * count;
   }
   add_optimizer_states(acc, t, g, count, s, shard, own ? weight : p.updated());
@@ -202,8 +210,10 @@ constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor
   acc.frozen_elements = checked_add(acc.frozen_elements, checked_mul(n, frozen));
   for (const auto& [format, count] : {std::pair{&frozen_format(t, g), frozen - kept},
                                       std::pair{&frozen_format(t, g, true), kept}}) {
-    acc.frozen_weights += stored(*format, shape) * count;
-    acc.rounding += allocator_rounding(stored(*format, shape)) * count;
+    if (count == 0) continue;
+    const bytes each = stored(*format, shape);
+    acc.frozen_weights += each * count;
+    acc.rounding += allocator_rounding(each) * count;
     acc.dim0_frozen_weights += stored(*format, dim0_shard(shape, shards)) * count;
   }
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
@@ -221,10 +231,11 @@ constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor
   }
 }
 
-/// Accumulates the tensors of `g` that pipeline stage `stage` and expert rank 0 hold.
+/// Accumulates the tensors of `g` that pipeline stage `stage` and expert rank 0 hold (`parts` of
+/// them).
 constexpr void add_group(const training& t, const tensor_group& g, const stage_range& stage,
                          bool before_layers, std::int64_t experts_per_rank, std::int64_t shards,
-                         unsharded_states& acc) {
+                         unsharded_states& acc, group_parts parts = group_parts::all) {
   const tensor_block block = stage_block(t.model, g, stage, before_layers, experts_per_rank);
   const std::int64_t copies = checked_mul(block.layer_count, block.expert_count);
   if (copies == 0) return;
@@ -244,13 +255,13 @@ constexpr void add_group(const training& t, const tensor_group& g, const stage_r
                        block.layer_count, copies);
   }
   add_frozen(acc, t, g, copies, copies - trained, kept, shape, shards);
-  add_trained(acc, t, g, trained, shape, t.precision.weights, shards);
+  add_trained(acc, t, g, trained, shape, t.precision.weights, shards, parts);
   // LoRA's adapters on the layer's local shape.
   if (lora_elements(t.finetune, g) > 0) {
     const lora_adapters lora = lora_adapters_of(t, g, shape);
     acc.weight_tensors = checked_add(acc.weight_tensors, checked_mul(2, copies));
-    add_trained(acc, t, g, copies, lora.a, lora.format, shards);
-    add_trained(acc, t, g, copies, lora.b, lora.format, shards);
+    add_trained(acc, t, g, copies, lora.a, lora.format, shards, parts);
+    add_trained(acc, t, g, copies, lora.b, lora.format, shards, parts);
   }
 }
 

@@ -158,7 +158,7 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
     unsharded_states acc{};
     constexpr bool before_layers = false;
     add_group(t, g, {.first_layer = layer, .layers = 1, .first = false, .last = false},
-              before_layers, experts_per_rank, shards, acc);
+              before_layers, experts_per_rank, shards, acc, group_parts::sizes);
     const int part = g.kind == tensor_kind::attention ? 0 : 1;
     const bool out = g.split == tp_split::input && g.rank == 2;
     // One tensor per weight (per routed expert): its gradient and its autocast copy.
@@ -360,7 +360,8 @@ struct layer_run {
   std::int64_t first = 0, count = 0;
   layer_pattern pattern{};
 };
-using layer_runs = static_vector<layer_run, max_layer_runs>;
+/// A vector, not a static_vector: zeroing max_layer_runs patterns cost a sixth of a fit.
+using layer_runs = std::vector<layer_run>;
 
 /// Whether `b` continues the layer run pattern of `a`.
 constexpr bool same_run(const timeline_event& a, const timeline_event& b) {
@@ -465,7 +466,7 @@ constexpr head_gradients head_gradient_tensors(const training& t, const tensor_l
       unsharded_states acc{};
       constexpr bool before_layers = false;
       add_group(t, g, {.first_layer = 0, .layers = 0, .first = range.first, .last = true},
-                before_layers, layers.experts_per_rank, layers.shards, acc);
+                before_layers, layers.experts_per_rank, layers.shards, acc, group_parts::sizes);
       const bytes share =
           rank_share(acc.gradients, acc.dim0_gradients, t.layout, layers.sharded_grads);
       if (share > bytes{}) after_layers.push_back(share);
@@ -513,7 +514,8 @@ constexpr layer_runs layer_runs_of(const training& t, const activation_options& 
   for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
   cuts.push_back(recompute_end);
   const layer_context& c = tl.layers;
-  layer_runs runs{};
+  layer_runs runs;
+  runs.reserve(cuts.size() + 1);
   for_each_layer_run(range.first_layer, end, cuts, [&](std::int64_t first, std::int64_t count) {
     runs.push_back({first, count,
                     pattern_of(t, o, tensors, first, c.experts_per_rank, c.shards, c.sharded_grads,
@@ -556,7 +558,7 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
       unsharded_states acc{};
       constexpr bool before_layers = true;
       add_group(t, g, {.first_layer = 0, .layers = 0, .first = true, .last = range.last},
-                before_layers, c.experts_per_rank, c.shards, acc);
+                before_layers, c.experts_per_rank, c.shards, acc, group_parts::sizes);
       const bytes share = rank_share(acc.gradients, acc.dim0_gradients, t.layout, c.sharded_grads);
       embedding += share;
       if (t.model.tied_embeddings && g.split == tp_split::vocab) out.tied_grads += share;
