@@ -234,9 +234,9 @@ TEST_CASE("QLoRA under FSDP: the packed 4-bit payload sharded and gathered, Quan
   CHECK(entry(l, "bitsandbytes QuantStates (absmax), whole on every rank") ==
         bytes{80 * 13'578'268LL});
   // The frozen shard: the packed payload (n / 2 bytes: 855,638,016 / 2 per layer) and the bf16
-  // embeddings, head and norms (2 * 32,000 * 8,192 * 2 + 81 norms * 8,192 * 2), halved.
+  // embeddings, head and norms (2 * 32,000 * 8,192 * 2 + 161 norms * 8,192 * 2), halved.
   const std::int64_t payload = 80 * (855'638'016LL / 2);
-  const std::int64_t bf16_frozen = 2 * 32'000LL * 8'192 * 2 + 81 * 8'192LL * 2;
+  const std::int64_t bf16_frozen = 2 * 32'000LL * 8'192 * 2 + 161 * 8'192LL * 2;
   CHECK(entry(l, "weights (frozen)") == bytes{(payload + bf16_frozen) / 2});
   // Gathered: the root (embeddings, final norm, head in bf16) and two layers, each its payload,
   // its two bf16 norms and its 1,294,336 LoRA elements in bf16; no QuantState.
