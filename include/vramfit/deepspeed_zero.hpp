@@ -129,7 +129,10 @@ constexpr void for_each_zero3_parameter(const training& t, const tensor_group& g
   const element_format& frozen = frozen_format(t, g);
   const std::int64_t numel = checked_mul(shape.elements(), copies);
   visit(zero3_parameter{
-      numel, stored(weights, shape) * trained + stored(frozen, shape) * (copies - trained),
+      // A 4-bit weight's partition and gather hold its packed payload (quant_state.hpp).
+      numel,
+      stored(weights, shape) * trained +
+          (stored(frozen, shape) - quant_state_bytes(frozen, shape)) * (copies - trained),
       trained > 0 ? weights : frozen, numel <= threshold});
   if (lora_elements(t.finetune, g) == 0) return;
   const lora_adapters lora = lora_adapters_of(t, g, shape);

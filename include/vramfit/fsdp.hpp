@@ -8,7 +8,8 @@
 namespace vramfit::detail {
 
 /// What an FSDP unit gathers: its trained elements (gathered in the compute format, each with a
-/// gradient) and its frozen weights as stored (a quantized base is gathered quantized).
+/// gradient) and its frozen weights as stored (a quantized base is gathered quantized, its
+/// QuantStates not: quant_state.hpp).
 struct fsdp_unit {
   std::int64_t trained = 0;
   bytes frozen{};
@@ -44,7 +45,8 @@ constexpr fsdp_units fsdp_units_of(const training& t, const tensor_ledger& tenso
       if (root ? g.layer_count == 0 && !(after_layers_only && before) : g.in_layer(layer))
         add_group(t, g, only, before, experts_per_rank, 1, acc, group_parts::sizes);
     }
-    return fsdp_unit{acc.trained_elements, acc.frozen_weights};
+    // The flat parameter holds a 4-bit weight's packed payload, not its QuantState.
+    return fsdp_unit{acc.trained_elements, acc.frozen_weights - acc.frozen_quant_state};
   };
   auto size = [&](const fsdp_unit& u) { return elements_in(compute, u.trained) * 2 + u.frozen; };
   const std::int64_t end = stage.first_layer + stage.layers;
@@ -140,7 +142,8 @@ constexpr void add_fsdp_gathered_units(memory_ledger& ledger, const stage_model_
   // int N a 1/N share of each; the units are then not gathered again, or from that share.
   const std::int64_t kept_ranks = l.reshard_after_forward;
   if (kept_ranks > 0) {
-    const bytes all = elements_in(p.compute, s.acc.trained_elements) + s.acc.frozen_weights;
+    const bytes all = elements_in(p.compute, s.acc.trained_elements) + s.acc.frozen_weights -
+                      s.acc.frozen_quant_state;
     add_entry(ledger, "parameters kept gathered after forward (reshard_after_forward)",
               component::buffers, memory_space::device, divide_up(all, kept_ranks), 0,
               "FSDP2 fully_shard reshard_after_forward: False keeps units unsharded, an int "

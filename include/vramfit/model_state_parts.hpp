@@ -14,6 +14,7 @@
 #include "optimizer.hpp"
 #include "parallel.hpp"
 #include "precision.hpp"
+#include "quant_state.hpp"
 #include "stages.hpp"
 #include "tensors.hpp"
 
@@ -64,6 +65,10 @@ struct unsharded_states {
   /// The autocast copies of frozen weights: cast per call, not cached (autocast_mode.cpp
   /// cached_cast caches leaf tensors that require grad only).
   bytes frozen_cast_copies{};
+  /// Of the frozen weights, bitsandbytes' QuantStates (quant_state.hpp): whole, and those of
+  /// the dim-0 shards, on `frozen_quant_state_tensors` weights.
+  bytes frozen_quant_state{}, dim0_frozen_quant_state{};
+  std::int64_t frozen_quant_state_tensors = 0;
   // The same quantities sharded tensor by tensor along dim 0 (layout::shards_each_tensor).
   /// What PyTorch's caching allocator adds by rounding each tensor up to 512 bytes.
   bytes rounding{};
@@ -215,6 +220,11 @@ constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor
     acc.frozen_weights += each * count;
     acc.rounding += allocator_rounding(each) * count;
     acc.dim0_frozen_weights += stored(*format, dim0_shard(shape, shards)) * count;
+    const bytes quant_state = quant_state_bytes(*format, shape);
+    acc.frozen_quant_state += quant_state * count;
+    acc.dim0_frozen_quant_state += quant_state_bytes(*format, dim0_shard(shape, shards)) * count;
+    if (quant_state > bytes{})
+      acc.frozen_quant_state_tensors = checked_add(acc.frozen_quant_state_tensors, count);
   }
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a

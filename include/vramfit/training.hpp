@@ -168,10 +168,15 @@ constexpr void add_weights(memory_ledger& ledger, const stage_model_states& s) {
     add_entry(ledger, "weights (trained)", component::weights, s.weight_space,
               s.shard(acc.trained_weights, acc.dim0_trained_weights, sharded), acc.trained_tensors,
               source, lifetime::persistent, entry_role::trained_weights);
+    // Sharded, the 4-bit weights' QuantStates stay whole on the device (quant_state.hpp).
+    const bytes whole = sharded ? acc.frozen_quant_state : bytes{};
     add_entry(ledger, "weights (frozen)", component::weights, s.weight_space,
-              s.shard(acc.frozen_weights, acc.dim0_frozen_weights, sharded),
+              s.shard(acc.frozen_weights - whole,
+                      acc.dim0_frozen_weights - (sharded ? acc.dim0_frozen_quant_state : bytes{}),
+                      sharded),
               acc.weight_tensors - acc.trained_tensors, source, lifetime::persistent,
               entry_role::frozen_weights);
+    add_quant_states(ledger, whole, acc.frozen_quant_state_tensors);
   }
   add_entry(ledger, "model buffers (states)", component::weights, memory_space::device,
             acc.state_buffers, 0, "tensor ledger: stored non-parameter tensors");
