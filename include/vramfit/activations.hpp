@@ -1476,7 +1476,8 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
                                  const block_builder& b, const stage_range& range) {
   if (!range.first) return {};
   const std::int64_t tokens = b.tokens();
-  bytes embedding{checked_mul(8, tokens)};  // input ids (int64), embedding backward
+  // input ids (int64), embedding backward; a frozen embedding's has no grad_fn to keep them
+  bytes embedding{b.frozen_base() ? 0 : checked_mul(8, tokens)};
   if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
   if (m.family == family::vit) {
     const encoder_config& e = m.encoder;
@@ -1565,7 +1566,8 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
   loss_tensors s{};
   if (!range.last) return s;
   const model& m = t.model;
-  block_builder final_norm(m, t.precision, o, l);
+  // LoRA leaves the final norm's weight frozen: weight * x keeps no x for it (as a layer's norms).
+  block_builder final_norm(m, t.precision, o, l, t.finetune);
   final_norm.norm("final norm input", m.hidden);
   for (const saved_tensor& x : final_norm.result()) s.head += x.size;
   if (m.is_encoder()) {

@@ -413,6 +413,8 @@ CASES = [
     case("llama-gqa-bf16-lora-all-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", lora=LORA_ALL),
     case("llama-gqa-amp-lora-all-ckpt-nonreentrant-adamw-foreach", LLAMA, "amp_bf16", "adamw", "foreach",
          ckpt="non_reentrant", lora=LORA_ALL),
+    case("llama-gqa-bf16-lora-all-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", seq=128, vocab=256,
+         lora=LORA_ALL),
     case("gpt2-dropout-fp32-adamw-foreach", GPT2, "fp32", "adamw", "foreach"),
     case("gpt2-dropout-amp-adamw-foreach", GPT2, "amp_bf16", "adamw", "foreach"),
     case("gpt2-dropout-bf16-adafactor-forloop", GPT2, "bf16", "adafactor", "for-loop"),
