@@ -674,10 +674,18 @@ constexpr void mla_attention(block_builder& b, const model& m, const activation_
         "modeling_deepseek.py DeepseekV2Attention.forward: key_states of k_nope and the rotated "
         "k_pe",
         b.split(heads * qk), beta);
-  b.add("kv_b output (holds the value)",
-        "modeling_deepseek.py DeepseekV2Attention.forward: k_nope, value_states = "
-        "torch.split(kv, ...) (views of kv)",
-        b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)), beta);
+  if (b.attention() == attention_kind::eager)
+    // The value matmul's reshape copies the strided V view (its bmm saves the copy); K's part of
+    // kv_b's output is copied by the cat, so nothing keeps that output.
+    b.add("value (the value matmul's contiguous copy)",
+          "modeling_deepseek_v3.py eager_attention_forward: torch.matmul(attn_weights, "
+          "value_states) on a split view of kv_b_proj's output (aten matmul: reshape copies)",
+          b.split(heads * a.v_head_dim), beta, {.freed = freed_at::core_start});
+  else
+    b.add("kv_b output (holds the value)",
+          "modeling_deepseek.py DeepseekV2Attention.forward: k_nope, value_states = "
+          "torch.split(kv, ...) (views of kv)",
+          b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)), beta);
   if (b.attention() == attention_kind::eager) {
     eager_scores(b, m, o, heads);
     b.add("attention output (o_proj input)", out_projection_source(m),
@@ -1468,7 +1476,8 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
                                  const block_builder& b, const stage_range& range) {
   if (!range.first) return {};
   const std::int64_t tokens = b.tokens();
-  bytes embedding{checked_mul(8, tokens)};  // input ids (int64), embedding backward
+  // input ids (int64), embedding backward; a frozen embedding's has no grad_fn to keep them
+  bytes embedding{b.frozen_base() ? 0 : checked_mul(8, tokens)};
   if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
   if (m.family == family::vit) {
     const encoder_config& e = m.encoder;
@@ -1557,7 +1566,8 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
   loss_tensors s{};
   if (!range.last) return s;
   const model& m = t.model;
-  block_builder final_norm(m, t.precision, o, l);
+  // LoRA leaves the final norm's weight frozen: weight * x keeps no x for it (as a layer's norms).
+  block_builder final_norm(m, t.precision, o, l, t.finetune);
   final_norm.norm("final norm input", m.hidden);
   for (const saved_tensor& x : final_norm.result()) s.head += x.size;
   if (m.is_encoder()) {
@@ -1737,7 +1747,19 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     detail::forward_transients f{held_states, bytes_for_bits(detail::checked_mul(
                                                   held_states * b.replicated(m.hidden), b.rho()))};
     if (m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers) {
-      const detail::forward_transients moe = detail::moe_forward_transients(m, o, l, b);
+      detail::forward_transients moe = detail::moe_forward_transients(m, o, l, b);
+      if (m.moe.shared_experts > 0 && o.recompute != recompute_kind::full &&
+          o.recompute != recompute_kind::op_sac) {
+        // modeling_deepseek_v3.py DeepseekV3MoE.forward: self.shared_experts(residuals) runs
+        // after self.experts(...) returns, so at the locals' peak the last layer has not saved
+        // its shared experts' tensors yet: the peak is that much below all layers' saved.
+        detail::block_builder shared(m, t.precision, o, l, t.finetune);
+        detail::mlp_block(shared, m, shared.tokens(),
+                          m.moe.shared_experts * m.moe.expert_ffn / shared.tp(), "shared expert");
+        bytes kept{};
+        for (const saved_tensor& x : shared.result()) kept += x.size;
+        moe.size = moe.size > kept ? moe.size - kept : bytes{};
+      }
       f = {f.tensors + moe.tensors, f.size + moe.size};
     }
     add_entry(ledger, "hidden states and MoE block locals held in forward", component::activations,

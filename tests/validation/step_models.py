@@ -553,6 +553,19 @@ class Config:
     moe_norm_topk_prob: bool = True  # Qwen3-MoE: norm_topk_prob (Qwen3-30B-A3B: true); Mixtral always renormalizes
     experts_impl: str = "grouped_mm"  # config._experts_implementation: "grouped_mm" (the default) or "eager"
     attention_bias: bool = False  # gpt-oss: config.attention_bias (true) on q, k, v and o
+    # DeepSeek-V3 (DeepseekV3Config): MLA's low-rank projections and head widths (head_dim is
+    # qk_rope_head_dim, the rotary's width), the dense layers before the first MoE layer, shared
+    # experts and the group-limited sigmoid routing
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    first_k_dense_replace: int = 0
+    moe_shared_experts: int = 0  # n_shared_experts
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 2.5  # DeepSeek-V3's config.json
+    rope_interleave: bool = True  # DeepseekV3Config's default
 
     def __post_init__(self):
         if not self.head_dim:
@@ -2249,16 +2262,201 @@ MODEL_CODES = {"torchtune": TorchtuneForCausalLM, "litgpt": LitgptForCausalLM,
                "torchtitan-2024": TitanForCausalLM}
 
 
+# --------------------------------------------------------------------------------------------
+# DeepSeek-V3 (transformers 5: models/deepseek_v3/modeling_deepseek_v3.py, generated from
+# modular_deepseek_v3.py; integrations/moe.py): Llama's RMSNorm, rotary (over qk_rope_head_dim),
+# eager attention and SwiGLU MLP; DeepseekV3Attention (MLA: q_a_proj, q_a_layernorm, q_b_proj;
+# kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; the rope part of K shared by the heads;
+# rope_interleave's view/transpose/reshape before the rotary; Q and K concatenated from their
+# nope and rope parts); layers [first_k_dense_replace, layers) with DeepseekV3MoE: the fp32
+# DeepseekV3TopkRouter, route_tokens_to_experts (sigmoid, e_score_correction_bias, group-limited
+# top-k, gather, in-place renormalization, routed_scaling_factor), DeepseekV3NaiveMoe (Mixtral's
+# packed experts, @use_experts_implementation: grouped_mm by default) and the shared experts (a
+# DeepseekV3MLP of moe_intermediate_size * n_shared_experts on the block's input).
+# --------------------------------------------------------------------------------------------
+class DeepseekV3MLP(LlamaMLP):
+    def __init__(self, cfg, intermediate_size=None):
+        nn.Module.__init__(self)
+        f = cfg.intermediate if intermediate_size is None else intermediate_size
+        self.gate_proj = nn.Linear(cfg.hidden, f, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden, f, bias=False)
+        self.down_proj = nn.Linear(f, cfg.hidden, bias=False)
+        self.act_fn = nn.SiLU()
+
+
+class DeepseekV3TopkRouter(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.hidden = cfg.hidden
+        self.weight = nn.Parameter(torch.empty(cfg.moe_experts, cfg.hidden))
+        nn.init.normal_(self.weight, std=0.02)  # DeepseekV3PreTrainedModel._init_weights
+        self.register_buffer("e_score_correction_bias", torch.zeros(cfg.moe_experts))
+
+    def forward(self, hidden_states):  # DeepseekV3TopkRouter.forward
+        hidden_states = hidden_states.view(-1, self.hidden)
+        return F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
+
+
+class DeepseekV3MoE(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.experts = MixtralExperts(cfg)  # DeepseekV3NaiveMoe: MixtralExperts' code
+        self.gate = DeepseekV3TopkRouter(cfg)
+        self.shared_experts = DeepseekV3MLP(cfg, cfg.moe_intermediate * cfg.moe_shared_experts)
+        self.n_routed_experts = cfg.moe_experts
+        self.n_group = cfg.n_group
+        self.topk_group = cfg.topk_group
+        self.norm_topk_prob = cfg.moe_norm_topk_prob
+        self.routed_scaling_factor = cfg.routed_scaling_factor
+        self.top_k = cfg.moe_top_k
+
+    def route_tokens_to_experts(self, router_logits):  # DeepseekV3MoE.route_tokens_to_experts
+        router_logits = router_logits.sigmoid()
+        router_logits_for_choice = router_logits + self.gate.e_score_correction_bias
+        group_scores = (
+            router_logits_for_choice.view(-1, self.n_group, self.n_routed_experts // self.n_group)
+            .topk(2, dim=-1)[0]
+            .sum(dim=-1)
+        )
+        group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores)
+        group_mask.scatter_(1, group_idx, 1)
+        score_mask = (
+            group_mask.unsqueeze(-1)
+            .expand(-1, self.n_group, self.n_routed_experts // self.n_group)
+            .reshape(-1, self.n_routed_experts)
+        )
+        scores_for_choice = router_logits_for_choice.masked_fill(~score_mask.bool(), float("-inf"))
+        topk_indices = torch.topk(scores_for_choice, k=self.top_k, dim=-1, sorted=False)[1]
+        topk_weights = router_logits.gather(1, topk_indices)
+        if self.norm_topk_prob:
+            denominator = topk_weights.sum(dim=-1, keepdim=True) + 1e-20
+            topk_weights /= denominator
+        topk_weights = topk_weights * self.routed_scaling_factor
+        return topk_indices, topk_weights
+
+    def forward(self, hidden_states):  # DeepseekV3MoE.forward
+        residuals = hidden_states
+        orig_shape = hidden_states.shape
+        router_logits = self.gate(hidden_states)
+        topk_indices, topk_weights = self.route_tokens_to_experts(router_logits)
+        hidden_states = hidden_states.view(-1, hidden_states.shape[-1])
+        hidden_states = self.experts(hidden_states, topk_indices, topk_weights).view(*orig_shape)
+        hidden_states = hidden_states + self.shared_experts(residuals)
+        return hidden_states
+
+
+def apply_rotary_pos_emb_interleave(q, k, cos, sin, unsqueeze_dim=1):  # modeling_deepseek_v3.py
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    b, h, s, d = q.shape
+    q = q.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+    b, h, s, d = k.shape
+    k = k.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+class DeepseekV3Attention(nn.Module):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.cfg = cfg
+        self.num_key_value_groups = 1  # num_attention_heads // num_key_value_heads (equal)
+        self.attention_dropout = 0.0
+        self.is_causal = True
+        self.q_lora_rank = cfg.q_lora_rank
+        self.qk_rope_head_dim = cfg.head_dim
+        self.kv_lora_rank = cfg.kv_lora_rank
+        self.v_head_dim = cfg.v_head_dim
+        self.qk_nope_head_dim = cfg.qk_nope_head_dim
+        self.qk_head_dim = cfg.qk_nope_head_dim + cfg.head_dim
+        self.num_heads = cfg.heads
+        if self.q_lora_rank == 0:  # q_lora_rank None
+            self.q_proj = nn.Linear(cfg.hidden, self.num_heads * self.qk_head_dim, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(cfg.hidden, cfg.q_lora_rank, bias=False)
+            self.q_a_layernorm = LlamaRMSNorm(cfg.q_lora_rank)
+            self.q_b_proj = nn.Linear(cfg.q_lora_rank, self.num_heads * self.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(cfg.hidden, self.kv_lora_rank + self.qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = LlamaRMSNorm(self.kv_lora_rank)
+        self.kv_b_proj = nn.Linear(self.kv_lora_rank, self.num_heads * (self.qk_nope_head_dim + self.v_head_dim),
+                                   bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.v_head_dim, cfg.hidden, bias=False)
+        self.scaling = self.qk_head_dim ** (-0.5)  # no rope_scaling
+
+    def forward(self, hidden_states, position_embeddings, attention_mask):  # DeepseekV3Attention.forward
+        batch_size, seq_length = hidden_states.shape[:-1]
+        query_shape = (batch_size, seq_length, -1, self.qk_head_dim)
+        key_shape = (batch_size, seq_length, -1, self.qk_nope_head_dim + self.v_head_dim)
+        if self.q_lora_rank == 0:
+            q_states = self.q_proj(hidden_states)
+        else:
+            q_states = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))
+        q_states = q_states.view(query_shape).transpose(1, 2)
+        q_pass, q_rot = torch.split(q_states, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+        compressed_kv = self.kv_a_proj_with_mqa(hidden_states)
+        k_pass, k_rot = torch.split(compressed_kv, [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+        k_pass = self.kv_b_proj(self.kv_a_layernorm(k_pass)).view(key_shape).transpose(1, 2)
+        k_pass, value_states = torch.split(k_pass, [self.qk_nope_head_dim, self.v_head_dim], dim=-1)
+        k_rot = k_rot.view(batch_size, 1, seq_length, self.qk_rope_head_dim)
+        cos, sin = position_embeddings
+        if self.cfg.rope_interleave:
+            q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
+        else:
+            q_rot, k_rot = apply_rotary_pos_emb(q_rot, k_rot, cos, sin)
+        k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
+        query_states = torch.cat((q_pass, q_rot), dim=-1)
+        key_states = torch.cat((k_pass, k_rot), dim=-1)
+        assert self.cfg.attn == "eager", "SDPA with qk_head_dim != v_head_dim: the CUDA kernel is not emulated"
+        attn_output, attn_weights = llama_eager_attention_forward(
+            self, query_states, key_states, value_states, attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling)
+        attn_output = attn_output.reshape(batch_size, seq_length, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, attn_weights
+
+
+class DeepseekV3DecoderLayer(LlamaDecoderLayer):
+    def __init__(self, cfg, layer_idx):
+        GradientCheckpointingLayer.__init__(self)
+        self.layer_idx = layer_idx
+        self.self_attn = DeepseekV3Attention(cfg, layer_idx)
+        self.mlp = DeepseekV3MoE(cfg) if layer_idx >= cfg.first_k_dense_replace else DeepseekV3MLP(cfg)
+        self.input_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+
+
+class DeepseekV3Model(LlamaModel):
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList([DeepseekV3DecoderLayer(cfg, i) for i in range(cfg.layers)])
+        self.norm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(cfg)  # DeepseekV3RotaryEmbedding: head_dim = qk_rope_head_dim
+
+
+class DeepseekV3ForCausalLM(LlamaForCausalLM):
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.model = DeepseekV3Model(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        self.loss_function = ForCausalLMLoss
+
+
 def build_model(cfg):
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
         return MODEL_CODES[cfg.code](cfg)
-    assert (cfg.family in ("mixtral", "qwen3_moe", "gpt_oss")) == (cfg.moe_experts > 0), \
-        "a sparse MoE block is Mixtral's, Qwen3-MoE's or gpt-oss's"
+    assert (cfg.family in ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3")) == (cfg.moe_experts > 0), \
+        "a sparse MoE block is Mixtral's, Qwen3-MoE's, gpt-oss's or DeepSeek-V3's"
     assert cfg.family != "qwen3_moe" or cfg.qk_norm, "Qwen3-MoE's attention has q_norm and k_norm"
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
             "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM,
-            "qwen3_moe": LlamaForCausalLM, "gpt_oss": GptOssForCausalLM}[cfg.family](cfg)
+            "qwen3_moe": LlamaForCausalLM, "gpt_oss": GptOssForCausalLM,
+            "deepseek_v3": DeepseekV3ForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

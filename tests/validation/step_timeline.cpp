@@ -47,6 +47,17 @@ traced_case describe(const nlohmann::json& k) {
     if (e["router"] == "qwen3_moe") m.moe.layout = moe_layout::mlp_experts;
     if (e["router"] == "gpt_oss") m.moe.layout = moe_layout::gpt_oss;
   }
+  if (k.contains("mla")) {  // DeepSeek-V3: MLA, dense layers first, shared experts, score bias
+    const nlohmann::json& a = k["mla"];
+    m.mla = {.q_lora_rank = a["q_lora_rank"],
+             .kv_lora_rank = a["kv_lora_rank"],
+             .qk_nope_head_dim = a["qk_nope_head_dim"],
+             .qk_rope_head_dim = a["qk_rope_head_dim"],
+             .v_head_dim = a["v_head_dim"]};
+    m.moe.shared_experts = k["moe"]["shared_experts"];
+    m.moe.first_dense_layers = k["moe"]["first_dense_layers"];
+    m.moe.router_score_bias = true;  // e_score_correction_bias
+  }
   if (k["family"] == "gpt_oss") {  // biased attention with sinks, windowed every other layer
     m.bias = bias_kind::attention;
     m.attention_sinks = true;

@@ -369,6 +369,13 @@ QWEN3MOE = dict(MIXTRAL, family="qwen3_moe", qk_norm=True)
 # GptOssExperts (transposed packed weights with biases, grouped_mm); the experts' width equals hidden
 GPTOSS = dict(family="gpt_oss", hidden=128, intermediate=128, heads=4, kv_heads=2, head_dim=32, layers=2, vocab=1024,
               moe_experts=4, moe_top_k=2, moe_intermediate=128, attention_bias=True, sliding_window=128)
+# DeepSeek-V3 (transformers 5): MLA (q_lora_rank, kv_lora_rank, nope 32 + rope 16 for Q and K,
+# V 32), one dense layer (first_k_dense_replace), then DeepseekV3MoE: 8 routed experts of width 64
+# in 2 groups (topk_group 1), top-2, one shared expert; head_dim is qk_rope_head_dim
+DEEPSEEK3 = dict(family="deepseek_v3", hidden=128, intermediate=352, heads=4, kv_heads=4, head_dim=16, layers=3,
+                 vocab=1024, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=32, v_head_dim=32,
+                 first_k_dense_replace=1, moe_experts=8, moe_top_k=2, moe_intermediate=64, moe_shared_experts=1,
+                 n_group=2, topk_group=1)
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -381,6 +388,7 @@ def case(name, model, precision, optimizer, impl, batch=2, seq=64, ckpt="none", 
 
 
 LORA = dict(r=8, alpha=16, targets=["q_proj", "v_proj"], adapter_dtype="float32")
+LORA_ALL = dict(LORA, targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
 
 CASES = [
     case("llama-gqa-fp32-adamw-foreach", LLAMA, "fp32", "adamw", "foreach"),
@@ -400,6 +408,13 @@ CASES = [
     case("llama-gqa-bf16-lora-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", lora=LORA),
     case("llama-gqa-amp-lora-ckpt-nonreentrant-adamw-foreach", LLAMA, "amp_bf16", "adamw", "foreach",
          ckpt="non_reentrant", lora=LORA),
+    # LoRA on every linear of the layers (peft's target_modules "all-linear" for Llama), without
+    # and with checkpointing
+    case("llama-gqa-bf16-lora-all-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", lora=LORA_ALL),
+    case("llama-gqa-amp-lora-all-ckpt-nonreentrant-adamw-foreach", LLAMA, "amp_bf16", "adamw", "foreach",
+         ckpt="non_reentrant", lora=LORA_ALL),
+    case("llama-gqa-bf16-lora-all-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", seq=128, vocab=256,
+         lora=LORA_ALL),
     case("gpt2-dropout-fp32-adamw-foreach", GPT2, "fp32", "adamw", "foreach"),
     case("gpt2-dropout-amp-adamw-foreach", GPT2, "amp_bf16", "adamw", "foreach"),
     case("gpt2-dropout-bf16-adafactor-forloop", GPT2, "bf16", "adafactor", "for-loop"),
@@ -461,6 +476,12 @@ CASES = [
     case("gptoss-amp-adamw-fused", GPTOSS, "amp_bf16", "adamw", "fused"),
     case("gptoss-bf16-v256-s128-sgd-foreach", GPTOSS, "bf16", "sgd", "foreach", seq=128, vocab=256,
          sliding_window=256),
+    # DeepSeek-V3: MLA with eager attention (SDPA's CUDA kernel for qk_head_dim != v_head_dim is not
+    # emulated), a dense layer and two MoE layers with a shared expert and group-limited sigmoid
+    # routing, in bf16, under AMP, and with a small vocabulary where the layers decide the peak
+    case("deepseek3-bf16-adamw-foreach", DEEPSEEK3, "bf16", "adamw", "foreach"),
+    case("deepseek3-amp-adamw-fused", DEEPSEEK3, "amp_bf16", "adamw", "fused"),
+    case("deepseek3-bf16-v256-s128-sgd-foreach", DEEPSEEK3, "bf16", "sgd", "foreach", seq=128, vocab=256),
 ]
 
 
@@ -535,6 +556,15 @@ def describe(c):
         d["sliding_window"] = cfg.sliding_window
         d["layer_types"] = [sm.gptoss_layer_type(i) for i in range(cfg.layers)]
         d["rope"] = "default"  # gpt-oss's YaRN: the same [1, s, head_dim / 2] tables
+    if m["family"] == "deepseek_v3":
+        d["norm"], d["mlp"] = "rmsnorm", "swiglu"
+        d["moe"].update(router="deepseek_v3", shared_experts=cfg.moe_shared_experts,
+                        first_dense_layers=cfg.first_k_dense_replace, n_group=cfg.n_group,
+                        topk_group=cfg.topk_group, routed_scaling_factor=cfg.routed_scaling_factor)
+        d["mla"] = {"q_lora_rank": cfg.q_lora_rank, "kv_lora_rank": cfg.kv_lora_rank,
+                    "qk_nope_head_dim": cfg.qk_nope_head_dim, "qk_rope_head_dim": cfg.head_dim,
+                    "v_head_dim": cfg.v_head_dim}
+        d["rope_interleave"] = cfg.rope_interleave
     return d
 
 
