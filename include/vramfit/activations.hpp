@@ -362,8 +362,44 @@ class block_builder {
                        .output_linear_input = flags.output_linear_input,
                        .freed = flags.freed});
   }
+  /// As add(), for one tensor so small that its allocator block counts: every allocation takes a
+  /// multiple of 512 B (c10/cuda/CUDACachingAllocator.cpp round_size: kMinBlockSize), as the
+  /// model states count theirs (allocator_rounding()).
+  constexpr void add_block(const char* name, const char* source, std::int64_t elements,
+                           std::int64_t bits, saved_flags flags = {}) {
+    const std::size_t before = ledger_.size();
+    add(name, source, elements, bits, flags);
+    if (ledger_.size() == before) return;
+    saved_tensor& x = ledger_[ledger_.size() - 1];
+    x.size += allocator_rounding(x.size);
+  }
   /// What follows belongs to the MLP half of the layer.
   constexpr void begin_mlp() { part_ = layer_part::mlp; }
+
+  /// The layer's input needs no gradient (layer_input_frozen()): until an adapter's output joins
+  /// the residual stream, an operator whose inputs and weights all need none records no backward
+  /// node and saves nothing (torch/csrc/autograd/function.h: compute_requires_grad).
+  constexpr void input_needs_no_grad() { stream_grad_ = false; }
+  /// Whether the residual stream needs a gradient here.
+  [[nodiscard]] constexpr bool stream_grad() const { return stream_grad_; }
+  /// An output joins the residual stream: from here on, it needs a gradient if `grad`.
+  constexpr void stream_joined(bool grad) { stream_grad_ = stream_grad_ || grad; }
+  /// Whether the layer's linear `module` carries a LoRA adapter over a frozen base.
+  [[nodiscard]] constexpr bool adapted(const char* module) const {
+    return frozen_base_ && lora_targets(f_.lora.targets, module);
+  }
+  /// Whether the output of one of the linears `modules` needs a gradient: its input does, or an
+  /// adapter adds to it (a trained base's weight always does).
+  [[nodiscard]] constexpr bool output_grad(const linear_readers& modules, std::size_t i) const {
+    if (stream_grad_ || !frozen_base_) return true;
+    return adapted(modules.names[modules.count == 3 ? i : 0]);  // else one fused projection
+  }
+  /// Which of Q, K and V need a gradient (head_projections() sets them for the core).
+  struct qkv_grads {
+    bool q = true, k = true, v = true;
+  };
+  constexpr void set_qkv_grads(qkv_grads g) { qkv_ = g; }
+  [[nodiscard]] constexpr qkv_grads qkv() const { return qkv_; }
 
   /// What the linears `modules` keep of their one input (`name`): trained, the input (one
   /// autocast copy per linear, else shared); on a frozen LoRA base, per adapted linear, lora_A's
@@ -394,6 +430,8 @@ class block_builder {
 
   /// A norm over `width` features: what its implementation saves, not its output.
   constexpr void norm(const char* name, std::int64_t width) {
+    // A frozen norm over an input that needs no gradient saves nothing (input_needs_no_grad()).
+    if (!stream_grad_) return;
     const std::int64_t rows = replicated(1);
     if (m_.norm == norm_kind::layernorm) {
       // aten native_layer_norm: input, mean and rstd (fp32 per row).
@@ -459,7 +497,9 @@ class block_builder {
   /// A per-head RMSNorm of `width` over `heads` local heads (Qwen3's and Gemma 3's q_norm and
   /// k_norm), read from a projection's output in the compute format: as norm(), its normalized
   /// input in that format, or Gemma's fp32 product and (1 + weight).
-  constexpr void head_norm(const char* name, std::int64_t heads, std::int64_t width) {
+  constexpr void head_norm(const char* name, std::int64_t heads, std::int64_t width,
+                           bool grad = true) {
+    if (!grad) return;  // its projection's output needs no gradient: nothing saved
     const bool gemma = m_.norm_plus_one;
     add(name,
         gemma ? "modeling_gemma3.py Gemma3Attention.forward: self.q_norm(query_states), k_norm "
@@ -525,7 +565,8 @@ class block_builder {
   const layout& l_;
   std::int64_t tp_ = 1, tokens_ = 0, beta_ = 16, rho_ = 16;
   const finetuning& f_;
-  bool autocast_ = false, frozen_base_ = false;
+  bool autocast_ = false, frozen_base_ = false, stream_grad_ = true;
+  qkv_grads qkv_{};
   attention_kind attention_ = attention_kind::flash;
   std::int64_t adapter_bits_ = 16;
   layer_part part_ = layer_part::attention;
@@ -569,6 +610,17 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
   // run before it, free theirs (a 16-bit copy, the dropout's output and mask) first.
   constexpr saved_flags softmax_output{.selective = true, .freed = freed_at::core_end};
   constexpr saved_flags value_matmul_input{.selective = true, .freed = freed_at::core_start};
+  // Over a frozen input (head_projections()): the scores need a gradient only through Q or K, the
+  // value matmul keeps the probabilities only for V's.
+  const block_builder::qkv_grads g = b.qkv();
+  const bool scores_grad = g.q || g.k;
+  if (!scores_grad && !g.v) return;
+  if (!scores_grad) {
+    b.add("attention probabilities (value matmul input)",
+          "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states)",
+          scores, b.beta(), value_matmul_input);
+    return;
+  }
   if (m.attention_softcap)
     // tanh_backward(grad, result) reads its output, after the softmax's backward.
     b.add("attention logits soft-capped (tanh output)",
@@ -596,11 +648,12 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
           "torch nn.functional.dropout, derivatives.yaml native_dropout: "
           "native_dropout_backward(grad, result1, ...)",
           scores, o.dropout_mask_bits, value_matmul_input);
-    b.add("attention dropout output",
+    if (g.v)
+      b.add("attention dropout output",
           "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states) "
           "after nn.functional.dropout",
           scores, b.beta(), value_matmul_input);
-  } else if (softmax_bits != b.beta()) {
+  } else if (softmax_bits != b.beta() && g.v) {
     b.add("attention probabilities (16-bit copy)",
           m.family == family::gpt2
               ? "modeling_gpt2.py eager_attention_forward: attn_weights.type(value.dtype), read "
@@ -723,28 +776,40 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   const std::int64_t beta = b.beta();
   const std::int64_t d = m.head_dim;
   const std::int64_t kv = detail::local_kv_heads(m, b.tp());
+  // Over a frozen input a projection's output needs a gradient only through its adapter.
+  const linear_readers qkv = linears_of(m).attention;
+  const block_builder::qkv_grads g{
+      .q = b.output_grad(qkv, 0), .k = b.output_grad(qkv, 1), .v = b.output_grad(qkv, 2)};
+  b.set_qkv_grads(g);
+  // The core's backward node: eager's matmuls save each operand only for the other's gradient
+  // (derivatives.yaml bmm: self: grad.bmm(mat2...), mat2: self.transpose(1, 2).bmm(grad); the
+  // generated code guards each saved input by should_compute_output); SDPA's saves all or none.
+  const bool eager = b.attention() == attention_kind::eager;
+  const bool any = g.q || g.k || g.v;
   if (fused_qkv(m)) {
     // Q, K and V are views of one projection output, which therefore stays whole (BERT's and
     // DistilBERT's three projections keep the same elements).
-    b.add("QKV projection output", fused_qkv_source(m), b.split((heads + 2 * kv) * d), beta);
+    if (any)
+      b.add("QKV projection output", fused_qkv_source(m), b.split((heads + 2 * kv) * d), beta);
     return;
   }
   // modeling_qwen3.py: q_norm and k_norm over each head of the projections' outputs.
   if (m.qk_norm) {
-    b.head_norm("q_norm input (fp32)", heads, d);
-    b.head_norm("k_norm input (fp32)", kv, d);
+    b.head_norm("q_norm input (fp32)", heads, d, g.q);
+    b.head_norm("k_norm input (fp32)", kv, d, g.k);
   }
   const bool rotary = m.positions == position_kind::rotary;
   const bool hf = o.code == model_code::hf;
   const code_sources code = sources_of(o.code);
   // (The math kernel saves Q scaled instead, of the same size.)
-  b.add("query (after rotary)",
+  if (eager ? g.k : any)
+    b.add("query (after rotary)",
         !hf      ? code.query
         : rotary ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) "
                    "* sin)"
                  : "the query projection's output, read by the attention",
         b.split(heads * d), beta);
-  if (traits_of(o.code).rope_rows)
+  if (traits_of(o.code).rope_rows && (g.q || g.k))
     // Its table's rows for the tokens' positions, a new complex64 tensor per layer, which both
     // multiplies save (torchtitan always passes the packed documents' positions).
     b.add("rotary table rows (complex64)",
@@ -759,7 +824,8 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
       b.attention() == attention_kind::eager || b.attention() == attention_kind::sdpa;
   const std::int64_t kv_saved = repeated && kv < heads && !repeat_is_view ? heads : kv;
   const bool copies = kv_saved != kv;
-  b.add("key (after rotary)",
+  if (eager ? g.q : any)
+    b.add("key (after rotary)",
         !hf      ? code.key
         : copies ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
                    "module.num_key_value_groups)"
@@ -767,6 +833,8 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
                    "* sin)"
                  : "the key projection's output, read by the attention",
         b.split(kv_saved * d), beta);
+  // The value matmul keeps V for the probabilities' gradient.
+  if (eager ? !(g.q || g.k) : !any) return;
   if (m.family == family::phi3 && !copies)
     // modeling_phi3.py slices Q, K and V out of one qkv_proj output; the rotary makes new Q
     // and K, but the attention saves V, a view that keeps the whole output alive.
@@ -797,6 +865,16 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
     b.linear_input("attention output (merged heads, o_proj input)", out_projection_source(m),
                    b.split(1), width, linears_of(m).attention_output,
                    {.output_linear_input = true});
+    return;
+  }
+  // SDPA's one backward node saves its inputs, output and statistics for any input's gradient.
+  const block_builder::qkv_grads g = b.qkv();
+  const bool core_grad = g.q || g.k || g.v;
+  if (!core_grad) {
+    b.linear_input(
+        "attention output (o_proj input)",
+        o.code == model_code::hf ? out_projection_source(m) : sources_of(o.code).attention_output,
+        b.split(1), width, linears_of(m).attention_output, {.output_linear_input = true});
     return;
   }
   if (m.family == family::phi3 && b.beta() == 16)
@@ -846,7 +924,14 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
     head_projections(b, m, o, heads);
     head_attention_core(b, m, o, heads);
   }
-  if (o.hidden_dropout) b.dropout_mask("attention residual dropout mask", b.replicated(m.hidden));
+  // The attention's output needs a gradient through Q, K or V, or o_proj's adapter.
+  const block_builder::qkv_grads g = b.qkv();
+  const linear_readers out = linears_of(m).attention_output;
+  bool grad = g.q || g.k || g.v;
+  for (std::size_t i = 0; i < out.count; ++i) grad = grad || b.adapted(out.names[i]);
+  b.stream_joined(grad);
+  if (o.hidden_dropout && b.stream_grad())
+    b.dropout_mask("attention residual dropout mask", b.replicated(m.hidden));
 }
 
 /// Where a gated MLP's four saved tensors are made: the gate projection's output (the
@@ -978,7 +1063,7 @@ constexpr void packed_experts_block(block_builder& b, const model& m, const acti
         checked_add(checked_mul(b.tokens(), m.moe.top_k), checked_mul(grouped ? 3 : 2, routed)),
         64);
   if (grouped)  // derivatives.yaml _grouped_mm keeps offs for both products' backward
-    b.add(
+    b.add_block(
         "expert row offsets (int32)",
         "integrations/moe.py grouped_mm_experts_forward: offsets = torch.cumsum(tokens_per_expert, "
         "dim=0, dtype=torch.int32)",
@@ -1232,15 +1317,27 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
 
 }  // namespace detail
 
+/// Whether layer `layer`'s input needs no gradient: the first layer over LoRA's frozen embedding
+/// (the embedding's output has no grad_fn) of a pre-norm decoder, without checkpointing (Hugging
+/// Face's gradient_checkpointing_enable calls enable_input_require_grads, modeling_utils.py).
+constexpr bool layer_input_frozen(const model& m, const activation_options& o,
+                                  const finetuning& f, std::int64_t layer) {
+  return layer == 0 && f.kind == finetune_kind::lora && !m.is_mla() && !m.is_encoder() &&
+         (o.recompute == recompute_kind::none || o.recompute == recompute_kind::selective);
+}
+
 /// What autograd saves for one transformer layer (`moe_layer`: a mixture-of-experts layer) for
 /// one micro-batch on one rank, operator by operator. Tensors a layer shares with others (the
-/// rotary tables) are model-level and not here.
+/// rotary tables) are model-level and not here. `input_grad` false: the layer's input needs no
+/// gradient (layer_input_frozen()).
 constexpr saved_tensor_ledger layer_saved_tensors(const model& m, const precision& p,
                                                   const activation_options& o, const layout& l,
                                                   bool moe_layer = false,
-                                                  const finetuning& f = full_finetune::value) {
+                                                  const finetuning& f = full_finetune::value,
+                                                  bool input_grad = true) {
   detail::check(o, l);
   detail::block_builder b(m, p, o, l, f);
+  if (!input_grad) b.input_needs_no_grad();
   // Pre-LN blocks (and Falcon's one shared norm); BERT's post-LN saves the same inputs.
   b.norm("attention norm input", m.hidden);
   detail::attention_block(b, m, o);
@@ -1256,7 +1353,8 @@ constexpr saved_tensor_ledger layer_saved_tensors(const model& m, const precisio
 constexpr bytes layer_activation_bytes(const model& m, const precision& p,
                                        const activation_options& o, const layout& l, bool moe_layer,
                                        recompute_kind recompute,
-                                       const finetuning& f = full_finetune::value) {
+                                       const finetuning& f = full_finetune::value,
+                                       bool input_grad = true) {
   if (recompute == recompute_kind::full || recompute == recompute_kind::op_sac) {
     detail::block_builder b(m, p, o, l);
     const bytes input = bytes_for_bits(detail::checked_mul(b.replicated(m.hidden), b.rho()));
@@ -1269,7 +1367,7 @@ constexpr bytes layer_activation_bytes(const model& m, const precision& p,
                .cached;
   }
   bytes sum{};
-  for (const saved_tensor& s : layer_saved_tensors(m, p, o, l, moe_layer, f))
+  for (const saved_tensor& s : layer_saved_tensors(m, p, o, l, moe_layer, f, input_grad))
     if (!(recompute == recompute_kind::selective && s.recomputed_by_selective)) sum += s.size;
   return sum;
 }
@@ -1466,6 +1564,13 @@ constexpr stage_layers layers_of_stage(const training& t, const activation_optio
     const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe == 1);
     const bytes most = w.mlp > w.attention ? w.mlp : w.attention;
     if (most > s.largest_working) s.largest_working = most;
+  }
+  // The model's first layer over a frozen input saves less (layer_input_frozen()): one layer, in
+  // closed form.
+  if (n > 0 && layer_input_frozen(m, o, t.finetune, range.first_layer)) {
+    const bool moe = m.is_moe_layer(0);
+    s.kept -= layer_activation_bytes(m, t.precision, o, l, moe, kept_policy, t.finetune) -
+              layer_activation_bytes(m, t.precision, o, l, moe, kept_policy, t.finetune, false);
   }
   return s;
 }
@@ -1698,6 +1803,23 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   const detail::stage_layers layers = detail::layers_of_stage(t, o, l, range);
   const detail::loss_tensors loss = detail::head_and_loss(t, o, l, b, range);
 
+  // Hugging Face builds one additive causal mask [b, 1, s, s] per forward for eager attention
+  // (asked for: SDPA's math kernel is given is_causal), in the embeddings' format (masking_utils.py
+  // eager_mask: torch.where(..., torch.finfo(dtype).min) with dtype = inputs_embeds.dtype, fp32
+  // under autocast), and a sliding-window one beside it where windows alternate (Gemma 2's
+  // causal_mask_mapping); adding a mask saves nothing.
+  bytes masks{};
+  std::int64_t mask_count = 0;
+  if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
+    mask_count = m.sliding_window > 0 && !windowed_everywhere(m) ? 2 : 1;
+    masks = bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.rho())) *
+            mask_count;
+  }
+  // A checkpointed layer's call keeps its keyword arguments, the mask among them, until its
+  // backward (modeling_layers.py GradientCheckpointingLayer: partial(super().__call__, **kwargs),
+  // held by torch/utils/checkpoint.py's recompute function): to the first layer's backward.
+  const bool masks_kept = layers.checkpointed > 0;
+
   memory_ledger ledger{};
   const auto space = o.offload ? memory_space::host : memory_space::device;
   add_entry(ledger, "saved activations (layers x micro-batches)", component::activations, space,
@@ -1706,8 +1828,12 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   // Model-level tensors, per micro-batch in flight.
   add_entry(ledger, "embedding inputs and rotary tables", component::activations, space,
             held_by(first_chunk, detail::embedding_inputs(m, o, b, range)) +
-                held(detail::rotary_tables(m, b, range)),
-            0, "input ids (int64), dropout mask, HF rotary cos/sin", lifetime::forward_backward,
+                held(detail::rotary_tables(m, b, range)) + (masks_kept ? held(masks) : bytes{}),
+            0,
+            masks_kept ? "input ids (int64), dropout mask, HF rotary cos/sin, causal mask kept by "
+                         "the checkpointed layers"
+                       : "input ids (int64), dropout mask, HF rotary cos/sin",
+            lifetime::forward_backward,
             entry_role::embedding_inputs);
   // Under activation offload the loss's tensors stay on the GPU (read first in backward;
   // torchtune's loss is outside OffloadActivations). Two where one micro-batch's are held: norm and
@@ -1725,18 +1851,11 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             entry_role::logits);
   if (loss.logits_first > bytes{}) ledger[ledger.size() - 1].first_tensor = loss.logits_first;
 
-  // Hugging Face builds one additive causal mask [b, 1, s, s] in the compute format per forward
-  // for eager attention (asked for: SDPA's math kernel is given is_causal), and a sliding-window
-  // one beside it where windows alternate (Gemma 2's causal_mask_mapping); adding a mask saves
-  // nothing, so they are gone before backward.
-  if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
-    const std::int64_t masks = m.sliding_window > 0 && !windowed_everywhere(m) ? 2 : 1;
-    const bytes mask =
-        bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.beta()));
+  // Without checkpointing the masks are gone before backward.
+  if (mask_count > 0 && !masks_kept)
     add_entry(ledger, "causal attention mask (eager)", component::activations, memory_space::device,
-              mask * masks, masks, "transformers masking_utils: 4D float mask, forward only",
+              masks, mask_count, "transformers masking_utils: 4D float mask, forward only",
               lifetime::forward);
-  }
   // Forward holds hidden states beside what autograd saves, each [tokens, h] in the residual
   // stream's format: the running layer's input (the loop's variable) and its residual
   // (LlamaDecoderLayer.forward: residual = hidden_states), and in Hugging Face's code the

@@ -182,7 +182,9 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
     each({.kind = layer_tensor::cast}, acc.frozen_cast_copies,
          acc.weight_tensors - acc.trained_tensors);
   }
-  for (const saved_tensor& x : layer_saved_tensors(m, t.precision, o, l, moe, t.finetune))
+  const bool input_grad = !layer_input_frozen(m, o, t.finetune, layer);
+  for (const saved_tensor& x :
+       layer_saved_tensors(m, t.precision, o, l, moe, t.finetune, input_grad))
     visit(layer_piece{
         .kind = layer_tensor::saved,
         .part = static_cast<int>(x.part),
@@ -513,6 +515,9 @@ constexpr layer_runs layer_runs_of(const training& t, const activation_options& 
   const std::int64_t recompute_end = range.first_layer + checkpointed_layers(o, range.layers);
   for (std::int64_t cut : edges_of(tensors, t.finetune).at) cuts.push_back(cut);
   cuts.push_back(recompute_end);
+  // The model's first layer over a frozen input is a run of its own (layer_input_frozen()).
+  if (layer_input_frozen(t.model, o, t.finetune, range.first_layer))
+    cuts.push_back(range.first_layer + 1);
   const layer_context& c = tl.layers;
   layer_runs runs;
   runs.reserve(cuts.size() + 1);

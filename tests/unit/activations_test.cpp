@@ -145,6 +145,83 @@ TEST_CASE("a Llama-style block with flash attention, by hand") {
                                recompute_kind::full) == bytes{2 * tau * h});
 }
 
+TEST_CASE("LoRA's first layer over a frozen embedding saves less, by hand") {
+  using namespace by_hand;
+  // No backward node for an operator none of whose inputs needs a gradient: the embedding's
+  // output needs none, so the first layer's input norm saves nothing, its fp32 input 4 tau h and
+  // rsqrt 4 tau (its normalized input, for the frozen weight, is not saved in any layer). With
+  // q_proj and v_proj adapted, K needs no gradient, so eager's Q K^T keeps no Q (2 tau h): it is
+  // saved only for K's gradient. V and the probabilities stay (Q and V need gradients).
+  const activation_options o{.micro_batch = b, .sequence = s, .attention = attention_kind::eager};
+  const model& m = models::llama_3_8b::value;
+  const finetuning qv = lora_finetuning(16, "q_proj,v_proj");
+  auto layer = [&](const finetuning& f, bool input_grad) {
+    return layer_activation_bytes(m, pure<bf16>::value, o, {}, false, recompute_kind::none, f,
+                                  input_grad);
+  };
+  CHECK(layer(qv, true) - layer(qv, false) == bytes{4 * tau * h + 4 * tau + 2 * tau * h});
+  // All linears adapted: Q and K both need gradients, only the input norm goes.
+  const finetuning all =
+      lora_finetuning(16, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+  CHECK(layer(all, true) - layer(all, false) == bytes{4 * tau * h + 4 * tau});
+  // Flash (SDPA) saves its inputs for any one's gradient: only the norm goes there too.
+  activation_options flash = o;
+  flash.attention = attention_kind::flash;
+  CHECK(layer_activation_bytes(m, pure<bf16>::value, flash, {}, false, recompute_kind::none, qv) -
+            layer_activation_bytes(m, pure<bf16>::value, flash, {}, false, recompute_kind::none,
+                                   qv, false) ==
+        bytes{4 * tau * h + 4 * tau});
+  // Only the model's first layer, without checkpointing (enable_input_require_grads otherwise).
+  CHECK(layer_input_frozen(m, o, qv, 0));
+  CHECK_FALSE(layer_input_frozen(m, o, qv, 1));
+  CHECK_FALSE(layer_input_frozen(m, o, full_finetune::value, 0));
+  activation_options checkpointed = o;
+  checkpointed.recompute = recompute_kind::full;
+  CHECK_FALSE(layer_input_frozen(m, checkpointed, qv, 0));
+  // The stage's saved activations count the exception once, whatever the number of layers.
+  const training t{m, pure<bf16>::value, adam<>::value, qv};
+  const bytes kept = detail::layers_of_stage(t, o, {}, {.first_layer = 0, .layers = 32, .first = true, .last = true}).kept;
+  CHECK(kept == layer(qv, true) * 32 - bytes{4 * tau * h + 4 * tau + 2 * tau * h});
+}
+
+TEST_CASE("checkpointed layers keep the eager causal mask until backward, by hand") {
+  // [b, 1, s, s] in the embeddings' format: fp32 under AMP (masking_utils eager_mask's dtype is
+  // inputs_embeds.dtype), 2 x 1 x 64 x 64 x 4 = 32,768 B; without checkpointing it lives in
+  // forward only, with it in the entry that lives to the end of backward.
+  model m = models::llama_3_8b::value;
+  m.layers = 2;
+  activation_options o{.micro_batch = 2, .sequence = 64, .attention = attention_kind::eager};
+  const training t{m, amp<bf16>::value, adam<>::value, full_finetune::value};
+  auto entry = [](const memory_ledger& l, const char* prefix) {
+    for (const memory_entry& e : l)
+      if (std::string(e.name).rfind(prefix, 0) == 0) return e;
+    return memory_entry{};
+  };
+  const memory_ledger plain = training_step(t, o).entries;
+  CHECK(entry(plain, "causal attention mask").size == bytes{2 * 64 * 64 * 4});
+  CHECK(entry(plain, "causal attention mask").lifetime == lifetime::forward);
+  o.recompute = recompute_kind::full;
+  const memory_ledger kept = training_step(t, o).entries;
+  CHECK(entry(kept, "causal attention mask").size == bytes{});
+  CHECK(entry(kept, "embedding inputs").size - entry(plain, "embedding inputs").size ==
+        bytes{2 * 64 * 64 * 4});
+}
+
+TEST_CASE("the grouped experts' int32 offsets take one 512 B allocator block") {
+  // [E] int32 offsets, 8 x 4 = 32 B, which the caching allocator rounds up to 512 B
+  // (kMinBlockSize), as the traces count it.
+  model m = models::llama_3_8b::value;
+  m.moe = {.routed_experts = 8, .top_k = 2, .expert_ffn = 1024};
+  const activation_options o{.micro_batch = 1, .sequence = 128};
+  bool found = false;
+  for (const saved_tensor& x : layer_saved_tensors(m, pure<bf16>::value, o, {}, true))
+    if (std::string(x.name) == "expert row offsets (int32)") {
+      found = true;
+      CHECK(x.size == bytes{512});
+    }
+  CHECK(found);
+}
+
 TEST_CASE("the residual stream: fp32 under AMP, 16-bit where FSDP gathers the weights in bf16") {
   using namespace by_hand;
   // Full recompute keeps a layer's input, the residual stream. AMP's fp32 weights make the
@@ -842,13 +919,14 @@ TEST_CASE(
   // softmax 2 x 4 and indices 8 x 4 per token; per routed row under grouped_mm (transformers 5's
   // default) three int64 indices (token_idx, perm, inv_perm), the sorted input 2h, gate_up
   // 2 x 2f, five [n, f] tensors in bf16 (clamped gate, sigmoid, up + 1, GLU, their product),
-  // the output 2h and its bf16 routing weight 2, and the 32 experts' int32 row offsets. The
+  // the output 2h and its bf16 routing weight 2, and the 32 experts' int32 row offsets (128 B, one
+  // 512 B allocator block). The
   // grouped GEMMs read the packed parameters whole: no expert weight is copied.
   const std::int64_t h = 2880, f = 2880, n = 4 * s;
   const std::int64_t norm = s * (4 * h + 4 + 4 * h);
   const std::int64_t router = s * 2 * h + s * (2 * 4 + 8 * 4);
   const std::int64_t experts = n * (24 + 2 * h + 2 * 2 * f + 5 * 2 * f + 2 * h + 2);
-  CHECK(mlp == bytes{norm + router + experts + 32 * 4});
+  CHECK(mlp == bytes{norm + router + experts + 512});
   // batched_mm copies each row's gate_up_proj and down_proj slices (3hf), which bmm keeps.
   activation_options batched = o;
   batched.experts = experts_implementation::batched_mm;
@@ -876,16 +954,16 @@ TEST_CASE("transformers 5's Mixtral experts: grouped_mm in the weights' format, 
   // and pre-division copy 4 x 3 per token; per routed row the three int64 indices 24, the sorted
   // input 2h, gate_up 2 x 2f, the activation and the gated product 2f each, the output before
   // weighting 2h, and the routing weight in fp32 (Mixtral's router does not cast it back) 4; and
-  // the 8 experts' int32 row offsets.
+  // the 8 experts' int32 row offsets (32 B, one 512 B allocator block).
   const std::int64_t per_token = 4 * h + 4 + 2 * h + 2 * h + 4 * e + 8 * 2 + 4 * 3;
   const std::int64_t per_row = 24 + 2 * h + 4 * f + 2 * f + 2 * f + 2 * h + 4;
-  CHECK(mlp_half(pure<bf16>::value, o) == bytes{tokens * per_token + n * per_row + e * 4});
+  CHECK(mlp_half(pure<bf16>::value, o) == bytes{tokens * per_token + n * per_row + 512});
   // AMP: the residual stream is fp32 and the grouped GEMMs run outside autocast in the fp32
   // parameters' format, so every per-row tensor but the indices and weights doubles; the
   // normalized input and the router's autocast input stay as in any AMP layer.
   const std::int64_t amp_token = 4 * h + 4 + 4 * h + 2 * h + 4 * e + 8 * 2 + 4 * 3;
   const std::int64_t amp_row = 24 + 4 * h + 8 * f + 4 * f + 4 * f + 4 * h + 4;
-  CHECK(mlp_half(amp<bf16>::value, o) == bytes{tokens * amp_token + n * amp_row + e * 4});
+  CHECK(mlp_half(amp<bf16>::value, o) == bytes{tokens * amp_token + n * amp_row + 512});
   // eager under AMP: F.linear casts the rows and each hit expert's weight slices (a view of the
   // fp32 parameters) to bf16 on every call, and keeps both: all 8 experts' 3hf weights in bf16;
   // per row two int64 indices, bf16 activations, and index_add_ keeps its source, the weighted
