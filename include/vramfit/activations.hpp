@@ -650,9 +650,9 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
           scores, o.dropout_mask_bits, value_matmul_input);
     if (g.v)
       b.add("attention dropout output",
-          "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states) "
-          "after nn.functional.dropout",
-          scores, b.beta(), value_matmul_input);
+            "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states) "
+            "after nn.functional.dropout",
+            scores, b.beta(), value_matmul_input);
   } else if (softmax_bits != b.beta() && g.v) {
     b.add("attention probabilities (16-bit copy)",
           m.family == family::gpt2
@@ -804,11 +804,12 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   // (The math kernel saves Q scaled instead, of the same size.)
   if (eager ? g.k : any)
     b.add("query (after rotary)",
-        !hf      ? code.query
-        : rotary ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) "
-                   "* sin)"
-                 : "the query projection's output, read by the attention",
-        b.split(heads * d), beta);
+          !hf ? code.query
+          : rotary
+              ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) "
+                "* sin)"
+              : "the query projection's output, read by the attention",
+          b.split(heads * d), beta);
   if (traits_of(o.code).rope_rows && (g.q || g.k))
     // Its table's rows for the tokens' positions, a new complex64 tensor per layer, which both
     // multiplies save (torchtitan always passes the packed documents' positions).
@@ -826,13 +827,14 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   const bool copies = kv_saved != kv;
   if (eager ? g.q : any)
     b.add("key (after rotary)",
-        !hf      ? code.key
-        : copies ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
-                   "module.num_key_value_groups)"
-        : rotary ? "modeling_llama.py apply_rotary_pos_emb: k_embed = (k * cos) + (rotate_half(k) "
-                   "* sin)"
-                 : "the key projection's output, read by the attention",
-        b.split(kv_saved * d), beta);
+          !hf      ? code.key
+          : copies ? "modeling_llama.py eager_attention_forward: key_states = repeat_kv(key, "
+                     "module.num_key_value_groups)"
+          : rotary
+              ? "modeling_llama.py apply_rotary_pos_emb: k_embed = (k * cos) + (rotate_half(k) "
+                "* sin)"
+              : "the key projection's output, read by the attention",
+          b.split(kv_saved * d), beta);
   // The value matmul keeps V for the probabilities' gradient.
   if (eager ? !(g.q || g.k) : !any) return;
   if (m.family == family::phi3 && !copies)
@@ -1320,8 +1322,8 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
 /// Whether layer `layer`'s input needs no gradient: the first layer over LoRA's frozen embedding
 /// (the embedding's output has no grad_fn) of a pre-norm decoder, without checkpointing (Hugging
 /// Face's gradient_checkpointing_enable calls enable_input_require_grads, modeling_utils.py).
-constexpr bool layer_input_frozen(const model& m, const activation_options& o,
-                                  const finetuning& f, std::int64_t layer) {
+constexpr bool layer_input_frozen(const model& m, const activation_options& o, const finetuning& f,
+                                  std::int64_t layer) {
   return layer == 0 && f.kind == finetune_kind::lora && !m.is_mla() && !m.is_encoder() &&
          (o.recompute == recompute_kind::none || o.recompute == recompute_kind::selective);
 }
@@ -1812,8 +1814,9 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   std::int64_t mask_count = 0;
   if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
     mask_count = m.sliding_window > 0 && !windowed_everywhere(m) ? 2 : 1;
-    masks = bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.rho())) *
-            mask_count;
+    masks =
+        bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.rho())) *
+        mask_count;
   }
   // A checkpointed layer's call keeps its keyword arguments, the mask among them, until its
   // backward (modeling_layers.py GradientCheckpointingLayer: partial(super().__call__, **kwargs),
@@ -1833,8 +1836,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             masks_kept ? "input ids (int64), dropout mask, HF rotary cos/sin, causal mask kept by "
                          "the checkpointed layers"
                        : "input ids (int64), dropout mask, HF rotary cos/sin",
-            lifetime::forward_backward,
-            entry_role::embedding_inputs);
+            lifetime::forward_backward, entry_role::embedding_inputs);
   // Under activation offload the loss's tensors stay on the GPU (read first in backward;
   // torchtune's loss is outside OffloadActivations). Two where one micro-batch's are held: norm and
   // head inputs with labels, then cross_entropy's log-probabilities (as timeline and replay do).

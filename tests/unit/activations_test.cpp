@@ -168,8 +168,8 @@ TEST_CASE("LoRA's first layer over a frozen embedding saves less, by hand") {
   activation_options flash = o;
   flash.attention = attention_kind::flash;
   CHECK(layer_activation_bytes(m, pure<bf16>::value, flash, {}, false, recompute_kind::none, qv) -
-            layer_activation_bytes(m, pure<bf16>::value, flash, {}, false, recompute_kind::none,
-                                   qv, false) ==
+            layer_activation_bytes(m, pure<bf16>::value, flash, {}, false, recompute_kind::none, qv,
+                                   false) ==
         bytes{4 * tau * h + 4 * tau});
   // Only the model's first layer, without checkpointing (enable_input_require_grads otherwise).
   CHECK(layer_input_frozen(m, o, qv, 0));
@@ -180,7 +180,9 @@ TEST_CASE("LoRA's first layer over a frozen embedding saves less, by hand") {
   CHECK_FALSE(layer_input_frozen(m, checkpointed, qv, 0));
   // The stage's saved activations count the exception once, whatever the number of layers.
   const training t{m, pure<bf16>::value, adam<>::value, qv};
-  const bytes kept = detail::layers_of_stage(t, o, {}, {.first_layer = 0, .layers = 32, .first = true, .last = true}).kept;
+  const bytes kept = detail::layers_of_stage(
+                         t, o, {}, {.first_layer = 0, .layers = 32, .first = true, .last = true})
+                         .kept;
   CHECK(kept == layer(qv, true) * 32 - bytes{4 * tau * h + 4 * tau + 2 * tau * h});
 }
 
