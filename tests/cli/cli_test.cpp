@@ -1980,7 +1980,8 @@ TEST_CASE(
 TEST_CASE("NCCL per communicator: --gpus-per-node, --nccl-channels, --nccl-version") {
   const auto nccl_of = [](const std::string& args) {
     std::map<std::string, std::int64_t> by;
-    for (const auto& e : json_of("train -m llama-3-8b -b 1 " + args).at("entries")) {
+    const nlohmann::json j = json_of("train -m llama-3-8b -b 1 " + args);
+    for (const auto& e : j.at("entries")) {
       const std::string name = e.at("name");
       if (name.starts_with("NCCL")) by[name] = e.at("bytes");
     }
