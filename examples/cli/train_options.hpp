@@ -399,6 +399,12 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
     refuse(
         "--dtypes compares one estimate per precision (table, markdown or json): leave out "
         "--sweep, --timeline, --explain, --check and -f svg");
+  // NCCL's buffers: a job of more than one GPU (min-gpus and plan choose the degrees).
+  const bool one_gpu = o.dp == 1 && o.tp == 1 && o.pp == 1 && o.cp == 1;
+  for (const char* name : {"--gpus-per-node", "--nccl-channels", "--nccl-version"})
+    if (!plan && cmd.get_name() != "min-gpus" && one_gpu && given(name))
+      refuse(std::string(name) + " applies to a job of more than one GPU (--dp, --tp, --pp or " +
+             "--cp) only: one GPU has no NCCL communicator");
   if (cmd.get_name() == "min-gpus" && given("--dp"))
     refuse("min-gpus searches the data-parallel degree: leave out --dp");
 }

@@ -35,12 +35,13 @@ struct nccl_cluster {
 
 namespace nccl {
 // Protocol buffers of one connection (init.cc:618-620, device.h:25,93-94,110-111).
-inline constexpr std::int64_t steps = 8;                                   // NCCL_STEPS
-inline constexpr std::int64_t ll_buffer = 8 * 512 * steps * 16;            // DEFAULT_LL_BUFFSIZE
-inline constexpr std::int64_t ll128_buffer = 120 * 640 * steps * 8;        // DEFAULT_LL128_BUFFSIZE
-inline constexpr std::int64_t simple_buffer = std::int64_t{1} << 22;       // DEFAULT_BUFFSIZE
-inline constexpr std::int64_t connection_header = 4096;  // ncclSendMem/ncclRecvMem, MEM_ALIGN (comm.h)
-inline constexpr std::int64_t granule = 2097152;         // CUDA_IPC_MIN (comm.h:35), cuMem's 2 MiB
+inline constexpr std::int64_t steps = 8;                              // NCCL_STEPS
+inline constexpr std::int64_t ll_buffer = 8 * 512 * steps * 16;       // DEFAULT_LL_BUFFSIZE
+inline constexpr std::int64_t ll128_buffer = 120 * 640 * steps * 8;   // DEFAULT_LL128_BUFFSIZE
+inline constexpr std::int64_t simple_buffer = std::int64_t{1} << 22;  // DEFAULT_BUFFSIZE
+/// ncclSendMem / ncclRecvMem: a union padded to MEM_ALIGN 4096 B (comm.h).
+inline constexpr std::int64_t connection_header = 4096;
+inline constexpr std::int64_t granule = 2097152;  // CUDA_IPC_MIN (comm.h:35), cuMem's 2 MiB
 /// NVLS channels: nvls.cc:147 NVLS_NCHANNELS_SM90 16 (2.21.5 nvls.cc:232 the same 16), :149
 /// NVLS_NCHANNELS_SM100_NVL 24 within a Blackwell node; :152 NVLS_CHUNKSIZE 128 KiB x NCCL_STEPS.
 inline constexpr std::int64_t nvls_channels_hopper = 16;
@@ -48,7 +49,9 @@ inline constexpr std::int64_t nvls_channels_blackwell = 24;
 inline constexpr std::int64_t nvls_buffer = 128 * 1024 * steps;
 inline constexpr std::int64_t nvls_align_2_21 = std::int64_t{1} << 21;  // 2.21.5 nvls.cc:229
 
-constexpr std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
+constexpr std::int64_t round_up(std::int64_t n, std::int64_t to) {
+  return (n + to - 1) / to * to;
+}
 /// A receiving connection: header + LL + LL128 + Simple, rounded to 2 MiB (p2p.cc:445-448).
 inline constexpr std::int64_t receiver =
     round_up(connection_header + ll_buffer + ll128_buffer + simple_buffer, granule);
@@ -90,9 +93,8 @@ struct communicator {
 constexpr communicator group_of(communicator_kind kind, std::int64_t size, std::int64_t stride,
                                 std::int64_t gpus_per_node) {
   using detail::checked_mul;
-  const std::int64_t nodes = stride >= gpus_per_node
-                                 ? size
-                                 : detail::ceil_div(checked_mul(stride, size), gpus_per_node);
+  const std::int64_t nodes =
+      stride >= gpus_per_node ? size : detail::ceil_div(checked_mul(stride, size), gpus_per_node);
   return {.kind = kind, .ranks = size, .within_node = nodes <= 1, .local_ranks = size / nodes};
 }
 
@@ -100,6 +102,8 @@ constexpr communicator group_of(communicator_kind kind, std::int64_t size, std::
 constexpr detail::static_vector<communicator, 6> communicators_of(const layout& l,
                                                                   std::int64_t gpus_per_node) {
   using detail::checked_mul;
+  if (gpus_per_node <= 0)
+    detail::rules::parallel_degree_must_be_positive("GPUs per node", gpus_per_node);
   detail::static_vector<communicator, 6> out{};
   const auto add = [&](communicator c) {
     if (c.ranks > 1) out.push_back(c);
@@ -129,6 +133,9 @@ constexpr bytes nccl_bytes(const communicator& c, const nccl_cluster& k,
                            std::int64_t nvls_channels) {
   using detail::checked_mul;
   if (c.ranks <= 1) return {};
+  if (k.channels <= 0 || k.channels_per_peer <= 0)
+    detail::rules::parallel_degree_must_be_positive(
+        "NCCL channels", k.channels <= 0 ? k.channels : k.channels_per_peer);
   const std::int64_t pair = nccl::receiver + nccl::sender;  // 10 MiB + 2 MiB
   if (c.kind == communicator_kind::pipeline) {
     // Send/receive: every neighbour both ways on channels_per_peer channels (paths.cc:851),
@@ -146,9 +153,9 @@ constexpr bytes nccl_bytes(const communicator& c, const nccl_cluster& k,
     // the heads assumed one per rank of the node (not confirmed by a log),
     // in 2.21 with a 2 MiB credit per buffer (2.21.5 nvls.cc:313); from 2.22 the credits
     // (nvls.cc:404-405, 64 B each) take one 2 MiB granule.
-    const std::int64_t per_buffer =
-        k.version == nccl_version::v2_21 ? nccl::nvls_buffer + nccl::nvls_align_2_21
-                                         : nccl::nvls_buffer;
+    const std::int64_t per_buffer = k.version == nccl_version::v2_21
+                                        ? nccl::nvls_buffer + nccl::nvls_align_2_21
+                                        : nccl::nvls_buffer;
     total += checked_mul(checked_mul(nvls_channels * 2, per_buffer), c.local_ranks);
     if (k.version == nccl_version::v2_22_or_later) total += nccl::granule;
   }

@@ -98,8 +98,7 @@ constexpr const char* nccl_entry_name(const communicator& c) {
 /// layout `l`: ledger entries of component `overhead`, all persistent. `simulated`: the caching
 /// allocator's replayed peaks, when known.
 constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device, bytes tensors_peak,
-                                  const layout& l,
-                                  std::optional<allocator_peaks> simulated = {}) {
+                                  const layout& l, std::optional<allocator_peaks> simulated = {}) {
   const bool volta = device.generation == gpu_generation::volta;
   const bool hopper_or_later =
       device.generation == gpu_generation::hopper || device.generation == gpu_generation::blackwell;
@@ -125,11 +124,10 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device,
       add_entry(ledger, "NCCL buffers", component::overhead, space, bytes{o.nccl_buffers}, 0,
                 "given (runtime_overheads::nccl_buffers)", always, outside);
   } else {
-    const std::int64_t nvls_channels = device.generation == gpu_generation::blackwell
-                                           ? nccl::nvls_channels_blackwell
-                                       : device.generation == gpu_generation::hopper
-                                           ? nccl::nvls_channels_hopper
-                                           : 0;
+    const std::int64_t nvls_channels =
+        device.generation == gpu_generation::blackwell ? nccl::nvls_channels_blackwell
+        : device.generation == gpu_generation::hopper  ? nccl::nvls_channels_hopper
+                                                       : 0;
     for (const communicator& c : communicators_of(l, o.nccl.gpus_per_node))
       add_entry(ledger, detail::nccl_entry_name(c), component::overhead, space,
                 nccl_bytes(c, o.nccl, nvls_channels), 0,

@@ -1633,6 +1633,9 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--alloc-conf expandable_segments:True",
                                           "--expandable-segments",
                                           "--fragmentation-percent 10",
+                                          "--gpus-per-node 1",
+                                          "--nccl-channels 16",
+                                          "--nccl-version 2.21",
                                           "--metric allocated",
                                           "--format json",
                                           "--sweep micro-batch",
@@ -1998,15 +2001,18 @@ TEST_CASE("NCCL per communicator: --gpus-per-node, --nccl-channels, --nccl-versi
   const auto big = nccl_of("--tp 8 --dp 4 --gpus-per-node 32");
   CHECK(big.at("NCCL: data-parallel communicator, within a node") == (480 + 130) * mib);
   // 16 channels: 16 x 12 MiB + 16 x 6 MiB; 2.21's NVLS: 16 x 2 x 3 MiB x 8.
-  CHECK(nccl_of("--dp 8 --nccl-channels 16")
-            .at("NCCL: data-parallel communicator, within a node") == (288 + 258) * mib);
-  CHECK(nccl_of("--dp 8 --nccl-version 2.21")
-            .at("NCCL: data-parallel communicator, within a node") == (480 + 768) * mib);
+  CHECK(
+      nccl_of("--dp 8 --nccl-channels 16").at("NCCL: data-parallel communicator, within a node") ==
+      (288 + 258) * mib);
+  CHECK(
+      nccl_of("--dp 8 --nccl-version 2.21").at("NCCL: data-parallel communicator, within a node") ==
+      (480 + 768) * mib);
   // A pipeline of two stages on two nodes of 4: one neighbour, 32 x 12 + 32 x 6 MiB.
-  CHECK(nccl_of("--tp 4 --pp 2 --gpus-per-node 4")
-            .at("NCCL: pipeline neighbours, across nodes") == 576 * mib);
+  CHECK(nccl_of("--tp 4 --pp 2 --gpus-per-node 4").at("NCCL: pipeline neighbours, across nodes") ==
+        576 * mib);
   CHECK(nccl_of("").empty());  // one GPU, no communicator
-  check_refusal(run("train -m llama-3-8b --gpus-per-node 0"), "--gpus-per-node");
+  check_refusal(run("train -m llama-3-8b --dp 2 --gpus-per-node 0"), "--gpus-per-node");
+  check_refusal(run("train -m llama-3-8b --nccl-channels 16"), "--nccl-channels applies to a job");
   check_refusal(run("train -m llama-3-8b --nccl-channels 65"), "--nccl-channels");
   check_refusal(run("train -m llama-3-8b --nccl-version 2.19"), "--nccl-version");
 }

@@ -20,11 +20,11 @@ namespace {
 //   NVLS on Hopper, 2.22+: 16 channels x 2 x 1 MiB x heads, + one 2 MiB granule of credits;
 //   2.21: 16 x 2 x (1 MiB + 2 MiB) x heads.
 //   Pipeline neighbours: peers x 32 channels x 12 MiB + 32 x 6 MiB.
-constexpr bytes ring_and_channels = (288 + 192) * MiB;           // 480 MiB, any collective group
-constexpr bytes nvls_8 = (16 * 2 * 8 + 2) * MiB;                 // 258 MiB, 8 GPUs of a node
-constexpr bytes nvls_4 = (16 * 2 * 4 + 2) * MiB;                 // 130 MiB, 4 GPUs of a node
-constexpr bytes one_neighbour = (32 * 12 + 32 * 6) * MiB;        // 576 MiB
-constexpr bytes two_neighbours = (2 * 32 * 12 + 32 * 6) * MiB;   // 960 MiB
+constexpr bytes ring_and_channels = (288 + 192) * MiB;          // 480 MiB, any collective group
+constexpr bytes nvls_8 = (16 * 2 * 8 + 2) * MiB;                // 258 MiB, 8 GPUs of a node
+constexpr bytes nvls_4 = (16 * 2 * 4 + 2) * MiB;                // 130 MiB, 4 GPUs of a node
+constexpr bytes one_neighbour = (32 * 12 + 32 * 6) * MiB;       // 576 MiB
+constexpr bytes two_neighbours = (2 * 32 * 12 + 32 * 6) * MiB;  // 960 MiB
 
 bytes nccl_total(const layout& l, const gpu& g = gpus::h100_80gb::value,
                  const runtime_overheads& o = {}) {
@@ -61,15 +61,17 @@ TEST_CASE("communicators of a layout: TP 8 x DP 4 on 8-GPU nodes") {
   CHECK(cs[1].local_ranks == 1);
   // Per rank on H100: the tensor group with NVLS, the data group's ring across nodes.
   const memory_ledger o = overheads({}, gpus::h100_80gb::value, bytes{0}, {.data = 4, .tensor = 8});
-  CHECK(entry(o, "NCCL: tensor-parallel communicator, within a node") == ring_and_channels + nvls_8);
+  CHECK(entry(o, "NCCL: tensor-parallel communicator, within a node") ==
+        ring_and_channels + nvls_8);
   CHECK(entry(o, "NCCL: data-parallel communicator, across nodes") == ring_and_channels);
   CHECK(nccl_total({.data = 4, .tensor = 8}) == 1218 * MiB);
 }
 
 TEST_CASE("NCCL per layout: FSDP x 8, TP 2 x DP 4, PP, HSDP, CP, EP, one rank") {
   // FSDP on one H100 node: one data-parallel communicator of 8 with NVLS: 738 MiB (was 512).
-  CHECK(nccl_total({.data = 8, .zero = sharding::zero3,
-                    .implementation = shard_implementation::fsdp}) == 738 * MiB);
+  CHECK(nccl_total(
+            {.data = 8, .zero = sharding::zero3, .implementation = shard_implementation::fsdp}) ==
+        738 * MiB);
   // The same on A100s: no NVLS before Hopper.
   CHECK(nccl_total({.data = 8}, gpus::a100_80gb::value) == ring_and_channels);
   // NCCL 2.21: NVLS with 2 MiB credits per buffer: 16 x 2 x 3 MiB x 8 = 768 MiB.
@@ -86,12 +88,12 @@ TEST_CASE("NCCL per layout: FSDP x 8, TP 2 x DP 4, PP, HSDP, CP, EP, one rank") 
       overheads({}, gpus::h100_80gb::value, bytes{0}, {.tensor = 4, .pipeline = 2});
   CHECK(entry(pp2, "NCCL: pipeline neighbours, within a node") == one_neighbour);
   // HSDP: shard in a node of 8, replicate over 2 nodes.
-  CHECK(nccl_total({.data = 16, .zero = sharding::zero3,
-                    .implementation = shard_implementation::fsdp, .shard_group = 8}) ==
-        ring_and_channels + nvls_8 + ring_and_channels);
+  CHECK(nccl_total({.data = 16,
+                    .zero = sharding::zero3,
+                    .implementation = shard_implementation::fsdp,
+                    .shard_group = 8}) == ring_and_channels + nvls_8 + ring_and_channels);
   // TP 2 x CP 2 x DP 2: TP and CP pairs, the data group spans dp x cp = 4 ranks 2 apart.
-  CHECK(nccl_total({.data = 2, .tensor = 2, .context = 2}) ==
-        3 * ring_and_channels + nvls_4);
+  CHECK(nccl_total({.data = 2, .tensor = 2, .context = 2}) == 3 * ring_and_channels + nvls_4);
   // EP 8 within DP 8: a second communicator of the same 8 GPUs.
   CHECK(nccl_total({.data = 8, .expert = 8}) == 2 * (ring_and_channels + nvls_8));
   // 4-GPU nodes: a TP 8 group spans two nodes.
@@ -116,4 +118,13 @@ TEST_CASE("the cluster's channels and the user's override") {
   CHECK(nccl_total({.data = 4, .tensor = 8}, gpus::h100_80gb::value,
                    {.nccl_buffers = 100 * MiB.size}) == 100 * MiB);
   CHECK(nccl_total({}, gpus::h100_80gb::value, {.nccl_buffers = 100 * MiB.size}) == bytes{0});
+}
+
+TEST_CASE("NCCL's cluster refuses what no cluster is") {
+  CHECK_THROWS_WITH_AS(communicators_of({.data = 2}, 0),
+                       "vramfit: GPUs per node parallel degree must be positive, got 0",
+                       vramfit::error);
+  const communicator pair{.ranks = 2};
+  CHECK_THROWS_AS(nccl_bytes(pair, {.channels = 0}, 16), vramfit::error);
+  CHECK(nccl_bytes(pair, {.channels = 1}, 0) == (12 + 6) * MiB);  // one channel, no NVLS
 }
