@@ -445,6 +445,11 @@ inline constexpr named<sweep_axis> sweep_axes[] = {{"micro-batch", sweep_axis::m
 inline constexpr named<reserve_model> reserve_models[] = {{"share", reserve_model::share},
                                                           {"simulated", reserve_model::simulated}};
 
+/// --nccl-version: the NCCL releases whose allocation differs (nccl_memory.hpp).
+inline constexpr named<nccl_version> nccl_versions[] = {
+    {"2.21", nccl_version::v2_21, "NVLS buffers with 2 MiB credits each, all set up at init"},
+    {"2.22", nccl_version::v2_22_or_later, "2.22 and later: NCCL_RUNTIME_CONNECT, smaller NVLS"}};
+
 /// --metric: the figure a verdict compares with the card.
 inline constexpr named<memory_metric> memory_metrics[] = {
     {"nvidia-smi", memory_metric::nvidia_smi, "reserved, CUDA context, workspaces, NCCL"},

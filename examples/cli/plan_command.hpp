@@ -188,7 +188,9 @@ inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<st
     detail::raise("--gpus must be at most " + std::to_string(max_world_size) + ", got " +
                   std::to_string(p.gpus));
   const search_space space = space_of(cmd, o, p);
-  const training_plan_value base = build_plan(on_one_gpu(o), m);
+  train_options with_nodes = on_one_gpu(o);
+  with_nodes.gpus_per_node = p.net.gpus_per_node;  // NCCL's communicators follow the nodes too
+  const training_plan_value base = build_plan(with_nodes, m);
   plan_found found;
   {
     progress_bar bar;

@@ -85,6 +85,9 @@ struct train_options {
   std::string alloc_conf;
   std::optional<reserve_model> reserve;  ///< unset: simulated, share with a percentage
   std::int64_t fragmentation_percent = -1;
+  std::int64_t gpus_per_node = 8;  ///< plan: its own --gpus-per-node (plan_space.hpp)
+  std::int64_t nccl_channels = nccl_cluster{}.channels;
+  nccl_version nccl = nccl_version::v2_22_or_later;
   memory_metric metric = memory_metric::nvidia_smi;
   output_format format = output_format::table;
   std::optional<sweep_axis> sweep;
@@ -308,6 +311,22 @@ inline void add_output_options(CLI::App& cmd, train_options& o) {
                  "The share of the tensors' peak that --reserve share adds (5, or 1 with "
                  "expandable segments, when not given)")
       ->check(CLI::Range(0, 1000));
+  if (cmd.get_name() != "plan")  // plan's --gpus-per-node (plan_space.hpp) also sets this one
+    cmd.add_option("--gpus-per-node", o.gpus_per_node,
+                   "GPUs per node: NCCL's communicators within a node use NVLink (and NVLS), "
+                   "those across nodes the network (ranks ordered tensor, context, data, "
+                   "pipeline)")
+        ->check(positive)
+        ->capture_default_str();
+  cmd.add_option("--nccl-channels", o.nccl_channels,
+                 "Ring channels NCCL's topology search picks per communicator (an assumption: "
+                 "24 read for an H100 node; NCCL_MIN_NCHANNELS/NCCL_MAX_NCHANNELS pin it)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  add_choice(cmd, "--nccl-version", o.nccl, nccl_versions, "--nccl-version",
+             "NCCL release: 2.21 or 2.22 (2.22 and later, the default); their NVLS buffers "
+             "differ")
+      ->capture_default_str();
   add_metric_option(cmd, o.metric);
   add_estimate_format(cmd, o.format);
   add_choice(cmd, "--sweep", o.sweep, sweep_axes, "--sweep",
@@ -380,6 +399,12 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
     refuse(
         "--dtypes compares one estimate per precision (table, markdown or json): leave out "
         "--sweep, --timeline, --explain, --check and -f svg");
+  // NCCL's buffers: a job of more than one GPU (min-gpus and plan choose the degrees).
+  const bool one_gpu = o.dp == 1 && o.tp == 1 && o.pp == 1 && o.cp == 1;
+  for (const char* name : {"--gpus-per-node", "--nccl-channels", "--nccl-version"})
+    if (!plan && cmd.get_name() != "min-gpus" && one_gpu && given(name))
+      refuse(std::string(name) + " applies to a job of more than one GPU (--dp, --tp, --pp or " +
+             "--cp) only: one GPU has no NCCL communicator");
   if (cmd.get_name() == "min-gpus" && given("--dp"))
     refuse("min-gpus searches the data-parallel degree: leave out --dp");
 }

@@ -390,6 +390,7 @@ inline runtime_overheads overheads_of(const train_options& o) {
   if (o.reserve == reserve_model::simulated && o.fragmentation_percent >= 0)
     detail::raise("--fragmentation-percent is the share of --reserve share, not of simulated");
   runtime_overheads overheads{
+      .nccl = {.gpus_per_node = o.gpus_per_node, .channels = o.nccl_channels, .version = o.nccl},
       .fragmentation_percent = o.fragmentation_percent,
       .reserve = simulates(o) ? reserve_model::simulated : reserve_model::share,
       .allocator = checked_alloc_conf(o),

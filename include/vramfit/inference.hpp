@@ -581,7 +581,7 @@ constexpr stage_states most_loaded_gpu(const model& m, const layout& l, const we
                                        const gpu& device, const runtime_overheads& o = {}) {
   return most_loaded(l, m, edges_of(tensors(m)), [&](std::int64_t s) {
     memory_ledger ledger = inference_memory(m, l, w, kv, r, s);
-    append(ledger, overheads(o, device, peak(ledger), l.world()));
+    append(ledger, overheads(o, device, peak(ledger), l));
     return ledger;
   });
 }

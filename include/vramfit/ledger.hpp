@@ -123,10 +123,11 @@ struct memory_entry {
   const char* source = "";  ///< where the formula comes from
 };
 
-/// A GPU's entries. Each add_entry call site adds at most one: 27 for the model states
-/// (training.hpp), 10 for a step's activations (activations.hpp), 5 for the runtime overheads
-/// (overheads.hpp), 42 in all; inference's ledger holds fewer.
-using memory_ledger = detail::static_vector<memory_entry, 42>;
+/// A GPU's entries. Each add_entry call site adds at most one, but NCCL's, one per communicator
+/// kind: 27 for the model states (training.hpp), 10 for a step's activations (activations.hpp),
+/// 10 for the runtime overheads (overheads.hpp: 6 of them NCCL's), 47 in all; inference's ledger
+/// holds fewer.
+using memory_ledger = detail::static_vector<memory_entry, 47>;
 
 /// Appends an entry unless it is empty.
 constexpr void add_entry(memory_ledger& ledger, const char* name, component what,

@@ -10,6 +10,8 @@
 #include "alloc_conf.hpp"
 #include "gpu.hpp"
 #include "ledger.hpp"
+#include "nccl_memory.hpp"
+#include "parallel.hpp"
 
 namespace vramfit {
 
@@ -33,9 +35,11 @@ struct runtime_overheads {
   /// cuBLAS workspaces: PyTorch's default 4096 KiB x 2 + 16 KiB x 8 per handle and stream, and
   /// 32 MiB on Hopper and later (c10/cuda CublasHandlePool.cpp, getChosenWorkspaceSize).
   std::int64_t cublas_workspace = -1;
-  /// NCCL's buffers when the job spans several GPUs (NCCL_BUFFSIZE 4 MiB per channel and peer;
-  /// assumed 512 MiB in all, calibrate for your topology).
+  /// NCCL's buffers in all, when the job spans several GPUs. Default: NCCL's own allocation for
+  /// each communicator of the layout (nccl_memory.hpp, with `nccl`'s cluster).
   std::int64_t nccl_buffers = -1;
+  nccl_cluster nccl{};  ///< GPUs per node, channels, NCCL release
+
   /// With reserve_model::share, the caching allocator's unused reserved memory as a percentage
   /// of the tensors' peak. Default 5 %, or 1 % with expandable segments (pytorch/pytorch#137151;
   /// assumptions).
@@ -70,12 +74,31 @@ struct allocator_peaks {
   bytes allocated{};  ///< its blocks at their rounded sizes: max_memory_allocated
 };
 
-/// The overheads of one process on `device` whose tensors peak at `tensors_peak`, in a job of
-/// `world` GPUs: ledger entries of component `overhead`, all persistent. `simulated`: the caching
+namespace detail {
+/// The ledger name of a communicator: its kind, within a node or across nodes.
+constexpr const char* nccl_entry_name(const communicator& c) {
+  constexpr const char* names[][2] = {
+      {"NCCL: data-parallel communicator, across nodes",
+       "NCCL: data-parallel communicator, within a node"},
+      {"NCCL: replicate communicator (HSDP), across nodes",
+       "NCCL: replicate communicator (HSDP), within a node"},
+      {"NCCL: tensor-parallel communicator, across nodes",
+       "NCCL: tensor-parallel communicator, within a node"},
+      {"NCCL: context-parallel communicator, across nodes",
+       "NCCL: context-parallel communicator, within a node"},
+      {"NCCL: expert-parallel communicator, across nodes",
+       "NCCL: expert-parallel communicator, within a node"},
+      {"NCCL: pipeline neighbours, across nodes", "NCCL: pipeline neighbours, within a node"},
+  };
+  return names[static_cast<int>(c.kind)][c.within_node ? 1 : 0];
+}
+}  // namespace detail
+
+/// The overheads of one process on `device` whose tensors peak at `tensors_peak`, a rank of
+/// layout `l`: ledger entries of component `overhead`, all persistent. `simulated`: the caching
 /// allocator's replayed peaks, when known.
 constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device, bytes tensors_peak,
-                                  std::int64_t world,
-                                  std::optional<allocator_peaks> simulated = {}) {
+                                  const layout& l, std::optional<allocator_peaks> simulated = {}) {
   const bool volta = device.generation == gpu_generation::volta;
   const bool hopper_or_later =
       device.generation == gpu_generation::hopper || device.generation == gpu_generation::blackwell;
@@ -83,40 +106,58 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device,
   const bytes cublas = o.cublas_workspace >= 0
                            ? bytes{o.cublas_workspace}
                            : (hopper_or_later ? 32 * MiB : bytes{4096 * 1024 * 2 + 16 * 1024 * 8});
-  const bytes nccl =
-      world <= 1 ? bytes{} : (o.nccl_buffers >= 0 ? bytes{o.nccl_buffers} : 512 * MiB);
   const std::int64_t percent = o.fragmentation_percent >= 0      ? o.fragmentation_percent
                                : o.allocator.expandable_segments ? 1
                                                                  : 5;
-  memory_ledger l{};
+  memory_ledger ledger{};
   const auto space = memory_space::device;
   constexpr auto always = lifetime::persistent;
   constexpr auto outside = entry_role::outside_allocator;
-  add_entry(l, "CUDA context", component::overhead, space, context, 0,
+  add_entry(ledger, "CUDA context", component::overhead, space, context, 0,
             volta ? "HF Model training anatomy: 1343 MiB on a V100 (measured)"
                   : "assumed 512 MiB with lazy loading (pytorch/pytorch#107667)",
             always, outside);
-  add_entry(l, "cuBLAS workspace", component::overhead, space, cublas, 0,
+  add_entry(ledger, "cuBLAS workspace", component::overhead, space, cublas, 0,
             "PyTorch CublasHandlePool.cpp default workspace size", always, outside);
-  add_entry(l, "NCCL buffers", component::overhead, space, nccl, 0,
-            "assumed 512 MiB for multi-GPU jobs (NCCL_BUFFSIZE 4 MiB per channel)", always,
-            outside);
+  if (o.nccl_buffers >= 0) {
+    if (l.world() > 1)
+      add_entry(ledger, "NCCL buffers", component::overhead, space, bytes{o.nccl_buffers}, 0,
+                "given (runtime_overheads::nccl_buffers)", always, outside);
+  } else {
+    const std::int64_t nvls_channels =
+        device.generation == gpu_generation::blackwell ? nccl::nvls_channels_blackwell
+        : device.generation == gpu_generation::hopper  ? nccl::nvls_channels_hopper
+                                                       : 0;
+    for (const communicator& c : communicators_of(l, o.nccl.gpus_per_node))
+      add_entry(ledger, detail::nccl_entry_name(c), component::overhead, space,
+                nccl_bytes(c, o.nccl, nvls_channels), 0,
+                "NCCL defaults per communicator: ring LL+LL128+Simple, NVLS, channels "
+                "(nccl_memory.hpp)",
+                always, outside);
+  }
   if (simulated) {
     const bytes blocks = simulated->allocated > tensors_peak ? simulated->allocated : tensors_peak;
-    add_entry(l, "caching allocator: blocks beyond the tensors", component::overhead, space,
+    add_entry(ledger, "caching allocator: blocks beyond the tensors", component::overhead, space,
               blocks - tensors_peak, 0,
               "CUDACachingAllocator rounds each block up (512 B; small remainders kept whole)",
               always);
-    add_entry(l, "caching allocator: reserved beyond allocated", component::overhead, space,
+    add_entry(ledger, "caching allocator: reserved beyond allocated", component::overhead, space,
               simulated->reserved > blocks ? simulated->reserved - blocks : bytes{}, 0,
               "CUDACachingAllocator simulated over the step's tensors (reserved_memory.hpp)",
               always, entry_role::allocator_reserve);
   } else
-    add_entry(l, "allocator fragmentation reserve", component::overhead, space,
+    add_entry(ledger, "allocator fragmentation reserve", component::overhead, space,
               divide_up(tensors_peak * percent, 100), 0,
               "assumed share of reserved-but-unallocated memory (pytorch#137151)",
               lifetime::persistent, entry_role::allocator_reserve);
-  return l;
+  return ledger;
+}
+
+/// The same for a job of `world` GPUs whose layout is not known: one data-parallel group.
+constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device, bytes tensors_peak,
+                                  std::int64_t world,
+                                  std::optional<allocator_peaks> simulated = {}) {
+  return overheads(o, device, tensors_peak, layout{.data = world}, simulated);
 }
 
 }  // namespace vramfit

@@ -73,7 +73,7 @@ constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& d
                                       const std::optional<reserved_memory_estimate>& allocator) {
   std::optional<allocator_peaks> simulated;
   if (allocator) simulated = allocator_peaks{allocator->reserved, allocator->allocated};
-  append(rank, overheads(p.overheads, device, peak(rank), p.setup.layout.world(), simulated));
+  append(rank, overheads(p.overheads, device, peak(rank), p.setup.layout, simulated));
   return rank;
 }
 

@@ -158,11 +158,13 @@ TEST_CASE("--metric: the verdict and the largest values follow the figure compar
   std::int64_t outside = 0, reserve = 0;
   for (const auto& e : smi.at("entries")) {
     const std::string name = e.at("name");
-    if (name == "CUDA context" || name == "cuBLAS workspace" || name == "NCCL buffers")
+    if (name == "CUDA context" || name == "cuBLAS workspace" || name.starts_with("NCCL"))
       outside += e.at("bytes").get<std::int64_t>();
     if (name == "caching allocator: reserved beyond allocated") reserve = e.at("bytes");
   }
-  CHECK(outside == (512 + 32 + 512) * 1024 * 1024);  // context, Hopper's cuBLAS, NCCL
+  // Context, Hopper's cuBLAS, NCCL's data-parallel communicator of 8 in a node: a 24-channel ring
+  // (12 MiB each), 32 x 6 MiB of channel structures, NVLS 16 x 2 x 1 MiB x 8 + 2 MiB.
+  CHECK(outside == (512 + 32 + 288 + 192 + 258) * 1024 * 1024);
   const nlohmann::json& m = smi.at("memory");
   const std::int64_t total = m.at("total");
   CHECK(m.at("nvidia_smi") == total);
@@ -1631,6 +1633,9 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--alloc-conf expandable_segments:True",
                                           "--expandable-segments",
                                           "--fragmentation-percent 10",
+                                          "--gpus-per-node 1",
+                                          "--nccl-channels 16",
+                                          "--nccl-version 2.21",
                                           "--metric allocated",
                                           "--format json",
                                           "--sweep micro-batch",
@@ -1973,4 +1978,41 @@ TEST_CASE(
   check_refusal(run("train -m llama-3-8b --model-code torchtitan --lora-rank 8"),
                 "Llama-3-8B is fine-tuned in part or with LoRA");
   check_refusal(run("train --model-code jax"), "--model-code");
+}
+
+TEST_CASE("NCCL per communicator: --gpus-per-node, --nccl-channels, --nccl-version") {
+  const auto nccl_of = [](const std::string& args) {
+    std::map<std::string, std::int64_t> by;
+    const nlohmann::json j = json_of("train -m llama-3-8b -b 1 " + args);
+    for (const auto& e : j.at("entries")) {
+      const std::string name = e.at("name");
+      if (name.starts_with("NCCL")) by[name] = e.at("bytes");
+    }
+    return by;
+  };
+  constexpr std::int64_t mib = 1024 * 1024;
+  // TP 8 x DP 4 on 8-GPU nodes: the tensor group within a node (24 x 12 MiB ring, 32 x 6 MiB
+  // channels, 258 MiB NVLS), the data group across four nodes (ring and channels only).
+  const auto tp_dp = nccl_of("--tp 8 --dp 4");
+  CHECK(tp_dp.size() == 2);
+  CHECK(tp_dp.at("NCCL: tensor-parallel communicator, within a node") == 738 * mib);
+  CHECK(tp_dp.at("NCCL: data-parallel communicator, across nodes") == 480 * mib);
+  // Nodes of 32 GPUs: the data group of ranks 0, 8, 16, 24 is in one node, 4 NVLS heads.
+  const auto big = nccl_of("--tp 8 --dp 4 --gpus-per-node 32");
+  CHECK(big.at("NCCL: data-parallel communicator, within a node") == (480 + 130) * mib);
+  // 16 channels: 16 x 12 MiB + 16 x 6 MiB; 2.21's NVLS: 16 x 2 x 3 MiB x 8.
+  CHECK(
+      nccl_of("--dp 8 --nccl-channels 16").at("NCCL: data-parallel communicator, within a node") ==
+      (288 + 258) * mib);
+  CHECK(
+      nccl_of("--dp 8 --nccl-version 2.21").at("NCCL: data-parallel communicator, within a node") ==
+      (480 + 768) * mib);
+  // A pipeline of two stages on two nodes of 4: one neighbour, 32 x 12 + 32 x 6 MiB.
+  CHECK(nccl_of("--tp 4 --pp 2 --gpus-per-node 4").at("NCCL: pipeline neighbours, across nodes") ==
+        576 * mib);
+  CHECK(nccl_of("").empty());  // one GPU, no communicator
+  check_refusal(run("train -m llama-3-8b --dp 2 --gpus-per-node 0"), "--gpus-per-node");
+  check_refusal(run("train -m llama-3-8b --nccl-channels 16"), "--nccl-channels applies to a job");
+  check_refusal(run("train -m llama-3-8b --nccl-channels 65"), "--nccl-channels");
+  check_refusal(run("train -m llama-3-8b --nccl-version 2.19"), "--nccl-version");
 }

@@ -97,7 +97,9 @@ def run_vramfit(vramfit, args):
 
 
 def entry_sum(pred, names):
-    return sum(e["bytes"] for e in pred["entries"] if e["name"] in names and e["space"] == "device")
+    return sum(e["bytes"] for e in pred["entries"]
+               if (e["name"] in names or (e["name"].startswith("NCCL") and "NCCL buffers" in names))
+               and e["space"] == "device")
 
 
 def mib(x):
