@@ -98,9 +98,22 @@ constexpr communicator group_of(communicator_kind kind, std::int64_t size, std::
   return {.kind = kind, .ranks = size, .within_node = nodes <= 1, .local_ranks = size / nodes};
 }
 
-/// The communicators of more than one rank that a rank of `l` belongs to, at most one per kind.
+/// The pipeline neighbours stage `stage` of `l` sends to and receives from: one at either end
+/// of a pipeline (or in one of two stages), two in the middle; two everywhere when the schedule
+/// interleaves, whose chunks wrap from the last stage to the first (Megatron-LM
+/// p2p_communication.py, ring exchange of the virtual pipeline). `stage` -1: any stage, the most.
+constexpr std::int64_t pipeline_neighbours(const layout& l, std::int64_t stage, bool interleaved) {
+  if (l.pipeline <= 1) return 0;
+  if (l.pipeline == 2) return 1;
+  if (interleaved || stage < 0) return 2;
+  return stage == 0 || stage == l.pipeline - 1 ? 1 : 2;
+}
+
+/// The communicators of more than one rank that a rank of `l` belongs to, at most one per kind;
+/// its pipeline neighbours `neighbours` (pipeline_neighbours(); -1: any stage's most).
 constexpr detail::static_vector<communicator, 6> communicators_of(const layout& l,
-                                                                  std::int64_t gpus_per_node) {
+                                                                  std::int64_t gpus_per_node,
+                                                                  std::int64_t neighbours = -1) {
   using detail::checked_mul;
   if (gpus_per_node <= 0)
     detail::rules::parallel_degree_must_be_positive("GPUs per node", gpus_per_node);
@@ -121,7 +134,7 @@ constexpr detail::static_vector<communicator, 6> communicators_of(const layout& 
     communicator p = group_of(communicator_kind::pipeline, 2,
                               checked_mul(checked_mul(l.tensor, l.context), l.data), gpus_per_node);
     p.ranks = l.pipeline;
-    p.peers = l.pipeline > 2 ? 2 : 1;  // a middle stage (or interleaving's wrap) has two
+    p.peers = neighbours >= 0 ? neighbours : pipeline_neighbours(l, -1, false);
     out.push_back(p);
   }
   return out;

@@ -95,10 +95,12 @@ constexpr const char* nccl_entry_name(const communicator& c) {
 }  // namespace detail
 
 /// The overheads of one process on `device` whose tensors peak at `tensors_peak`, a rank of
-/// layout `l`: ledger entries of component `overhead`, all persistent. `simulated`: the caching
-/// allocator's replayed peaks, when known.
+/// layout `l` with `neighbours` pipeline neighbours (-1: any stage's most): ledger entries of
+/// component `overhead`, all persistent. `simulated`: the caching allocator's replayed peaks,
+/// when known.
 constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device, bytes tensors_peak,
-                                  const layout& l, std::optional<allocator_peaks> simulated = {}) {
+                                  const layout& l, std::optional<allocator_peaks> simulated = {},
+                                  std::int64_t neighbours = -1) {
   const bool volta = device.generation == gpu_generation::volta;
   const bool hopper_or_later =
       device.generation == gpu_generation::hopper || device.generation == gpu_generation::blackwell;
@@ -128,7 +130,7 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device,
         device.generation == gpu_generation::blackwell ? nccl::nvls_channels_blackwell
         : device.generation == gpu_generation::hopper  ? nccl::nvls_channels_hopper
                                                        : 0;
-    for (const communicator& c : communicators_of(l, o.nccl.gpus_per_node))
+    for (const communicator& c : communicators_of(l, o.nccl.gpus_per_node, neighbours))
       add_entry(ledger, detail::nccl_entry_name(c), component::overhead, space,
                 nccl_bytes(c, o.nccl, nvls_channels), 0,
                 "NCCL defaults per communicator: ring LL+LL128+Simple, NVLS, channels "

@@ -66,14 +66,17 @@ constexpr std::optional<reserved_memory_estimate> simulated_reserve(
   return detail::simulated_reserve_in(p, most, &scratch);
 }
 
-/// `rank`'s ledger on `device` with the runtime overheads, the allocator's reserve from `allocator`
-/// when simulated.
+/// The ledger on `device` of `rank`, a rank of pipeline stage `stage`, with the runtime overheads,
+/// the allocator's reserve from `allocator` when simulated.
 constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& device,
-                                      timed_ledger rank,
+                                      timed_ledger rank, std::int64_t stage,
                                       const std::optional<reserved_memory_estimate>& allocator) {
   std::optional<allocator_peaks> simulated;
   if (allocator) simulated = allocator_peaks{allocator->reserved, allocator->allocated};
-  append(rank, overheads(p.overheads, device, peak(rank), p.setup.layout, simulated));
+  const layout& l = p.setup.layout;
+  const bool interleaved = p.batch.schedule == pipeline_schedule::interleaved;
+  append(rank, overheads(p.overheads, device, peak(rank), l, simulated,
+                         pipeline_neighbours(l, stage, interleaved)));
   return rank;
 }
 
@@ -93,7 +96,7 @@ constexpr training_estimate estimate_in(const training_plan_value& p, const gpu&
                                         replay_scratch* scratch) {
   stage_state<step_timeline> most = most_loaded_step(p);
   std::optional<reserved_memory_estimate> allocator = simulated_reserve_in(p, most, scratch);
-  timed_ledger ledger = with_overheads(p, device, ledger_of(most.state), allocator);
+  timed_ledger ledger = with_overheads(p, device, ledger_of(most.state), most.stage, allocator);
   return {most.stage, std::move(most.state), allocator, ledger};
 }
 }  // namespace detail

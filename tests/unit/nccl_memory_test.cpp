@@ -104,6 +104,31 @@ TEST_CASE("NCCL per layout: FSDP x 8, TP 2 x DP 4, PP, HSDP, CP, EP, one rank") 
   CHECK(communicators_of({}, 8).empty());
 }
 
+TEST_CASE(
+    "NCCL's pipeline neighbours: one at either end of 1F1B, two in the middle or interleaved") {
+  const layout pp4{.tensor = 8, .pipeline = 4};
+  CHECK(pipeline_neighbours(pp4, 0, false) == 1);
+  CHECK(pipeline_neighbours(pp4, 1, false) == 2);
+  CHECK(pipeline_neighbours(pp4, 3, false) == 1);
+  CHECK(pipeline_neighbours(pp4, 0, true) == 2);  // the last stage's chunk feeds the first's next
+  CHECK(pipeline_neighbours({.pipeline = 2}, 0, true) == 1);
+  CHECK(pipeline_neighbours({}, 0, false) == 0);
+  // A plan's overheads take its most loaded stage's: Llama-3-8B on TP 8 x PP 4 (stages across
+  // nodes), 1F1B, whose first stage (the embedding's) holds the most: one neighbour.
+  const training_plan_value one_f_one_b{
+      training{models::llama_3_8b::value, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+               pp4},
+      activation_options{.micro_batch = 1, .sequence = 2048, .micro_batches = 8}};
+  const training_estimate e = estimate(one_f_one_b, gpus::h100_80gb::value);
+  REQUIRE(e.stage == 0);
+  CHECK(entry(e.ledger.entries, "NCCL: pipeline neighbours, across nodes") == one_neighbour);
+  training_plan_value interleaved = one_f_one_b;
+  interleaved.batch.schedule = pipeline_schedule::interleaved;
+  interleaved.batch.virtual_stages = 2;
+  CHECK(entry(estimate(interleaved, gpus::h100_80gb::value).ledger.entries,
+              "NCCL: pipeline neighbours, across nodes") == two_neighbours);
+}
+
 TEST_CASE("the cluster's channels and the user's override") {
   // 16 ring channels: 16 x 12 MiB + 16 x 6 MiB, NVLS unchanged.
   CHECK(nccl_total({.data = 8}, gpus::h100_80gb::value, {.nccl = {.channels = 16}}) ==
