@@ -155,8 +155,8 @@ TEST_CASE("LoRA's first layer over a frozen embedding saves less, by hand") {
   const activation_options o{.micro_batch = b, .sequence = s, .attention = attention_kind::eager};
   const model& m = models::llama_3_8b::value;
   const finetuning qv = lora_finetuning(16, "q_proj,v_proj");
-  auto layer = [&](const finetuning& f, bool input_grad) {
-    return layer_activation_bytes(m, pure<bf16>::value, o, {}, false, recompute_kind::none, f,
+  auto layer = [&](const finetuning& ft, bool input_grad) {
+    return layer_activation_bytes(m, pure<bf16>::value, o, {}, false, recompute_kind::none, ft,
                                   input_grad);
   };
   CHECK(layer(qv, true) - layer(qv, false) == bytes{4 * tau * h + 4 * tau + 2 * tau * h});
