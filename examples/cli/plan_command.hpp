@@ -84,16 +84,21 @@ struct plan_found {
 /// The sentence that says on what the ranking rests.
 inline std::string plan_assumptions(const search_space& space, const gpu& device) {
   const cluster_figures f = figures_of(space.net, device);
-  char text[400];
-  std::snprintf(text, sizeof text,
-                "Ranked by an estimated step time, not a measurement: %.0f%% of %.0f TFLOP/s%s "
-                "per GPU, %.0f GB/s within nodes of %lld GPUs%s, %.0f GB/s between nodes "
-                "(docs/planner.md). Memory per GPU is exact.",
-                100 * space.net.mfu, f.flops / space.net.mfu / 1e12,
-                f.assumed_peak ? " (an H100's: the GPU's peak is unknown)" : "", f.intra / 1e9,
-                static_cast<long long>(f.gpus_per_node),
-                f.assumed_link ? " (an H100's NVLink: the GPU's link is unknown)" : "",
-                f.inter / 1e9);
+  const cluster& c = space.net;
+  char text[600];
+  std::snprintf(
+      text, sizeof text,
+      "Ranked by an estimated step time, not a measurement: kernels at %.0f%% of %.0f TFLOP/s "
+      "(the fastest matmul measured%s) and of %.2f TB/s%s per GPU; collectives at %.0f%% of "
+      "%.0f GB/s%s within nodes of %lld GPUs and of %.0f GB/s per NIC between them "
+      "(docs/planner.md). Memory per GPU is exact.",
+      100 * c.compute_efficiency, f.kernels.matmul / c.compute_efficiency / 1e12,
+      f.assumed_matmul ? ": unknown for this GPU, 80% of its peak as on an H100" : "",
+      f.kernels.memory / c.compute_efficiency / 1e12,
+      f.assumed_memory ? " (an H100's: the GPU's is unknown)" : "", 100 * c.network_efficiency,
+      f.intra / c.network_efficiency / 1e9,
+      f.assumed_link ? " (an H100's NVLink: the GPU's link is unknown)" : "",
+      static_cast<long long>(f.gpus_per_node), f.inter / c.network_efficiency / 1e9);
   return text;
 }
 
@@ -113,7 +118,9 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
                         {"sequence", o.seq_len},
                         {"estimate",
                          {{"note", found.assumptions},
-                          {"flops_per_second", f.flops},
+                          {"flops_per_second", f.kernels.matmul},
+                          {"memory_bytes_per_second", f.kernels.memory},
+                          {"peak_flops_per_second", f.peak},
                           {"intra_node_bytes_per_second", f.intra},
                           {"inter_node_bytes_per_second", f.inter},
                           {"gpus_per_node", f.gpus_per_node}}},

@@ -194,14 +194,22 @@ inline void add_plan_options(CLI::App& cmd, plan_options& p) {
       ->capture_default_str();
   cmd.add_option("--host-bw", p.net.host_gb_per_s, "GB/s per GPU to the host, for offload")
       ->capture_default_str();
-  cmd.add_option("--mfu", p.net.mfu, "Fraction of the peak FLOP/s the matmuls reach")
-      ->capture_default_str();
   cmd.add_option("--peak-tflops", p.net.peak_tflops,
-                 "Dense 16-bit TFLOP/s per GPU (default: the GPU's datasheet figure)");
+                 "Dense 16-bit TFLOP/s per GPU, for MFU (default: the GPU's datasheet figure)");
+  cmd.add_option("--matmul-tflops", p.net.matmul_tflops,
+                 "The fastest 16-bit matmul measured per GPU (default: the GPU's)");
+  cmd.add_option("--memory-bw", p.net.memory_gb_per_s,
+                 "GB/s of GPU memory bandwidth (default: the GPU's datasheet figure)");
+  cmd.add_option("--compute-efficiency", p.net.compute_efficiency,
+                 "Fraction of the matmul and memory rates the step's kernels keep up")
+      ->capture_default_str();
+  cmd.add_option("--network-efficiency", p.net.network_efficiency,
+                 "Fraction of the link bandwidth the collectives reach")
+      ->capture_default_str();
 }
 
 /// Refuses a network figure that is not a finite positive number within reach (a petabyte a
-/// second, an exaflop), or a utilisation above 1, naming its option; given 0 (the GPU's figure)
+/// second, an exaflop), or an efficiency above 1, naming its option; given 0 (the GPU's figure)
 /// would change nothing.
 inline void check_network(const CLI::App& cmd, const cluster& net) {
   const struct {
@@ -210,11 +218,14 @@ inline void check_network(const CLI::App& cmd, const cluster& net) {
   } figures[] = {{"--intra-bw", net.intra_node_gb_per_s},
                  {"--inter-bw", net.inter_node_gb_per_s},
                  {"--host-bw", net.host_gb_per_s},
-                 {"--peak-tflops", net.peak_tflops}};
+                 {"--peak-tflops", net.peak_tflops},
+                 {"--matmul-tflops", net.matmul_tflops},
+                 {"--memory-bw", net.memory_gb_per_s}};
   for (const auto& f : figures)
     if (cmd.get_option(f.option)->count() > 0)
       check_positive_number(f.value, f.option, 1e6, "1,000,000");
-  check_positive_number(net.mfu, "--mfu", 1, "1 (the whole peak)");
+  check_positive_number(net.compute_efficiency, "--compute-efficiency", 1, "1 (the whole rate)");
+  check_positive_number(net.network_efficiency, "--network-efficiency", 1, "1 (the whole link)");
 }
 
 /// The search space: what the user fixed with train options, bounded by the plan options.

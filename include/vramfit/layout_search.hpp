@@ -525,17 +525,20 @@ class layout_searcher {
   }
 
   /// A lower bound of candidate `e`'s time over every size and layer count, before any memory is
-  /// evaluated: each term is monotone in the micro-batch (the bubble grows, per-micro-batch
-  /// gathers shrink).
+  /// evaluated: the kernels at their ideal rate (the same work at any micro-batch, the bubble
+  /// growing with it), and the communication terms that shrink with the micro-batch (gathers per
+  /// micro-batch, the CP exchange that attention hides) at the better end.
   [[nodiscard]] constexpr double lower_bound(const plan_candidate& e, std::int64_t per_replica,
                                              const micro_batch_sizes& sizes) const {
     const plan_candidate least = least_recompute(e);
-    const step_time small = estimate_step_time(plan_of(least, per_replica, sizes[0]), net_, work_);
-    const step_time large =
-        estimate_step_time(plan_of(least, per_replica, sizes[sizes.size() - 1]), net_, work_);
+    constexpr bool ideal = true;
+    const step_time small =
+        estimate_step_time(plan_of(least, per_replica, sizes[0]), net_, work_, ideal);
+    const step_time large = estimate_step_time(
+        plan_of(least, per_replica, sizes[sizes.size() - 1]), net_, work_, ideal);
     step_time low = small;
-    low.data = small.data < large.data ? small.data : large.data;
-    low.offload = small.offload < large.offload ? small.offload : large.offload;
+    for (double step_time::*term : {&step_time::data, &step_time::offload, &step_time::context})
+      low.*term = std::min(small.*term, large.*term);
     return low.total();
   }
 

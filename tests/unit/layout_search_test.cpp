@@ -1,5 +1,5 @@
-// Unit tier: the layout search against brute force over small spaces, and the step-time estimate
-// against hand derivations of the formulas it cites.
+// Unit tier: the layout search against brute force over small spaces (the step-time estimate:
+// step_time_test.cpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -231,10 +231,12 @@ TEST_CASE("bad search spaces are errors naming the rule") {
                     doctest::Contains("GPUs to search must be between 1 and 16777216, got 0"));
   CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .global_batch = -1}),
                     doctest::Contains("global batch must be between 1 and"));
-  CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.mfu = 0}}),
-                    doctest::Contains("utilisation must be positive"));
-  CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.mfu = 2}}),
-                    doctest::Contains("utilisation must be at most 1, got 2"));
+  CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.compute_efficiency = 0}}),
+                    doctest::Contains("compute efficiency must be positive"));
+  CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.network_efficiency = 2}}),
+                    doctest::Contains("network efficiency must be at most 1, got 2"));
+  CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.memory_gb_per_s = -1}}),
+                    doctest::Contains("memory bandwidth must be 0 (the GPU's figure) or positive"));
   CHECK_THROWS_WITH(search_layouts(plan, h100, {.gpus = 8, .net = {.inter_node_gb_per_s = -1}}),
                     doctest::Contains("inter-node bandwidth must be positive"));
   CHECK_THROWS_WITH(
@@ -243,135 +245,4 @@ TEST_CASE("bad search spaces are errors naming the rule") {
   CHECK_THROWS_WITH(
       search_layouts(plan, h100, {.gpus = 8, .net = {.peak_tflops = -1}}),
       doctest::Contains("peak TFLOP/s must be 0 (the GPU's figure) or positive, got -1"));
-}
-
-TEST_CASE("FLOPs per token: torchtitan's 6N + 12lhqt, N without the token embedding") {
-  // Llama-3-8B: 8,030,261,248 parameters (Meta), token embedding 128,256 x 4,096 = 525,336,576.
-  const model_work w = work_of(training{models::llama_3_8b::value}, 4096);
-  const double six_n = 6.0 * (8'030'261'248 - 525'336'576);
-  const double attention = 12.0 * 32 * 32 * 128 * 4096;
-  CHECK(w.training() == six_n + attention);  // 51,471,998,976
-  CHECK(w.training() == 51'471'998'976.0);
-  // LoRA: frozen weights skip their weight gradient, 4 per weight instead of 6.
-  training lora{models::llama_3_8b::value};
-  lora.finetune = lora_finetuning(16, "q_proj,v_proj");
-  const model_work l = work_of(lora, 4096);
-  // PEFT's count for r = 16 on q_proj and v_proj: 32 x (2 x 16 x 4096 + 16 x (4096 + 1024)).
-  CHECK(l.trainable_share == doctest::Approx(6'815'744.0 / 8'030'261'248));
-  CHECK(l.training() == doctest::Approx((2 + l.trainable_share) * six_n / 3 + attention));
-}
-
-TEST_CASE("step time on one GPU: FLOPs at the stated efficiency, nothing else") {
-  training_plan_value p = llama_plan();
-  p.batch.micro_batch = 2;
-  p.batch.micro_batches = 3;
-  const step_time t = estimate_step_time(p, h100, {.mfu = 0.4});
-  CHECK(t.compute == doctest::Approx(6 * 4096 * 51'471'998'976.0 / (989e12 * 0.4)));
-  CHECK(t.total() == t.compute);
-  // Full recompute adds one forward pass of the layers: 2N' + 4lhqt per token, N' without
-  // the token embedding and the head (Korthikanti et al. 2022 §5).
-  p.batch.recompute = recompute_kind::full;
-  const double forward = 2.0 * (8'030'261'248 - 2 * 525'336'576) + 4.0 * 32 * 32 * 128 * 4096;
-  CHECK(estimate_step_time(p, h100, {.mfu = 0.4}).compute ==
-        doctest::Approx(6 * 4096 * (51'471'998'976.0 + forward) / (989e12 * 0.4)));
-}
-
-TEST_CASE("the pipeline bubble: (p-1)/m of the ideal time, (p-1)/(m·v) interleaved") {
-  // Narayanan et al. 2021 §2.2.1 and §2.2.2. Llama-3-8B's 32 layers over 4 stages of 8: the
-  // slowest stage is the last (8 layers and the head), and the ratio does not depend on it.
-  training_plan_value p = llama_plan();
-  p.setup.layout.pipeline = 4;
-  p.batch.micro_batches = 8;
-  const step_time one_f_one_b = estimate_step_time(p, h100);
-  CHECK(one_f_one_b.bubble / one_f_one_b.compute == doctest::Approx(3.0 / 8));
-  p.batch.schedule = pipeline_schedule::interleaved;
-  p.batch.virtual_stages = 2;
-  const step_time interleaved = estimate_step_time(p, h100);
-  CHECK(interleaved.bubble / interleaved.compute == doctest::Approx(3.0 / 16));
-  // The last stage: 8 layers and the head, of 32 layers and the head in all.
-  const model_work w = work_of(p.setup, 4096);
-  const double head = (2 + w.trainable_share) * w.head;
-  const double stage = (w.training() - head) / 4 + head;
-  CHECK(one_f_one_b.compute == doctest::Approx(8 * 4096 * stage / (989e12 * 0.5)));
-}
-
-TEST_CASE("tensor parallel: four all-reduces of the hidden states per layer, within the node") {
-  // Shoeybi et al. 2019 fig. 4: per layer two all-reduces forward and two backward, each
-  // sending 2(t-1)/t of b·s·h bf16 elements; Llama-3-8B, TP 8, b 1, s 4096, 32 layers.
-  training_plan_value p = llama_plan();
-  p.setup.layout.tensor = 8;
-  const double hidden = 4096.0 * 4096 * 2;
-  const double per_layer = 4 * 2 * (7.0 / 8) * hidden;
-  CHECK(estimate_step_time(p, h100).tensor == doctest::Approx(32 * per_layer / 450e9));
-  // Full recompute repeats the forward pair; TP 16 spans two nodes of 8: the inter-node link.
-  p.batch.recompute = recompute_kind::full;
-  CHECK(estimate_step_time(p, h100).tensor == doctest::Approx(1.5 * 32 * per_layer / 450e9));
-  p.batch.recompute = recompute_kind::none;
-  p.setup.model = models::llama_3_1_405b::value;  // 128 heads take TP 16
-  p.setup.layout.tensor = 16;
-  const double big = 4 * 2 * (15.0 / 16) * 4096.0 * 16384 * 2;
-  CHECK(estimate_step_time(p, h100).tensor == doctest::Approx(126 * big / 50e9));
-}
-
-TEST_CASE("data parallel: ZeRO-3 moves 3Ψ where DDP and ZeRO-1 move 2Ψ") {
-  // Rajbhandari et al. 2019 §7.2: with compute too fast to hide anything, the exposed time is
-  // the whole volume; pure bf16, 8 ranks in one node, one micro-batch.
-  training_plan_value p{training{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value},
-                        activation_options{.sequence = 4096}};
-  p.setup.layout.data = 8;
-  const cluster instant{.peak_tflops = 1e15};
-  const double psi = 8'030'261'248.0 * 2;
-  CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(2 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
-  p.setup.layout.zero = sharding::zero1;
-  p.setup.layout.implementation = shard_implementation::deepspeed;
-  CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(2 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
-  p.setup.layout.zero = sharding::zero3;
-  CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(3 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
-  // At the stated efficiency ZeRO-3's prefetched gathers hide behind the step's compute.
-  CHECK(estimate_step_time(p, h100).data == 0);
-  // Over 16 ranks the group spans two nodes: the inter-node link.
-  p.setup.layout.data = 16;
-  CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(3 * (15.0 / 16) * psi / 50e9).epsilon(1e-6));
-  // FSDP under AMP: fp32 parameters gathered in MixedPrecision's bf16 param_dtype, forward and
-  // backward, and the fp32 gradients reduce-scattered.
-  p.setup.precision = amp<bf16>::value;
-  p.setup.layout = {
-      .data = 8, .zero = sharding::zero3, .implementation = shard_implementation::fsdp};
-  CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx((2 + 2) * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
-}
-
-TEST_CASE("context parallel: the K/V ring, exposed only beyond the attention it overlaps") {
-  // Llama-3-8B, CP 2 over a 1 GB/s link: each rank passes its K and V (8 KV heads x 128, bf16,
-  // 2,048 tokens) once forward and K, V and their gradients backward, in each of 32 layers.
-  training_plan_value p = llama_plan();
-  p.setup.layout.context = 2;
-  const double kv = 2 * 2048.0 * 1024 * 2;
-  const double ring = 3 * kv * 32;
-  const double attention = 4096.0 * 3 * (4.0 * 32 * 32 * 128 * 4096) / (2 * 989e12 * 0.5);
-  const cluster slow{.gpus_per_node = 1, .inter_node_gb_per_s = 1};
-  CHECK(estimate_step_time(p, h100, slow).context ==
-        doctest::Approx(ring / 1e9 - attention).epsilon(1e-9));
-  CHECK(estimate_step_time(p, h100).context == 0);  // NVLink: hidden behind attention
-}
-
-TEST_CASE("expert parallel and pipeline sends: hand-derived volumes") {
-  // Mixtral-8x7B, EP 8 in a node: per MoE layer four all-to-alls of top-2 copies of the hidden
-  // states, 7/8 of which leave the rank (GShard).
-  training_plan_value p{training{models::mixtral_8x7b::value, mixed<bf16>::value, adamw<>::value},
-                        activation_options{.sequence = 4096}};
-  p.setup.layout.data = 8;
-  p.setup.layout.expert = 8;
-  const double hidden = 4096.0 * 4096 * 2;
-  CHECK(estimate_step_time(p, h100).expert ==
-        doctest::Approx(32 * 4 * hidden * 2 * (7.0 / 8) / 450e9));
-  // PP 4 over nodes of one GPU: one send forward and one backward per micro-batch.
-  p.setup.layout = layout{.pipeline = 4};
-  p.batch.micro_batches = 8;
-  CHECK(estimate_step_time(p, h100, {.gpus_per_node = 1}).pipeline ==
-        doctest::Approx(2 * 8 * hidden / 50e9));
 }
