@@ -14,7 +14,8 @@
 namespace vramfit {
 
 /// What the estimate assumes about the machines beyond the GPU preset. The two efficiencies are
-/// the estimate's only fitted constants (docs/planner.md#calibration).
+/// the estimate's only fitted constants: tests/validation/planner_calibration.cpp fits them on half
+/// of 59 published runs (docs/planner-calibration.md).
 struct cluster {
   std::int64_t gpus_per_node = 8;  ///< a DGX/HGX node
   double intra_node_gb_per_s = 0;  ///< per GPU and direction; 0: the GPU preset's link
@@ -26,9 +27,9 @@ struct cluster {
   double memory_gb_per_s = 0;  ///< memory bandwidth; 0: the GPU preset's
   /// Fraction of the measured matmul ceiling and memory bandwidth a training step's kernels keep
   /// up (clocks under sustained load, launch gaps, unfused kernels).
-  double compute_efficiency = 0.85;
+  double compute_efficiency = 0.76;
   /// Fraction of the link bandwidth NCCL's collectives reach (its bus bandwidth over the link's).
-  double network_efficiency = 0.80;
+  double network_efficiency = 1.00;
 };
 
 /// The figures the estimate used, and whether some were assumed for want of a preset's.
@@ -261,21 +262,35 @@ class micro_batch_kernels {
     attention_ = attention_of(p, c);
     // Elementwise passes read and write each tensor once forward and twice backward: two norms
     // and two residual adds over the hidden states (under SP a 1/t share of the tokens), and
-    // rotary embeddings and the activation function over the projections' outputs.
+    // rotary embeddings and the activation function over the projections' outputs (top_k
+    // copies of a routed expert's); an MoE layer also permutes top_k copies of each token's
+    // hidden state to its experts and back (Megatron-Core's token dispatcher).
     const double replicated = l.sequence ? 1 / as_double(l.tensor) : 1;
-    double projected = 0;
-    for (const tensor_group& g : w.matmuls)
-      if (g.in_layer(0) && g.kind != tensor_kind::router) projected += out_features(g);
-    const double forward_bytes = tokens_ * activation_bytes(p.setup.precision) *
-                                 (10 * as_double(m.hidden) * replicated + projected);
-    elementwise_ = {memory(forward_bytes), memory(2 * forward_bytes)};
+    const double hidden = as_double(m.hidden), top_k = as_double(m.moe.top_k);
+    for (const bool moe : {false, true}) {
+      const std::int64_t layer = moe ? m.layers - 1 : 0;
+      if (moe && !m.is_moe_layer(layer)) continue;
+      double projected = moe ? 4 * top_k * hidden : 0;
+      for (const tensor_group& g : w.matmuls)
+        if (g.in_layer(layer) && g.kind != tensor_kind::router)
+          projected += out_features(g) * (g.kind == tensor_kind::expert ? top_k : 1);
+      const double forward = tokens_ * activation_bytes(p.setup.precision) *
+                             (10 * hidden * replicated + projected);
+      elementwise_[moe] = {memory(forward), memory(2 * forward)};
+    }
+    if (!m.is_moe_layer(m.layers - 1)) elementwise_[1] = elementwise_[0];
   }
 
   /// Layers [first, first + count): their matmuls, attention and elementwise passes.
   [[nodiscard]] constexpr kernel_seconds layers(std::int64_t first, std::int64_t count) const {
+    const model& m = p_.setup.model;
     const double n = as_double(count);
-    kernel_seconds s{n * (attention_.forward + elementwise_.forward),
-                     n * (attention_.backward + elementwise_.backward)};
+    const double dense = as_double(overlap(0, m.is_moe() ? m.moe.first_dense_layers : m.layers,
+                                           first, count));
+    kernel_seconds s{n * attention_.forward + dense * elementwise_[0].forward +
+                         (n - dense) * elementwise_[1].forward,
+                     n * attention_.backward + dense * elementwise_[0].backward +
+                         (n - dense) * elementwise_[1].backward};
     for (const tensor_group& g : w_.matmuls) {
       const double here = as_double(overlap(g.first_layer, g.layer_count, first, count));
       if (here == 0) continue;
@@ -380,7 +395,8 @@ class micro_batch_kernels {
   bool ideal_;
   bool fp8_ = false;
   double tokens_ = 0, e_ = 0;
-  kernel_seconds attention_{}, elementwise_{};
+  kernel_seconds attention_{};
+  kernel_seconds elementwise_[2] = {};  ///< a dense layer's, an MoE layer's
 };
 
 /// One micro-batch of stage `stage` on one rank: forward and backward, and what recompute

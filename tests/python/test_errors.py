@@ -26,7 +26,7 @@ REFUSED = [
     "train --optimizer sgd --momentum nan",
     "train --dropout nan",
     "train --dropout 1.5",
-    "plan --gpus 8 --mfu nan",
+    "plan --gpus 8 --compute-efficiency nan",
     "plan --gpus 0",
     "train --fsdp-version 3",
     "train --zero 4",

@@ -128,22 +128,23 @@ TEST_CASE("the pipeline bubble: (p-1)/m of the slowest stage, (p-1)/(m·v) inter
 TEST_CASE("tensor parallel: four all-reduces of the hidden states per layer") {
   // Shoeybi et al. 2019 fig. 4: per layer two all-reduces forward and two backward, each
   // sending 2(t-1)/t of b·s·h bf16 elements; Llama-3-8B, TP 8, b 1, s 4096, 32 layers, within
-  // a node: NVLink at 80 % (the default network efficiency).
+  // a node: NVLink at 80 %.
   training_plan_value p = llama_plan();
+  const cluster c{.network_efficiency = 0.8};
   p.setup.layout.tensor = 8;
   const double hidden = 4096.0 * 4096 * 2;
   const double per_layer = 4 * 2 * (7.0 / 8) * hidden;
-  CHECK(estimate_step_time(p, h100).tensor == doctest::Approx(32 * per_layer / (0.8 * 450e9)));
+  CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(32 * per_layer / (0.8 * 450e9)));
   // Full recompute repeats the forward pair.
   p.batch.recompute = recompute_kind::full;
-  CHECK(estimate_step_time(p, h100).tensor ==
+  CHECK(estimate_step_time(p, h100, c).tensor ==
         doctest::Approx(1.5 * 32 * per_layer / (0.8 * 450e9)));
   // TP 16 spans two nodes of 8: each node's 8 members drive their 8 NICs, 8 x 50 GB/s.
   p.batch.recompute = recompute_kind::none;
   p.setup.model = models::llama_3_1_405b::value;  // 128 heads take TP 16
   p.setup.layout.tensor = 16;
   const double big = 4 * 2 * (15.0 / 16) * 4096.0 * 16384 * 2;
-  CHECK(estimate_step_time(p, h100).tensor == doctest::Approx(126 * big / (0.8 * 400e9)));
+  CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(126 * big / (0.8 * 400e9)));
 }
 
 TEST_CASE("data parallel: ZeRO-3 moves 3Ψ where DDP and ZeRO-1 move 2Ψ") {
@@ -226,11 +227,12 @@ TEST_CASE("expert parallel: all-to-alls over NVLink and each rank's NIC at once"
 }
 
 TEST_CASE("a GPU without a measured matmul or known bandwidth takes an H100's, and says so") {
-  const cluster_figures f = figures_of({}, gpus::l40s::value);
+  const cluster c{.compute_efficiency = 0.5};
+  const cluster_figures f = figures_of(c, gpus::l40s::value);
   CHECK(f.assumed_matmul);
   CHECK_FALSE(f.assumed_memory);
-  CHECK(f.kernels.matmul == doctest::Approx(362e12 * 794.5 / 989 * 0.85));
-  CHECK(f.kernels.memory == doctest::Approx(864e9 * 0.85));
-  CHECK_FALSE(figures_of({}, h100).assumed_matmul);
-  CHECK(figures_of({}, h100).kernels.matmul == doctest::Approx(794.5e12 * 0.85));
+  CHECK(f.kernels.matmul == doctest::Approx(362e12 * 794.5 / 989 * 0.5));
+  CHECK(f.kernels.memory == doctest::Approx(864e9 * 0.5));
+  CHECK_FALSE(figures_of(c, h100).assumed_matmul);
+  CHECK(figures_of(c, h100).kernels.matmul == doctest::Approx(794.5e12 * 0.5));
 }

@@ -22,7 +22,7 @@ namespace {
 
 /// One published run as the estimate sees it, with what was assumed where the source is silent.
 struct run {
-  std::string id, source;
+  std::string id, source, framework;
   training_plan_value plan;
   gpu device{};
   cluster net{};
@@ -160,6 +160,7 @@ run run_of(const json& row) {
   r.id = row["id"];
   r.source = row["source"];
   const std::string framework = row["framework"];
+  r.framework = framework;
   const std::int64_t sequence = row["seq_len"];
   model m = model_of(row, sequence, r.assumed);
   precision p = mixed<bf16>::value;
@@ -191,6 +192,19 @@ run run_of(const json& row) {
   const std::int64_t global = row["global_batch_sequences"];
   o.micro_batches = std::max<std::int64_t>(1, global / (l.data * o.micro_batch));
   o.recompute = recompute_of(row, r.assumed);
+  // The attention and model code each framework runs: Megatron-LM's of 2021 had no fused
+  // attention (its own softmax kernel between two batched matmuls); Megatron-Core and NeMo run
+  // Transformer Engine (cuDNN attention, FP8 casts fused); torchtitan's Float8Linear casts each
+  // matmul's operands itself.
+  if (r.source == "megatron-2021") o.attention = attention_kind::eager;
+  if (framework == "megatron" || framework == "nemo") o.code = model_code::megatron_te;
+  if (framework == "torchtitan") o.code = model_code::torchtitan_2024;
+  try {  // these codes are modelled for a dense Llama 3 only: others keep Hugging Face's
+    detail::check_model_code(m, o, full_finetune::value);
+  } catch (const vramfit::error&) {
+    if (o.code != model_code::hf) r.assumed += "Hugging Face's model code; ";
+    o.code = model_code::hf;
+  }
   o.virtual_stages = integer_or(row, "virtual_stages", 1);
   if (o.virtual_stages > 1) o.schedule = pipeline_schedule::interleaved;
   r.plan = {training{m, p, adamw<>::value, full_finetune::value, l}, o};
@@ -210,6 +224,49 @@ double estimated(const run& r, double compute, double network) {
 
 double error_of(const run& r, double compute, double network) {
   return estimated(r, compute, network) / r.published - 1;
+}
+
+/// Where the published layout stands in the planner's list for its GPUs and global batch: how
+/// many ranked layouts the estimate puts before it, and how much faster it says the first is.
+struct standing {
+  std::size_t ahead = 0;
+  double speedup = 1;
+};
+standing standing_of(const run& r) {
+  const layout& l = r.plan.setup.layout;
+  search_space space{.gpus = l.world(),
+                     .global_batch = r.plan.batch.micro_batch * r.plan.batch.micro_batches * l.data,
+                     .net = r.net,
+                     .top = search_result::max_top};
+  space.sharding = r.framework == "torchtitan" || r.framework == "llm-foundry"
+                       ? sharding_family::fsdp
+                   : r.framework == "deepspeed" ? sharding_family::deepspeed
+                                                : sharding_family::megatron;
+  const search_result found = search_layouts(r.plan, r.device, space);
+  const double published = estimate_step_time(r.plan, figures_of(r.net, r.device), r.work).total();
+  standing s{};
+  for (const plan_candidate& c : found.best)
+    if (c.time.total() < published) ++s.ahead;
+  if (found.found()) s.speedup = published / found.best[0].time.total();
+  if (std::getenv("VRAMFIT_DEBUG") != nullptr && found.found()) {
+    const auto show = [](const char* what, const step_time& t, const layout& k, std::int64_t b,
+                         recompute_kind rc, std::int64_t v) {
+      std::fprintf(stderr,
+                   "  %s DP%lld TP%lld%s PP%lld CP%lld EP%lld z%d/%d b%lld v%lld rc%d: comp %.2f rec %.2f "
+                   "bub %.2f opt %.2f tp %.2f cp %.2f ep %.2f pp %.2f dp %.2f = %.2f\n",
+                   what, (long long)k.data, (long long)k.tensor, k.sequence ? "+SP" : "",
+                   (long long)k.pipeline, (long long)k.context, (long long)k.expert,
+                   (int)k.zero, (int)k.implementation, (long long)b, (long long)v, (int)rc,
+                   t.compute, t.recompute, t.bubble, t.optimizer, t.tensor, t.context, t.expert,
+                   t.pipeline, t.data, t.total());
+    };
+    std::fprintf(stderr, "%s\n", r.id.c_str());
+    show("published", estimate_step_time(r.plan, figures_of(r.net, r.device), r.work), l,
+         r.plan.batch.micro_batch, r.plan.batch.recompute, r.plan.batch.virtual_stages);
+    const plan_candidate& c = found.best[0];
+    show("best     ", c.time, c.layout, c.micro_batch, c.recompute, c.virtual_stages);
+  }
+  return s;
 }
 
 double median(std::vector<double> v) {
@@ -272,8 +329,10 @@ int main(int argc, char** argv) {
   std::map<std::string, std::vector<double>> held_out;
   std::vector<double> all_held;
   std::printf("<!-- output: planner_calibration.cpp#rows -->\n");
-  std::printf("| run | half | layout | published tokens/s/GPU | estimate | error | assumed |\n");
-  std::printf("|---|---|---|---:|---:|---:|---|\n");
+  std::printf("| run | half | layout | published tokens/s/GPU | estimate | error | rank | "
+              "speed-up claimed | assumed |\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|---:|---|\n");
+  std::size_t near_top = 0, overclaimed = 0;
   for (const run& r : runs) {
     const double e = error_of(r, defaults.compute_efficiency, defaults.network_efficiency);
     const layout& l = r.plan.setup.layout;
@@ -281,12 +340,17 @@ int main(int argc, char** argv) {
       held_out[r.source].push_back(std::abs(e));
       all_held.push_back(std::abs(e));
     }
-    std::printf("| %s | %s | DP %lld TP %lld PP %lld CP %lld EP %lld | %.0f | %.0f | %+.1f%% | %s |\n",
-                r.id.c_str(), r.fit ? "fit" : "held out", static_cast<long long>(l.data),
-                static_cast<long long>(l.tensor), static_cast<long long>(l.pipeline),
-                static_cast<long long>(l.context), static_cast<long long>(l.expert), r.published,
-                estimated(r, defaults.compute_efficiency, defaults.network_efficiency), 100 * e,
-                r.assumed.c_str());
+    const standing st = standing_of(r);
+    if (!r.fit && (st.ahead < 5 || st.speedup <= 1.05)) ++near_top;
+    if (!r.fit && st.speedup > 1.3) ++overclaimed;
+    std::printf(
+        "| %s | %s | DP %lld TP %lld PP %lld CP %lld EP %lld | %.0f | %.0f | %+.1f%% | %zu | "
+        "%.2fx | %s |\n",
+        r.id.c_str(), r.fit ? "fit" : "held out", static_cast<long long>(l.data),
+        static_cast<long long>(l.tensor), static_cast<long long>(l.pipeline),
+        static_cast<long long>(l.context), static_cast<long long>(l.expert), r.published,
+        estimated(r, defaults.compute_efficiency, defaults.network_efficiency), 100 * e,
+        st.ahead + 1, st.speedup, r.assumed.c_str());
   }
   std::printf("<!-- end output -->\n");
   std::printf("<!-- output: planner_calibration.cpp#summary -->\n");
@@ -296,10 +360,23 @@ int main(int argc, char** argv) {
                 100 * median(errors), 100 * *std::max_element(errors.begin(), errors.end()));
   std::printf("| **all** | %zu | %.1f%% | %.1f%% |\n", all_held.size(), 100 * median(all_held),
               100 * *std::max_element(all_held.begin(), all_held.end()));
+  std::printf("\nOf the %zu held-out layouts, %zu are in the planner's first five or within 5 %% of "
+              "its first; for %zu it claims a speed-up above 1.3x.\n",
+              all_held.size(), near_top, overclaimed);
   std::printf("<!-- end output -->\n");
   if (!check) return 0;
-  bool ok = std::abs(compute - defaults.compute_efficiency) < 0.005 &&
-            std::abs(network - defaults.network_efficiency) < 0.005;
-  if (!ok) std::cerr << "the defaults are not the fit\n";
+  // The recorded bound: held out, the median |error| was 10.0 % when the defaults were fitted.
+  constexpr double median_bound = 0.11;
+  bool ok = true;
+  if (std::abs(compute - defaults.compute_efficiency) > 0.005 ||
+      std::abs(network - defaults.network_efficiency) > 0.005) {
+    std::cerr << "the defaults are not the fit\n";
+    ok = false;
+  }
+  if (median(all_held) > median_bound) {
+    std::cerr << "the held-out median error " << median(all_held) << " exceeds " << median_bound
+              << "\n";
+    ok = false;
+  }
   return ok ? 0 : 1;
 }
