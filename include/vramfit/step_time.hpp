@@ -27,7 +27,7 @@ struct cluster {
   double memory_gb_per_s = 0;  ///< memory bandwidth; 0: the GPU preset's
   /// Fraction of the measured matmul ceiling and memory bandwidth a training step's kernels keep
   /// up (clocks under sustained load, launch gaps, unfused kernels).
-  double compute_efficiency = 0.76;
+  double compute_efficiency = 0.78;
   /// Fraction of the link bandwidth NCCL's collectives reach (its bus bandwidth over the link's).
   double network_efficiency = 1.00;
 };
@@ -204,6 +204,10 @@ constexpr double element_bytes(const element_format& f) {
   return static_cast<double>(r.num) / static_cast<double>(r.den) / 8;
 }
 
+constexpr double as_double(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
 /// Bus bandwidth of a group of `size` ranks `stride` apart: the node's link when the node holds
 /// whole groups; else each node's members of the group drive a NIC each, as NCCL spreads its
 /// rings and trees over every NIC of the node (one channel per NIC: NCCL's graph search,
@@ -227,8 +231,31 @@ constexpr double gather_bytes(double message, std::int64_t n) {
   return all_reduce_bytes(message, n) / 2;
 }
 
-constexpr double as_double(std::int64_t v) {
-  return static_cast<double>(v);
+/// What a collective's latency counts (NCCL's tuning model, src/graph/tuning.cc).
+enum class collective : unsigned char { all_reduce, gather, send };
+
+/// Seconds of latency of one collective over `size` ranks `stride` apart, as NCCL's tuning model
+/// puts it for the Simple protocol: 8.4 µs to launch, then per ring step 3.4 µs within a node and
+/// 14 µs between nodes; an all-reduce takes the lower of the ring (2(n-1) steps) and the tree
+/// (2((n/nodes - 1) intra-node hops + log2(nodes) inter-node ones)); an all-gather or a
+/// reduce-scatter is a ring of n-1 steps; a send (ring attention, pipeline, all-to-all) one step.
+constexpr double collective_latency(const cluster_figures& c, collective kind, std::int64_t size,
+                                    std::int64_t stride) {
+  constexpr double launch = 8.4e-6, nvlink_hop = 3.4e-6, tree_nvlink_hop = 4.0e-6,
+                   network_hop = 14.0e-6;
+  if (size <= 1) return 0;
+  const std::int64_t n = c.gpus_per_node;
+  const std::int64_t per_node =
+      n % (size * stride) == 0 ? size : stride < n && n % stride == 0 ? n / stride : 1;
+  const double nodes = as_double((size + per_node - 1) / per_node);
+  const double steps = as_double(size - 1), across = nodes - 1;
+  const double ring = (steps - across) * nvlink_hop + across * network_hop;
+  if (kind == collective::send) return launch + (nodes > 1 ? network_hop : nvlink_hop);
+  if (kind == collective::gather) return launch + ring;
+  double levels = 0;  // log2 of the nodes, rounded up
+  for (double width = 1; width < nodes; width *= 2) ++levels;
+  const double tree = 2 * (as_double(per_node - 1) * tree_nvlink_hop + levels * network_hop);
+  return launch + (2 * ring < tree ? 2 * ring : tree);
 }
 
 /// Bytes of an activation element between kernels: the compute format's, but 16-bit under FP8,
@@ -386,7 +413,12 @@ class micro_batch_kernels {
     };
     const attention_seconds t =
         fused_attention_time(r_, a, rate(forward), rate(backward), ideal_);
-    return {t.forward, t.backward};
+    // Ring attention runs one kernel per step and corrects the running output with each step's
+    // (Transformer Engine's AttnFuncWithCPAndKVP2P: out_per_step read, the fp32 output read and
+    // written, 12 bytes a query element per step; backward accumulates dq and dk, dv in fp32).
+    const double steps = as_double(l.context - 1);
+    const double corrected = a.batch * a.queries * a.heads * a.head_dim * steps * 12;
+    return {t.forward + memory(corrected), t.backward + memory(2 * corrected)};
   }
 
   const training_plan_value& p_;
@@ -476,10 +508,15 @@ constexpr double tensor_parallel_time(const training_plan_value& p, const cluste
                                 : o.recompute != recompute_kind::op_sac ? 1
                                 : l.sequence                            ? 1.5
                                                                         : 2;
+  const double all_reduces = 2 * forward_passes + 2;
+  // Under SP each all-reduce is an all-gather and a reduce-scatter: two launches.
+  const double latency = l.sequence ? 2 * collective_latency(c, collective::gather, l.tensor, 1)
+                                    : collective_latency(c, collective::all_reduce, l.tensor, 1);
   const double per_layer =
-      (2 * forward_passes + 2) * all_reduce_bytes(hidden_state_bytes(p), l.tensor);
-  return as_double(o.micro_batches) * layers_on_largest_stage(p) * per_layer /
-         group_bandwidth(c, l.tensor, 1);
+      all_reduces * (all_reduce_bytes(hidden_state_bytes(p), l.tensor) /
+                         group_bandwidth(c, l.tensor, 1) +
+                     latency);
+  return as_double(o.micro_batches) * layers_on_largest_stage(p) * per_layer;
 }
 
 /// Ring attention (Liu et al. 2023; Megatron-LM context parallel, torchtitan): each rank passes
@@ -496,10 +533,12 @@ constexpr double context_parallel_time(const training_plan_value& p, const clust
       as_double(m.kv_heads * m.head_dim) / (m.kv_heads >= l.tensor ? tp : as_double(m.kv_heads));
   const double kv = 2 * as_double(o.micro_batch) * as_double(o.sequence) / cp * kv_width *
                     activation_bytes(p.setup.precision);
-  const double ring = 3 * (cp - 1) * kv * micro_batches * layers_on_largest_stage(p);
+  const double sends = 3 * (cp - 1) * micro_batches * layers_on_largest_stage(p);
+  const double ring = sends * (kv / group_bandwidth(c, l.context, l.tensor) +
+                               collective_latency(c, collective::send, l.context, l.tensor));
   const kernel_seconds a = micro_batch_kernels(p, c, w, false).attention();
   const double attention = micro_batches * layers_on_largest_stage(p) * (a.forward + a.backward);
-  const double exposed = ring / group_bandwidth(c, l.context, l.tensor) - attention;
+  const double exposed = ring - attention;
   return exposed > 0 ? exposed : 0;
 }
 
@@ -516,7 +555,8 @@ constexpr double expert_parallel_time(const training_plan_value& p, const cluste
   const double moe_layers = as_double(m.layers - m.moe.first_dense_layers) / as_double(l.pipeline);
   const double copies = 4 * hidden_state_bytes(p) * as_double(m.moe.top_k) / ep;
   const double intra = copies * (in_node - 1) / c.intra, inter = copies * (ep - in_node) / c.inter;
-  return as_double(p.batch.micro_batches) * moe_layers * (intra > inter ? intra : inter);
+  const double latency = 4 * collective_latency(c, collective::send, l.expert, l.tensor);
+  return as_double(p.batch.micro_batches) * moe_layers * ((intra > inter ? intra : inter) + latency);
 }
 
 /// The optimizer step over the weights a rank updates, memory-bound: each read and written once,
@@ -549,8 +589,10 @@ constexpr double pipeline_parallel_time(const training_plan_value& p, const clus
   const activation_options& o = p.batch;
   const double v = o.schedule == pipeline_schedule::interleaved ? as_double(o.virtual_stages) : 1;
   const double message = hidden_state_bytes(p) / (l.sequence ? as_double(l.tensor) : 1);
-  return 2 * as_double(o.micro_batches) * v * message /
-         group_bandwidth(c, l.pipeline, l.tensor * l.context * l.data);
+  const std::int64_t stride = l.tensor * l.context * l.data;
+  return 2 * as_double(o.micro_batches) * v *
+         (message / group_bandwidth(c, l.pipeline, stride) +
+          collective_latency(c, collective::send, l.pipeline, stride));
 }
 
 /// The weights one rank holds a replica of: the dense ones and the routed experts'.
@@ -576,11 +618,18 @@ constexpr void add_sharded_data_time(double& data_time, const training_plan_valu
   const auto n = static_cast<std::int64_t>(group);
   const double s_ranks = as_double(l.shard_degree()) < group ? as_double(l.shard_degree()) : group;
   const auto k = static_cast<std::int64_t>(s_ranks);
+  // One gather forward, one backward and one reduce-scatter per layer (a unit each) and
+  // micro-batch.
+  const double collectives = 3 * layers_on_largest_stage(p) * micro_batches;
   data_time += micro_batches * (2 * gather_bytes(weights, k) + gather_bytes(grads, k)) /
-               group_bandwidth(c, k, l.tensor);
+                   group_bandwidth(c, k, l.tensor) +
+               collectives * collective_latency(c, collective::gather, k, l.tensor);
   if (group > s_ranks)
-    data_time += micro_batches * all_reduce_bytes(grads / s_ranks, n / k) /
-                 group_bandwidth(c, n / k, l.tensor * k);
+    data_time += micro_batches * (all_reduce_bytes(grads / s_ranks, n / k) /
+                                      group_bandwidth(c, n / k, l.tensor * k) +
+                                  layers_on_largest_stage(p) *
+                                      collective_latency(c, collective::all_reduce, n / k,
+                                                         l.tensor * k));
 }
 
 /// Data parallelism's gathers and reductions of what a rank holds a replica of, beyond what
@@ -603,18 +652,25 @@ constexpr double data_parallel_time(const training_plan_value& p, const cluster_
     const auto n = static_cast<std::int64_t>(group);
     const double weights = params * weight, grads = params * f.trainable_share * grad;
     const double bandwidth = group_bandwidth(c, n, l.tensor);
+    const auto latency = [&](collective kind) { return collective_latency(c, kind, n, l.tensor); };
     switch (l.zero) {
       case sharding::none:  // DDP: one all-reduce per step, behind the last backward (no_sync)
-        data_time += all_reduce_bytes(grads, n) / bandwidth;
+        data_time += all_reduce_bytes(grads, n) / bandwidth + latency(collective::all_reduce);
         overlap = backward / micro_batches;
         break;
       case sharding::zero1:  // a reduce-scatter and an all-gather: the same 2Ψ (ZeRO §7.2.1)
-        data_time += (gather_bytes(grads, n) + gather_bytes(weights, n)) / bandwidth;
-        overlap = backward / micro_batches;
+        data_time += (gather_bytes(grads, n) + gather_bytes(weights, n)) / bandwidth +
+                     2 * latency(collective::gather);
+        // Megatron-LM's distributed optimizer also gathers the updated weights behind the next
+        // step's first forward (--overlap-param-gather, distributed/param_and_grad_buffer.py);
+        // DeepSpeed gathers them after the step, exposed (stage_1_and_2.py step()).
+        overlap = (l.implementation == shard_implementation::megatron ? compute : backward) /
+                  micro_batches;
         break;
       case sharding::zero2:  // the reduce-scatter runs every micro-batch
         data_time +=
-            (micro_batches * gather_bytes(grads, n) + gather_bytes(weights, n)) / bandwidth;
+            (micro_batches * gather_bytes(grads, n) + gather_bytes(weights, n)) / bandwidth +
+            (micro_batches + 1) * latency(collective::gather);
         overlap = backward;
         break;
       case sharding::zero3:  // prefetch runs it all beside compute

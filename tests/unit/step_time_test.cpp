@@ -128,23 +128,24 @@ TEST_CASE("the pipeline bubble: (p-1)/m of the slowest stage, (p-1)/(m·v) inter
 TEST_CASE("tensor parallel: four all-reduces of the hidden states per layer") {
   // Shoeybi et al. 2019 fig. 4: per layer two all-reduces forward and two backward, each
   // sending 2(t-1)/t of b·s·h bf16 elements; Llama-3-8B, TP 8, b 1, s 4096, 32 layers, within
-  // a node: NVLink at 80 %.
+  // a node: NVLink at 80 %, and each all-reduce's latency (NCCL's tuning model: 8.4 µs, then
+  // the ring's 14 steps of 3.4 µs beat the tree's 2 x 7 of 4 µs): 56 µs.
   training_plan_value p = llama_plan();
   const cluster c{.network_efficiency = 0.8};
   p.setup.layout.tensor = 8;
   const double hidden = 4096.0 * 4096 * 2;
-  const double per_layer = 4 * 2 * (7.0 / 8) * hidden;
-  CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(32 * per_layer / (0.8 * 450e9)));
+  const double per_layer = 4 * (2 * (7.0 / 8) * hidden / (0.8 * 450e9) + 56e-6);
+  CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(32 * per_layer));
   // Full recompute repeats the forward pair.
   p.batch.recompute = recompute_kind::full;
-  CHECK(estimate_step_time(p, h100, c).tensor ==
-        doctest::Approx(1.5 * 32 * per_layer / (0.8 * 450e9)));
-  // TP 16 spans two nodes of 8: each node's 8 members drive their 8 NICs, 8 x 50 GB/s.
+  CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(1.5 * 32 * per_layer));
+  // TP 16 spans two nodes of 8: each node's 8 members drive their 8 NICs, 8 x 50 GB/s; the
+  // tree's 2 x (7 x 4 + 14) µs beats the ring's 2 x (14 x 3.4 + 14): 8.4 + 84 µs.
   p.batch.recompute = recompute_kind::none;
   p.setup.model = models::llama_3_1_405b::value;  // 128 heads take TP 16
   p.setup.layout.tensor = 16;
-  const double big = 4 * 2 * (15.0 / 16) * 4096.0 * 16384 * 2;
-  CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(126 * big / (0.8 * 400e9)));
+  const double big = 2 * (15.0 / 16) * 4096.0 * 16384 * 2 / (0.8 * 400e9) + 92.4e-6;
+  CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(126 * 4 * big));
 }
 
 TEST_CASE("data parallel: ZeRO-3 moves 3Ψ where DDP and ZeRO-1 move 2Ψ") {
@@ -155,75 +156,94 @@ TEST_CASE("data parallel: ZeRO-3 moves 3Ψ where DDP and ZeRO-1 move 2Ψ") {
   p.setup.layout.data = 8;
   const cluster instant{
       .peak_tflops = 1e9, .matmul_tflops = 1e9, .memory_gb_per_s = 1e9, .network_efficiency = 1};
+  // Latencies (NCCL's tuning model): an all-reduce over the node 56 µs (as in the TP test), an
+  // all-gather or reduce-scatter 8.4 + 7 x 3.4 = 32.2 µs; ZeRO-3 runs three per layer.
   const double psi = 8'030'261'248.0 * 2;
   CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(2 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
+        doctest::Approx(2 * (7.0 / 8) * psi / 450e9 + 56e-6).epsilon(1e-6));
   p.setup.layout.zero = sharding::zero1;
   p.setup.layout.implementation = shard_implementation::deepspeed;
   CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(2 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
+        doctest::Approx(2 * (7.0 / 8) * psi / 450e9 + 2 * 32.2e-6).epsilon(1e-6));
   p.setup.layout.zero = sharding::zero3;
   CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(3 * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
+        doctest::Approx(3 * (7.0 / 8) * psi / 450e9 + 96 * 32.2e-6).epsilon(1e-6));
   // At real rates ZeRO-3's prefetched gathers hide behind the step's compute.
   CHECK(estimate_step_time(p, h100).data == 0);
-  // Over 16 ranks the group spans two nodes, 8 NICs each: 400 GB/s.
+  // Over 16 ranks the group spans two nodes, 8 NICs each: 400 GB/s; 14 hops in a node and one
+  // between: 8.4 + 14 x 3.4 + 14 = 70 µs a gather.
   p.setup.layout.data = 16;
   CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(3 * (15.0 / 16) * psi / 400e9).epsilon(1e-6));
-  // With TP 8 the 2 data-parallel ranks are a node apart: one NIC each.
+        doctest::Approx(3 * (15.0 / 16) * psi / 400e9 + 96 * 70e-6).epsilon(1e-6));
+  // With TP 8 the 2 data-parallel ranks are a node apart: one NIC each, one hop of 14 µs.
   p.setup.layout.tensor = 8;
   p.setup.layout.data = 2;
   CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx(3 * (1.0 / 2) * psi / 8 / 50e9).epsilon(1e-6));
+        doctest::Approx(3 * (1.0 / 2) * psi / 8 / 50e9 + 96 * 22.4e-6).epsilon(1e-6));
   // FSDP under AMP: fp32 parameters gathered in MixedPrecision's bf16 param_dtype, forward and
   // backward, and the fp32 gradients reduce-scattered.
   p.setup.precision = amp<bf16>::value;
   p.setup.layout = {
       .data = 8, .zero = sharding::zero3, .implementation = shard_implementation::fsdp};
   CHECK(estimate_step_time(p, h100, instant).data ==
-        doctest::Approx((2 + 2) * (7.0 / 8) * psi / 450e9).epsilon(1e-6));
+        doctest::Approx((2 + 2) * (7.0 / 8) * psi / 450e9 + 96 * 32.2e-6).epsilon(1e-6));
 }
 
 TEST_CASE("context parallel: the K/V ring, exposed only beyond the attention it overlaps") {
   // Llama-3-8B, CP 2 over a 1 GB/s link: each rank passes its K and V (8 KV heads x 128, bf16,
-  // 2,048 tokens) once forward and K, V and their gradients backward, in each of 32 layers; its
+  // 2,048 tokens) once forward and K, V and their gradients backward, in each of 32 layers, each
+  // send 8.4 + 14 µs (NCCL's launch and network hop); its
   // attention: 2,048 queries against 4,096 keys, causal, at 35 % of 1 PFLOP/s.
   training_plan_value p = llama_plan();
   p.setup.layout.context = 2;
   const double kv = 2 * 2048.0 * 1024 * 2;
-  const double ring = 3 * kv * 32;
+  const double ring = 3 * 32 * (kv / 1e9 + 22.4e-6);
   const double attention = 32 * 3.5 * 4 * 2048.0 * 4096 * 32 * 128 / 2 / 3.5e14;
   const cluster slow{.gpus_per_node = 1,
                      .inter_node_gb_per_s = 1,
                      .compute_efficiency = 1,
                      .network_efficiency = 1};
   CHECK(estimate_step_time(p, ideal_card, slow).context ==
-        doctest::Approx(ring / 1e9 - attention).epsilon(1e-9));
+        doctest::Approx(ring - attention).epsilon(1e-9));
   CHECK(estimate_step_time(p, h100).context == 0);  // NVLink: hidden behind attention
 }
 
 TEST_CASE("expert parallel: all-to-alls over NVLink and each rank's NIC at once") {
   // Mixtral-8x7B, EP 8 in a node: per MoE layer four all-to-alls of top-2 copies of the hidden
-  // states, 7/8 of which leave the rank (GShard).
+  // states, 7/8 of which leave the rank (GShard), each 8.4 + 3.4 µs of latency.
   training_plan_value p{training{models::mixtral_8x7b::value, mixed<bf16>::value, adamw<>::value},
                         activation_options{.sequence = 4096}};
   p.setup.layout.data = 8;
   p.setup.layout.expert = 8;
   const double copies = 4 * 4096.0 * 4096 * 2 * 2;
   CHECK(estimate_step_time(p, h100, whole_rates).expert ==
-        doctest::Approx(32 * copies * (7.0 / 8) / 450e9));
-  // EP 8 over nodes of 4 GPUs: 3/8 to the node's others over NVLink, 4/8 through the NIC.
+        doctest::Approx(32 * (copies * (7.0 / 8) / 450e9 + 4 * 11.8e-6)));
+  // EP 8 over nodes of 4 GPUs: 3/8 to the node's others over NVLink, 4/8 through the NIC
+  // (8.4 + 14 µs a send).
   p.setup.layout.data = 8;
   const cluster small_nodes{.gpus_per_node = 4, .compute_efficiency = 1, .network_efficiency = 1};
   CHECK(estimate_step_time(p, h100, small_nodes).expert ==
-        doctest::Approx(32 * copies * (4.0 / 8) / 50e9));
+        doctest::Approx(32 * (copies * (4.0 / 8) / 50e9 + 4 * 22.4e-6)));
   // PP 4 over nodes of one GPU: one send forward and one backward per micro-batch.
   p.setup.layout = layout{.pipeline = 4};
   p.batch.micro_batches = 8;
   const double hidden = 4096.0 * 4096 * 2;
   CHECK(estimate_step_time(p, h100, {.gpus_per_node = 1, .network_efficiency = 1}).pipeline ==
-        doctest::Approx(2 * 8 * hidden / 50e9));
+        doctest::Approx(2 * 8 * (hidden / 50e9 + 22.4e-6)));
+}
+
+TEST_CASE("NCCL's latency: launch, ring hops within and between nodes, or the tree's") {
+  // src/graph/tuning.cc, Simple protocol: 8.4 µs, ring hops 3.4 µs (NVLink) and 14 µs (net),
+  // tree hops 4 µs (NVLink) and 14 µs (net). 1,024 ranks in 128 nodes of 8: the ring all-reduce
+  // takes 2 x (896 x 3.4 + 127 x 14) µs, the tree 2 x (7 x 4 + 7 x 14): the tree.
+  const cluster_figures f = figures_of({}, h100);
+  using detail::collective;
+  CHECK(detail::collective_latency(f, collective::all_reduce, 1024, 1) ==
+        doctest::Approx(8.4e-6 + 2 * (7 * 4.0e-6 + 7 * 14.0e-6)));
+  CHECK(detail::collective_latency(f, collective::gather, 1024, 1) ==
+        doctest::Approx(8.4e-6 + 896 * 3.4e-6 + 127 * 14.0e-6));
+  CHECK(detail::collective_latency(f, collective::send, 8, 1) == doctest::Approx(11.8e-6));
+  CHECK(detail::collective_latency(f, collective::gather, 1, 1) == 0);
 }
 
 TEST_CASE("a GPU without a measured matmul or known bandwidth takes an H100's, and says so") {
