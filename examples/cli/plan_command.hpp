@@ -183,6 +183,47 @@ inline void print_plan_text(std::ostream& out, const plan_found& found, const se
   out << "\nEvery candidate:\n\n" << t;
 }
 
+/// `--explain N`: ranked layout N's estimated step time by cause, beside its memory, and the
+/// model FLOPs utilisation it comes to.
+inline void print_plan_explained(std::ostream& out, const ranked_layout& r, std::int64_t rank,
+                                 const training_plan_value& base, const search_space& space,
+                                 const gpu& device, const size_style& size) {
+  const plan_candidate& c = r.c;
+  const step_time& t = c.time;
+  out << "\nLayout #" << rank << ": " << describe(c) << ", micro-batch " << c.micro_batch << " x "
+      << c.micro_batches << ", " << recompute_label(c) << "; " << size(c.required)
+      << " per GPU, " << size(device.capacity - c.required) << " headroom.\n\n";
+  report::table table({"part of the step", "seconds", "share"});
+  const auto row = [&](const char* what, double seconds_spent) {
+    if (seconds_spent <= 0) return;
+    char share[16];
+    std::snprintf(share, sizeof share, "%.1f%%", 100 * seconds_spent / t.total());
+    table.add({what, seconds(seconds_spent), share});
+  };
+  row("kernels: matmuls, attention, elementwise", t.compute);
+  row("recompute", t.recompute);
+  row("pipeline bubble", t.bubble);
+  row("optimizer step", t.optimizer);
+  row("tensor parallel collectives", t.tensor);
+  row("context parallel ring, beyond attention", t.context);
+  row("expert parallel all-to-alls", t.expert);
+  row("pipeline sends", t.pipeline);
+  row("data parallel collectives, beyond compute", t.data);
+  row("offload transfers", t.offload);
+  table.add({"total", seconds(t.total()), "100%"});
+  out << table;
+  const cluster_figures f = figures_of(space.net, device);
+  const double per_token = work_of(base.setup, base.batch.sequence).training();
+  const double world = static_cast<double>(c.layout.data * c.layout.tensor * c.layout.pipeline *
+                                           c.layout.context);
+  char mfu[160];
+  std::snprintf(mfu, sizeof mfu,
+                "\nModel FLOPs utilisation: %.1f%% of %.0f TFLOP/s (6 per weight and 12·l·h·s of "
+                "attention per token, recompute not counted).\n",
+                100 * c.tokens_per_second / world * per_token / f.peak, f.peak / 1e12);
+  out << mfu;
+}
+
 inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<std::string>& train,
                     const train_options& given, const plan_options& p, const size_style& size) {
   const named_model named = load_model(given.model);
@@ -215,12 +256,22 @@ inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<st
         << " x " << report::grouped(o.seq_len) << " tokens";
   found.title = title.str();
   found.assumptions = plan_assumptions(space, g);
+  if (p.explain > 0 && (o.format == output_format::json || o.format == output_format::svg))
+    detail::raise("--explain breaks a layout down in the table; JSON gives every ranked "
+                  "layout's step_time, SVG none");
+  if (static_cast<std::size_t>(p.explain) > found.ranked.size())
+    detail::raise("--explain " + std::to_string(p.explain) + ": only " +
+                  std::to_string(found.ranked.size()) +
+                  (found.ranked.size() == 1 ? " layout was ranked" : " layouts were ranked"));
   if (o.format == output_format::json)
     out << plan_json(found, space, g, o, p).dump(2) << "\n";
   else if (o.format == output_format::svg)
     print_plan_svg(out, found.title, found.ranked, g, size);
   else
     print_plan_text(out, found, space, g, o, p, size);
+  if (p.explain > 0)
+    print_plan_explained(out, found.ranked[static_cast<std::size_t>(p.explain - 1)], p.explain,
+                         base, space, g, size);
   return o.check && found.ranked.empty() ? 1 : 0;
 }
 

@@ -30,6 +30,7 @@ struct plan_options {
   bool no_offload = false;
   std::optional<sharding_family> sharding;
   cluster net{};
+  std::int64_t explain = 0;  ///< the ranked layout whose step time to break down; 0: none
 };
 
 /// The train options `plan` decides itself (given, they fix that knob or make no sense), or
@@ -206,6 +207,9 @@ inline void add_plan_options(CLI::App& cmd, plan_options& p) {
   cmd.add_option("--network-efficiency", p.net.network_efficiency,
                  "Fraction of the link bandwidth the collectives reach")
       ->capture_default_str();
+  cmd.add_option("--explain", p.explain,
+                 "Break ranked layout N's step time down by cause, beside its memory")
+      ->check(CLI::Range(std::int64_t{1}, static_cast<std::int64_t>(search_result::max_top)));
 }
 
 /// Refuses a network figure that is not a finite positive number within reach (a petabyte a

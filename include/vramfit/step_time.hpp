@@ -287,11 +287,13 @@ class micro_batch_kernels {
     if (fp8_) r_.matmul *= 1402.6 / 794.5;
     if (e_ >= 4) r_.matmul /= 16;
     attention_ = attention_of(p, c);
+    for (const tensor_group& g : w.matmuls) matmuls_.push_back(matmul(g));
     // Elementwise passes read and write each tensor once forward and twice backward: two norms
     // and two residual adds over the hidden states (under SP a 1/t share of the tokens), and
     // rotary embeddings and the activation function over the projections' outputs (top_k
     // copies of a routed expert's); an MoE layer also permutes top_k copies of each token's
     // hidden state to its experts and back (Megatron-Core's token dispatcher).
+    if (ideal) return;  // no memory-bound time in the bound
     const double replicated = l.sequence ? 1 / as_double(l.tensor) : 1;
     const double hidden = as_double(m.hidden), top_k = as_double(m.moe.top_k);
     for (const bool moe : {false, true}) {
@@ -318,12 +320,11 @@ class micro_batch_kernels {
                          (n - dense) * elementwise_[1].forward,
                      n * attention_.backward + dense * elementwise_[0].backward +
                          (n - dense) * elementwise_[1].backward};
-    for (const tensor_group& g : w_.matmuls) {
+    for (std::size_t i = 0; i < w_.matmuls.size(); ++i) {
+      const tensor_group& g = w_.matmuls[i];
       const double here = as_double(overlap(g.first_layer, g.layer_count, first, count));
-      if (here == 0) continue;
-      const kernel_seconds k = matmul(g);
-      s.forward += here * k.forward;
-      s.backward += here * k.backward;
+      s.forward += here * matmuls_[i].forward;
+      s.backward += here * matmuls_[i].backward;
     }
     return s;
   }
@@ -331,9 +332,10 @@ class micro_batch_kernels {
   /// The head and the loss over its logits (fp32, read and written three times).
   [[nodiscard]] constexpr kernel_seconds head() const {
     kernel_seconds s{};
-    for (const tensor_group& g : w_.matmuls) {
+    for (std::size_t i = 0; i < w_.matmuls.size(); ++i) {
+      const tensor_group& g = w_.matmuls[i];
       if (g.layer_count > 0 || g.kind != tensor_kind::head) continue;
-      const kernel_seconds k = matmul(g);
+      const kernel_seconds k = matmuls_[i];
       const double logits = memory(3 * 4 * tokens_ * out_features(g));
       s.forward += k.forward + logits;
       s.backward += k.backward + logits;
@@ -428,6 +430,7 @@ class micro_batch_kernels {
   bool fp8_ = false;
   double tokens_ = 0, e_ = 0;
   kernel_seconds attention_{};
+  static_vector<kernel_seconds, tensor_ledger::capacity> matmuls_{};  ///< one layer's, by group
   kernel_seconds elementwise_[2] = {};  ///< a dense layer's, an MoE layer's
 };
 
@@ -465,11 +468,10 @@ constexpr stage_seconds stage_time(const training_plan_value& p, const model_wor
 /// The compute of one step and the pipeline's bubble. The pipeline runs at the pace of its
 /// slowest stage, of the first (most layers when they do not divide), the second (standing for
 /// the middle ones, e.g. past DeepSeek's dense layers) and the last (the head).
-constexpr void add_compute(step_time& s, const training_plan_value& p, const cluster_figures& c,
-                           const model_work& w, bool ideal) {
+constexpr void add_compute(step_time& s, const training_plan_value& p, const model_work& w,
+                           const micro_batch_kernels& k) {
   const layout& l = p.setup.layout;
   const activation_options& o = p.batch;
-  const micro_batch_kernels k(p, c, w, ideal);
   stage_seconds slowest{};
   for (const std::int64_t stage : {std::int64_t{0}, std::int64_t{1}, l.pipeline - 1}) {
     if (stage >= l.pipeline) continue;
@@ -523,7 +525,7 @@ constexpr double tensor_parallel_time(const training_plan_value& p, const cluste
 /// its K and V shards cp-1 times forward; backward passes K, V and their gradients; the exchange
 /// overlaps the attention blocks, so only what exceeds them is exposed.
 constexpr double context_parallel_time(const training_plan_value& p, const cluster_figures& c,
-                                       const model_work& w) {
+                                       const micro_batch_kernels& k) {
   const model& m = p.setup.model;
   const layout& l = p.setup.layout;
   const activation_options& o = p.batch;
@@ -536,7 +538,7 @@ constexpr double context_parallel_time(const training_plan_value& p, const clust
   const double sends = 3 * (cp - 1) * micro_batches * layers_on_largest_stage(p);
   const double ring = sends * (kv / group_bandwidth(c, l.context, l.tensor) +
                                collective_latency(c, collective::send, l.context, l.tensor));
-  const kernel_seconds a = micro_batch_kernels(p, c, w, false).attention();
+  const kernel_seconds a = k.attention();
   const double attention = micro_batches * layers_on_largest_stage(p) * (a.forward + a.backward);
   const double exposed = ring - attention;
   return exposed > 0 ? exposed : 0;
@@ -708,10 +710,11 @@ constexpr step_time estimate_step_time(const training_plan_value& p, const clust
                                        const model_work& f, bool ideal = false) {
   const layout& l = p.setup.layout;
   step_time s{};
-  detail::add_compute(s, p, c, f, ideal);
+  const detail::micro_batch_kernels kernels(p, c, f, ideal);
+  detail::add_compute(s, p, f, kernels);
   s.optimizer = detail::optimizer_time(p, c, f);
   if (l.tensor > 1) s.tensor = detail::tensor_parallel_time(p, c);
-  if (l.context > 1) s.context = detail::context_parallel_time(p, c, f);
+  if (l.context > 1) s.context = detail::context_parallel_time(p, c, kernels);
   if (l.expert > 1 && p.setup.model.is_moe()) s.expert = detail::expert_parallel_time(p, c);
   if (l.pipeline > 1) s.pipeline = detail::pipeline_parallel_time(p, c);
   s.data = detail::data_parallel_time(p, c, f, s.compute + s.recompute);

@@ -392,6 +392,39 @@ TEST_CASE("plan: the fastest layouts that fit, each reproduced exactly by its tr
   }
 }
 
+TEST_CASE("plan --explain: a ranked layout's step time by cause, the parts summing to its total") {
+  const std::string search = "plan --model llama-3-70b --seq-len 8192 --gpus 64 --top 3";
+  const result text = run(search + " --explain 2");
+  REQUIRE(text.status == 0);
+  const result json = run(search + " --format json");
+  REQUIRE(json.status == 0);
+  const nlohmann::json second = nlohmann::json::parse(json.out).at("candidates").at(1);
+  const nlohmann::json& t = second.at("step_time");
+  CHECK(text.out.find("\nLayout #2: ") != std::string::npos);
+  // The table's rows, each "| part | seconds | share |", add up to the total row.
+  const std::size_t table = text.out.find("| part of the step | seconds | share |");
+  REQUIRE(table != std::string::npos);
+  std::istringstream rows(text.out.substr(table));
+  std::string line;
+  double parts = 0, total = -1;
+  int count = 0;
+  while (std::getline(rows, line) && line.starts_with("|")) {
+    const std::size_t a = line.find('|', 1), b = line.find('|', a + 1);
+    const std::string name = line.substr(2, a - 3), value = line.substr(a + 1, b - a - 1);
+    if (name == "part of the step" || name.starts_with("---")) continue;
+    if (name == "total") {
+      total = std::stod(value);
+    } else {
+      parts += std::stod(value);
+      ++count;
+    }
+  }
+  CHECK(count >= 3);  // kernels, the bubble or TP, the optimizer at least
+  CHECK(total == doctest::Approx(t.at("total").get<double>()).epsilon(1e-3));
+  CHECK(parts == doctest::Approx(total).epsilon(0.001 * count / total + 1e-9));
+  CHECK(text.out.find("Model FLOPs utilisation: ") != std::string::npos);
+}
+
 TEST_CASE("plan: train options fix their knob, plan options bound the rest") {
   struct {
     const char* args;
@@ -462,6 +495,9 @@ TEST_CASE("plan: every format, the counts of the rest, --all and the errors") {
       {"plan --network-efficiency 1.5",
        "--network-efficiency must be a number above 0 and at most 1"},
       {"plan --mfu 0.5", "--mfu"},
+      {"plan --explain 40", "--explain: Value 40 not in range 1 to 32"},
+      {"plan --explain 2 --format json", "--explain breaks a layout down in the table"},
+      {"plan --model llama-3-8b --gpus 1 --top 1 --explain 2", "--explain 2: only 1 layout was ranked"},
       {"plan --inter-bw 0", "--inter-bw must be a number above 0"},
       {"plan --sharding foo",
        "--sharding: unknown sharding 'foo'; known: deepspeed, megatron, fsdp, any"},

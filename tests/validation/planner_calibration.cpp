@@ -365,8 +365,8 @@ int main(int argc, char** argv) {
               all_held.size(), near_top, overclaimed);
   std::printf("<!-- end output -->\n");
   if (!check) return 0;
-  // The recorded bound: held out, the median |error| was 10.0 % when the defaults were fitted.
-  constexpr double median_bound = 0.11;
+  // The recorded bound: held out, the median |error| was 10.7 % when the defaults were fitted.
+  constexpr double median_bound = 0.115;
   bool ok = true;
   if (std::abs(compute - defaults.compute_efficiency) > 0.005 ||
       std::abs(network - defaults.network_efficiency) > 0.005) {
