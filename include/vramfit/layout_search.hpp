@@ -12,6 +12,7 @@
 
 #include "detail/static_vector.hpp"
 #include "fit.hpp"
+#include "framework_support.hpp"
 #include "step_time.hpp"
 
 namespace vramfit {
@@ -26,12 +27,15 @@ inline constexpr std::int64_t max_virtual_stages_searched = 16;
 /// The largest global batch, in sequences: its divisors are found by trial division.
 inline constexpr std::int64_t max_global_batch = std::int64_t{1} << 30;
 
-/// Which sharding implementations the search tries.
+/// Which sharding implementations the search tries, each only in the layouts its framework runs
+/// (framework_support.hpp).
 enum class sharding_family : unsigned char {
   deepspeed,  ///< DDP, ZeRO-1, ZeRO-2, ZeRO-3 (DeepSpeed's buffers; no ZeRO-2/3 with PP)
   megatron,   ///< DDP, Megatron-LM's distributed optimizer
-  fsdp,       ///< DDP, FSDP SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD over every shard group
-  any,        ///< all of the above
+  /// DDP, FSDP SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD over every shard group: torchtitan's with
+  /// the plan's FSDP version 2, accelerate's FSDP1 with version 1 (fsdp_framework)
+  fsdp,
+  any,  ///< all of the above
 };
 
 /// What the search may vary. A positive degree fixes that knob; 0 searches it within its bound.
@@ -60,6 +64,7 @@ enum class rejection : unsigned char {
   ranked,             ///< kept: among the best `top`, or listed for --all
   does_not_fit,       ///< needs more than the GPU has even at its smallest micro-batch
   breaks_a_rule,      ///< a layout rule (check_layout), e.g. TP must divide the heads
+  unsupported,        ///< set aside: its framework cannot run it (check_support)
   batch_indivisible,  ///< the global batch does not split into its micro-batches and replicas
   slower,             ///< its best possible time is beyond the k-th best: not evaluated
   outranked,          ///< evaluated and fits, but k faster ones were found (the last reason)
@@ -79,7 +84,8 @@ struct plan_candidate {
   step_time time{};
   double tokens_per_second = 0;
   rejection verdict = rejection::ranked;
-  layout_rule rule = layout_rule::none;  ///< for breaks_a_rule
+  layout_rule rule = layout_rule::none;       ///< for breaks_a_rule
+  support_rule support = support_rule::none;  ///< for unsupported
 };
 
 /// The best candidates, fastest first, and the count of every other one by reason.
@@ -87,9 +93,10 @@ struct search_result {
   /// The most candidates a result keeps (the largest search_space::top).
   static constexpr std::size_t max_top = 32;
   detail::static_vector<plan_candidate, max_top> best{};
-  std::int64_t counts[rejection_count] = {};   ///< by rejection, ranked ones included
-  std::int64_t rules[layout_rule_count] = {};  ///< breaks_a_rule, by rule
-  std::int64_t memory_evaluations = 0;         ///< fit() calls
+  std::int64_t counts[rejection_count] = {};        ///< by rejection, ranked ones included
+  std::int64_t rules[layout_rule_count] = {};       ///< breaks_a_rule, by rule
+  std::int64_t set_aside[support_rule_count] = {};  ///< unsupported, by rule
+  std::int64_t memory_evaluations = 0;              ///< fit() calls
   bool offloaded = false;  ///< nothing fit without offload: offloaded layouts were searched
   std::int64_t global_batch = 0;
 
@@ -300,7 +307,8 @@ class layout_searcher {
     const micro_batch_sizes sizes = sizes_of(per_replica);
     const auto shard = [&](sharding stage, shard_implementation impl, std::int64_t group) {
       if (space_.zero >= 0 && space_.zero != static_cast<int>(stage)) return;
-      // Nothing to shard over, unless ZeRO-Offload moves a single GPU's optimizer to the host.
+      // Nothing to shard over (DP x CP: Megatron-LM's and FSDP2's group; DeepSpeed and FSDP1,
+      // which shard over DP, run no CP), unless ZeRO-Offload moves one GPU's optimizer to the host.
       if (stage != sharding::none && l.data * l.context == 1 && !offloaded) return;
       if (offloaded && stage == sharding::none) return;
       plan_candidate s = c;
@@ -317,12 +325,10 @@ class layout_searcher {
     const sharding_family f = space_.sharding;
     const bool any = f == sharding_family::any;
     shard(sharding::none, layout{}.implementation, 0);  // plain DDP, as `train` without --zero
-    // Neither DeepSpeed's pipeline engine nor Megatron-LM runs a GPipe schedule given.
-    const bool gpipe = l.pipeline > 1 && plan_.batch.schedule == pipeline_schedule::gpipe;
-    if ((f == sharding_family::deepspeed || any) && !gpipe)
+    if (f == sharding_family::deepspeed || any)
       for (const sharding s : {sharding::zero1, sharding::zero2, sharding::zero3})
         shard(s, deepspeed, 0);
-    if ((f == sharding_family::megatron || any) && !gpipe) shard(sharding::zero1, megatron, 0);
+    if (f == sharding_family::megatron || any) shard(sharding::zero1, megatron, 0);
     if (f == sharding_family::fsdp || any) {
       if (space_.shard_group == 0) {
         shard(sharding::zero2, fsdp, 0);
@@ -343,14 +349,16 @@ class layout_searcher {
       return reject(c, rejection::breaks_a_rule);
     }
     // Virtual stages: 1, or a divisor of each stage's layers (Megatron-LM needs layers
-    // divisible by p·v); DeepSpeed's pipeline engine runs 1F1B only.
+    // divisible by p·v); each set aside where its framework cannot run it.
     const std::int64_t pp = c.layout.pipeline;
-    const bool interleaves = c.layout.implementation != shard_implementation::deepspeed;
-    const std::int64_t chunks = interleaves && pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
+    const std::int64_t chunks = pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
     for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, max_virtual_stages_searched),
                      [&](std::int64_t v) {
                        if (!allowed(space_.virtual_stages, v)) return;
                        c.virtual_stages = v;
+                       c.support = unsupported(c, per_replica);
+                       if (c.support != support_rule::none)
+                         return reject(c, rejection::unsupported);
                        bounded b =
                            bounded::of(c, per_replica, static_cast<std::int64_t>(queue.size()));
                        const micro_batch_sizes usable = usable_sizes(b, sizes);
@@ -364,6 +372,48 @@ class layout_searcher {
                        });
                        queue.push_back(b);
                      });
+  }
+
+  /// The frameworks that run candidate `c`'s sharding: its implementation's, or for plain DDP
+  /// those of the family searched.
+  [[nodiscard]] constexpr static_vector<framework, framework_count> frameworks_of(
+      const plan_candidate& c) const {
+    const framework fsdp = fsdp_framework(plan_.setup.layout.fsdp_version);
+    static_vector<framework, framework_count> runs{};
+    switch (c.layout.implementation) {
+      case shard_implementation::deepspeed:
+        runs.push_back(framework::deepspeed);
+        return runs;
+      case shard_implementation::megatron:
+        runs.push_back(framework::megatron);
+        return runs;
+      case shard_implementation::fsdp:
+        runs.push_back(fsdp);
+        return runs;
+      case shard_implementation::unnamed:
+      case shard_implementation::paper:
+        break;
+    }
+    const sharding_family f = space_.sharding;
+    const bool any = f == sharding_family::any;
+    if (f == sharding_family::deepspeed || any) runs.push_back(framework::deepspeed);
+    if (f == sharding_family::megatron || any) runs.push_back(framework::megatron);
+    if (f == sharding_family::fsdp || any) runs.push_back(fsdp);
+    return runs;
+  }
+
+  /// The rule that sets candidate `c` aside: none when a framework of its runs it, else the
+  /// first framework's.
+  [[nodiscard]] constexpr support_rule unsupported(const plan_candidate& c,
+                                                   std::int64_t per_replica) const {
+    const activation_options batch = plan_of(c, per_replica, 1).batch;
+    support_rule first = support_rule::none;
+    for (const framework f : frameworks_of(c)) {
+      const support_rule r = check_support(f, c.layout, batch);
+      if (r == support_rule::none) return r;
+      if (first == support_rule::none) first = r;
+    }
+    return first;
   }
 
   /// Each recompute policy the space allows, on a copy of `c` (op-level SAC not with LoRA, whose
@@ -643,6 +693,7 @@ class layout_searcher {
     c.verdict = why;
     ++r_.counts[static_cast<int>(why)];
     if (why == rejection::breaks_a_rule) ++r_.rules[static_cast<int>(c.rule)];
+    if (why == rejection::unsupported) ++r_.set_aside[static_cast<int>(c.support)];
     listed_(c);
   }
 

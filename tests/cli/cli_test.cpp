@@ -400,7 +400,7 @@ TEST_CASE("plan: train options fix their knob, plan options bound the rest") {
   } fixed[] = {
       {"--tp 8", "tp", 8},
       {"--pp 2", "pp", 2},
-      {"--cp 2", "cp", 2},
+      {"--cp 2 --sharding megatron", "cp", 2},
       {"--zero 3", "sharding", "zero-3"},
       {"--zero 1 --zero-impl megatron", "sharding", "megatron-distributed-optimizer"},
       {"--fsdp hybrid --fsdp-group 4", "shard_group", 4},
@@ -458,6 +458,10 @@ TEST_CASE("plan: every format, the counts of the rest, --all and the errors") {
       {"plan --top 0", "--top must be between 1 and 32, got 0"},
       {"plan --top 33", "--top must be between 1 and 32, got 33"},
       {"plan --global-batch -1", "--global-batch: must be an integer from 1"},
+      {"plan --cp 2",
+       "no layout of 8 GPUs searched runs on the framework of its sharding "
+       "(DeepSpeed has no ring context parallelism (Ulysses only))"},
+      {"plan --framework fsdp1 --tp 2", "(FSDP1 (accelerate) has no TP, PP, CP or EP)"},
       {"plan --mfu 0", "--mfu must be a number above 0 and at most 1"},
       {"plan --inter-bw 0", "--inter-bw must be a number above 0"},
       {"plan --sharding foo",
