@@ -62,7 +62,7 @@ struct search_space {
 /// Why a candidate is not among the best.
 enum class rejection : unsigned char {
   ranked,             ///< kept: among the best `top`, or listed for --all
-  does_not_fit,       ///< needs more than the GPU has even at its smallest micro-batch
+  does_not_fit,       ///< needs more than the GPU has at every micro-batch (as `train` counts)
   breaks_a_rule,      ///< a layout rule (check_layout), e.g. TP must divide the heads
   unsupported,        ///< set aside: its framework cannot run it (check_support)
   batch_indivisible,  ///< the global batch does not split into its micro-batches and replicas
@@ -469,58 +469,84 @@ class layout_searcher {
   }
 
   /// `e` with the plan's own overheads (the replayed allocator) where the search ranked it with
-  /// the fixed share: as it is, or with the fewest more layers recomputed, or the largest smaller
-  /// micro-batch (all layers recomputed under full recompute) that fits then, its time estimated
-  /// again; false, with `e` rejected, when none fits.
+  /// the fixed share: as it is, or else the fastest setting of its recompute policy that fits
+  /// then (fastest_as_trained), its time estimated again; false, with `e` rejected, when none fits.
   constexpr bool confirmed(plan_candidate& e, std::int64_t per_replica,
                            const micro_batch_sizes& sizes) {
     if (!replays_allocator(own_)) return true;
-    const auto with = [&](const plan_candidate& c, std::int64_t size) {
-      training_plan_value p = plan_of(c, per_replica, size);
-      p.overheads = own_;
-      return p;
-    };
-    const auto required = [&](const plan_candidate& c, std::int64_t size) {
-      ++r_.memory_evaluations;
-      return fit(with(c, size), g_, scratch_).required;
-    };
-    const auto fits = [&](const plan_candidate& c, std::int64_t size) {
-      return required(c, size) <= g_.capacity;
-    };
-    const auto take = [&](const plan_candidate& c, std::int64_t size, bytes needs) {
-      const training_plan_value p = with(c, size);
-      e = c;
-      e.micro_batch = size;
-      e.micro_batches = per_replica / size;
-      e.required = needs;
-      e.time = estimate_step_time(p, net_, work_);
-      e.tokens_per_second = tokens_per_second(p, e.time);
+    ++r_.memory_evaluations;
+    const training_plan_value p = as_trained(e, per_replica, e.micro_batch);
+    if (const bytes needs = fit(p, g_, scratch_).required; needs <= g_.capacity) {
+      e = taken(e, p, needs);
       return true;
+    }
+    if (fastest_as_trained(e, per_replica, sizes)) return true;
+    reject(e, rejection::does_not_fit);
+    return false;
+  }
+
+  /// `c` as plan `p` runs it, needing `needs`: its micro-batch and time from `p`.
+  [[nodiscard]] constexpr plan_candidate taken(plan_candidate c, const training_plan_value& p,
+                                               bytes needs) const {
+    c.micro_batch = p.batch.micro_batch;
+    c.micro_batches = p.batch.micro_batches;
+    c.required = needs;
+    c.time = estimate_step_time(p, net_, work_);
+    c.tokens_per_second = tokens_per_second(p, c.time);
+    return c;
+  }
+
+  /// The plan of candidate `e` at micro-batch `size` with the plan's own overheads (the replayed
+  /// allocator), as `train` evaluates it.
+  [[nodiscard]] constexpr training_plan_value as_trained(const plan_candidate& e,
+                                                         std::int64_t per_replica,
+                                                         std::int64_t size) const {
+    training_plan_value p = plan_of(e, per_replica, size);
+    p.overheads = own_;
+    return p;
+  }
+
+  /// The fastest setting of `e`'s recompute policy (a micro-batch of `sizes` and, under full
+  /// recompute, the layers recomputed) at which `e` fits as `train` evaluates it, into `e`; false
+  /// when none does, or when the plan does not replay the allocator (the share is its own figure).
+  /// A scan: the replayed reserve is no share of the peak, and monotone neither in the
+  /// micro-batch nor in the layers recomputed (its segments round), so neither the share's verdict
+  /// nor a bisection finds every setting that fits. The tensors' peak without a reserve bounds the
+  /// replay from below: it skips a setting, and ends the scan at the first size where recomputing
+  /// every layer exceeds the card.
+  constexpr bool fastest_as_trained(plan_candidate& e, std::int64_t per_replica,
+                                    const micro_batch_sizes& sizes) {
+    if (!replays_allocator(own_)) return false;
+    runtime_overheads no_reserve = plan_.overheads;
+    no_reserve.fragmentation_percent = 0;
+    const auto peak_fits = [&](const plan_candidate& c, std::int64_t size) {
+      training_plan_value p = plan_of(c, per_replica, size);
+      p.overheads = no_reserve;
+      ++r_.memory_evaluations;
+      return fit(p, g_, scratch_).required <= g_.capacity;
     };
-    if (const bytes as_ranked = required(e, e.micro_batch); as_ranked <= g_.capacity)
-      return take(e, e.micro_batch, as_ranked);
-    plan_candidate c = e;
-    if (c.recompute == recompute_kind::full && c.recompute_layers > 0) {  // -1: all of them
-      // Memory falls with the layers recomputed: more of them, up to all.
-      const std::int64_t most = (m_.layers + c.layout.pipeline - 1) / c.layout.pipeline;
-      const std::int64_t spared = largest_fitting(0, most - c.recompute_layers - 1, [&](auto t) {
-        plan_candidate d = c;
-        d.recompute_layers = t == 0 ? -1 : most - t;
-        return fits(d, c.micro_batch);
-      });
-      c.recompute_layers = spared <= 0 ? -1 : most - spared;
-      if (spared >= 0) return take(c, c.micro_batch, required(c, c.micro_batch));
+    const bool full = e.recompute == recompute_kind::full;
+    const std::int64_t most = full ? (m_.layers + e.layout.pipeline - 1) / e.layout.pipeline : 1;
+    bool found = false;
+    for (const std::int64_t size : sizes) {
+      plan_candidate c = e;
+      c.recompute_layers = -1;  // all of them: the least memory at this size
+      if (!peak_fits(c, size)) break;
+      // Fewer layers recomputed run faster: the first that fits is this size's fastest.
+      for (std::int64_t k = 1; k <= most; ++k) {
+        c.recompute_layers = k == most ? -1 : k;
+        if (k < most && !peak_fits(c, size)) continue;
+        const training_plan_value p = as_trained(c, per_replica, size);
+        ++r_.memory_evaluations;
+        const bytes needs = fit(p, g_, scratch_).required;
+        if (needs > g_.capacity) continue;
+        const plan_candidate t = taken(c, p, needs);
+        if (!found || t.time.total() <= e.time.total()) e = t;
+        found = true;
+        break;
+      }
     }
-    std::int64_t at = 0;
-    while (sizes[static_cast<std::size_t>(at)] != c.micro_batch) ++at;
-    const std::int64_t fitting = largest_fitting(
-        0, at - 1, [&](std::int64_t i) { return fits(c, sizes[static_cast<std::size_t>(i)]); });
-    if (fitting < 0) {
-      reject(e, rejection::does_not_fit);
-      return false;
-    }
-    const std::int64_t size = sizes[static_cast<std::size_t>(fitting)];
-    return take(c, size, required(c, size));
+    return found;
   }
 
   /// Whether a time cannot reach the top: the top is full and its k-th is faster.
@@ -600,7 +626,7 @@ class layout_searcher {
   }
 
   /// The fastest of `sizes` at which `e` fits, from the fastest (`chosen`), memory in e.required;
-  /// false, rejected, if none. Memory grows with b (1F1B holds min(p, m)·b): the fitting sizes are
+  /// false if none. Memory grows with b (1F1B holds min(p, m)·b): the fitting sizes are
   /// a prefix. The smallest says if any fits, then the fastest, else the fastest below its end.
   constexpr bool fastest_fitting(plan_candidate& e, std::int64_t per_replica,
                                  const micro_batch_sizes& sizes, const step_times& times,
@@ -610,10 +636,7 @@ class layout_searcher {
       return fit(plan_of(e, per_replica, sizes[i]), g_, scratch_).required;
     };
     e.required = required(0);
-    if (e.required > g_.capacity) {
-      reject(e, rejection::does_not_fit);
-      return false;
-    }
+    if (e.required > g_.capacity) return false;
     if (chosen == 0) return true;
     const bytes at_fastest = required(chosen);
     if (at_fastest <= g_.capacity) {
@@ -651,7 +674,16 @@ class layout_searcher {
       reject(e, rejection::slower);
       return false;
     }
-    if (!fastest_fitting(e, per_replica, sizes, times, chosen)) return false;
+    if (!fastest_fitting(e, per_replica, sizes, times, chosen)) {
+      // The share is no bound of the replayed reserve: `train` may fit a setting it does not.
+      if (!fastest_as_trained(e, per_replica, sizes)) {
+        reject(e, rejection::does_not_fit);
+        return false;
+      }
+      if (!beyond_cut(e.time.total())) return true;
+      reject(e, rejection::slower);
+      return false;
+    }
     e.time = times[chosen];
     e.micro_batch = sizes[chosen];
     e.micro_batches = per_replica / sizes[chosen];
