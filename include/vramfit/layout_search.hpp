@@ -349,9 +349,11 @@ class layout_searcher {
       return reject(c, rejection::breaks_a_rule);
     }
     // Virtual stages: 1, or a divisor of each stage's layers (Megatron-LM needs layers
-    // divisible by p·v); each set aside where its framework cannot run it.
+    // divisible by p·v), not under a GPipe schedule given (interleaving is another schedule);
+    // each set aside where its framework cannot run it.
     const std::int64_t pp = c.layout.pipeline;
-    const std::int64_t chunks = pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
+    const bool gpipe = plan_.batch.schedule == pipeline_schedule::gpipe;
+    const std::int64_t chunks = pp > 1 && !gpipe && m_.layers % pp == 0 ? m_.layers / pp : 1;
     for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, max_virtual_stages_searched),
                      [&](std::int64_t v) {
                        if (!allowed(space_.virtual_stages, v)) return;
