@@ -57,7 +57,15 @@ class progress_bar {
 
 /// The verdicts as the JSON and the table name them, in rejection's order.
 inline constexpr const char* rejection_names[rejection_count] = {
-    "ranked", "does_not_fit", "breaks_a_rule", "batch_indivisible", "slower", "outranked"};
+    "ranked", "does_not_fit", "breaks_a_rule", "unsupported", "batch_indivisible",
+    "slower", "outranked"};
+
+/// A candidate's verdict as the table and JSON name it: its broken or framework rule, if any.
+inline const char* verdict_name(const plan_candidate& c) {
+  if (c.verdict == rejection::breaks_a_rule) return to_string(c.rule);
+  if (c.verdict == rejection::unsupported) return to_string(c.support);
+  return rejection_names[static_cast<int>(c.verdict)];
+}
 
 /// The training options on one GPU: the model, precision, optimizer, fine-tuning and batch stay;
 /// the search decides the layout, micro-batch and recompute.
@@ -106,10 +114,13 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
                                 const gpu& device, const train_options& o, const plan_options& p) {
   const search_result& r = found.r;
   const cluster_figures f = figures_of(space.net, device);
-  nlohmann::json counts = nlohmann::json::object(), rules = nlohmann::json::object();
+  nlohmann::json counts = nlohmann::json::object(), rules = nlohmann::json::object(),
+                 set_aside = nlohmann::json::object();
   for (std::size_t i = 0; i < rejection_count; ++i) counts[rejection_names[i]] = r.counts[i];
   for (std::size_t i = 0; i < layout_rule_count; ++i)
     if (r.rules[i] > 0) rules[to_string(static_cast<layout_rule>(i))] = r.rules[i];
+  for (std::size_t i = 0; i < support_rule_count; ++i)
+    if (r.set_aside[i] > 0) set_aside[to_string(static_cast<support_rule>(i))] = r.set_aside[i];
   nlohmann::json best = nlohmann::json::array();
   for (const ranked_layout& c : found.ranked) best.push_back(to_json(c, device));
   nlohmann::json answer{{"device", device_json(device)},
@@ -129,6 +140,7 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
                         {"offload_searched", r.offloaded},
                         {"rejected", counts},
                         {"broken_rules", rules},
+                        {"unsupported_by_framework", set_aside},
                         {"memory_evaluations", r.memory_evaluations}};
   if (p.all) {
     nlohmann::json all = nlohmann::json::array();
@@ -136,7 +148,8 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
       nlohmann::json j = to_json({c, {}}, device);
       j.erase("argv");
       j["verdict"] = rejection_names[static_cast<int>(c.verdict)];
-      if (c.verdict == rejection::breaks_a_rule) j["rule"] = to_string(c.rule);
+      if (c.verdict == rejection::breaks_a_rule || c.verdict == rejection::unsupported)
+        j["rule"] = verdict_name(c);
       all.push_back(j);
     }
     answer["all"] = all;
@@ -146,15 +159,23 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
 
 /// The counts of the candidates not ranked, by reason and broken rule.
 inline void print_plan_counts(std::ostream& out, const search_result& r, std::size_t top) {
-  out << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << r.counts[0]
-      << ", outranked " << report::grouped(r.counts[5]) << ", does not fit "
-      << report::grouped(r.counts[1]) << ", breaks a rule " << report::grouped(r.counts[2])
-      << ", batch does not divide " << report::grouped(r.counts[3]) << ", cannot beat #" << top
-      << " (not evaluated) " << report::grouped(r.counts[4]) << ".\n";
+  const auto count = [&](rejection why) {
+    return report::grouped(r.counts[static_cast<int>(why)]);
+  };
+  using enum rejection;
+  out << "Candidates: " << report::grouped(r.candidates()) << "; ranked " << count(ranked)
+      << ", outranked " << count(outranked) << ", does not fit " << count(does_not_fit)
+      << ", breaks a rule " << count(breaks_a_rule) << ", set aside (its framework cannot run it) "
+      << count(unsupported) << ", batch does not divide " << count(batch_indivisible)
+      << ", cannot beat #" << top << " (not evaluated) " << count(slower) << ".\n";
   for (std::size_t i = 0; i < layout_rule_count; ++i)
     if (r.rules[i] > 0)
       out << "  " << to_string(static_cast<layout_rule>(i)) << ": " << report::grouped(r.rules[i])
           << "\n";
+  for (std::size_t i = 0; i < support_rule_count; ++i)
+    if (r.set_aside[i] > 0)
+      out << "  set aside: " << to_string(static_cast<support_rule>(i)) << ": "
+          << report::grouped(r.set_aside[i]) << "\n";
 }
 
 inline void print_plan_text(std::ostream& out, const plan_found& found, const search_space& space,
@@ -177,9 +198,7 @@ inline void print_plan_text(std::ostream& out, const plan_found& found, const se
   for (const plan_candidate& c : found.listed)
     t.add({describe(c), std::to_string(c.micro_batch), recompute_label(c),
            c.required == bytes{} ? "-" : size(c.required),
-           c.time.total() > 0 ? seconds(c.time.total()) : "-",
-           c.verdict == rejection::breaks_a_rule ? to_string(c.rule)
-                                                 : rejection_names[static_cast<int>(c.verdict)]});
+           c.time.total() > 0 ? seconds(c.time.total()) : "-", verdict_name(c)});
   out << "\nEvery candidate:\n\n" << t;
 }
 
@@ -224,6 +243,22 @@ inline void print_plan_explained(std::ostream& out, const ranked_layout& r, std:
   out << mfu;
 }
 
+/// Refuses a search whose every candidate that breaks no layout rule is one its framework cannot
+/// run (a knob fixed against it, e.g. --cp with DeepSpeed), naming the rules.
+inline void refuse_unsupported_only(const search_result& r, std::int64_t gpus) {
+  using enum rejection;
+  for (const rejection why : {ranked, does_not_fit, batch_indivisible, slower, outranked})
+    if (r.counts[static_cast<int>(why)] > 0) return;
+  if (r.counts[static_cast<int>(unsupported)] == 0) return;
+  std::string rules;
+  for (std::size_t i = 0; i < support_rule_count; ++i)
+    if (r.set_aside[i] > 0)
+      rules += (rules.empty() ? "" : "; ") + std::string(to_string(static_cast<support_rule>(i)));
+  detail::raise("no layout of " + std::to_string(gpus) +
+                " GPUs searched runs on the framework of its sharding (" + rules +
+                "): --sharding or --framework names another");
+}
+
 inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<std::string>& train,
                     const train_options& given, const plan_options& p, const size_style& size) {
   const named_model named = load_model(given.model);
@@ -247,6 +282,7 @@ inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<st
     };
     found.r = search_layouts(base, g, space, list, std::ref(bar));
   }
+  refuse_unsupported_only(found.r, p.gpus);
   for (const plan_candidate& c : found.r.best)
     found.ranked.push_back({c, train_argv(cmd, train, o, c)});
   std::ostringstream title;

@@ -58,17 +58,24 @@ inline std::string recompute_label(const plan_candidate& c) {
   return label;
 }
 
-/// "DP 8 ZeRO-1, TP 2+SP, PP 64 x 2 chunks, CP 16, EP 8".
+/// "DP 8 zero-1, TP 2+SP, PP 64 x 2 chunks, EP 8"; a sharding over the context-parallel ranks too
+/// (layout::shard_degree) says so: "DP 2, TP 8+SP, CP 4, zero-1 over DPxCP 8".
 inline std::string describe(const plan_candidate& c) {
   const layout& l = c.layout;
-  std::string s = "DP " + std::to_string(l.data);
   const std::string sharding = sharding_name(l);
-  if (sharding != "none") s += " " + sharding;
-  if (l.shard_group > 0) s += " (groups of " + std::to_string(l.shard_group) + ")";
+  const bool sharded = sharding != "none";
+  const std::string groups = l.shard_group > 0 ? "groups of " + std::to_string(l.shard_group) : "";
+  std::string s = "DP " + std::to_string(l.data);
+  if (sharded && l.context == 1) s += " " + sharding + (groups.empty() ? "" : " (" + groups + ")");
   if (l.tensor > 1) s += ", TP " + std::to_string(l.tensor) + (l.sequence ? "+SP" : "");
   if (l.pipeline > 1) s += ", PP " + std::to_string(l.pipeline);
   if (c.virtual_stages > 1) s += " x " + std::to_string(c.virtual_stages) + " chunks";
   if (l.context > 1) s += ", CP " + std::to_string(l.context);
+  // Megatron-LM's distributed optimizer and FSDP2 shard over the context-parallel ranks too.
+  if (sharded && l.context > 1)
+    s += ", " + sharding + " over " +
+         (groups.empty() ? "DPxCP " + std::to_string(l.shard_degree())
+                         : groups + " x CP " + std::to_string(l.context));
   if (l.expert > 1) s += ", EP " + std::to_string(l.expert);
   if (l.optimizer_offload != offload_target::none) s += std::string(", offload ") + offload_name(l);
   return s;

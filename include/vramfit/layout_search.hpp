@@ -12,6 +12,7 @@
 
 #include "detail/static_vector.hpp"
 #include "fit.hpp"
+#include "framework_support.hpp"
 #include "step_time.hpp"
 
 namespace vramfit {
@@ -26,12 +27,15 @@ inline constexpr std::int64_t max_virtual_stages_searched = 16;
 /// The largest global batch, in sequences: its divisors are found by trial division.
 inline constexpr std::int64_t max_global_batch = std::int64_t{1} << 30;
 
-/// Which sharding implementations the search tries.
+/// Which sharding implementations the search tries, each only in the layouts its framework runs
+/// (framework_support.hpp).
 enum class sharding_family : unsigned char {
   deepspeed,  ///< DDP, ZeRO-1, ZeRO-2, ZeRO-3 (DeepSpeed's buffers; no ZeRO-2/3 with PP)
   megatron,   ///< DDP, Megatron-LM's distributed optimizer
-  fsdp,       ///< DDP, FSDP SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD over every shard group
-  any,        ///< all of the above
+  /// DDP, FSDP SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD over every shard group: torchtitan's with
+  /// the plan's FSDP version 2, accelerate's FSDP1 with version 1 (fsdp_framework)
+  fsdp,
+  any,  ///< all of the above
 };
 
 /// What the search may vary. A positive degree fixes that knob; 0 searches it within its bound.
@@ -58,8 +62,9 @@ struct search_space {
 /// Why a candidate is not among the best.
 enum class rejection : unsigned char {
   ranked,             ///< kept: among the best `top`, or listed for --all
-  does_not_fit,       ///< needs more than the GPU has even at its smallest micro-batch
+  does_not_fit,       ///< needs more than the GPU has at every micro-batch (as `train` counts)
   breaks_a_rule,      ///< a layout rule (check_layout), e.g. TP must divide the heads
+  unsupported,        ///< set aside: its framework cannot run it (check_support)
   batch_indivisible,  ///< the global batch does not split into its micro-batches and replicas
   slower,             ///< its best possible time is beyond the k-th best: not evaluated
   outranked,          ///< evaluated and fits, but k faster ones were found (the last reason)
@@ -79,7 +84,8 @@ struct plan_candidate {
   step_time time{};
   double tokens_per_second = 0;
   rejection verdict = rejection::ranked;
-  layout_rule rule = layout_rule::none;  ///< for breaks_a_rule
+  layout_rule rule = layout_rule::none;       ///< for breaks_a_rule
+  support_rule support = support_rule::none;  ///< for unsupported
 };
 
 /// The best candidates, fastest first, and the count of every other one by reason.
@@ -87,9 +93,10 @@ struct search_result {
   /// The most candidates a result keeps (the largest search_space::top).
   static constexpr std::size_t max_top = 32;
   detail::static_vector<plan_candidate, max_top> best{};
-  std::int64_t counts[rejection_count] = {};   ///< by rejection, ranked ones included
-  std::int64_t rules[layout_rule_count] = {};  ///< breaks_a_rule, by rule
-  std::int64_t memory_evaluations = 0;         ///< fit() calls
+  std::int64_t counts[rejection_count] = {};        ///< by rejection, ranked ones included
+  std::int64_t rules[layout_rule_count] = {};       ///< breaks_a_rule, by rule
+  std::int64_t set_aside[support_rule_count] = {};  ///< unsupported, by rule
+  std::int64_t memory_evaluations = 0;              ///< fit() calls
   bool offloaded = false;  ///< nothing fit without offload: offloaded layouts were searched
   std::int64_t global_batch = 0;
 
@@ -300,7 +307,8 @@ class layout_searcher {
     const micro_batch_sizes sizes = sizes_of(per_replica);
     const auto shard = [&](sharding stage, shard_implementation impl, std::int64_t group) {
       if (space_.zero >= 0 && space_.zero != static_cast<int>(stage)) return;
-      // Nothing to shard over, unless ZeRO-Offload moves a single GPU's optimizer to the host.
+      // Nothing to shard over (DP x CP: Megatron-LM's and FSDP2's group; DeepSpeed and FSDP1,
+      // which shard over DP, run no CP), unless ZeRO-Offload moves one GPU's optimizer to the host.
       if (stage != sharding::none && l.data * l.context == 1 && !offloaded) return;
       if (offloaded && stage == sharding::none) return;
       plan_candidate s = c;
@@ -317,12 +325,10 @@ class layout_searcher {
     const sharding_family f = space_.sharding;
     const bool any = f == sharding_family::any;
     shard(sharding::none, layout{}.implementation, 0);  // plain DDP, as `train` without --zero
-    // Neither DeepSpeed's pipeline engine nor Megatron-LM runs a GPipe schedule given.
-    const bool gpipe = l.pipeline > 1 && plan_.batch.schedule == pipeline_schedule::gpipe;
-    if ((f == sharding_family::deepspeed || any) && !gpipe)
+    if (f == sharding_family::deepspeed || any)
       for (const sharding s : {sharding::zero1, sharding::zero2, sharding::zero3})
         shard(s, deepspeed, 0);
-    if ((f == sharding_family::megatron || any) && !gpipe) shard(sharding::zero1, megatron, 0);
+    if (f == sharding_family::megatron || any) shard(sharding::zero1, megatron, 0);
     if (f == sharding_family::fsdp || any) {
       if (space_.shard_group == 0) {
         shard(sharding::zero2, fsdp, 0);
@@ -343,14 +349,18 @@ class layout_searcher {
       return reject(c, rejection::breaks_a_rule);
     }
     // Virtual stages: 1, or a divisor of each stage's layers (Megatron-LM needs layers
-    // divisible by p·v); DeepSpeed's pipeline engine runs 1F1B only.
+    // divisible by p·v), not under a GPipe schedule given (interleaving is another schedule);
+    // each set aside where its framework cannot run it.
     const std::int64_t pp = c.layout.pipeline;
-    const bool interleaves = c.layout.implementation != shard_implementation::deepspeed;
-    const std::int64_t chunks = interleaves && pp > 1 && m_.layers % pp == 0 ? m_.layers / pp : 1;
+    const bool gpipe = plan_.batch.schedule == pipeline_schedule::gpipe;
+    const std::int64_t chunks = pp > 1 && !gpipe && m_.layers % pp == 0 ? m_.layers / pp : 1;
     for_each_divisor(chunks, bound_of(space_.virtual_stages, 0, max_virtual_stages_searched),
                      [&](std::int64_t v) {
                        if (!allowed(space_.virtual_stages, v)) return;
                        c.virtual_stages = v;
+                       c.support = unsupported(c, per_replica);
+                       if (c.support != support_rule::none)
+                         return reject(c, rejection::unsupported);
                        bounded b =
                            bounded::of(c, per_replica, static_cast<std::int64_t>(queue.size()));
                        const micro_batch_sizes usable = usable_sizes(b, sizes);
@@ -364,6 +374,48 @@ class layout_searcher {
                        });
                        queue.push_back(b);
                      });
+  }
+
+  /// The frameworks that run candidate `c`'s sharding: its implementation's, or for plain DDP
+  /// those of the family searched.
+  [[nodiscard]] constexpr static_vector<framework, framework_count> frameworks_of(
+      const plan_candidate& c) const {
+    const framework fsdp = fsdp_framework(plan_.setup.layout.fsdp_version);
+    static_vector<framework, framework_count> runs{};
+    switch (c.layout.implementation) {
+      case shard_implementation::deepspeed:
+        runs.push_back(framework::deepspeed);
+        return runs;
+      case shard_implementation::megatron:
+        runs.push_back(framework::megatron);
+        return runs;
+      case shard_implementation::fsdp:
+        runs.push_back(fsdp);
+        return runs;
+      case shard_implementation::unnamed:
+      case shard_implementation::paper:
+        break;
+    }
+    const sharding_family f = space_.sharding;
+    const bool any = f == sharding_family::any;
+    if (f == sharding_family::deepspeed || any) runs.push_back(framework::deepspeed);
+    if (f == sharding_family::megatron || any) runs.push_back(framework::megatron);
+    if (f == sharding_family::fsdp || any) runs.push_back(fsdp);
+    return runs;
+  }
+
+  /// The rule that sets candidate `c` aside: none when a framework of its runs it, else the
+  /// first framework's.
+  [[nodiscard]] constexpr support_rule unsupported(const plan_candidate& c,
+                                                   std::int64_t per_replica) const {
+    const activation_options batch = plan_of(c, per_replica, 1).batch;
+    support_rule first = support_rule::none;
+    for (const framework f : frameworks_of(c)) {
+      const support_rule r = check_support(f, c.layout, batch);
+      if (r == support_rule::none) return r;
+      if (first == support_rule::none) first = r;
+    }
+    return first;
   }
 
   /// Each recompute policy the space allows, on a copy of `c` (op-level SAC not with LoRA, whose
@@ -419,58 +471,84 @@ class layout_searcher {
   }
 
   /// `e` with the plan's own overheads (the replayed allocator) where the search ranked it with
-  /// the fixed share: as it is, or with the fewest more layers recomputed, or the largest smaller
-  /// micro-batch (all layers recomputed under full recompute) that fits then, its time estimated
-  /// again; false, with `e` rejected, when none fits.
+  /// the fixed share: as it is, or else the fastest setting of its recompute policy that fits
+  /// then (fastest_as_trained), its time estimated again; false, with `e` rejected, when none fits.
   constexpr bool confirmed(plan_candidate& e, std::int64_t per_replica,
                            const micro_batch_sizes& sizes) {
     if (!replays_allocator(own_)) return true;
-    const auto with = [&](const plan_candidate& c, std::int64_t size) {
-      training_plan_value p = plan_of(c, per_replica, size);
-      p.overheads = own_;
-      return p;
-    };
-    const auto required = [&](const plan_candidate& c, std::int64_t size) {
-      ++r_.memory_evaluations;
-      return fit(with(c, size), g_, scratch_).required;
-    };
-    const auto fits = [&](const plan_candidate& c, std::int64_t size) {
-      return required(c, size) <= g_.capacity;
-    };
-    const auto take = [&](const plan_candidate& c, std::int64_t size, bytes needs) {
-      const training_plan_value p = with(c, size);
-      e = c;
-      e.micro_batch = size;
-      e.micro_batches = per_replica / size;
-      e.required = needs;
-      e.time = estimate_step_time(p, net_, work_);
-      e.tokens_per_second = tokens_per_second(p, e.time);
+    ++r_.memory_evaluations;
+    const training_plan_value p = as_trained(e, per_replica, e.micro_batch);
+    if (const bytes needs = fit(p, g_, scratch_).required; needs <= g_.capacity) {
+      e = taken(e, p, needs);
       return true;
+    }
+    if (fastest_as_trained(e, per_replica, sizes)) return true;
+    reject(e, rejection::does_not_fit);
+    return false;
+  }
+
+  /// `c` as plan `p` runs it, needing `needs`: its micro-batch and time from `p`.
+  [[nodiscard]] constexpr plan_candidate taken(plan_candidate c, const training_plan_value& p,
+                                               bytes needs) const {
+    c.micro_batch = p.batch.micro_batch;
+    c.micro_batches = p.batch.micro_batches;
+    c.required = needs;
+    c.time = estimate_step_time(p, net_, work_);
+    c.tokens_per_second = tokens_per_second(p, c.time);
+    return c;
+  }
+
+  /// The plan of candidate `e` at micro-batch `size` with the plan's own overheads (the replayed
+  /// allocator), as `train` evaluates it.
+  [[nodiscard]] constexpr training_plan_value as_trained(const plan_candidate& e,
+                                                         std::int64_t per_replica,
+                                                         std::int64_t size) const {
+    training_plan_value p = plan_of(e, per_replica, size);
+    p.overheads = own_;
+    return p;
+  }
+
+  /// The fastest setting of `e`'s recompute policy (a micro-batch of `sizes` and, under full
+  /// recompute, the layers recomputed) at which `e` fits as `train` evaluates it, into `e`; false
+  /// when none does, or when the plan does not replay the allocator (the share is its own figure).
+  /// A scan: the replayed reserve is no share of the peak, and monotone neither in the
+  /// micro-batch nor in the layers recomputed (its segments round), so neither the share's verdict
+  /// nor a bisection finds every setting that fits. The tensors' peak without a reserve bounds the
+  /// replay from below: it skips a setting, and ends the scan at the first size where recomputing
+  /// every layer exceeds the card.
+  constexpr bool fastest_as_trained(plan_candidate& e, std::int64_t per_replica,
+                                    const micro_batch_sizes& sizes) {
+    if (!replays_allocator(own_)) return false;
+    runtime_overheads no_reserve = plan_.overheads;
+    no_reserve.fragmentation_percent = 0;
+    const auto peak_fits = [&](const plan_candidate& c, std::int64_t size) {
+      training_plan_value p = plan_of(c, per_replica, size);
+      p.overheads = no_reserve;
+      ++r_.memory_evaluations;
+      return fit(p, g_, scratch_).required <= g_.capacity;
     };
-    if (const bytes as_ranked = required(e, e.micro_batch); as_ranked <= g_.capacity)
-      return take(e, e.micro_batch, as_ranked);
-    plan_candidate c = e;
-    if (c.recompute == recompute_kind::full && c.recompute_layers > 0) {  // -1: all of them
-      // Memory falls with the layers recomputed: more of them, up to all.
-      const std::int64_t most = (m_.layers + c.layout.pipeline - 1) / c.layout.pipeline;
-      const std::int64_t spared = largest_fitting(0, most - c.recompute_layers - 1, [&](auto t) {
-        plan_candidate d = c;
-        d.recompute_layers = t == 0 ? -1 : most - t;
-        return fits(d, c.micro_batch);
-      });
-      c.recompute_layers = spared <= 0 ? -1 : most - spared;
-      if (spared >= 0) return take(c, c.micro_batch, required(c, c.micro_batch));
+    const bool full = e.recompute == recompute_kind::full;
+    const std::int64_t most = full ? (m_.layers + e.layout.pipeline - 1) / e.layout.pipeline : 1;
+    bool found = false;
+    for (const std::int64_t size : sizes) {
+      plan_candidate c = e;
+      c.recompute_layers = -1;  // all of them: the least memory at this size
+      if (!peak_fits(c, size)) break;
+      // Fewer layers recomputed run faster: the first that fits is this size's fastest.
+      for (std::int64_t k = 1; k <= most; ++k) {
+        c.recompute_layers = k == most ? -1 : k;
+        if (k < most && !peak_fits(c, size)) continue;
+        const training_plan_value p = as_trained(c, per_replica, size);
+        ++r_.memory_evaluations;
+        const bytes needs = fit(p, g_, scratch_).required;
+        if (needs > g_.capacity) continue;
+        const plan_candidate t = taken(c, p, needs);
+        if (!found || t.time.total() <= e.time.total()) e = t;
+        found = true;
+        break;
+      }
     }
-    std::int64_t at = 0;
-    while (sizes[static_cast<std::size_t>(at)] != c.micro_batch) ++at;
-    const std::int64_t fitting = largest_fitting(
-        0, at - 1, [&](std::int64_t i) { return fits(c, sizes[static_cast<std::size_t>(i)]); });
-    if (fitting < 0) {
-      reject(e, rejection::does_not_fit);
-      return false;
-    }
-    const std::int64_t size = sizes[static_cast<std::size_t>(fitting)];
-    return take(c, size, required(c, size));
+    return found;
   }
 
   /// Whether a time cannot reach the top: the top is full and its k-th is faster.
@@ -553,7 +631,7 @@ class layout_searcher {
   }
 
   /// The fastest of `sizes` at which `e` fits, from the fastest (`chosen`), memory in e.required;
-  /// false, rejected, if none. Memory grows with b (1F1B holds min(p, m)·b): the fitting sizes are
+  /// false if none. Memory grows with b (1F1B holds min(p, m)·b): the fitting sizes are
   /// a prefix. The smallest says if any fits, then the fastest, else the fastest below its end.
   constexpr bool fastest_fitting(plan_candidate& e, std::int64_t per_replica,
                                  const micro_batch_sizes& sizes, const step_times& times,
@@ -563,10 +641,7 @@ class layout_searcher {
       return fit(plan_of(e, per_replica, sizes[i]), g_, scratch_).required;
     };
     e.required = required(0);
-    if (e.required > g_.capacity) {
-      reject(e, rejection::does_not_fit);
-      return false;
-    }
+    if (e.required > g_.capacity) return false;
     if (chosen == 0) return true;
     const bytes at_fastest = required(chosen);
     if (at_fastest <= g_.capacity) {
@@ -604,7 +679,16 @@ class layout_searcher {
       reject(e, rejection::slower);
       return false;
     }
-    if (!fastest_fitting(e, per_replica, sizes, times, chosen)) return false;
+    if (!fastest_fitting(e, per_replica, sizes, times, chosen)) {
+      // The share is no bound of the replayed reserve: `train` may fit a setting it does not.
+      if (!fastest_as_trained(e, per_replica, sizes)) {
+        reject(e, rejection::does_not_fit);
+        return false;
+      }
+      if (!beyond_cut(e.time.total())) return true;
+      reject(e, rejection::slower);
+      return false;
+    }
     e.time = times[chosen];
     e.micro_batch = sizes[chosen];
     e.micro_batches = per_replica / sizes[chosen];
@@ -646,6 +730,7 @@ class layout_searcher {
     c.verdict = why;
     ++r_.counts[static_cast<int>(why)];
     if (why == rejection::breaks_a_rule) ++r_.rules[static_cast<int>(c.rule)];
+    if (why == rejection::unsupported) ++r_.set_aside[static_cast<int>(c.support)];
     listed_(c);
   }
 

@@ -9,6 +9,7 @@
 #include "error.hpp"
 #include "finetune.hpp"
 #include "fit.hpp"
+#include "framework_support.hpp"
 #include "gpu.hpp"
 #include "inference.hpp"
 #include "layout_search.hpp"

@@ -433,7 +433,7 @@ TEST_CASE("plan: train options fix their knob, plan options bound the rest") {
   } fixed[] = {
       {"--tp 8", "tp", 8},
       {"--pp 2", "pp", 2},
-      {"--cp 2", "cp", 2},
+      {"--cp 2 --sharding megatron", "cp", 2},
       {"--zero 3", "sharding", "zero-3"},
       {"--zero 1 --zero-impl megatron", "sharding", "megatron-distributed-optimizer"},
       {"--fsdp hybrid --fsdp-group 4", "shard_group", 4},
@@ -498,6 +498,10 @@ TEST_CASE("plan: every format, the counts of the rest, --all and the errors") {
       {"plan --explain 40", "--explain: Value 40 not in range 1 to 32"},
       {"plan --explain 2 --format json", "--explain breaks a layout down in the table"},
       {"plan --model llama-3-8b --gpus 1 --top 1 --explain 2", "--explain 2: only 1 layout was ranked"},
+      {"plan --cp 2",
+       "no layout of 8 GPUs searched runs on the framework of its sharding "
+       "(DeepSpeed has no ring context parallelism (Ulysses only))"},
+      {"plan --framework fsdp1 --tp 2", "(FSDP1 (accelerate) has no TP, PP, CP or EP)"},
       {"plan --inter-bw 0", "--inter-bw must be a number above 0"},
       {"plan --sharding foo",
        "--sharding: unknown sharding 'foo'; known: deepspeed, megatron, fsdp, any"},

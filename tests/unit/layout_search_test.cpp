@@ -25,7 +25,8 @@ struct found_layout {
   bytes required{};
 };
 
-/// Every layout of `n` GPUs with DDP or DeepSpeed's sharding, written as plain loops over every
+/// Every layout of `n` GPUs that DeepSpeed runs (DDP or its ZeRO; no CP, 1F1B only: as
+/// framework_support.hpp's rules), written as plain loops over every
 /// degree, stage, virtual stage count, recompute (full: the fewest first layers that fit at the
 /// chosen micro-batch) and micro-batch: for each layout (structure,
 /// sharding, virtual stages) the fastest configuration that fits, fastest first.
@@ -36,7 +37,8 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
   for (std::int64_t tp = 1; tp <= std::min<std::int64_t>(n, 8); ++tp)
     for (std::int64_t pp = 1; pp <= n; ++pp)
       for (std::int64_t cp = 1; cp <= n; ++cp) {
-        if (n % (tp * pp * cp) != 0 || plan.batch.sequence % cp != 0) continue;
+        // DeepSpeed has no ring context parallelism.
+        if (n % (tp * pp * cp) != 0 || plan.batch.sequence % cp != 0 || cp > 1) continue;
         const std::int64_t dp = n / (tp * pp * cp);
         for (int stage = 0; stage <= 3; ++stage) {
           layout l{.data = dp, .tensor = tp, .pipeline = pp, .context = cp};
@@ -50,8 +52,8 @@ std::vector<found_layout> brute_force(const training_plan_value& plan, std::int6
           const std::int64_t per_replica = global_batch / dp;
           for (std::int64_t v = 1; v <= m.layers; ++v) {
             if (v > 1 && (pp == 1 || m.layers % (pp * v) != 0)) continue;
-            // DeepSpeed's pipeline engine runs 1F1B only.
-            if (v > 1 && l.implementation == shard_implementation::deepspeed) continue;
+            // DeepSpeed's pipeline engine runs 1F1B only, unsharded too.
+            if (v > 1) continue;
             // Per recompute policy the fastest micro-batch (ties: the larger); across policies
             // the fastest (ties: the smaller memory).
             found_layout fastest{};

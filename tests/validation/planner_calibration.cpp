@@ -183,6 +183,7 @@ run run_of(const json& row) {
                                     ? row["sequence_parallel"].get<bool>()
                                     : megatron_family);
   sharding_of(row, framework, l, r.assumed);
+  if (framework == "torchtitan") l.fsdp_version = 2;  // fully_shard; FSDP1 elsewhere
   activation_options o{.sequence = sequence};
   o.micro_batch = integer_or(row, "micro_batch", 0);
   if (o.micro_batch == 0) {
