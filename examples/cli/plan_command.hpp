@@ -210,8 +210,8 @@ inline void print_plan_explained(std::ostream& out, const ranked_layout& r, std:
   const plan_candidate& c = r.c;
   const step_time& t = c.time;
   out << "\nLayout #" << rank << ": " << describe(c) << ", micro-batch " << c.micro_batch << " x "
-      << c.micro_batches << ", " << recompute_label(c) << "; " << size(c.required)
-      << " per GPU, " << size(device.capacity - c.required) << " headroom.\n\n";
+      << c.micro_batches << ", " << recompute_label(c) << "; " << size(c.required) << " per GPU, "
+      << size(device.capacity - c.required) << " headroom.\n\n";
   report::table table({"part of the step", "seconds", "share"});
   const auto row = [&](const char* what, double seconds_spent) {
     if (seconds_spent <= 0) return;
@@ -233,8 +233,8 @@ inline void print_plan_explained(std::ostream& out, const ranked_layout& r, std:
   out << table;
   const cluster_figures f = figures_of(space.net, device);
   const double per_token = work_of(base.setup, base.batch.sequence).training();
-  const double world = static_cast<double>(c.layout.data * c.layout.tensor * c.layout.pipeline *
-                                           c.layout.context);
+  const double world =
+      static_cast<double>(c.layout.data * c.layout.tensor * c.layout.pipeline * c.layout.context);
   char mfu[160];
   std::snprintf(mfu, sizeof mfu,
                 "\nModel FLOPs utilisation: %.1f%% of %.0f TFLOP/s (6 per weight and 12·l·h·s of "
@@ -293,8 +293,9 @@ inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<st
   found.title = title.str();
   found.assumptions = plan_assumptions(space, g);
   if (p.explain > 0 && (o.format == output_format::json || o.format == output_format::svg))
-    detail::raise("--explain breaks a layout down in the table; JSON gives every ranked "
-                  "layout's step_time, SVG none");
+    detail::raise(
+        "--explain breaks a layout down in the table; JSON gives every ranked "
+        "layout's step_time, SVG none");
   if (static_cast<std::size_t>(p.explain) > found.ranked.size())
     detail::raise("--explain " + std::to_string(p.explain) + ": only " +
                   std::to_string(found.ranked.size()) +

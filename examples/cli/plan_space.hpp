@@ -219,12 +219,9 @@ inline void check_network(const CLI::App& cmd, const cluster& net) {
   const struct {
     const char* option;
     double value;
-  } figures[] = {{"--intra-bw", net.intra_node_gb_per_s},
-                 {"--inter-bw", net.inter_node_gb_per_s},
-                 {"--host-bw", net.host_gb_per_s},
-                 {"--peak-tflops", net.peak_tflops},
-                 {"--matmul-tflops", net.matmul_tflops},
-                 {"--memory-bw", net.memory_gb_per_s}};
+  } figures[] = {{"--intra-bw", net.intra_node_gb_per_s}, {"--inter-bw", net.inter_node_gb_per_s},
+                 {"--host-bw", net.host_gb_per_s},        {"--peak-tflops", net.peak_tflops},
+                 {"--matmul-tflops", net.matmul_tflops},  {"--memory-bw", net.memory_gb_per_s}};
   for (const auto& f : figures)
     if (cmd.get_option(f.option)->count() > 0)
       check_positive_number(f.value, f.option, 1e6, "1,000,000");

@@ -612,8 +612,8 @@ class layout_searcher {
     constexpr bool ideal = true;
     const step_time small =
         estimate_step_time(plan_of(least, per_replica, sizes[0]), net_, work_, ideal);
-    const step_time large = estimate_step_time(
-        plan_of(least, per_replica, sizes[sizes.size() - 1]), net_, work_, ideal);
+    const step_time large = estimate_step_time(plan_of(least, per_replica, sizes[sizes.size() - 1]),
+                                               net_, work_, ideal);
     step_time low = small;
     for (double step_time::*term : {&step_time::data, &step_time::offload, &step_time::context})
       low.*term = std::min(small.*term, large.*term);

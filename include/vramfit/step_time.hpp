@@ -21,9 +21,9 @@ struct cluster {
   double intra_node_gb_per_s = 0;  ///< per GPU and direction; 0: the GPU preset's link
   /// Per NIC and direction between nodes: one 400 Gb/s InfiniBand NIC per GPU (DGX H100).
   double inter_node_gb_per_s = 50;
-  double host_gb_per_s = 25;  ///< GPU to host for offload (PCIe, per direction, achieved)
-  double peak_tflops = 0;     ///< dense 16-bit datasheet peak, for MFU; 0: the GPU preset's
-  double matmul_tflops = 0;   ///< the fastest 16-bit matmul measured; 0: the GPU preset's
+  double host_gb_per_s = 25;   ///< GPU to host for offload (PCIe, per direction, achieved)
+  double peak_tflops = 0;      ///< dense 16-bit datasheet peak, for MFU; 0: the GPU preset's
+  double matmul_tflops = 0;    ///< the fastest 16-bit matmul measured; 0: the GPU preset's
   double memory_gb_per_s = 0;  ///< memory bandwidth; 0: the GPU preset's
   /// Fraction of the measured matmul ceiling and memory bandwidth a training step's kernels keep
   /// up (clocks under sustained load, launch gaps, unfused kernels).
@@ -191,8 +191,8 @@ struct step_time {
   double offload = 0;    ///< host transfers of offloaded states (the CPU's own step not counted)
 
   [[nodiscard]] constexpr double total() const {
-    return compute + recompute + bubble + optimizer + tensor + context + expert + pipeline +
-           data + offload;
+    return compute + recompute + bubble + optimizer + tensor + context + expert + pipeline + data +
+           offload;
   }
 };
 
@@ -245,8 +245,9 @@ constexpr double collective_latency(const cluster_figures& c, collective kind, s
                    network_hop = 14.0e-6;
   if (size <= 1) return 0;
   const std::int64_t n = c.gpus_per_node;
-  const std::int64_t per_node =
-      n % (size * stride) == 0 ? size : stride < n && n % stride == 0 ? n / stride : 1;
+  const std::int64_t per_node = n % (size * stride) == 0        ? size
+                                : stride < n && n % stride == 0 ? n / stride
+                                                                : 1;
   const double nodes = as_double((size + per_node - 1) / per_node);
   const double steps = as_double(size - 1), across = nodes - 1;
   const double ring = (steps - across) * nvlink_hop + across * network_hop;
@@ -303,8 +304,8 @@ class micro_batch_kernels {
       for (const tensor_group& g : w.matmuls)
         if (g.in_layer(layer) && g.kind != tensor_kind::router)
           projected += out_features(g) * (g.kind == tensor_kind::expert ? top_k : 1);
-      const double forward = tokens_ * activation_bytes(p.setup.precision) *
-                             (10 * hidden * replicated + projected);
+      const double forward =
+          tokens_ * activation_bytes(p.setup.precision) * (10 * hidden * replicated + projected);
       elementwise_[moe] = {memory(forward), memory(2 * forward)};
     }
     if (!m.is_moe_layer(m.layers - 1)) elementwise_[1] = elementwise_[0];
@@ -314,8 +315,8 @@ class micro_batch_kernels {
   [[nodiscard]] constexpr kernel_seconds layers(std::int64_t first, std::int64_t count) const {
     const model& m = p_.setup.model;
     const double n = as_double(count);
-    const double dense = as_double(overlap(0, m.is_moe() ? m.moe.first_dense_layers : m.layers,
-                                           first, count));
+    const double dense =
+        as_double(overlap(0, m.is_moe() ? m.moe.first_dense_layers : m.layers, first, count));
     kernel_seconds s{n * attention_.forward + dense * elementwise_[0].forward +
                          (n - dense) * elementwise_[1].forward,
                      n * attention_.backward + dense * elementwise_[0].backward +
@@ -394,10 +395,11 @@ class micro_batch_kernels {
     const layout& l = p.setup.layout;
     const activation_options& o = p.batch;
     const attention_shape a{as_double(o.micro_batch), as_double(o.sequence) / as_double(l.context),
-                            as_double(o.sequence), as_double(m.heads) / as_double(l.tensor),
-                            as_double(m.head_dim), !m.is_encoder()};
+                            as_double(o.sequence),    as_double(m.heads) / as_double(l.tensor),
+                            as_double(m.head_dim),    !m.is_encoder()};
     if (o.attention == attention_kind::eager) {
-      const attention_seconds t = eager_attention_time(r_, a, activation_bytes(p.setup.precision), ideal_);
+      const attention_seconds t =
+          eager_attention_time(r_, a, activation_bytes(p.setup.precision), ideal_);
       return {t.forward, t.backward};
     }
     // Shares of the 16-bit peak: FlashAttention-2 reaches 50-73 % on an A100 (Dao 2023,
@@ -413,8 +415,7 @@ class micro_batch_kernels {
       const double r = c.peak * share * c.efficiency;
       return r < ceiling ? r : ceiling;
     };
-    const attention_seconds t =
-        fused_attention_time(r_, a, rate(forward), rate(backward), ideal_);
+    const attention_seconds t = fused_attention_time(r_, a, rate(forward), rate(backward), ideal_);
     // Ring attention runs one kernel per step and corrects the running output with each step's
     // (Transformer Engine's AttnFuncWithCPAndKVP2P: out_per_step read, the fp32 output read and
     // written, 12 bytes a query element per step; backward accumulates dq and dk, dv in fp32).
@@ -459,9 +460,9 @@ constexpr stage_seconds stage_time(const training_plan_value& p, const model_wor
   else if (o.recompute == recompute_kind::selective)
     s.recompute = as_double(count) * k.attention().forward;
   else if (o.recompute == recompute_kind::op_sac)  // eager attention has no SDPA to cache
-    s.recompute = (all.forward - as_double(count) * k.attention().forward) * w.op_sac_recomputed +
-                  (o.attention == attention_kind::eager ? as_double(count) * k.attention().forward
-                                                        : 0);
+    s.recompute =
+        (all.forward - as_double(count) * k.attention().forward) * w.op_sac_recomputed +
+        (o.attention == attention_kind::eager ? as_double(count) * k.attention().forward : 0);
   return s;
 }
 
@@ -514,10 +515,9 @@ constexpr double tensor_parallel_time(const training_plan_value& p, const cluste
   // Under SP each all-reduce is an all-gather and a reduce-scatter: two launches.
   const double latency = l.sequence ? 2 * collective_latency(c, collective::gather, l.tensor, 1)
                                     : collective_latency(c, collective::all_reduce, l.tensor, 1);
-  const double per_layer =
-      all_reduces * (all_reduce_bytes(hidden_state_bytes(p), l.tensor) /
-                         group_bandwidth(c, l.tensor, 1) +
-                     latency);
+  const double per_layer = all_reduces * (all_reduce_bytes(hidden_state_bytes(p), l.tensor) /
+                                              group_bandwidth(c, l.tensor, 1) +
+                                          latency);
   return as_double(o.micro_batches) * layers_on_largest_stage(p) * per_layer;
 }
 
@@ -558,7 +558,8 @@ constexpr double expert_parallel_time(const training_plan_value& p, const cluste
   const double copies = 4 * hidden_state_bytes(p) * as_double(m.moe.top_k) / ep;
   const double intra = copies * (in_node - 1) / c.intra, inter = copies * (ep - in_node) / c.inter;
   const double latency = 4 * collective_latency(c, collective::send, l.expert, l.tensor);
-  return as_double(p.batch.micro_batches) * moe_layers * ((intra > inter ? intra : inter) + latency);
+  return as_double(p.batch.micro_batches) * moe_layers *
+         ((intra > inter ? intra : inter) + latency);
 }
 
 /// The optimizer step over the weights a rank updates, memory-bound: each read and written once,
@@ -576,10 +577,10 @@ constexpr double optimizer_time(const training_plan_value& p, const cluster_figu
   const double per_parameter = 2 * updated + 2 * as_double(opt.moments) * state +
                                element_bytes(mp.gradients) +
                                (mp.has_master() ? element_bytes(mp.weights) : 0);
-  const double dense = (w.parameters - w.expert_parameters) / as_double(l.tensor) /
-                       as_double(l.pipeline);
-  const double experts = w.expert_parameters / as_double(l.tensor) / as_double(l.pipeline) /
-                         as_double(l.expert);
+  const double dense =
+      (w.parameters - w.expert_parameters) / as_double(l.tensor) / as_double(l.pipeline);
+  const double experts =
+      w.expert_parameters / as_double(l.tensor) / as_double(l.pipeline) / as_double(l.expert);
   const double shard = l.zero == sharding::none ? 1 : as_double(l.shard_degree());
   return (dense + experts) / shard * w.trainable_share * per_parameter / c.kernels.memory;
 }
@@ -627,11 +628,11 @@ constexpr void add_sharded_data_time(double& data_time, const training_plan_valu
                    group_bandwidth(c, k, l.tensor) +
                collectives * collective_latency(c, collective::gather, k, l.tensor);
   if (group > s_ranks)
-    data_time += micro_batches * (all_reduce_bytes(grads / s_ranks, n / k) /
-                                      group_bandwidth(c, n / k, l.tensor * k) +
-                                  layers_on_largest_stage(p) *
-                                      collective_latency(c, collective::all_reduce, n / k,
-                                                         l.tensor * k));
+    data_time +=
+        micro_batches *
+        (all_reduce_bytes(grads / s_ranks, n / k) / group_bandwidth(c, n / k, l.tensor * k) +
+         layers_on_largest_stage(p) *
+             collective_latency(c, collective::all_reduce, n / k, l.tensor * k));
 }
 
 /// Data parallelism's gathers and reductions of what a rank holds a replica of, beyond what

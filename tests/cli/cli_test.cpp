@@ -491,13 +491,15 @@ TEST_CASE("plan: every format, the counts of the rest, --all and the errors") {
       {"plan --top 0", "--top must be between 1 and 32, got 0"},
       {"plan --top 33", "--top must be between 1 and 32, got 33"},
       {"plan --global-batch -1", "--global-batch: must be an integer from 1"},
-      {"plan --compute-efficiency 0", "--compute-efficiency must be a number above 0 and at most 1"},
+      {"plan --compute-efficiency 0",
+       "--compute-efficiency must be a number above 0 and at most 1"},
       {"plan --network-efficiency 1.5",
        "--network-efficiency must be a number above 0 and at most 1"},
       {"plan --mfu 0.5", "--mfu"},
       {"plan --explain 40", "--explain: Value 40 not in range 1 to 32"},
       {"plan --explain 2 --format json", "--explain breaks a layout down in the table"},
-      {"plan --model llama-3-8b --gpus 1 --top 1 --explain 2", "--explain 2: only 1 layout was ranked"},
+      {"plan --model llama-3-8b --gpus 1 --top 1 --explain 2",
+       "--explain 2: only 1 layout was ranked"},
       {"plan --cp 2",
        "no layout of 8 GPUs searched runs on the framework of its sharding "
        "(DeepSpeed has no ring context parallelism (Ulysses only))"},
@@ -1716,11 +1718,11 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
   for (const char* o : {"--zero-impl paper", "--fsdp-version 2", "--grad-dtype bf16", "--dp 2"})
     probes.push_back({"train --params 7e9", o});
   probes.push_back({"min-gpus", "--check"});  // nothing fits without sharding
-  for (const char* o : {"--gpus 16", "--global-batch 64", "--top 2", "--all", "--max-tp 2",
-                        "--max-pp 2", "--max-cp 2", "--sharding fsdp", "--gpus-per-node 4",
-                        "--intra-bw 100", "--inter-bw 10", "--compute-efficiency 0.3",
-                        "--network-efficiency 0.3", "--matmul-tflops 300", "--memory-bw 500",
-                        "--peak-tflops 500"})
+  for (const char* o :
+       {"--gpus 16", "--global-batch 64", "--top 2", "--all", "--max-tp 2", "--max-pp 2",
+        "--max-cp 2", "--sharding fsdp", "--gpus-per-node 4", "--intra-bw 100", "--inter-bw 10",
+        "--compute-efficiency 0.3", "--network-efficiency 0.3", "--matmul-tflops 300",
+        "--memory-bw 500", "--peak-tflops 500"})
     probes.push_back({"plan", o});
   // Offload is searched, and its bandwidth used, only when nothing else fits.
   for (const char* o : {"--no-offload", "--host-bw 10"})

@@ -13,8 +13,8 @@ const gpu& h100 = gpus::h100_80gb::value;
 /// A Hopper card whose matmuls run at 1 PFLOP/s (its peak) with no memory bound and no waves,
 /// and whose collectives reach the whole link: matmul terms are FLOPs / 1e15, FlashAttention-2's
 /// FLOPs / 3.5e14 (35 % of the peak on Hopper).
-constexpr gpu ideal_card{"Ideal", 80 * GiB, gpu_generation::hopper, "test", 1000, 450, {},
-                         1'000'000, 1'000'000'000'000, 0};
+constexpr gpu ideal_card{"Ideal", 80 * GiB,  gpu_generation::hopper, "test", 1000, 450,
+                         {},      1'000'000, 1'000'000'000'000,      0};
 constexpr cluster whole_rates{.compute_efficiency = 1, .network_efficiency = 1};
 
 training_plan_value llama_plan(std::int64_t sequence = 4096) {

@@ -70,9 +70,8 @@ model gpt_block(const json& a, std::int64_t sequence, std::string& assumed) {
 model model_of(const json& row, std::int64_t sequence, std::string& assumed) {
   if (!row["model"].is_string()) return gpt_block(row["model"], sequence, assumed);
   std::string key = row["model"];
-  std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) {
-    return static_cast<char>(std::tolower(c));
-  });
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   const model* m = find_preset(key);
   if (m == nullptr) throw std::runtime_error("no preset " + key);
   return *m;
@@ -84,7 +83,8 @@ void hardware_of(const json& row, run& r) {
   r.device = gpus::h100_80gb::value;
   r.net.inter_node_gb_per_s = 50;  // one 400 Gb/s NIC per GPU (DGX H100, Grand Teton)
   if (g.starts_with("A100")) {
-    r.device = g.find("40GB") != std::string::npos ? gpus::a100_40gb::value : gpus::a100_80gb::value;
+    r.device =
+        g.find("40GB") != std::string::npos ? gpus::a100_40gb::value : gpus::a100_80gb::value;
     r.net.inter_node_gb_per_s = 25;  // 8 x 200 Gb/s HDR per node (Selene; llm-foundry 1600 Gb/s)
   } else if (g.starts_with("H100 96GB")) {
     r.device = gpus::h100_96gb::value;  // torchtitan's 500 W parts: no measured ceiling
@@ -164,8 +164,10 @@ run run_of(const json& row) {
   const std::int64_t sequence = row["seq_len"];
   model m = model_of(row, sequence, r.assumed);
   precision p = mixed<bf16>::value;
-  if (!given(row, "precision")) r.assumed += "bf16; ";
-  else if (row["precision"] == "fp8") p = fp8_compute::value;
+  if (!given(row, "precision"))
+    r.assumed += "bf16; ";
+  else if (row["precision"] == "fp8")
+    p = fp8_compute::value;
   layout l{};
   l.tensor = integer_or(row, "tp", 0);
   l.pipeline = integer_or(row, "pp", 0);
@@ -179,9 +181,9 @@ run run_of(const json& row) {
   l.data = row["gpus"].get<std::int64_t>() / (l.tensor * l.pipeline * l.context);
   l.expert = integer_or(row, "ep", 1);
   const bool megatron_family = framework != "deepspeed" && row["source"] != "megatron-2021";
-  l.sequence = l.tensor > 1 && (given(row, "sequence_parallel")
-                                    ? row["sequence_parallel"].get<bool>()
-                                    : megatron_family);
+  l.sequence =
+      l.tensor > 1 &&
+      (given(row, "sequence_parallel") ? row["sequence_parallel"].get<bool>() : megatron_family);
   sharding_of(row, framework, l, r.assumed);
   if (framework == "torchtitan") l.fsdp_version = 2;  // fully_shard; FSDP1 elsewhere
   activation_options o{.sequence = sequence};
@@ -252,14 +254,14 @@ standing standing_of(const run& r) {
   if (std::getenv("VRAMFIT_DEBUG") != nullptr && found.found()) {
     const auto show = [](const char* what, const step_time& t, const layout& k, std::int64_t b,
                          recompute_kind rc, std::int64_t v) {
-      std::fprintf(stderr,
-                   "  %s DP%lld TP%lld%s PP%lld CP%lld EP%lld z%d/%d b%lld v%lld rc%d: comp %.2f rec %.2f "
-                   "bub %.2f opt %.2f tp %.2f cp %.2f ep %.2f pp %.2f dp %.2f = %.2f\n",
-                   what, (long long)k.data, (long long)k.tensor, k.sequence ? "+SP" : "",
-                   (long long)k.pipeline, (long long)k.context, (long long)k.expert,
-                   (int)k.zero, (int)k.implementation, (long long)b, (long long)v, (int)rc,
-                   t.compute, t.recompute, t.bubble, t.optimizer, t.tensor, t.context, t.expert,
-                   t.pipeline, t.data, t.total());
+      std::fprintf(
+          stderr,
+          "  %s DP%lld TP%lld%s PP%lld CP%lld EP%lld z%d/%d b%lld v%lld rc%d: comp %.2f rec %.2f "
+          "bub %.2f opt %.2f tp %.2f cp %.2f ep %.2f pp %.2f dp %.2f = %.2f\n",
+          what, (long long)k.data, (long long)k.tensor, k.sequence ? "+SP" : "",
+          (long long)k.pipeline, (long long)k.context, (long long)k.expert, (int)k.zero,
+          (int)k.implementation, (long long)b, (long long)v, (int)rc, t.compute, t.recompute,
+          t.bubble, t.optimizer, t.tensor, t.context, t.expert, t.pipeline, t.data, t.total());
     };
     std::fprintf(stderr, "%s\n", r.id.c_str());
     show("published", estimate_step_time(r.plan, figures_of(r.net, r.device), r.work), l,
@@ -321,17 +323,19 @@ int main(int argc, char** argv) {
     }
   const cluster defaults{};
   std::printf("<!-- output: planner_calibration.cpp#fit -->\n");
-  std::printf("Fitted on %zu rows: compute efficiency %.2f, network efficiency %.2f (defaults: "
-              "%.2f, %.2f).\n",
-              static_cast<std::size_t>(std::count_if(runs.begin(), runs.end(),
-                                                     [](const run& r) { return r.fit; })),
-              compute, network, defaults.compute_efficiency, defaults.network_efficiency);
+  std::printf(
+      "Fitted on %zu rows: compute efficiency %.2f, network efficiency %.2f (defaults: "
+      "%.2f, %.2f).\n",
+      static_cast<std::size_t>(
+          std::count_if(runs.begin(), runs.end(), [](const run& r) { return r.fit; })),
+      compute, network, defaults.compute_efficiency, defaults.network_efficiency);
   std::printf("<!-- end output -->\n");
   std::map<std::string, std::vector<double>> held_out;
   std::vector<double> all_held;
   std::printf("<!-- output: planner_calibration.cpp#rows -->\n");
-  std::printf("| run | half | layout | published tokens/s/GPU | estimate | error | rank | "
-              "speed-up claimed | assumed |\n");
+  std::printf(
+      "| run | half | layout | published tokens/s/GPU | estimate | error | rank | "
+      "speed-up claimed | assumed |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---|\n");
   std::size_t near_top = 0, overclaimed = 0;
   for (const run& r : runs) {
@@ -361,9 +365,10 @@ int main(int argc, char** argv) {
                 100 * median(errors), 100 * *std::max_element(errors.begin(), errors.end()));
   std::printf("| **all** | %zu | %.1f%% | %.1f%% |\n", all_held.size(), 100 * median(all_held),
               100 * *std::max_element(all_held.begin(), all_held.end()));
-  std::printf("\nOf the %zu held-out layouts, %zu are in the planner's first five or within 5 %% of "
-              "its first; for %zu it claims a speed-up above 1.3x.\n",
-              all_held.size(), near_top, overclaimed);
+  std::printf(
+      "\nOf the %zu held-out layouts, %zu are in the planner's first five or within 5 %% of "
+      "its first; for %zu it claims a speed-up above 1.3x.\n",
+      all_held.size(), near_top, overclaimed);
   std::printf("<!-- end output -->\n");
   if (!check) return 0;
   // The recorded bound: held out, the median |error| was 10.7 % when the defaults were fitted.
