@@ -260,8 +260,8 @@ class Threads(unittest.TestCase):
 
         def long_plan():
             started.set()
-            plan["run"] = vramfit.cli("plan", "--model", "llama-3-8b", "--gpus", "8", "--all",
-                                      "--units", "GB")
+            plan["run"] = vramfit.cli("plan", "--model", "llama-3-70b", "--gpus", "64",
+                                      "--sharding", "any", "--all", "--units", "GB")
 
         thread = threading.Thread(target=long_plan)
         thread.start()
