@@ -22,9 +22,11 @@ namespace detail {
 /// matmuls on Ampere and Hopper (cutlass/gemm/device/default_gemm_configuration.h).
 inline constexpr std::int64_t matmul_tile = 128;
 
-/// ceil(a / b) for positive a, b without integer overflow concerns at these magnitudes.
+/// ceil(a / b) for positive a, b. A double of 2^53 or more is a whole number already, and
+/// converting it to an integer could overflow (a hostile shape reaches 1e23 tiles).
 constexpr double ceil_ratio(double a, double b) {
   const double q = a / b;
+  if (!(q < 9007199254740992.0)) return q;
   const auto whole = static_cast<double>(static_cast<std::int64_t>(q));
   return whole < q ? whole + 1 : whole;
 }
