@@ -21,6 +21,12 @@ namespace vramfit {
 /// 512 divisors of the replica's batch (only a batch with more divisors below 4,096 loses some).
 inline constexpr std::int64_t max_micro_batch_searched = 4096;
 inline constexpr std::size_t max_micro_batches = 512;
+/// Layer counts of full recompute the search replays beyond a micro-batch's least-memory one when
+/// that does not fit: the replayed reserve's segments round, so one or two layers fewer may fit
+/// where all do not (tests/unit/framework_support_test.cpp found a 4-layer stage that fit with 3
+/// recomputed, not with 4). Further off the search takes the tensors' growth to outweigh the
+/// rounding: an assumption, which the brute-force test checks on stages of at most 4 layers.
+inline constexpr std::int64_t rounding_neighbours = 2;
 /// The most model chunks per pipeline rank the search tries (a fixed count may be larger): the
 /// cost would otherwise grow with the layers' divisors.
 inline constexpr std::int64_t max_virtual_stages_searched = 16;
@@ -482,7 +488,8 @@ class layout_searcher {
       e = taken(e, p, needs);
       return true;
     }
-    if (fastest_as_trained(e, per_replica, sizes)) return true;
+    if (const plan_candidate tried = e; fastest_as_trained(e, per_replica, sizes, &tried))
+      return true;
     reject(e, rejection::does_not_fit);
     return false;
   }
@@ -510,43 +517,71 @@ class layout_searcher {
 
   /// The fastest setting of `e`'s recompute policy (a micro-batch of `sizes` and, under full
   /// recompute, the layers recomputed) at which `e` fits as `train` evaluates it, into `e`; false
-  /// when none does, or when the plan does not replay the allocator (the share is its own figure).
-  /// A scan: the replayed reserve is no share of the peak, and monotone neither in the
-  /// micro-batch nor in the layers recomputed (its segments round), so neither the share's verdict
-  /// nor a bisection finds every setting that fits. The tensors' peak without a reserve bounds the
-  /// replay from below: it skips a setting, and ends the scan at the first size where recomputing
-  /// every layer exceeds the card.
+  /// when none is found, or when the plan does not replay the allocator (the share is its own
+  /// figure). `refused`: a setting of `e` already replayed and refused (confirmed()'s).
+  ///
+  /// The replayed reserve is no share of the peak and, as its segments round, monotone neither in
+  /// the micro-batch nor in the layers recomputed. So each micro-batch is replayed at its least
+  /// memory (every layer recomputed) and, under full recompute, either bisected towards fewer
+  /// layers when that fits, or tried at the `rounding_neighbours` next fewer layer counts when it
+  /// does not: a constant number of replays per micro-batch, whatever the depth. The tensors'
+  /// peak without a reserve bounds the replay from below: it skips layer counts, and ends the scan
+  /// at the first micro-batch where recomputing every layer exceeds the card. A micro-batch whose
+  /// fastest setting cannot beat the one found is not replayed.
   constexpr bool fastest_as_trained(plan_candidate& e, std::int64_t per_replica,
-                                    const micro_batch_sizes& sizes) {
+                                    const micro_batch_sizes& sizes,
+                                    const plan_candidate* refused = nullptr) {
     if (!replays_allocator(own_)) return false;
     runtime_overheads no_reserve = plan_.overheads;
     no_reserve.fragmentation_percent = 0;
-    const auto peak_fits = [&](const plan_candidate& c, std::int64_t size) {
-      training_plan_value p = plan_of(c, per_replica, size);
+    const bool full = e.recompute == recompute_kind::full;
+    const std::int64_t most = full ? (m_.layers + e.layout.pipeline - 1) / e.layout.pipeline : 1;
+    const auto at = [&](std::int64_t size, std::int64_t k) {
+      plan_candidate c = e;
+      c.recompute_layers = k >= most ? -1 : k;
+      return plan_of(c, per_replica, size);
+    };
+    const auto peak_fits = [&](std::int64_t size, std::int64_t k) {
+      training_plan_value p = at(size, k);
       p.overheads = no_reserve;
       ++r_.memory_evaluations;
       return fit(p, g_, scratch_).required <= g_.capacity;
     };
-    const bool full = e.recompute == recompute_kind::full;
-    const std::int64_t most = full ? (m_.layers + e.layout.pipeline - 1) / e.layout.pipeline : 1;
     bool found = false;
-    for (const std::int64_t size : sizes) {
+    // Replays layer count k at `size`: true, with `e` the faster of it and the one found, when it
+    // fits.
+    const auto replay_fits = [&](std::int64_t size, std::int64_t k) {
+      const auto layers = [&](std::int64_t n) { return n < 0 || n >= most ? most : n; };
+      if (refused && size == refused->micro_batch && layers(refused->recompute_layers) == layers(k))
+        return false;
+      training_plan_value p = at(size, k);
+      p.overheads = own_;
+      ++r_.memory_evaluations;
+      const bytes needs = fit(p, g_, scratch_).required;
+      if (needs > g_.capacity) return false;
       plan_candidate c = e;
-      c.recompute_layers = -1;  // all of them: the least memory at this size
-      if (!peak_fits(c, size)) break;
-      // Fewer layers recomputed run faster: the first that fits is this size's fastest.
-      for (std::int64_t k = 1; k <= most; ++k) {
-        c.recompute_layers = k == most ? -1 : k;
-        if (k < most && !peak_fits(c, size)) continue;
-        const training_plan_value p = as_trained(c, per_replica, size);
-        ++r_.memory_evaluations;
-        const bytes needs = fit(p, g_, scratch_).required;
-        if (needs > g_.capacity) continue;
-        const plan_candidate t = taken(c, p, needs);
-        if (!found || t.time.total() <= e.time.total()) e = t;
-        found = true;
-        break;
+      c.recompute_layers = p.batch.recompute_layers;
+      const plan_candidate t = taken(c, p, needs);
+      if (!found || t.time.total() <= e.time.total()) e = t;  // ties: the larger micro-batch
+      found = true;
+      return true;
+    };
+    for (const std::int64_t size : sizes) {
+      if (!peak_fits(size, most)) break;  // the least memory at this size exceeds the card
+      // The fewest layers whose tensors fit (memory falls as layers are recomputed).
+      const std::int64_t fewest = most - largest_fitting(1, most - 1, [&](std::int64_t t) {
+                                    return peak_fits(size, most - t);
+                                  });
+      if (found && estimate_step_time(at(size, fewest), net_, work_).total() > e.time.total())
+        continue;
+      if (replay_fits(size, most)) {
+        // Fewer layers recomputed run faster: the fewest that fit, as if the replay were monotone.
+        largest_fitting(1, most - fewest,
+                        [&](std::int64_t t) { return replay_fits(size, most - t); });
+        continue;
       }
+      for (std::int64_t k = most - 1; k >= fewest && k >= most - rounding_neighbours; --k)
+        if (replay_fits(size, k)) break;
     }
     return found;
   }

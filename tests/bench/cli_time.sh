@@ -8,7 +8,7 @@ tool=${1:-build/examples/cli/vramfit}
 commands=(
   "train --gpu h100" "train --gpu h100 -f json" "train --gpu h100 --qlora" "train --gpu h100 --timeline"
   "train --gpu h100 --fsdp full --dp 8" "min-gpus --gpu h100" "min-gpus --gpu h100 --fsdp full"
-  "plan --gpus 64" "infer --gpu h100" "load --gpu h100"
+  "plan --gpus 64" "plan --fsdp full" "infer --gpu h100" "load --gpu h100"
 )
 results=$(mktemp)
 for preset in $("$tool" models -f json | sed -n 's/.*"key": "\([^"]*\)".*/\1/p'); do
