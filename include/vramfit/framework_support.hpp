@@ -46,7 +46,11 @@ constexpr framework fsdp_framework(std::int64_t fsdp_version) {
   X(torchtitan_tensor_parallel_is_sequence_parallel,                                   \
     "torchtitan's TP is always sequence parallel")                                     \
   X(torchtitan_ddp_runs_alone, "torchtitan's DDP has no TP, PP, CP or EP beside it")   \
-  X(fsdp1_is_data_parallel_only, "FSDP1 (accelerate) has no TP, PP, CP or EP")
+  X(fsdp1_is_data_parallel_only, "FSDP1 (accelerate) has no TP, PP, CP or EP")         \
+  X(op_sac_is_torchtitans, "op-level selective recompute is torchtitan's")             \
+  X(attention_recompute_is_megatrons,                                                  \
+    "selective (attention) recompute is Megatron-LM's and Megatron-DeepSpeed's")       \
+  X(fsdp1_recomputes_every_layer, "FSDP1 (accelerate) recomputes every layer or none")
 
 #define VRAMFIT_SUPPORT_RULE_NAME(rule, text) rule,
 #define VRAMFIT_SUPPORT_RULE_ONE(...) +1
@@ -66,11 +70,32 @@ constexpr const char* to_string(support_rule r) {
 }
 #undef VRAMFIT_SUPPORT_RULES
 
+/// The recompute rule of framework `f` that batch options `b` break. Megatron-LM recomputes the
+/// attention core (--recompute-granularity selective) or whole layers, all or the first N of a
+/// stage (--recompute-num-layers; megatron/training/arguments.py), as Megatron-DeepSpeed does
+/// (megatron/arguments.py); torchtitan whole layers (mode "full", or "selective" of every N-th
+/// layer) or its op-level policy (selective_ac_option "op"; distributed/activation_checkpoint.py
+/// apply_ac); accelerate's FSDP1 every layer of the wrapped class (fsdp_activation_checkpointing:
+/// accelerator.py prepare_model, apply_activation_checkpointing), as transformers'
+/// gradient_checkpointing_enable does.
+constexpr support_rule check_recompute(framework f, const activation_options& b) {
+  using enum support_rule;
+  if (b.recompute == recompute_kind::op_sac && f != framework::torchtitan)
+    return op_sac_is_torchtitans;
+  if (b.recompute == recompute_kind::selective &&
+      (f == framework::torchtitan || f == framework::fsdp1))
+    return attention_recompute_is_megatrons;
+  if (f == framework::fsdp1 && b.recompute == recompute_kind::full && b.recompute_layers > 0)
+    return fsdp1_recomputes_every_layer;
+  return none;
+}
+
 /// The first rule of framework `f` that layout `l` run with batch options `b` (its sequence,
-/// schedule and virtual stages) breaks; none when `f` runs it. The layout's own rules are
-/// check_layout's.
+/// schedule, virtual stages and recompute) breaks; none when `f` runs it. The layout's own rules
+/// are check_layout's.
 constexpr support_rule check_support(framework f, const layout& l, const activation_options& b) {
   using enum support_rule;
+  if (const support_rule r = check_recompute(f, b); r != none) return r;
   const bool pipelined = l.pipeline > 1;
   const bool interleaved = b.virtual_stages > 1 || b.schedule == pipeline_schedule::interleaved;
   switch (f) {

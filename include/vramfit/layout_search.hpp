@@ -371,14 +371,18 @@ class layout_searcher {
                            bounded::of(c, per_replica, static_cast<std::int64_t>(queue.size()));
                        const micro_batch_sizes usable = usable_sizes(b, sizes);
                        // No usable size: bound 0, first in the queue, rejected there.
-                       bool first = true;
-                       for_each_recompute(c, [&](plan_candidate& e) {
-                         if (usable.empty()) return;
-                         const double t = lower_bound(e, b.per_replica, usable);
-                         if (first || t < b.bound) b.bound = t;
-                         first = false;
-                       });
-                       queue.push_back(b);
+                       bool first = true, runs = false;
+                       for_each_recompute(
+                           c, per_replica,
+                           [&](plan_candidate& e) {
+                             runs = true;
+                             if (usable.empty()) return;
+                             const double t = lower_bound(e, b.per_replica, usable);
+                             if (first || t < b.bound) b.bound = t;
+                             first = false;
+                           },
+                           [&](plan_candidate& e) { reject(e, rejection::unsupported); });
+                       if (runs) queue.push_back(b);
                      });
   }
 
@@ -425,17 +429,37 @@ class layout_searcher {
   }
 
   /// Each recompute policy the space allows, on a copy of `c` (op-level SAC not with LoRA, whose
-  /// adapters' matmuls it does not model).
-  template <class Visit>
-  constexpr void for_each_recompute(const plan_candidate& c, Visit visit) const {
+  /// adapters' matmuls it does not model): to `visit` where a framework of `c` runs it, else,
+  /// its rule in `support`, to `set_aside`.
+  template <class Visit, class SetAside>
+  constexpr void for_each_recompute(const plan_candidate& c, std::int64_t per_replica, Visit visit,
+                                    SetAside set_aside) const {
     constexpr int op_sac = static_cast<int>(recompute_kind::op_sac);
     for (int k = 0; k <= op_sac; ++k) {
       if (space_.recompute >= 0 && space_.recompute != k) continue;
       if (k == op_sac && plan_.setup.finetune.kind == finetune_kind::lora) continue;
       plan_candidate e = c;
       e.recompute = static_cast<recompute_kind>(k);
-      visit(e);
+      e.support = unsupported(e, per_replica);
+      if (e.support == support_rule::none)
+        visit(e);
+      else
+        set_aside(e);
     }
+  }
+  /// The same, what no framework of `c` runs left out (set aside already, by sharded()).
+  template <class Visit>
+  constexpr void for_each_recompute(const plan_candidate& c, std::int64_t per_replica,
+                                    Visit visit) const {
+    for_each_recompute(c, per_replica, visit, [](const plan_candidate&) {});
+  }
+
+  /// Whether a framework of `e` recomputes the first N layers of a stage under full recompute,
+  /// not only all of them.
+  [[nodiscard]] constexpr bool recomputes_some_layers(plan_candidate e,
+                                                      std::int64_t per_replica) const {
+    e.recompute_layers = 1;
+    return e.recompute == recompute_kind::full && unsupported(e, per_replica) == support_rule::none;
   }
 
   /// The micro-batch sizes a queued candidate may use: the interleaved schedule needs a
@@ -452,13 +476,14 @@ class layout_searcher {
   /// best; the fastest of them competes for the top, the others count as outranked.
   constexpr void compete(const bounded& b) {
     if (beyond_cut(b.bound)) {
-      for_each_recompute(b.candidate(), [&](plan_candidate& e) { reject(e, rejection::slower); });
+      for_each_recompute(b.candidate(), b.per_replica,
+                         [&](plan_candidate& e) { reject(e, rejection::slower); });
       return;
     }
     const micro_batch_sizes sizes = usable_sizes(b, sizes_of(b.per_replica));
     plan_candidate fastest{};
     bool found = false;
-    for_each_recompute(b.candidate(), [&](plan_candidate& e) {
+    for_each_recompute(b.candidate(), b.per_replica, [&](plan_candidate& e) {
       if (!evaluate(e, b.per_replica, sizes)) return;
       if (would_rank(e) && !(found && ranks_before(fastest, e)) &&
           !confirmed(e, b.per_replica, sizes))
@@ -535,6 +560,7 @@ class layout_searcher {
     runtime_overheads no_reserve = plan_.overheads;
     no_reserve.fragmentation_percent = 0;
     const bool full = e.recompute == recompute_kind::full;
+    const bool some = recomputes_some_layers(e, per_replica);
     const std::int64_t most = full ? (m_.layers + e.layout.pipeline - 1) / e.layout.pipeline : 1;
     const auto at = [&](std::int64_t size, std::int64_t k) {
       plan_candidate c = e;
@@ -569,9 +595,10 @@ class layout_searcher {
     for (const std::int64_t size : sizes) {
       if (!peak_fits(size, most)) break;  // the least memory at this size exceeds the card
       // The fewest layers whose tensors fit (memory falls as layers are recomputed).
-      const std::int64_t fewest = most - largest_fitting(1, most - 1, [&](std::int64_t t) {
-                                    return peak_fits(size, most - t);
-                                  });
+      const std::int64_t fewest =
+          most - (some ? largest_fitting(1, most - 1,
+                                         [&](std::int64_t t) { return peak_fits(size, most - t); })
+                       : 0);
       if (found && estimate_step_time(at(size, fewest), net_, work_).total() > e.time.total())
         continue;
       if (replay_fits(size, most)) {
@@ -631,9 +658,10 @@ class layout_searcher {
   }
 
   /// `e` with the least recompute its refinement may reach: full recompute of one layer per
-  /// stage (fewest_recomputed_layers).
-  static constexpr plan_candidate least_recompute(plan_candidate e) {
-    if (e.recompute == recompute_kind::full) e.recompute_layers = 1;
+  /// stage (fewest_recomputed_layers) where its framework recomputes some layers only.
+  [[nodiscard]] constexpr plan_candidate least_recompute(plan_candidate e,
+                                                         std::int64_t per_replica) const {
+    if (recomputes_some_layers(e, per_replica)) e.recompute_layers = 1;
     return e;
   }
 
@@ -643,7 +671,7 @@ class layout_searcher {
   /// micro-batch, the CP exchange that attention hides) at the better end.
   [[nodiscard]] constexpr double lower_bound(const plan_candidate& e, std::int64_t per_replica,
                                              const micro_batch_sizes& sizes) const {
-    const plan_candidate least = least_recompute(e);
+    const plan_candidate least = least_recompute(e, per_replica);
     constexpr bool ideal = true;
     const step_time small =
         estimate_step_time(plan_of(least, per_replica, sizes[0]), net_, work_, ideal);
@@ -709,7 +737,8 @@ class layout_searcher {
       times.push_back(estimate_step_time(plan_of(e, per_replica, sizes[i]), net_, work_));
     std::size_t chosen = fastest_of(times, sizes.size());
     if (beyond_cut(
-            estimate_step_time(plan_of(least_recompute(e), per_replica, sizes[chosen]), net_, work_)
+            estimate_step_time(plan_of(least_recompute(e, per_replica), per_replica, sizes[chosen]),
+                               net_, work_)
                 .total())) {
       reject(e, rejection::slower);
       return false;
@@ -727,7 +756,7 @@ class layout_searcher {
     e.time = times[chosen];
     e.micro_batch = sizes[chosen];
     e.micro_batches = per_replica / sizes[chosen];
-    if (e.recompute == recompute_kind::full) fewest_recomputed_layers(e, per_replica);
+    if (recomputes_some_layers(e, per_replica)) fewest_recomputed_layers(e, per_replica);
     e.tokens_per_second = tokens_per_second(plan_of(e, per_replica, e.micro_batch), e.time);
     if (beyond_cut(e.time.total())) {
       reject(e, rejection::slower);

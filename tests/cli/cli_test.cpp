@@ -440,7 +440,7 @@ TEST_CASE("plan: train options fix their knob, plan options bound the rest") {
       {"--fsdp hybrid --fsdp-group 4", "shard_group", 4},
       {"--fsdp grad-op", "sharding", "fsdp-grad-op"},
       {"--recompute full", "recompute", "full"},
-      {"--recompute op-sac", "recompute", "op-sac"},
+      {"--recompute op-sac --sharding fsdp --fsdp-version 2", "recompute", "op-sac"},
       {"--micro-batch 2", "micro_batch", 2},
       {"--max-tp 2 --max-pp 1", "pp", 1},
   };
@@ -453,6 +453,10 @@ TEST_CASE("plan: train options fix their knob, plan options bound the rest") {
     REQUIRE_FALSE(j.at("candidates").empty());
     for (const auto& c : j.at("candidates")) CHECK(c.at("layout").at(f.field) == f.value);
   }
+  // Op-level SAC is torchtitan's: DeepSpeed's sharding, the default, runs none of it.
+  const result op_sac = run("plan --gpus 16 --recompute op-sac");
+  CHECK(op_sac.status == 2);
+  CHECK(op_sac.err.find("op-level selective recompute is torchtitan's") != std::string::npos);
   const nlohmann::json bounded =
       nlohmann::json::parse(run("plan --gpus 16 --max-tp 2 -f json").out);
   for (const auto& c : bounded.at("candidates")) CHECK(c.at("layout").at("tp") <= 2);

@@ -85,13 +85,19 @@ TEST_CASE("each family ranks only what its framework runs, and counts the rest b
   // divisible by TP x 2 CP = 8 in s3 (3), s7 (3), s9 (1): 7; DDP beside CP, TP or PP in s2, s4,
   // s5, s6: 4 (s8's DDP has DP 1: no DDP at all).
   // FSDP1: s2-s7 three each (18) and s8, s9 one each: 20.
+  // Recompute policies, set aside on each candidate left: op-level SAC under DeepSpeed (s1 4, s4
+  // 2, s6 4, s8 1, s9 1: 12; under gpipe 9), Megatron-LM (s1-s7 2 each, s8 and s9 1: 16; under
+  // gpipe 11) and FSDP1 (s1's 4); selective recompute under torchtitan (24 candidates less 11:
+  // 13) and FSDP1 (4).
   model m = testing::tiny_llama;
   struct expected {
     std::int64_t deepspeed_cp, deepspeed_1f1b, megatron_gpipe, titan_sequence, titan_ddp, fsdp1;
+    std::int64_t deepspeed_op_sac, megatron_op_sac;
   };
   for (const bool gpipe : {false, true}) {
     CAPTURE(gpipe);
-    const expected want = gpipe ? expected{14, 3, 5, 7, 4, 20} : expected{14, 0, 0, 7, 4, 20};
+    const expected want =
+        gpipe ? expected{14, 3, 5, 7, 4, 20, 9, 11} : expected{14, 0, 0, 7, 4, 20, 12, 16};
     for (const family_case& f : families) {
       const std::string name = f.name;
       CAPTURE(name);
@@ -118,19 +124,25 @@ TEST_CASE("each family ranks only what its framework runs, and counts the rest b
       if (name == "deepspeed") {
         CHECK(set_aside(r, deepspeed_has_no_ring_context_parallel) == want.deepspeed_cp);
         CHECK(set_aside(r, deepspeed_pipeline_runs_one_f_one_b) == want.deepspeed_1f1b);
-        CHECK(total == want.deepspeed_cp + want.deepspeed_1f1b);
+        CHECK(set_aside(r, op_sac_is_torchtitans) == want.deepspeed_op_sac);
+        CHECK(total == want.deepspeed_cp + want.deepspeed_1f1b + want.deepspeed_op_sac);
         CHECK(r.rules[static_cast<int>(
                   layout_rule::deepspeed_forbids_zero2_or_3_with_pipeline_parallel)] == 4);
       } else if (name == "megatron") {
         CHECK(set_aside(r, megatron_has_no_gpipe) == want.megatron_gpipe);
-        CHECK(total == want.megatron_gpipe);
+        CHECK(set_aside(r, op_sac_is_torchtitans) == want.megatron_op_sac);
+        CHECK(total == want.megatron_gpipe + want.megatron_op_sac);
       } else if (name == "torchtitan") {
         CHECK(set_aside(r, torchtitan_sequence_must_divide_by_tp_and_2cp) == want.titan_sequence);
         CHECK(set_aside(r, torchtitan_ddp_runs_alone) == want.titan_ddp);
-        CHECK(total == want.titan_sequence + want.titan_ddp);
+        CHECK(set_aside(r, attention_recompute_is_megatrons) == 13);
+        CHECK(total == want.titan_sequence + want.titan_ddp + 13);
       } else {
         CHECK(set_aside(r, fsdp1_is_data_parallel_only) == want.fsdp1);
-        CHECK(total == want.fsdp1);
+        CHECK(set_aside(r, op_sac_is_torchtitans) == 4);
+        CHECK(set_aside(r, attention_recompute_is_megatrons) == 4);
+        CHECK(total == want.fsdp1 + 8);
+        for (const plan_candidate& c : evaluated) CHECK(c.recompute_layers == -1);
       }
     }
   }
