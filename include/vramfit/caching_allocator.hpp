@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "alloc_conf.hpp"
@@ -394,7 +395,9 @@ class caching_allocator {
     using namespace caching;
     const std::int64_t rounded = round_size(conf_, size.count);
     const bool small = rounded <= small_size;  // get_pool
-    int b = free_block(rounded, stream, small);
+    // The cached block's entry, if one serves: erased below, or rewritten as the split's rest.
+    std::optional<position> slot;
+    int b = free_block(rounded, stream, small, slot);
     if (b < 0) {
       garbage_collect();
       b = new_segment(rounded, stream, small);
@@ -406,7 +409,10 @@ class caching_allocator {
         return -1;
       }
     }
-    if (should_split(at(b), rounded, small)) split(b, rounded);
+    if (should_split(at(b), rounded, small))
+      split(b, rounded, slot);
+    else if (slot)
+      free_.erase(*slot);
     at(b).allocated = true;
     return b;
   }
@@ -416,16 +422,24 @@ class caching_allocator {
     const caching::free_entry e = key(b);
     free_.insert(lower_bound(e), e);
   }
+  /// Caches `b` in place of the entry at `slot` (one of a block it was split from or merged
+  /// with): where the order allows, the entry is rewritten without a search.
+  constexpr void cache(int b, const std::optional<position>& slot) {
+    if (!slot) return cache(b);
+    at(b).gc_base = large_searches_;
+    free_.replace(*slot, key(b));
+  }
   constexpr void uncache(int b) { free_.erase(lower_bound(key(b))); }
 
   /// get_free_block: the smallest cached block of the pool and stream that holds `size` (ordered
-  /// by size, then address), unless max_split_size rules it out.
-  constexpr int free_block(std::int64_t size, int stream, bool small) {
+  /// by size, then address), unless max_split_size rules it out. Its entry stays, at `slot`.
+  constexpr int free_block(std::int64_t size, int stream, bool small,
+                           std::optional<position>& slot) {
     if (!small && collects_garbage()) ++large_searches_;  // get_free_blocks_call_count
-    const position slot = lower_bound(
+    const position found_at = lower_bound(
         {.pool = caching::pool_key(stream, small), .size = size, .address = lowest_address});
-    if (slot == free_.end() || !in_pool(at(free_[slot].block), stream, small)) return -1;
-    const int best = free_[slot].block;
+    if (found_at == free_.end() || !in_pool(at(free_[found_at].block), stream, small)) return -1;
+    const int best = free_[found_at].block;
     const std::int64_t found = at(best).size;
     if (!segment_of(at(best)).expandable) {
       // An oversize block serves no request under max_split_size...
@@ -435,7 +449,7 @@ class caching_allocator {
     } else if (found < size && !grow(best, size - found)) {
       return -1;
     }
-    free_.erase(slot);
+    slot = found_at;
     return best;
   }
 
@@ -448,7 +462,8 @@ class caching_allocator {
     return size < conf_.max_split_size && remaining > caching::small_size;
   }
 
-  constexpr void split(int b, std::int64_t size) {
+  /// Splits `size` bytes off `b`; the rest is cached (in place of `slot`, `b`'s entry, if any).
+  constexpr void split(int b, std::int64_t size, const std::optional<position>& slot) {
     caching::block rest = at(b);
     rest.offset += size;
     rest.size -= size;
@@ -463,26 +478,30 @@ class caching_allocator {
     if (rest.next >= 0) at(rest.next).prev = r;
     at(b).size = size;
     at(b).next = r;
-    cache(r);
+    cache(r, slot);
   }
 
-  /// try_merge_blocks with both neighbours, when they are free.
+  /// try_merge_blocks with both neighbours, when they are free: the merged block takes a
+  /// neighbour's entry.
   constexpr void merge(int b) {
     auto absorb = [&](int into, int gone) {
-      uncache(gone == b ? into : gone);
       at(into).size += at(gone).size;
       at(into).next = at(gone).next;
       if (at(gone).next >= 0) at(at(gone).next).prev = into;
       unused_.push_back(gone);
     };
-    const int next = at(b).next;
-    if (next >= 0 && !at(next).allocated) absorb(b, next);
-    const int prev = at(b).prev;
-    if (prev >= 0 && !at(prev).allocated) {
+    const int next = at(b).next, prev = at(b).prev;
+    const bool with_next = next >= 0 && !at(next).allocated;
+    const bool with_prev = prev >= 0 && !at(prev).allocated;
+    if (with_next && with_prev) uncache(next);
+    std::optional<position> slot;
+    if (with_prev || with_next) slot = lower_bound(key(with_prev ? prev : next));
+    if (with_next) absorb(b, next);
+    if (with_prev) {
       absorb(prev, b);
       b = prev;
     }
-    cache(b);
+    cache(b, slot);
   }
 
   constexpr allocator_stats::pool& pool_of(bool small) {
