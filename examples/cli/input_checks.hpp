@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vramfit/vramfit.hpp>
@@ -70,9 +71,11 @@ inline void refuse_empty_values(const CLI::App& cmd) {
 /// Refuses a `value` of `option` outside (0, `most`]: NaN and infinity fail both comparisons.
 inline void check_positive_number(double value, const char* option, double most,
                                   const char* most_text) {
-  if (!(value > 0 && value <= most))
-    detail::raise(std::string(option) + " must be a number above 0 and at most " + most_text +
-                  ", got " + std::to_string(value));
+  if (value > 0 && value <= most) return;
+  char got[32];  // %g: "1e+300", "nan", "-1" (std::to_string writes 1e300 in 301 digits)
+  std::snprintf(got, sizeof got, "%g", value);
+  detail::raise(std::string(option) + " must be a number above 0 and at most " + most_text +
+                ", got " + got);
 }
 
 }  // namespace vramfit::cli

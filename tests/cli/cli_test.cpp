@@ -510,6 +510,9 @@ TEST_CASE("plan: every format, the counts of the rest, --all and the errors") {
        "(DeepSpeed has no ring context parallelism (Ulysses only))"},
       {"plan --framework fsdp1 --tp 2", "(FSDP1 (accelerate) has no TP, PP, CP or EP)"},
       {"plan --inter-bw 0", "--inter-bw must be a number above 0"},
+      {"plan --memory-bw 1e300",
+       "--memory-bw must be a number above 0 and at most 1,000,000, "
+       "got 1e+300\n"},
       {"plan --sharding foo",
        "--sharding: unknown sharding 'foo'; known: deepspeed, megatron, fsdp, any"},
       {"plan --sharding fsdp --zero 1", "--sharding fsdp contradicts the --zero/--fsdp given"},
