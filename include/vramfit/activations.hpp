@@ -1867,7 +1867,9 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     const std::int64_t held_states = o.code == model_code::hf ? 3 : 2;
     detail::forward_transients f{held_states, bytes_for_bits(detail::checked_mul(
                                                   held_states * b.replicated(m.hidden), b.rho()))};
-    if (m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers) {
+    const bool moe_layers =
+        m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers;
+    if (moe_layers) {
       detail::forward_transients moe = detail::moe_forward_transients(m, o, l, b);
       if (m.moe.shared_experts > 0 && o.recompute != recompute_kind::full &&
           o.recompute != recompute_kind::op_sac) {
@@ -1883,8 +1885,10 @@ constexpr memory_ledger activations(const training& t, const activation_options&
       }
       f = {f.tensors + moe.tensors, f.size + moe.size};
     }
-    add_entry(ledger, "hidden states and MoE block locals held in forward", component::activations,
-              memory_space::device, f.size, f.tensors,
+    add_entry(ledger,
+              moe_layers ? "hidden states and MoE block locals held in forward"
+                         : "hidden states held in forward",
+              component::activations, memory_space::device, f.size, f.tensors,
               "modeling_llama.py LlamaModel.forward: inputs_embeds and the loop's hidden_states; "
               "LlamaDecoderLayer.forward: residual; integrations/moe.py "
               "grouped_mm_experts_forward's locals (moe_forward_transients)",

@@ -87,14 +87,18 @@ constexpr gathered_units fsdp_gathered_of(const training& t, const tensor_ledger
   const layout& l = t.layout;
   const precision& p = t.precision;
   const fsdp_units units = fsdp_units_of(t, tensors, stage, experts_per_rank);
-  // FSDP2's foreach_reduce copies the unit's unsharded gradients (compute format) into a
-  // reduce-scatter buffer in the sharded gradients' format; FSDP1 reduces its flat gradient.
-  auto unsharded = [&](std::int64_t trained) {
-    return elements_in(l.fsdp_version == 2 ? p.compute : p.gradients, trained);
-  };
+  // Autograd makes the gathered parameters' gradients in their format, the compute format, and a
+  // second copy follows. FSDP2's foreach_reduce copies them into a reduce-scatter input in the
+  // sharded gradients' format. FSDP1's split backward concatenates its views' gradients into the
+  // flat gradient (_flat_param.py _use_unsharded_views), which is cast to reduce_dtype where that
+  // differs (_runtime_utils.py _post_backward_hook); both moments hold two copies, the larger
+  // counted.
+  const element_format& reduced = sharded_gradient_format(t);
+  auto unsharded = [&](std::int64_t trained) { return elements_in(p.compute, trained); };
   auto gradients = [&](const fsdp_unit& u) {
-    return unsharded(u.trained) +
-           (l.fsdp_version == 2 ? elements_in(sharded_gradient_format(t), u.trained) : bytes{});
+    const bytes copy = elements_in(reduced, u.trained);
+    const bytes flat = unsharded(u.trained);
+    return flat + (l.fsdp_version == 1 && copy < flat ? flat : copy);
   };
   auto gathered = [&](const fsdp_unit& u) { return elements_in(p.compute, u.trained) + u.frozen; };
   // FSDP2 all-gathers the next unit while the current one computes (implicit forward prefetch,
@@ -105,11 +109,14 @@ constexpr gathered_units fsdp_gathered_of(const training& t, const tensor_ledger
       (l.fsdp_version == 2 || l.fsdp_backward_prefetch == fsdp_backward_prefetch::pre ||
        l.fsdp_forward_prefetch);
   const bytes root = unsharded(units.root.trained);
-  return {
-      gathered(units.root), gathered(units.layer), prefetched ? 2 : 1, gradients(units.layer),
-      gradients(units.root), root,
-      // A tied head's weight is the embedding: its gradient comes with the head's backward.
-      l.fsdp_version == 2 && !t.model.tied_embeddings ? unsharded(units.root_head_trained) : root};
+  return {gathered(units.root), gathered(units.layer), prefetched ? 2 : 1, gradients(units.layer),
+          unsharded(units.layer.trained), gradients(units.root), root,
+          // The head's gradients wait for the root's post-backward: FSDP2's in the unsharded
+          // parameters', FSDP1's in autograd's input buffer of the split that views the flat
+          // parameter, which runs after the embeddings' backward (_flat_param.py
+          // _use_unsharded_views; tests/validation/fsdp1_root_gradient.py). A tied head's weight is
+          // the embedding: its gradient comes with the head's backward.
+          !t.model.tied_embeddings ? unsharded(units.root_head_trained) : root};
 }
 
 /// What FSDP1's record_stream frees leave reserved on a stage of `layers` layer units beyond the
@@ -125,10 +132,10 @@ constexpr gathered_units fsdp_gathered_of(const training& t, const tensor_ledger
 constexpr deferred_frees fsdp1_deferred_frees(const layout& l, const gathered_units& g,
                                               std::int64_t layers) {
   if (!l.gathers_units() || l.fsdp_version != 1 || l.shard_degree() < 2) return {};
-  if (l.fsdp_limit_all_gathers) return {{g.layer, 1}, {g.layer_gradients, 1}};
+  if (l.fsdp_limit_all_gathers) return {{g.layer, 1}, {g.layer_unsharded_gradients, 1}};
   const std::int64_t all_gathers = checked_mul(2, layers);
   return {{g.layer, all_gathers > g.layers ? all_gathers - g.layers : 0},
-          {g.layer_gradients, layers - 1}};
+          {g.layer_unsharded_gradients, layers - 1}};
 }
 
 /// FSDP's gathered units: the root and the current and prefetched layers, or all units kept

@@ -299,9 +299,10 @@ struct gathered_units {
   bytes root, layer;        ///< a unit's gathered parameters (compute format; frozen as stored)
   std::int64_t layers = 1;  ///< layer units gathered at once: the current and the prefetched
   bytes layer_gradients;    ///< a layer's unsharded gradients and what reducing them copies
-  bytes root_gradients;     ///< the root's, at its post-backward
-  bytes root_unsharded_gradients;  ///< of them, the unsharded (the rest: the reduce copy)
-  bytes root_head_gradients;       ///< of the unsharded, what the head's backward makes
+  bytes layer_unsharded_gradients;  ///< of them, the unsharded (autograd's)
+  bytes root_gradients;             ///< the root's, at its post-backward
+  bytes root_unsharded_gradients;   ///< of them, the unsharded (the rest: the reduce copy)
+  bytes root_head_gradients;        ///< of the unsharded, what the head's backward makes
 };
 
 /// Blocks freed with another stream recorded (record_stream), which the caching allocator keeps

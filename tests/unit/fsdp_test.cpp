@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 #include <vramfit/presets.hpp>
 #include <vramfit/timeline.hpp>
 #include <vramfit/training.hpp>
@@ -25,15 +26,16 @@ TEST_CASE("FSDP shards each tensor along dim 0 and gathers a whole unit") {
   // Gathered in bf16: the root (embedding + final norm + head = 1,050,677,248 elements) around
   // the layers, the current and the prefetched layer (218,112,000 elements each: q, o 4096^2,
   // k, v 1024 x 4096, gate, up, down 4096 x 14336, two norms). In backward, FSDP1's flat
-  // gradients (fp32 under amp): a layer's, and the root's until its post-backward.
+  // gradients, a layer's and the root's until its post-backward: bf16 as the gathered flat
+  // parameter, and their cast to the fp32 reduce format (_post_backward_hook).
   const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
   const std::int64_t layer = 2 * 4096LL * 4096 + 2 * 1024LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
   CHECK(layer == 218'112'000);
   CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
         bytes{2 * root + 2 * 2 * layer});
   CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
-        bytes{4 * layer});
-  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{4 * root});
+        bytes{(2 + 4) * layer});
+  CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{(2 + 4) * root});
 }
 
 TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a copy-in buffer") {
@@ -58,17 +60,21 @@ TEST_CASE("FSDP2 shards the fp32 master as the parameter and reduces through a c
   CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
         bytes{(2 + 4) * layer});
   CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{(2 + 4) * root});
-  // FSDP1 keeps the bf16 shard beside the fp32 master and reduces its flat bf16 gradient.
+  // FSDP1 keeps the bf16 shard beside the fp32 master and reduces its flat bf16 gradient, which
+  // its split's backward concatenates while the views' bf16 gradients still exist.
   const memory_ledger v1 = model_states(training{m, mixed<bf16, bf16>::value, adamw<>::value,
                                                  full_finetune::value, parallel<fsdp<8>>::value});
   CHECK(entry(v1, "weights (ZeRO-3 partition)") == bytes{2 * p / 8});
   CHECK(entry(v1, "master weights (partition)") == bytes{4 * p / 8});
   CHECK(entry(v1, "gathered FSDP units (root + current and prefetched layers)") ==
         bytes{2 * root + 2 * 2 * layer});
-  CHECK(entry(v1, "FSDP root gradients (unsharded, to its post-backward)") == bytes{2 * root});
+  CHECK(entry(v1, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
+        bytes{(2 + 2) * layer});
+  CHECK(entry(v1, "FSDP root gradients (unsharded, to its post-backward)") ==
+        bytes{(2 + 2) * root});
 }
 
-TEST_CASE("FSDP2's root gradients: the head's from its backward, the rest at the post-backward") {
+TEST_CASE("FSDP's root gradients: the head's from its backward, the rest at the post-backward") {
   // Llama-3-8B, fully_shard over 8 ranks, bf16 compute with fp32 reduce: the head's backward
   // makes lm_head's and the final norm's bf16 gradients; the root's post-backward, last, adds
   // the embedding's, copies all three into the fp32 reduce-scatter input and frees them, then
@@ -78,18 +84,34 @@ TEST_CASE("FSDP2's root gradients: the head's from its backward, the rest at the
                    parallel<fully_shard<8>>::value};
   const step_timeline tl = step_timeline_of(t, activation_options{.sequence = 4096});
   const std::int64_t head = 128'256LL * 4096 + 4096, root = 2 * 128'256LL * 4096 + 4096;
-  std::vector<std::pair<step_phase, std::int64_t>> root_events;
-  for (const timeline_event& e : tl.events)
-    if (std::string_view(tl.ledger[static_cast<std::size_t>(e.entry)].name) ==
-        "FSDP root gradients (unsharded, to its post-backward)")
-      root_events.emplace_back(e.phase, e.delta.count);
-  REQUIRE(root_events.size() == 5);
-  CHECK(root_events[0].second == 2 * head);           // the head's backward
-  CHECK(root_events[1].second == 2 * (root - head));  // the embedding's, at the post-backward
-  CHECK(root_events[2].second == 4 * root);           // the fp32 reduce-scatter input
-  CHECK(root_events[3].second == -2 * root);          // the unsharded ones, copied in
-  CHECK(root_events[4].second == -4 * root);          // the input, once reduced
-  for (const auto& [phase, delta] : root_events) CHECK(phase == step_phase::backward);
+  auto root_events = [](const step_timeline& timeline) {
+    std::vector<std::int64_t> deltas;
+    for (const timeline_event& e : timeline.events) {
+      if (std::string_view(timeline.ledger[static_cast<std::size_t>(e.entry)].name) !=
+          "FSDP root gradients (unsharded, to its post-backward)")
+        continue;
+      CHECK(e.phase == step_phase::backward);
+      deltas.push_back(e.delta.count);
+    }
+    return deltas;
+  };
+  // The head's backward; the embedding's at the post-backward; the fp32 reduce-scatter input;
+  // the unsharded ones, copied in; the input, once reduced.
+  const std::vector<std::int64_t> fsdp2{2 * head, 2 * (root - head), 4 * root, -2 * root,
+                                        -4 * root};
+  CHECK(root_events(tl) == fsdp2);
+  // FSDP1 under amp: the same bytes in its own way. The head's bf16 gradients wait in autograd's
+  // split of the root's flat parameter until the embedding's backward
+  // (tests/validation/fsdp1_root_gradient.py traces it), the flat gradient is cast to fp32.
+  CHECK(root_events(step_timeline_of(training{m, amp<bf16>::value, adamw<>::value,
+                                              full_finetune::value, parallel<fsdp<8>>::value},
+                                     activation_options{.sequence = 4096})) == fsdp2);
+  // In bf16 throughout, FSDP1's second copy is the flat gradient its split's backward
+  // concatenates from the views' gradients.
+  CHECK(root_events(step_timeline_of(training{m, pure<bf16>::value, adamw<>::value,
+                                              full_finetune::value, parallel<fsdp<8>>::value},
+                                     activation_options{.sequence = 4096})) ==
+        std::vector<std::int64_t>{2 * head, 2 * (root - head), 2 * root, -2 * root, -2 * root});
   // A tied head's weight is the embedding (Qwen2.5-0.5B: 151,936 x 896, and the final norm):
   // all of the root's unsharded gradients come with the head's backward.
   const training tied{models::qwen2_5_0_5b::value, mixed<bf16, bf16>::value, adamw<>::value,
@@ -144,7 +166,7 @@ TEST_CASE("FSDP2 reshard_after_forward: False keeps every unit gathered, an int 
 
 TEST_CASE("FSDP1's prefetch and rate limiter: units gathered, frees deferred by record_stream") {
   // Llama-3-8B under amp, FSDP1 over 8 ranks: a layer unit gathers 218,112,000 bf16 elements and
-  // its flat gradient is fp32 (as in the first test).
+  // autograd's flat gradient, the one freed with record_stream, is bf16 (as in the first test).
   const model& m = models::llama_3_8b::value;
   const std::int64_t layer = 218'112'000;
   auto run = [&](layout l) {
@@ -167,7 +189,7 @@ TEST_CASE("FSDP1's prefetch and rate limiter: units gathered, frees deferred by 
   const layout limited = parallel<fsdp<8>>::value;
   CHECK(run(limited).deferred.gathered.each == bytes{2 * layer});
   CHECK(run(limited).deferred.gathered.count == 1);
-  CHECK(run(limited).deferred.gradients.each == bytes{4 * layer});
+  CHECK(run(limited).deferred.gradients.each == bytes{2 * layer});
   CHECK(run(limited).deferred.gradients.count == 1);
   layout unlimited = limited;
   unlimited.fsdp_limit_all_gathers = false;
@@ -191,7 +213,8 @@ TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for t
   // (embedding, final norm, head: 1,050,677,248 frozen bf16 elements) has no gradient; a layer
   // gathers its 218,112,000 frozen bf16 elements and its adapters (16 x (4096 + 4096) for q_proj,
   // 16 x (4096 + 1024) for v_proj) in the bf16 compute format, twice (current and prefetched);
-  // the layer's adapters have the only (bf16) gradients.
+  // the layer's adapters have the only (bf16) gradients, the views' and the flat one FSDP1's
+  // split backward concatenates from them.
   const model& m = models::llama_3_8b::value;
   const std::int64_t root = 2 * 128'256LL * 4096 + 4096;
   training t{m, pure<bf16>::value, adamw<>::value, full_finetune::value, parallel<fsdp<8>>::value};
@@ -201,7 +224,7 @@ TEST_CASE("an FSDP unit gathers frozen weights as stored and has gradients for t
   CHECK(entry(l, "gathered FSDP units (root + current and prefetched layers)") ==
         bytes{2 * root + 2 * (2 * 218'112'000 + 2 * adapters)});
   CHECK(entry(l, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
-        bytes{2 * adapters});
+        bytes{(2 + 2) * adapters});
   CHECK(entry(l, "FSDP root gradients (unsharded, to its post-backward)") == bytes{0});
 }
 

@@ -252,11 +252,12 @@ std::vector<measured_case> cases() {
     c.accelerate = anchors::accelerate(vit_params, r.p.weights.payload_bits / 8);
     c.llm_analysis = anchors::llm_analysis(vit_params / gpus, vit, 197, r.batch, low ? 2 : 4,
                                            r.checkpointing, false);
-    // Recorded bounds: 20 % for one GPU (today's worst 18 %) and for FSDP. Without the rate
+    // Recorded bounds: 20 % for one GPU (today's worst 18 %), 21 % for FSDP. Without the rate
     // limiter vramfit takes the bound of record_stream's deferred frees, every all-gather and
-    // unsharded gradient of the step outstanding (fsdp.hpp fsdp1_deferred_frees): +19 % and +3 %
-    // over the article, whose CPU ran less far ahead (docs/cli.md, "Seed 004's FSDP rows").
-    c.bound = 0.20;
+    // unsharded gradient of the step outstanding (fsdp.hpp fsdp1_deferred_frees): +20 % and +3 %
+    // over the article, whose CPU ran less far ahead (docs/cli.md, "Seed 004's FSDP rows"). The
+    // flat gradient FSDP1's split backward makes beside its views' gradients added 0.8 points.
+    c.bound = gpus > 1 ? 0.21 : 0.20;
     c.assumptions =
         "SDPA saved tensors; no dropout; caching allocator simulated; the GPU is not stated (A100 "
         "assumed)";
