@@ -1433,15 +1433,16 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(block == 12'596'224);
   const std::int64_t unit = 4 * block;  // fp32, gathered
   // vramfit holds the root (1,002,506 parameters) gathered around the current and the
-  // prefetched block; in backward a block's flat gradient, and the root's.
+  // prefetched block; in backward a block's flat gradient beside its views' gradients, which
+  // its split's backward concatenates (fsdp.hpp), and the root's the same way.
   CHECK(block * 24 + 1'002'506 == 303'311'882);
   for (const nlohmann::json* j : {&on, &off}) {
     CHECK(entry_bytes(*j, "gathered FSDP units (root + current and prefetched layers)") ==
           4 * 1'002'506 + 2 * unit);
     CHECK(entry_bytes(*j, "FSDP layer gradients (unsharded, and their reduce-scatter copy)") ==
-          unit);
+          2 * unit);
     CHECK(entry_bytes(*j, "FSDP root gradients (unsharded, to its post-backward)") ==
-          4 * 1'002'506);
+          2 * 4 * 1'002'506);
   }
   // record_stream's deferred frees: each a 50 MiB segment of its own (requests over 10 MiB are
   // rounded to 2 MiB), reserved but not allocated. With the rate limiter one all-gather and one
@@ -1460,7 +1461,7 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(6'590'000'000 < reserved(on));
   CHECK(reserved(limited_off) < 6'030'000'000);
   CHECK(6'030'000'000 < reserved(off));
-  CHECK(static_cast<double>(reserved(on)) / 6.59e9 == doctest::Approx(1.192).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(on)) / 6.59e9 == doctest::Approx(1.200).epsilon(0.01));
   CHECK(static_cast<double>(reserved(off)) / 6.03e9 == doctest::Approx(1.034).epsilon(0.01));
 
   // The bonus models (IMDb, sequences padded to the model's limit, Adam, 4 GPUs).
@@ -1482,13 +1483,13 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   // buf_0, buf_1), and the flattened copy of the gradients a bucket reduces.
   CHECK(entry_bytes(before, "ZeRO reduce bucket") == 2 * 2 * 200'000'000 + 2 * 66'955'010);
   // After: FSDP over the blocks with CPU offload, bf16, 3 x 4 accumulated, the same torch: 1.15
-  // GB, 17 % under.
+  // GB, 10 % under.
   const nlohmann::json after = json_of(
       "train --model " + distilbert +
       " --precision bf16 --optimizer adam --micro-batch 3 --seq-len 512 --grad-accum 4 --dp 4 "
       "--fsdp full --offload all --attention eager --gpu a100-80gb" +
       unlimited);
-  CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.832).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(after)) / 1.15e9 == doctest::Approx(0.906).epsilon(0.01));
   // The root unit (embeddings, pre_classifier, classifier), 48.86 MB in bf16, with the current
   // and the prefetched block gathered.
   const std::int64_t db_root =
@@ -1518,8 +1519,8 @@ TEST_CASE("seed 004: the FSDP rows and the bonus models against the hand account
   CHECK(flash.at("model").at("parameters") == 128'060'930);
   CHECK(reserved(flash) < 4'030'000'000);
   CHECK(4'030'000'000 < reserved(eager));
-  CHECK(static_cast<double>(reserved(flash)) / 1e9 == doctest::Approx(3.09).epsilon(0.01));
-  CHECK(static_cast<double>(reserved(eager)) / 1e9 == doctest::Approx(16.31).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(flash)) / 1e9 == doctest::Approx(3.21).epsilon(0.01));
+  CHECK(static_cast<double>(reserved(eager)) / 1e9 == doctest::Approx(16.32).epsilon(0.01));
 }
 
 TEST_CASE("--reduce-bucket and --overlap-comm: DeepSpeed's reduce buffers, refused elsewhere") {
