@@ -22,10 +22,10 @@ class Allocations(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for o in out if isinstance(out, (tuple, list)) else [out]:
-            op = func.__name__.split(".")[0]
-            if isinstance(o, torch.Tensor) and op in ("mm", "cat", "embedding_dense_backward"):
-                self.shapes.append((op, tuple(o.shape)))
+        op = func.__name__.split(".")[0]
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        if op in ("mm", "cat", "embedding_dense_backward"):
+            self.shapes += [(op, tuple(o.shape)) for o in outs if isinstance(o, torch.Tensor)]
         return out
 
 
