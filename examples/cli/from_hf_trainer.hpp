@@ -454,8 +454,8 @@ inline void loss(launcher_keys& k, const run& r) {
   k.unmodeled("liger_kernel_config", "which Liger kernels run");
 }
 
-/// LoRA and QLoRA: ModelConfig use_peft, lora_r (16), lora_target_modules (PEFT's per-model
-/// mapping when absent: q_proj,v_proj for llama, mistral, qwen2, gemma), load_in_4bit
+/// LoRA and QLoRA: ModelConfig use_peft, lora_r (16), lora_target_modules (peft's per-model
+/// mapping when absent, as --lora-targets' default), load_in_4bit
 /// (trl/trainer/utils.py get_peft_config, get_quantization_config). The adapters are fp32
 /// (PEFT autocast_adapter_dtype, and TRL <= 0.25's kbit preparation), or bf16 over a 4-bit
 /// base since TRL 0.26 (sft_trainer.py).
@@ -504,8 +504,7 @@ inline void peft(launcher_keys& k, const run& r) {
     k.refuse("lora_target_modules",
              "must be a module name or a list of them, got " + detail::shown(*targets));
   }
-  k.set("--lora-targets", list.empty() ? "q_proj,v_proj" : list,
-        targets ? "lora_target_modules" : "(default: lora_target_modules, PEFT's q_proj,v_proj)");
+  if (targets) k.set("--lora-targets", list, "lora_target_modules");  // else peft's per model
   if (q4) k.set("--qlora", "true", "load_in_4bit");
   k.set("--lora-dtype", q4 && r.at == era::current ? "bf16" : "fp32",
         q4 ? "load_in_4bit" : "use_peft");

@@ -72,7 +72,7 @@ struct train_options {
   offload_mode offload = offload_mode::none;
   offload_target offload_to = offload_target::cpu;
   std::int64_t lora_rank = 0;
-  std::optional<std::string> lora_targets;  ///< unset: q_proj,v_proj (QLoRA: all-linear)
+  std::optional<std::string> lora_targets;  ///< unset: peft's per-model default (QLoRA: all-linear)
   bool qlora = false;
   bool explain = false;  ///< train only: the saved tensors of a layer instead of the estimate
   std::optional<std::vector<std::string>> dtypes;  ///< train only: a row per precision
@@ -274,8 +274,9 @@ inline void add_finetune_options(CLI::App& cmd, train_options& o) {
       ->check(non_negative)
       ->capture_default_str();
   cmd.add_option("--lora-targets", o.lora_targets,
-                 "Comma-separated module names, or all-linear (default: q_proj,v_proj; with "
-                 "--qlora all-linear)");
+                 "Comma-separated module names, or all-linear (default: peft's for the "
+                 "model_type, the query and value projections: q_proj,v_proj; c_attn for GPT-2; "
+                 "query,value for BERT; query_key_value for Falcon; with --qlora all-linear)");
   add_choice(cmd, "--lora-dtype", o.lora_dtype, float_formats, "LoRA format",
              choice_list(float_formats) +
                  ": the LoRA adapters' format (default: peft's, fp32 over 16-bit weights: "

@@ -202,8 +202,16 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
         "model");
   if (o.qlora || o.lora_rank > 0) {
     const std::int64_t rank = o.lora_rank > 0 ? o.lora_rank : 16;
-    // Unless given: peft's usual q_proj,v_proj; QLoRA's all linear layers (Dettmers et al.).
-    const std::string targets = o.lora_targets.value_or(o.qlora ? "all-linear" : "q_proj,v_proj");
+    const bool packed_moe = m.is_moe() && !o.expert_linears;  // transformers 5's take no adapter
+    // Unless given: QLoRA's all linear layers (Dettmers et al.), else peft's per-model default.
+    const char* unless_given = o.qlora ? "all-linear" : peft_default_lora_targets(m.hf_model_type);
+    if (!o.lora_targets && unless_given == nullptr)
+      detail::raise("--lora-rank needs --lora-targets for model '" + std::string(m.name) +
+                    "': peft has no default target_modules for model_type '" +
+                    (m.hf_model_type[0] != '\0' ? m.hf_model_type : "(none)") +
+                    "'; its linear modules: " +
+                    detail::rules::linear_modules(tensors(m), packed_moe) + ", or all-linear");
+    const std::string targets = o.lora_targets ? *o.lora_targets : std::string(unless_given);
     // peft's get_peft_model(autocast_adapter_dtype=True) casts 16-bit adapters to fp32
     // (tuners_utils.py BaseTuner._cast_adapter_dtype); measured on an H100 with peft 0.21.
     const element_format adapters = o.lora_dtype                   ? *o.lora_dtype
@@ -217,7 +225,7 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     if (o.checkpoint && !o.checkpoint->experts_only) base = *o.checkpoint;
     finetuning f = lora_finetuning(rank, checked_lora_targets(targets).c_str(), adapters,
                                    base.linear, base.other, base.exceptions);
-    f.lora.packed_moe = m.is_moe() && !o.expert_linears;  // transformers 5's take no adapter
+    f.lora.packed_moe = packed_moe;
     return f;
   }
   if (o.lora_targets || o.lora_dtype)

@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -366,6 +367,33 @@ constexpr bool lora_targets_head(const finetuning& f) {
          detail::targets_module(
              f.lora.targets, [&](std::size_t i) { return head[i]; }, sizeof head - 1,
              detail::linear_module::no);
+}
+
+/// peft's target_modules when none are given, by config.json's model_type: the attention's query
+/// and value projections as each family names them (peft utils/constants.py
+/// TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, for the types vramfit reads); nullptr
+/// where peft has no entry and get_peft_model asks for target_modules.
+constexpr const char* peft_default_lora_targets(std::string_view model_type) {
+  struct entry {
+    std::string_view model_type;
+    const char* targets;
+  };
+  constexpr entry mapping[] = {{"gpt2", "c_attn"},
+                               {"gpt_bigcode", "c_attn"},
+                               {"bert", "query,value"},
+                               {"falcon", "query_key_value"},
+                               {"RefinedWeb", "query_key_value"},
+                               {"RefinedWebModel", "query_key_value"},
+                               {"llama", "q_proj,v_proj"},
+                               {"mistral", "q_proj,v_proj"},
+                               {"mixtral", "q_proj,v_proj"},
+                               {"qwen2", "q_proj,v_proj"},
+                               {"qwen3", "q_proj,v_proj"},
+                               {"gemma2", "q_proj,v_proj"},
+                               {"gemma3_text", "q_proj,v_proj"}};
+  for (const entry& e : mapping)
+    if (e.model_type == model_type) return e.targets;
+  return nullptr;
 }
 
 /// LoRA adapter elements for one tensor of `g` if it is a target: r x (in + out).

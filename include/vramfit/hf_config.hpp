@@ -737,6 +737,8 @@ inline model model_from_hf_config(const nlohmann::json& config, std::string_view
   if (!config.is_object()) detail::raise("config.json must be a JSON object");
   model m = detail::read_hf_model(config, "config.json");
   detail::copy_name(m.name, std::string(name).c_str());
+  // The outer model_type (a multimodal one's, not its text_config's): what peft reads.
+  detail::copy_name(m.hf_model_type, config.at("model_type").get<std::string>().c_str());
   return validated(m);
 }
 

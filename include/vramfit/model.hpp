@@ -108,6 +108,8 @@ struct encoder_config {
 /// A transformer architecture, complete enough to list every parameter tensor exactly.
 struct model {
   char name[40] = {};
+  /// config.json's model_type ("llama"), which peft's defaults key on; empty when built by hand.
+  char hf_model_type[16] = {};
   vramfit::family family = family::llama;
   std::int64_t hidden = 0;
   std::int64_t layers = 0;

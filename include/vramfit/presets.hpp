@@ -31,6 +31,7 @@ constexpr model gpt2_preset(classic_shape s) {
   m.dropout = true;
   m.gelu_in_python = true;
   copy_name(m.name, s.name);
+  copy_name(m.hf_model_type, "gpt2");
   return m;
 }
 
@@ -39,6 +40,7 @@ constexpr model gpt2_preset(classic_shape s) {
 constexpr model bert_preset(classic_shape s) {
   model m = gpt2_preset(s);
   m.family = family::bert;
+  copy_name(m.hf_model_type, "bert");
   m.gelu_in_python = false;  // BertConfig hidden_act "gelu": the fused F.gelu
   m.vocab = 30522;
   m.max_positions = 512;
@@ -66,6 +68,7 @@ struct gpt2_xl : model_type<detail::gpt2_preset(
 
 // Llama 2 (meta-llama/Llama-2-*-hf); their safetensors also hold each layer's rotary inv_freq.
 struct llama_2_7b : model_type<model{.name = "Llama-2-7B",
+                                     .hf_model_type = "llama",
                                      .hidden = 4096,
                                      .layers = 32,
                                      .heads = 32,
@@ -75,6 +78,7 @@ struct llama_2_7b : model_type<model{.name = "Llama-2-7B",
                                      .vocab = 32000,
                                      .checkpoint_rotary_buffers = true}> {};
 struct llama_2_13b : model_type<model{.name = "Llama-2-13B",
+                                      .hf_model_type = "llama",
                                       .hidden = 5120,
                                       .layers = 40,
                                       .heads = 40,
@@ -84,6 +88,7 @@ struct llama_2_13b : model_type<model{.name = "Llama-2-13B",
                                       .vocab = 32000,
                                       .checkpoint_rotary_buffers = true}> {};
 struct llama_2_70b : model_type<model{.name = "Llama-2-70B",
+                                      .hf_model_type = "llama",
                                       .hidden = 8192,
                                       .layers = 80,
                                       .heads = 64,
@@ -95,6 +100,7 @@ struct llama_2_70b : model_type<model{.name = "Llama-2-70B",
 
 // Llama 3 / 3.1 (meta-llama/Meta-Llama-3-8B, Llama-3.1-70B, Llama-3.1-405B).
 struct llama_3_8b : model_type<model{.name = "Llama-3-8B",
+                                     .hf_model_type = "llama",
                                      .hidden = 4096,
                                      .layers = 32,
                                      .heads = 32,
@@ -103,6 +109,7 @@ struct llama_3_8b : model_type<model{.name = "Llama-3-8B",
                                      .ffn = 14336,
                                      .vocab = 128256}> {};
 struct llama_3_70b : model_type<model{.name = "Llama-3-70B",
+                                      .hf_model_type = "llama",
                                       .hidden = 8192,
                                       .layers = 80,
                                       .heads = 64,
@@ -111,6 +118,7 @@ struct llama_3_70b : model_type<model{.name = "Llama-3-70B",
                                       .ffn = 28672,
                                       .vocab = 128256}> {};
 struct llama_3_1_405b : model_type<model{.name = "Llama-3.1-405B",
+                                         .hf_model_type = "llama",
                                          .hidden = 16384,
                                          .layers = 126,
                                          .heads = 128,
@@ -121,6 +129,7 @@ struct llama_3_1_405b : model_type<model{.name = "Llama-3.1-405B",
 
 // Mistral and Mixtral (mistralai/Mistral-7B-v0.1, Mixtral-8x7B-v0.1, Mixtral-8x22B-v0.1).
 struct mistral_7b : model_type<model{.name = "Mistral-7B-v0.1",
+                                     .hf_model_type = "mistral",
                                      .hidden = 4096,
                                      .layers = 32,
                                      .heads = 32,
@@ -131,6 +140,7 @@ struct mistral_7b : model_type<model{.name = "Mistral-7B-v0.1",
                                      .sliding_window = 4096}> {};
 struct mixtral_8x7b
     : model_type<model{.name = "Mixtral-8x7B-v0.1",
+                       .hf_model_type = "mixtral",
                        .hidden = 4096,
                        .layers = 32,
                        .heads = 32,
@@ -141,6 +151,7 @@ struct mixtral_8x7b
                        .moe = {.routed_experts = 8, .top_k = 2, .expert_ffn = 14336}}> {};
 struct mixtral_8x22b
     : model_type<model{.name = "Mixtral-8x22B-v0.1",
+                       .hf_model_type = "mixtral",
                        .hidden = 6144,
                        .layers = 56,
                        .heads = 48,
@@ -152,6 +163,7 @@ struct mixtral_8x22b
 
 // Qwen2.5 (Qwen/Qwen2.5-*): Q, K and V biases; the 0.5B ties its embeddings.
 struct qwen2_5_0_5b : model_type<model{.name = "Qwen2.5-0.5B",
+                                       .hf_model_type = "qwen2",
                                        .hidden = 896,
                                        .layers = 24,
                                        .heads = 14,
@@ -162,6 +174,7 @@ struct qwen2_5_0_5b : model_type<model{.name = "Qwen2.5-0.5B",
                                        .bias = bias_kind::qkv,
                                        .tied_embeddings = true}> {};
 struct qwen2_5_7b : model_type<model{.name = "Qwen2.5-7B",
+                                     .hf_model_type = "qwen2",
                                      .hidden = 3584,
                                      .layers = 28,
                                      .heads = 28,
@@ -171,6 +184,7 @@ struct qwen2_5_7b : model_type<model{.name = "Qwen2.5-7B",
                                      .vocab = 152064,
                                      .bias = bias_kind::qkv}> {};
 struct qwen2_5_72b : model_type<model{.name = "Qwen2.5-72B",
+                                      .hf_model_type = "qwen2",
                                       .hidden = 8192,
                                       .layers = 80,
                                       .heads = 64,
@@ -183,6 +197,7 @@ struct qwen2_5_72b : model_type<model{.name = "Qwen2.5-72B",
 // Qwen3 (Qwen/Qwen3-0.6B, Qwen3-8B, Qwen3-30B-A3B): per-head q_norm and k_norm, head_dim 128, no
 // biases; the 0.6B ties its embeddings; the 30B-A3B routes every layer to 8 of 128 experts.
 struct qwen3_0_6b : model_type<model{.name = "Qwen3-0.6B",
+                                     .hf_model_type = "qwen3",
                                      .hidden = 1024,
                                      .layers = 28,
                                      .heads = 16,
@@ -193,6 +208,7 @@ struct qwen3_0_6b : model_type<model{.name = "Qwen3-0.6B",
                                      .tied_embeddings = true,
                                      .qk_norm = true}> {};
 struct qwen3_8b : model_type<model{.name = "Qwen3-8B",
+                                   .hf_model_type = "qwen3",
                                    .hidden = 4096,
                                    .layers = 36,
                                    .heads = 32,
@@ -202,6 +218,7 @@ struct qwen3_8b : model_type<model{.name = "Qwen3-8B",
                                    .vocab = 151936,
                                    .qk_norm = true}> {};
 struct qwen3_30b_a3b : model_type<model{.name = "Qwen3-30B-A3B",
+                                        .hf_model_type = "qwen3_moe",
                                         .hidden = 2048,
                                         .layers = 48,
                                         .heads = 32,
@@ -218,6 +235,7 @@ struct qwen3_30b_a3b : model_type<model{.name = "Qwen3-30B-A3B",
 // Gemma 2 (google/gemma-2-*): GeGLU, four (1 + weight) RMSNorms per layer, tied, sliding window on
 // every other layer, attention and final logits soft-capped (config.json: 50 and 30).
 struct gemma_2_2b : model_type<model{.name = "Gemma-2-2B",
+                                     .hf_model_type = "gemma2",
                                      .hidden = 2304,
                                      .layers = 26,
                                      .heads = 8,
@@ -234,6 +252,7 @@ struct gemma_2_2b : model_type<model{.name = "Gemma-2-2B",
                                      .attention_softcap = true,
                                      .logit_softcap = true}> {};
 struct gemma_2_9b : model_type<model{.name = "Gemma-2-9B",
+                                     .hf_model_type = "gemma2",
                                      .hidden = 3584,
                                      .layers = 42,
                                      .heads = 16,
@@ -250,6 +269,7 @@ struct gemma_2_9b : model_type<model{.name = "Gemma-2-9B",
                                      .attention_softcap = true,
                                      .logit_softcap = true}> {};
 struct gemma_2_27b : model_type<model{.name = "Gemma-2-27B",
+                                      .hf_model_type = "gemma2",
                                       .hidden = 4608,
                                       .layers = 46,
                                       .heads = 32,
@@ -268,6 +288,7 @@ struct gemma_2_27b : model_type<model{.name = "Gemma-2-27B",
 
 // Phi-3-mini (microsoft/Phi-3-mini-4k-instruct): fused qkv_proj and gate_up_proj.
 struct phi_3_mini : model_type<model{.name = "Phi-3-mini",
+                                     .hf_model_type = "phi3",
                                      .family = family::phi3,
                                      .hidden = 3072,
                                      .layers = 32,
@@ -281,6 +302,7 @@ struct phi_3_mini : model_type<model{.name = "Phi-3-mini",
 // Falcon-7B (tiiuae/falcon-7b): multi-query attention, parallel attention + MLP, tied, no biases,
 // nn.GELU (fused).
 struct falcon_7b : model_type<model{.name = "Falcon-7B",
+                                    .hf_model_type = "falcon",
                                     .family = family::falcon,
                                     .hidden = 4544,
                                     .layers = 32,
@@ -298,6 +320,7 @@ struct falcon_7b : model_type<model{.name = "Falcon-7B",
 // DeepSeek-V3 and V2 (deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json,
 // config_236B.json): MLA and DeepSeekMoE; V3 without its multi-token-prediction module.
 struct deepseek_v3 : model_type<model{.name = "DeepSeek-V3",
+                                      .hf_model_type = "deepseek_v3",
                                       .hidden = 7168,
                                       .layers = 61,
                                       .heads = 128,
@@ -317,6 +340,7 @@ struct deepseek_v3 : model_type<model{.name = "DeepSeek-V3",
                                               .qk_rope_head_dim = 64,
                                               .v_head_dim = 128}}> {};
 struct deepseek_v2 : model_type<model{.name = "DeepSeek-V2",
+                                      .hf_model_type = "deepseek_v2",
                                       .hidden = 5120,
                                       .layers = 60,
                                       .heads = 128,
@@ -341,6 +365,7 @@ struct deepseek_v2 : model_type<model{.name = "DeepSeek-V2",
 struct gpt_oss_20b
     : model_type<model{
           .name = "gpt-oss-20b",
+          .hf_model_type = "gpt_oss",
           .hidden = 2880,
           .layers = 24,
           .heads = 64,
@@ -355,6 +380,7 @@ struct gpt_oss_20b
               {.routed_experts = 32, .top_k = 4, .expert_ffn = 2880, .layout = moe_layout::gpt_oss},
           .attention_sinks = true}> {};
 struct gpt_oss_120b : model_type<model{.name = "gpt-oss-120b",
+                                       .hf_model_type = "gpt_oss",
                                        .hidden = 2880,
                                        .layers = 36,
                                        .heads = 64,
@@ -382,6 +408,7 @@ struct bert_large_uncased
 // DistilBERT (distilbert/distilbert-base-uncased) as DistilBertModel: BERT-base's block in 6
 // layers, no token types, no pooler.
 struct distilbert_base_uncased : model_type<model{.name = "DistilBERT-base-uncased",
+                                                  .hf_model_type = "distilbert",
                                                   .family = family::distilbert,
                                                   .hidden = 768,
                                                   .layers = 6,
@@ -398,10 +425,12 @@ struct distilbert_base_uncased : model_type<model{.name = "DistilBERT-base-uncas
                                                   .max_positions = 512,
                                                   .dropout = true}> {};
 
-// ViT-L/16 (torchvision vit_l_16): 224 px images, 16 px patches, 1000 classes.
+// ViT-L/16 (torchvision vit_l_16, the shapes of an HF "vit" config.json): 224 px images, 16 px
+// patches, 1000 classes.
 struct vit_l_16
     : model_type<model{
           .name = "ViT-L/16",
+          .hf_model_type = "vit",
           .family = family::vit,
           .hidden = 1024,
           .layers = 24,

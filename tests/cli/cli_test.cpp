@@ -105,6 +105,32 @@ TEST_CASE(
         std::string::npos);
 }
 
+TEST_CASE(
+    "--lora-rank alone: peft's default targets for the model_type, or a refusal naming them") {
+  const auto trainable = [](const std::string& args) {
+    const result r = run("train -f json --lora-rank " + args);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out).at("model").at("trainable_parameters").get<std::int64_t>();
+  };
+  // peft's mapping: c_attn [768 -> 2304] in GPT-2's 12 layers; Falcon's query_key_value
+  // [4544 -> 73 x 64] in 32 (4,718,592, as Falcon-7B QLoRA walkthroughs print it at r 16).
+  CHECK(trainable("8 -m gpt2") == 12 * 8 * (768 + 2304));
+  CHECK(trainable("16 -m falcon-7b") == 4'718'592);
+  // gemma3_text: q_proj [1152 -> 4 x 256] and v_proj [1152 -> 1 x 256] in Gemma-3-1B's 26 layers.
+  CHECK(trainable("8 -m " + data_dir + "/hf/gemma-3-1b-it.json") ==
+        26 * 8 * ((1152 + 1024) + (1152 + 256)));
+  // No entry in peft's mapping: the multimodal gemma3 (its text decoder is gemma3_text), qwen3_moe.
+  for (const auto& [model, type] : {std::pair{data_dir + "/hf/gemma-3-4b-it.json", "'gemma3'"},
+                                    std::pair{std::string("qwen3-30b-a3b"), "'qwen3_moe'"}}) {
+    const result r = run("train --lora-rank 16 -m " + model);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--lora-rank needs --lora-targets") != std::string::npos);
+    CHECK(r.err.find(std::string("model_type ") + type) != std::string::npos);
+    CHECK(r.err.find("q_proj, k_proj, v_proj") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
 TEST_CASE("train's JSON: the largest micro-batch and the longest sequence that fit") {
   const std::string base = "train --dp 8 --fsdp full --precision bf16 ";
   const nlohmann::json j = nlohmann::json::parse(run(base + "-f json").out);

@@ -176,14 +176,12 @@ TEST_CASE("--from hf-trainer: TRL's LoRA example, packed padding-free into one r
              "(default: gradient_checkpointing_kwargs.use_reentrant false)"},
             {"--optimizer", "adamw-fused", "(default: optim adamw_torch_fused, torch >= 2.8)"},
             {"--loss", "fused-chunked", "(default: loss_type chunked_nll, TRL)"},
-            {"--lora-rank", "32", "lora_r"},
-            {"--lora-targets", "q_proj,v_proj",
-             "(default: lora_target_modules, PEFT's q_proj,v_proj)"},
+            {"--lora-rank", "32", "lora_r"},  // no lora_target_modules: peft's, by model_type
             {"--lora-dtype", "fp32", "use_peft"}});
   CHECK(unmodeled_of(from).empty());
   check_round_trip("--from hf-trainer " + f6,
                    "--framework hf-trainer --model Qwen/Qwen2-0.5B --lora-rank 32"
-                   " --lora-targets q_proj,v_proj --lora-dtype fp32 --micro-batch 1 --seq-len 2048"
+                   " --lora-dtype fp32 --micro-batch 1 --seq-len 2048"
                    " --grad-accum 8 --attention flash" +
                        current_trl_defaults);
 }

@@ -65,7 +65,8 @@ CONFIGURATIONS = [
     "train --model llama-3-8b --explain --recompute selective --reserve share",
     "train --params 7e9 --dp 8 --zero 3",
     "train --model tests/data/hf/qwen2.5-7b.json --lora-rank 16",
-    "train --model tests/data/hf/gpt-oss-20b.json --lora-rank 8 --reserve share",
+    "train --model tests/data/hf/gpt-oss-20b.json --lora-rank 8 --lora-targets q_proj,v_proj "
+    "--reserve share",
     # infer
     "infer --model llama-3-8b",
     "infer --model llama-3-70b --weights nf4 --batch 8 --context 8192 --kv-dtype fp8",

@@ -425,6 +425,33 @@ TEST_CASE("trainable parameters of the whole model") {
                         "o_proj, gate_proj, up_proj, down_proj, lm_head"));
 }
 
+TEST_CASE("peft's default LoRA targets follow config.json's model_type") {
+  // peft utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.
+  CHECK(std::string_view(peft_default_lora_targets("gpt2")) == "c_attn");
+  CHECK(std::string_view(peft_default_lora_targets("bert")) == "query,value");
+  CHECK(std::string_view(peft_default_lora_targets("falcon")) == "query_key_value");
+  CHECK(std::string_view(peft_default_lora_targets("gemma3_text")) == "q_proj,v_proj");
+  // Types the mapping lacks: get_peft_model asks for target_modules.
+  for (const char* type : {"qwen3_moe", "phi3", "deepseek_v3", "gpt_oss", "distilbert", "big_bird",
+                           "vit", "gemma3", "llava", "mistral3", ""})
+    CHECK(peft_default_lora_targets(type) == nullptr);
+  const auto adapters = [](const model& m, std::int64_t rank) {
+    return trainable_parameters(lora_finetuning(rank, peft_default_lora_targets(m.hf_model_type)),
+                                tensors(m));
+  };
+  // r x (in + out) per adapted weight. GPT-2, r 8 on c_attn [768 -> 2304] in 12 layers.
+  CHECK(adapters(models::gpt2::value, 8) == 12 * 8 * (768 + 2304));
+  // BERT-base, r 8 on query and value [768 -> 768] in 12 layers.
+  CHECK(adapters(models::bert_base_uncased::value, 8) == 12 * 2 * 8 * (768 + 768));
+  // Falcon-7B, r 16 on query_key_value [4544 -> (71 + 2) x 64] in 32 layers: 4,718,592, the
+  // trainable count public Falcon-7B QLoRA walkthroughs print (0.13 % of 3,613,463,424).
+  CHECK(adapters(models::falcon_7b::value, 16) == 32 * 16 * (4544 + 73 * 64));
+  CHECK(adapters(models::falcon_7b::value, 16) == 4'718'592);
+  // Mixtral: q [4096 -> 4096] and v [4096 -> 1024] in 32 layers.
+  CHECK(adapters(models::mixtral_8x7b::value, 16) == 32 * 16 * ((4096 + 4096) + (4096 + 1024)));
+  CHECK(peft_default_lora_targets(models::qwen3_30b_a3b::value.hf_model_type) == nullptr);
+}
+
 TEST_CASE("the caching allocator rounds every tensor up to 512 bytes") {
   // One 1000 x 1000 fp32 weight: 4,000,000 B is 7812.5 blocks, so each of the weight, its
   // gradient and AdamW's two moments gains 256 B; the fused optimizer's 0-d step on the device
