@@ -562,10 +562,13 @@ class layout_searcher {
     const bool full = e.recompute == recompute_kind::full;
     const bool some = recomputes_some_layers(e, per_replica);
     const std::int64_t most = full ? (m_.layers + e.layout.pipeline - 1) / e.layout.pipeline : 1;
-    const auto at = [&](std::int64_t size, std::int64_t k) {
+    const auto recomputing = [&](std::int64_t k) {  // `e` with its first k layers recomputed
       plan_candidate c = e;
       c.recompute_layers = k >= most ? -1 : k;
-      return plan_of(c, per_replica, size);
+      return c;
+    };
+    const auto at = [&](std::int64_t size, std::int64_t k) {
+      return plan_of(recomputing(k), per_replica, size);
     };
     const auto peak_fits = [&](std::int64_t size, std::int64_t k) {
       training_plan_value p = at(size, k);
@@ -580,8 +583,7 @@ class layout_searcher {
       const auto layers = [&](std::int64_t n) { return n < 0 || n >= most ? most : n; };
       if (refused && size == refused->micro_batch && layers(refused->recompute_layers) == layers(k))
         return false;
-      training_plan_value p = at(size, k);
-      p.overheads = own_;
+      const training_plan_value p = as_trained(recomputing(k), per_replica, size);
       ++r_.memory_evaluations;
       const bytes needs = fit(p, g_, scratch_).required;
       if (needs > g_.capacity) return false;
