@@ -2501,6 +2501,11 @@ def sdpa_math(query_, key, value, is_causal):
         return F.scaled_dot_product_attention(query_, key, value, attn_mask=None, dropout_p=0.0, is_causal=is_causal)
     if AUTOCAST.enabled:  # a lower-precision autocast op: inputs cast last to first (v, k, q)
         value, key, query_ = (x.to(AUTOCAST.dtype) if x.dtype != AUTOCAST.dtype else x for x in (value, key, query_))
+    with _autocast_emulation_off():  # the op runs below autocast (ExcludeDispatchKeyGuard): fp32 inside
+        return _sdpa_math(query_, key, value, is_causal)
+
+
+def _sdpa_math(query_, key, value, is_causal):  # attention.cpp _scaled_dot_product_attention_math
     origin_dtype = query_.dtype
     reduced = (torch.float16, torch.bfloat16)
     query_acc = query_.to(torch.float32) if query_.dtype in reduced else query_
@@ -2512,14 +2517,20 @@ def sdpa_math(query_, key, value, is_causal):
     if is_causal:
         L, S = query.shape[-2], key_acc.shape[-2]
         attn_mask = torch.ones((L, S), dtype=torch.bool).tril()
-        attn_mask = torch.where(attn_mask, 0.0, torch.scalar_tensor(-float("inf"), dtype=query.dtype))
+        neg_inf = torch.scalar_tensor(-float("inf"), dtype=query.dtype)
+        with HOOKS.untracked():  # where(Tensor, Scalar, Tensor) wraps the 0.0 into a host tensor on CUDA
+            zero = torch.scalar_tensor(0.0, dtype=query.dtype)
+        attn_mask = torch.where(attn_mask, zero, neg_inf)  # convert_boolean_attn_mask
     attn = torch.matmul(query, key_acc.transpose(-2, -1) * scaling_factor)
     if attn_mask is not None:
         attn.add_(attn_mask)
     with HOOKS.label("_safe_softmax"):
         attn = _SafeSoftmax.apply(attn, -1)
+    # make_tuple(matmul(attn, value).to(origin_dtype), attn.to(origin_dtype)): GCC evaluates the
+    # arguments right to left; scaled_dot_product_attention keeps only the first
+    probs = attn.to(origin_dtype)
     out = torch.matmul(attn, value_acc).to(origin_dtype)
-    attn.to(origin_dtype)  # the tuple's second element, which scaled_dot_product_attention drops
+    del probs
     return out
 
 
