@@ -486,9 +486,10 @@ CASES = [
     case("deepseek3-bf16-adamw-foreach", DEEPSEEK3, "bf16", "adamw", "foreach"),
     case("deepseek3-amp-adamw-fused", DEEPSEEK3, "amp_bf16", "adamw", "fused"),
     case("deepseek3-bf16-v256-s128-sgd-foreach", DEEPSEEK3, "bf16", "sgd", "foreach", seq=128, vocab=256),
-    # Falcon-7B's block: eager in bf16, SDPA under AMP (the math kernel: one K/V head without
-    # enable_gqa), and a small vocabulary where the layers decide the peak
+    # Falcon-7B's block: eager in bf16 and under AMP, SDPA under AMP (the math kernel: one K/V
+    # head without enable_gqa), and a small vocabulary where the layers decide the peak
     case("falcon-bf16-adamw-foreach", FALCON, "bf16", "adamw", "foreach"),
+    case("falcon-amp-adamw-foreach", FALCON, "amp_bf16", "adamw", "foreach"),
     case("falcon-amp-sdpa-adamw-fused", FALCON, "amp_bf16", "adamw", "fused", attn="sdpa"),
     case("falcon-bf16-v256-s128-sgd-foreach", FALCON, "bf16", "sgd", "foreach", seq=128, vocab=256),
 ]
