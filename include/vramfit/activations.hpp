@@ -224,6 +224,12 @@ constexpr bool fused_qkv(const model& m) {
          m.family == family::distilbert || m.family == family::gpt_bigcode;
 }
 
+/// Falcon's multi-query attention (multi_query, not new_decoder_architecture, which read_falcon
+/// gives two norms): one K/V head, which FalconAttention passes to SDPA as it is.
+constexpr bool falcon_multi_query(const model& m) {
+  return m.family == family::falcon && m.norms_per_layer == 1 && m.kv_heads < m.heads;
+}
+
 }  // namespace detail
 
 /// Whether every layer attends through the model's sliding window (Mistral, Phi-3), not some of
@@ -245,6 +251,9 @@ constexpr bool sdpa_gets_mask(const model& m, const activation_options& o) {
 constexpr attention_kind attention_kernel(const model& m, const precision& p,
                                           const activation_options& o) {
   if (o.attention != attention_kind::flash) return o.attention;
+  // modeling_falcon.py FalconAttention.forward: SDPA on one K/V head without enable_gqa runs the
+  // math kernel (sdp_utils.cpp check_batch_size_and_num_heads_dense).
+  if (detail::falcon_multi_query(m)) return attention_kind::eager;
   const bool grouped = !m.is_mla() && !detail::fused_qkv(m) && m.kv_heads < m.heads;
   // Model codes that copy K and V to every query head first, passing no mask (is_causal).
   if (detail::traits_of(o.code).repeats_kv)
@@ -336,6 +345,7 @@ class block_builder {
     rho_ = weight_bits > beta_ ? weight_bits : beta_;
     autocast_ = p.autocast_weight_copies;
     attention_ = attention_kernel(m, p, o);
+    math_kernel_ = o.attention == attention_kind::flash && attention_ == attention_kind::eager;
   }
 
   /// A tensor of `width` values per token that every tensor-parallel rank holds in full, or
@@ -547,6 +557,12 @@ class block_builder {
   [[nodiscard]] constexpr model_code code() const { return o_.code; }
   /// The attention kernel that runs (attention_kernel()).
   [[nodiscard]] constexpr attention_kind attention() const { return attention_; }
+  /// SDPA asked for, its math kernel run: eager's tensors, in fp32.
+  [[nodiscard]] constexpr bool math_kernel() const { return math_kernel_; }
+  /// Bits of Q, K, V and the probabilities the attention core keeps: attention.cpp
+  /// _scaled_dot_product_attention_math upcasts 16-bit inputs to fp32 (query_acc, key_acc,
+  /// value_acc).
+  [[nodiscard]] constexpr std::int64_t core_bits() const { return math_kernel_ ? 32 : beta_; }
   /// The 16-bit copies of one fp32 input that `readers` linears keep: autocast casts an input
   /// per call (only leaf weights are cached: autocast_mode.cpp cached_cast), so each linear
   /// reading the fp32 residual stream saves its own copy; otherwise they share one tensor.
@@ -565,7 +581,7 @@ class block_builder {
   const layout& l_;
   std::int64_t tp_ = 1, tokens_ = 0, beta_ = 16, rho_ = 16;
   const finetuning& f_;
-  bool autocast_ = false, frozen_base_ = false, stream_grad_ = true;
+  bool autocast_ = false, frozen_base_ = false, stream_grad_ = true, math_kernel_ = false;
   qkv_grads qkv_{};
   attention_kind attention_ = attention_kind::flash;
   std::int64_t adapter_bits_ = 16;
@@ -582,6 +598,11 @@ constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b
   if (m.attention_sinks) return b.rho();
   if (m.family == family::llama || m.family == family::phi3 || m.family == family::gpt_bigcode)
     return 32;
+  if (b.math_kernel())
+    return 32;  // attention.cpp _scaled_dot_product_attention_math: fp32 _safe_softmax
+  // modeling_falcon.py FalconAttention.forward: F.softmax(..., dtype=hidden_states.dtype), the fp32
+  // LayerNorm output under autocast.
+  if (m.family == family::falcon) return b.autocast_wide();
   return m.family == family::gpt2 ? b.autocast_wide() : b.beta();
 }
 
@@ -618,7 +639,7 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
   if (!scores_grad) {
     b.add("attention probabilities (value matmul input)",
           "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states)",
-          scores, b.beta(), value_matmul_input);
+          scores, b.core_bits(), value_matmul_input);
     return;
   }
   if (m.attention_softcap)
@@ -653,7 +674,7 @@ constexpr void eager_scores(block_builder& b, const model& m, const activation_o
             "modeling_llama.py eager_attention_forward: torch.matmul(attn_weights, value_states) "
             "after nn.functional.dropout",
             scores, b.beta(), value_matmul_input);
-  } else if (softmax_bits != b.beta() && g.v) {
+  } else if (softmax_bits != b.core_bits() && g.v) {
     b.add("attention probabilities (16-bit copy)",
           m.family == family::gpt2
               ? "modeling_gpt2.py eager_attention_forward: attn_weights.type(value.dtype), read "
@@ -809,7 +830,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
               ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) "
                 "* sin)"
               : "the query projection's output, read by the attention",
-          b.split(heads * d), beta);
+          b.split(heads * d), b.core_bits());
   if (traits_of(o.code).rope_rows && (g.q || g.k))
     // Its table's rows for the tokens' positions, a new complex64 tensor per layer, which both
     // multiplies save (torchtitan always passes the packed documents' positions).
@@ -834,7 +855,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
               ? "modeling_llama.py apply_rotary_pos_emb: k_embed = (k * cos) + (rotate_half(k) "
                 "* sin)"
               : "the key projection's output, read by the attention",
-          b.split(kv_saved * d), beta);
+          b.split(kv_saved * d), b.core_bits());
   // The value matmul keeps V for the probabilities' gradient.
   if (eager ? !(g.q || g.k) : !any) return;
   if (m.family == family::phi3 && !copies)
@@ -852,7 +873,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
                      "module.num_key_value_groups)"
                    : "modeling_llama.py LlamaAttention.forward: "
                      "self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)",
-          b.split(kv_saved * d), beta,
+          b.split(kv_saved * d), b.core_bits(),
           {.freed =
                b.attention() == attention_kind::eager ? freed_at::core_start : freed_at::half_end});
 }

@@ -526,7 +526,7 @@ def one_hot(tensor, num_classes):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe" or "gpt_oss"
+    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe", "gpt_oss" or "falcon"
     hidden: int
     intermediate: int
     heads: int
@@ -950,7 +950,7 @@ class GradientCheckpointingLayer(nn.Module):
             out = self._gradient_checkpointing_func(partial(super().__call__, **kwargs), *args)
         else:
             out = super().__call__(*args, **kwargs)
-        HOOKS.layer_output(self, out)
+        HOOKS.layer_output(self, out[0] if isinstance(out, tuple) else out)  # Falcon's layer returns a tuple
         return out
 
 
@@ -2446,6 +2446,263 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
         self.loss_function = ForCausalLMLoss
 
 
+# --------------------------------------------------------------------------------------------
+# Falcon (transformers/models/falcon/modeling_falcon.py, read at commit 00dcc6d; Falcon-7B's
+# config): FalconLinear (`input @ self.weight.T`, no bias), one LayerNorm per layer read by the
+# attention and the MLP (parallel_attn), multi_query (one K/V head) from one fused
+# `query_key_value`, Llama's rotary (alibi off), eager and SDPA in FalconAttention itself, MLP
+# dense_h_to_4h -> GELU -> dense_4h_to_h, `mlp_output += attention_output` then dropout_add with
+# the residual, tied word embeddings, final ln_f. _update_causal_mask /
+# _prepare_4d_causal_attention_mask_with_cache_position build an [s, s] mask for eager; SDPA gets
+# None (_ignore_causal_mask_sdpa) and is_causal. With one K/V head and no enable_gqa no fused SDPA
+# kernel takes the call (sdp_utils.cpp check_batch_size_and_num_heads_dense), so CUDA runs the
+# math path (E15).
+# --------------------------------------------------------------------------------------------
+class FalconLinear(nn.Linear):
+    def forward(self, input):  # FalconLinear.forward
+        hidden_states = input @ self.weight.T
+        if self.bias is None:
+            return hidden_states
+        return hidden_states + self.bias
+
+
+class _SafeSoftmax(torch.autograd.Function):
+    """aten _safe_softmax (native/SoftMax.cpp): softmax, then where(all(self == -inf) over dim,
+    0, out); derivatives.yaml: _softmax_backward_data(grad, result, dim, self.scalar_type()),
+    saving the result."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        out = torch.softmax(x, dim)
+        neg_inf = torch.scalar_tensor(-float("inf"), dtype=out.dtype)
+        masked = x.eq(neg_inf)
+        masked_rows = masked.all(dim, keepdim=True)
+        zero = torch.scalar_tensor(0.0, dtype=out.dtype)
+        result = torch.where(masked_rows, zero, out)
+        ctx.save_for_backward(result)
+        ctx.dim = dim
+        return result
+
+    @staticmethod
+    def backward(ctx, g):
+        (result,) = ctx.saved_tensors
+        return torch._softmax_backward_data(g, result, ctx.dim, result.dtype), None
+
+
+def sdpa_math(query_, key, value, is_causal):
+    """E15: F.scaled_dot_product_attention(q, k, v, is_causal=True) with fewer K/V heads than Q
+    heads and no enable_gqa: torch 2.11 on CUDA runs _scaled_dot_product_attention_math
+    (transformers/attention.cpp), a composite: 16-bit inputs upcast to fp32
+    (allowFP16BF16ReductionMathSDP off), q and k each scaled by sqrt(scale), the bool causal mask
+    (ones(L, S).tril()) made additive (convert_boolean_attn_mask: where(mask, 0, -inf)),
+    matmul broadcasting the one K/V head, add_, _safe_softmax, matmul with V, and the output and
+    the probabilities cast back (the probabilities' cast is dropped by the caller)."""
+    if MODE == "native":
+        return F.scaled_dot_product_attention(query_, key, value, attn_mask=None, dropout_p=0.0, is_causal=is_causal)
+    if AUTOCAST.enabled:  # a lower-precision autocast op: inputs cast last to first (v, k, q)
+        value, key, query_ = (x.to(AUTOCAST.dtype) if x.dtype != AUTOCAST.dtype else x for x in (value, key, query_))
+    with _autocast_emulation_off():  # the op runs below autocast (ExcludeDispatchKeyGuard): fp32 inside
+        return _sdpa_math(query_, key, value, is_causal)
+
+
+def _sdpa_math(query_, key, value, is_causal):  # attention.cpp _scaled_dot_product_attention_math
+    origin_dtype = query_.dtype
+    reduced = (torch.float16, torch.bfloat16)
+    query_acc = query_.to(torch.float32) if query_.dtype in reduced else query_
+    key_acc = key.to(torch.float32) if key.dtype in reduced else key
+    value_acc = value.to(torch.float32) if value.dtype in reduced else value
+    scaling_factor = math.sqrt(1.0 / math.sqrt(query_acc.shape[-1]))  # calculate_scale(...).sqrt()
+    query = query_acc * scaling_factor
+    attn_mask = None
+    if is_causal:
+        L, S = query.shape[-2], key_acc.shape[-2]
+        attn_mask = torch.ones((L, S), dtype=torch.bool).tril()
+        neg_inf = torch.scalar_tensor(-float("inf"), dtype=query.dtype)
+        with HOOKS.untracked():  # where(Tensor, Scalar, Tensor) wraps the 0.0 into a host tensor on CUDA
+            zero = torch.scalar_tensor(0.0, dtype=query.dtype)
+        attn_mask = torch.where(attn_mask, zero, neg_inf)  # convert_boolean_attn_mask
+    attn = torch.matmul(query, key_acc.transpose(-2, -1) * scaling_factor)
+    if attn_mask is not None:
+        attn.add_(attn_mask)
+    with HOOKS.label("_safe_softmax"):
+        attn = _SafeSoftmax.apply(attn, -1)
+    # make_tuple(matmul(attn, value).to(origin_dtype), attn.to(origin_dtype)): GCC evaluates the
+    # arguments right to left; scaled_dot_product_attention keeps only the first
+    probs = attn.to(origin_dtype)
+    out = torch.matmul(attn, value_acc).to(origin_dtype)
+    del probs
+    return out
+
+
+class FalconAttention(nn.Module):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.cfg = cfg
+        self.hidden_size = cfg.hidden
+        self.num_heads = cfg.heads
+        self.head_dim = self.hidden_size // self.num_heads
+        self.is_causal = True
+        self._use_sdpa = cfg.attn == "sdpa"
+        self.inv_norm_factor = 1.0 / math.sqrt(self.head_dim)
+        assert cfg.kv_heads == 1, "Falcon-7B: multi_query, not new_decoder_architecture"
+        qkv_out_dim = self.hidden_size + 2 * self.head_dim  # multi_query
+        self.query_key_value = FalconLinear(self.hidden_size, qkv_out_dim, bias=False)
+        self.dense = FalconLinear(self.hidden_size, self.hidden_size, bias=False)
+        self.num_kv_heads = 1
+
+    def _split_heads(self, fused_qkv):  # FalconAttention._split_heads, the multi_query branch
+        batch_size, seq_length, three_times_hidden_size = fused_qkv.shape
+        fused_qkv = fused_qkv.view(batch_size, seq_length, self.num_heads + 2, self.head_dim)
+        return fused_qkv[..., :-2, :], fused_qkv[..., [-2], :], fused_qkv[..., [-1], :]
+
+    def _merge_heads(self, x):  # BloomAttention._merge_heads
+        batch_size_and_num_heads, seq_length, _ = x.shape
+        batch_size = batch_size_and_num_heads // self.num_heads
+        x = x.view(batch_size, self.num_heads, seq_length, self.head_dim)
+        x = x.permute(0, 2, 1, 3)
+        return x.reshape(batch_size, seq_length, self.num_heads * self.head_dim)
+
+    def forward(self, hidden_states, alibi, attention_mask, position_embeddings=None):
+        fused_qkv = self.query_key_value(hidden_states)
+        num_kv_heads = self.num_kv_heads
+        (query_layer, key_layer, value_layer) = self._split_heads(fused_qkv)
+        batch_size, query_length, _, _ = query_layer.shape
+        query_layer = query_layer.transpose(1, 2).reshape(batch_size, self.num_heads, query_length, self.head_dim)
+        key_layer = key_layer.transpose(1, 2).reshape(batch_size, num_kv_heads, query_length, self.head_dim)
+        value_layer = value_layer.transpose(1, 2).reshape(batch_size, num_kv_heads, query_length, self.head_dim)
+        cos, sin = position_embeddings  # alibi is None
+        query_layer, key_layer = apply_rotary_pos_emb(query_layer, key_layer, cos, sin)
+        if attention_mask is not None:
+            attention_mask = attention_mask[:, :, :, : key_layer.shape[-2]]
+        if self._use_sdpa:
+            is_causal = True if self.is_causal and attention_mask is None and query_length > 1 else False
+            assert attention_mask is None
+            attn_output = sdpa_math(query_layer, key_layer, value_layer, is_causal)
+        else:
+            attention_scores = query_layer @ key_layer.transpose(-1, -2)
+            attention_scores /= math.sqrt(self.head_dim)
+            attention_scores = softmax(attention_scores + attention_mask, dim=-1, dtype=hidden_states.dtype)
+            attn_output = attention_scores @ value_layer
+        attn_output = attn_output.view(batch_size, self.num_heads, query_length, self.head_dim)
+        attn_output = attn_output.permute(0, 2, 1, 3)
+        attn_output = attn_output.reshape(batch_size, query_length, self.num_heads * self.head_dim)
+        attn_output = self.dense(attn_output)
+        return attn_output, None
+
+
+class FalconGELU(nn.Module):  # get_activation("gelu"): activations.GELUActivation, nn.functional.gelu
+    def forward(self, x):
+        return F.gelu(x)
+
+
+class FalconMLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.dense_h_to_4h = FalconLinear(cfg.hidden, cfg.intermediate, bias=False)
+        self.act = FalconGELU()
+        self.dense_4h_to_h = FalconLinear(cfg.intermediate, cfg.hidden, bias=False)
+
+    def forward(self, x):  # FalconMLP.forward
+        x = self.act(self.dense_h_to_4h(x))
+        x = self.dense_4h_to_h(x)
+        return x
+
+
+def dropout_add(x, residual, prob, training):  # modeling_bloom.dropout_add
+    out = dropout(x, prob, training)
+    out = residual + out
+    return out
+
+
+class FalconDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.self_attention = FalconAttention(cfg, layer_idx)
+        self.mlp = FalconMLP(cfg)
+        self.hidden_dropout = cfg.dropout
+        self.input_layernorm = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)  # parallel_attn, one norm
+
+    def forward(self, hidden_states, alibi=None, attention_mask=None, position_ids=None, position_embeddings=None):
+        residual = hidden_states
+        attention_layernorm_out = self.input_layernorm(hidden_states)
+        attn_outputs = self.self_attention(attention_layernorm_out, alibi=alibi, attention_mask=attention_mask,
+                                           position_embeddings=position_embeddings)
+        attention_output = attn_outputs[0]
+        mlp_layernorm_out = attention_layernorm_out  # parallel_attn, not new_decoder_architecture
+        mlp_output = self.mlp(mlp_layernorm_out)
+        mlp_output += attention_output
+        output = dropout_add(mlp_output, residual, self.hidden_dropout, training=self.training)
+        return (output,)  # use_cache False: (output,) + outputs[1:]
+
+
+class FalconModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.word_embeddings = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.h = nn.ModuleList([FalconDecoderLayer(cfg, i) for i in range(cfg.layers)])
+        self.ln_f = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(cfg)  # FalconRotaryEmbedding: Llama's, copied
+
+    def causal_mask(self, input_tensor, cache_position):  # FalconModel._update_causal_mask
+        if self.cfg.attn == "sdpa":
+            return None  # AttentionMaskConverter._ignore_causal_mask_sdpa: no mask, no cache
+        dtype = input_tensor.dtype
+        min_dtype = torch.finfo(dtype).min
+        batch_size, sequence_length, _ = input_tensor.shape
+        target_length = sequence_length
+        # _prepare_4d_causal_attention_mask_with_cache_position, attention_mask None
+        causal_mask = torch.full((sequence_length, target_length), fill_value=min_dtype, dtype=dtype)
+        if sequence_length != 1:
+            causal_mask = torch.triu(causal_mask, diagonal=1)
+        causal_mask *= torch.arange(target_length) > cache_position.reshape(-1, 1)
+        causal_mask = causal_mask[None, None, :, :].expand(batch_size, 1, -1, -1)
+        return causal_mask
+
+    def forward(self, input_ids):  # FalconModel.forward
+        inputs_embeds = self.word_embeddings(input_ids)
+        batch_size, seq_length, _ = inputs_embeds.shape
+        cache_position = torch.arange(0, seq_length, device=inputs_embeds.device)
+        position_ids = cache_position.unsqueeze(0)
+        causal_mask = self.causal_mask(inputs_embeds, cache_position)
+        hidden_states = inputs_embeds
+        position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        for block in self.h:
+            outputs = block(hidden_states, attention_mask=causal_mask, position_ids=position_ids, alibi=None,
+                            position_embeddings=position_embeddings)
+            hidden_states = outputs[0]
+        hidden_states = self.ln_f(hidden_states)
+        return hidden_states
+
+
+class FalconForCausalLM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.transformer = FalconModel(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        if cfg.tied:
+            self.lm_head.weight = self.transformer.word_embeddings.weight
+        self.loss_function = ForCausalLMLoss
+
+    def get_input_embeddings(self):
+        return self.transformer.word_embeddings
+
+    def final_norm(self):
+        return self.transformer.ln_f
+
+    def decoder_layers(self):
+        return self.transformer.h
+
+    def forward(self, input_ids, labels=None):
+        hidden_states = self.transformer(input_ids)
+        lm_logits = self.lm_head(full_slice(hidden_states))  # hidden_states[:, slice(-0, None), :]
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(lm_logits, labels, vocab_size=self.cfg.vocab)
+        return loss, lm_logits
+
+
 def build_model(cfg):
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
@@ -2456,7 +2713,7 @@ def build_model(cfg):
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
             "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM,
             "qwen3_moe": LlamaForCausalLM, "gpt_oss": GptOssForCausalLM,
-            "deepseek_v3": DeepseekV3ForCausalLM}[cfg.family](cfg)
+            "deepseek_v3": DeepseekV3ForCausalLM, "falcon": FalconForCausalLM}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

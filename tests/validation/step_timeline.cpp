@@ -19,7 +19,7 @@ using namespace vramfit;
 
 namespace {
 
-/// The traced case as vramfit describes it (step_models.py: Llama, GPT-2 and Gemma 2 after
+/// The traced case as vramfit describes it (step_models.py: Llama, GPT-2, Gemma 2 and Falcon after
 /// transformers; Llama 3 blocks after torchtune, litgpt and torchtitan).
 struct traced_case {
   training setup{};
@@ -74,6 +74,13 @@ traced_case describe(const nlohmann::json& k) {
     m.norm_plus_one = true;
     m.attention_softcap = k["attn_softcap"].get<double>() > 0;
     m.logit_softcap = k["final_softcap"].get<double>() > 0;
+  }
+  if (k["family"] == "falcon") {  // Falcon-7B: one LayerNorm read by attention and MLP, multi-query
+    m.family = family::falcon;
+    m.mlp = mlp_kind::gelu;
+    m.norm = norm_kind::layernorm;
+    m.norms_per_layer = 1;
+    m.parallel_block = true;
   }
   if (gpt2) {
     m.mlp = mlp_kind::gelu;

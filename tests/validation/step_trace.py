@@ -376,6 +376,10 @@ DEEPSEEK3 = dict(family="deepseek_v3", hidden=128, intermediate=352, heads=4, kv
                  vocab=1024, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=32, v_head_dim=32,
                  first_k_dense_replace=1, moe_experts=8, moe_top_k=2, moe_intermediate=64, moe_shared_experts=1,
                  n_group=2, topk_group=1)
+# Falcon (modeling_falcon.py, Falcon-7B's config): parallel attention and MLP behind one LayerNorm,
+# multi-query (one K/V head) from a fused query_key_value, rotary, GELU MLP of 4 x hidden, no biases, tied
+FALCON = dict(family="falcon", hidden=128, intermediate=512, heads=4, kv_heads=1, head_dim=32, layers=3, vocab=1024,
+              tied=True)
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -482,6 +486,12 @@ CASES = [
     case("deepseek3-bf16-adamw-foreach", DEEPSEEK3, "bf16", "adamw", "foreach"),
     case("deepseek3-amp-adamw-fused", DEEPSEEK3, "amp_bf16", "adamw", "fused"),
     case("deepseek3-bf16-v256-s128-sgd-foreach", DEEPSEEK3, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # Falcon-7B's block: eager in bf16 and under AMP, SDPA under AMP (the math kernel: one K/V
+    # head without enable_gqa), and a small vocabulary where the layers decide the peak
+    case("falcon-bf16-adamw-foreach", FALCON, "bf16", "adamw", "foreach"),
+    case("falcon-amp-adamw-foreach", FALCON, "amp_bf16", "adamw", "foreach"),
+    case("falcon-amp-sdpa-adamw-fused", FALCON, "amp_bf16", "adamw", "fused", attn="sdpa"),
+    case("falcon-bf16-v256-s128-sgd-foreach", FALCON, "bf16", "sgd", "foreach", seq=128, vocab=256),
 ]
 
 
@@ -518,6 +528,8 @@ EMULATIONS = {
            "parameter-shaped weight gradient, then the input-sized one; CUTLASS workspaces not emulated",
     "E14": "histc of an int32 tensor (CUDA: int32 counts; torch 1.13's CPU needs float), one_hot without the "
            "CPU's min/max checks",
+    "E15": "F.scaled_dot_product_attention with one K/V head and no enable_gqa (Falcon): CUDA runs "
+           "_scaled_dot_product_attention_math, upcast to fp32, _safe_softmax",
 }
 
 
@@ -556,6 +568,11 @@ def describe(c):
         d["sliding_window"] = cfg.sliding_window
         d["layer_types"] = [sm.gptoss_layer_type(i) for i in range(cfg.layers)]
         d["rope"] = "default"  # gpt-oss's YaRN: the same [1, s, head_dim / 2] tables
+    if m["family"] == "falcon":  # parallel attention + MLP behind one LayerNorm, multi-query, rotary
+        d["mlp"] = "gelu"
+        d["parallel_block"] = True
+        d["norms_per_layer"] = 1
+        d["multi_query"] = True
     if m["family"] == "deepseek_v3":
         d["norm"], d["mlp"] = "rmsnorm", "swiglu"
         d["moe"].update(router="deepseek_v3", shared_experts=cfg.moe_shared_experts,
