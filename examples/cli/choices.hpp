@@ -316,8 +316,9 @@ inline constexpr named<element_format> kv_formats[] = {
 inline constexpr named<attention_kind> attentions[] = {
     {"eager", attention_kind::eager, "the scores [b, heads, s, s] materialized"},
     {"flash", attention_kind::flash,
-     "SDPA's fused kernels; in fp32 with grouped-query heads PyTorch runs its math kernel, which "
-     "saves what eager does"},
+     "SDPA's fused kernels; PyTorch runs its math kernel, which saves what eager does, in fp32 "
+     "with grouped-query heads and for Falcon's one K/V head (passed without enable_gqa; fp32 Q, "
+     "K, V and probabilities)"},
     {"sdpa", attention_kind::sdpa,
      "Hugging Face's SDPA with K and V repeated per query head: torch < 2.5 or a padding mask"}};
 
