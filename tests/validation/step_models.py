@@ -1501,17 +1501,20 @@ class GPT2Model(nn.Module):
 
 
 class GPT2LMHeadModel(nn.Module):
+    body = GPT2Model  # the transformer under the head, and its word embedding's attribute
+    embeddings = "wte"
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        self.transformer = GPT2Model(cfg)
+        self.transformer = self.body(cfg)
         self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
         if cfg.tied:
-            self.lm_head.weight = self.transformer.wte.weight
+            self.lm_head.weight = self.get_input_embeddings().weight
         self.loss_function = ForCausalLMLoss
 
     def get_input_embeddings(self):
-        return self.transformer.wte
+        return getattr(self.transformer, self.embeddings)
 
     def final_norm(self):
         return self.transformer.ln_f
@@ -2675,32 +2678,10 @@ class FalconModel(nn.Module):
         return hidden_states
 
 
-class FalconForCausalLM(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.transformer = FalconModel(cfg)
-        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
-        if cfg.tied:
-            self.lm_head.weight = self.transformer.word_embeddings.weight
-        self.loss_function = ForCausalLMLoss
-
-    def get_input_embeddings(self):
-        return self.transformer.word_embeddings
-
-    def final_norm(self):
-        return self.transformer.ln_f
-
-    def decoder_layers(self):
-        return self.transformer.h
-
-    def forward(self, input_ids, labels=None):
-        hidden_states = self.transformer(input_ids)
-        lm_logits = self.lm_head(full_slice(hidden_states))  # hidden_states[:, slice(-0, None), :]
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(lm_logits, labels, vocab_size=self.cfg.vocab)
-        return loss, lm_logits
+class FalconForCausalLM(GPT2LMHeadModel):
+    """modeling_falcon.py FalconForCausalLM: GPT-2's head over FalconModel."""
+    body = FalconModel
+    embeddings = "word_embeddings"
 
 
 def build_model(cfg):
