@@ -208,9 +208,8 @@ inline finetuning finetuning_of(const train_options& o, const model& m, const pr
     if (!o.lora_targets && unless_given == nullptr)
       detail::raise("--lora-rank needs --lora-targets for model '" + std::string(m.name) +
                     "': peft has no default target_modules for model_type '" +
-                    (m.hf_model_type[0] != '\0' ? m.hf_model_type : "(none)") +
-                    "'; its linear modules: " +
-                    detail::rules::linear_modules(tensors(m), packed_moe) + ", or all-linear");
+                    (m.hf_model_type[0] != '\0' ? m.hf_model_type : "(none)") + "'; " +
+                    detail::rules::lora_target_choices(tensors(m), packed_moe));
     const std::string targets = o.lora_targets ? *o.lora_targets : std::string(unless_given);
     // peft's get_peft_model(autocast_adapter_dtype=True) casts 16-bit adapters to fp32
     // (tuners_utils.py BaseTuner._cast_adapter_dtype); measured on an H100 with peft 0.21.

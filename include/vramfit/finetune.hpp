@@ -408,7 +408,7 @@ namespace detail {
 namespace rules {
 /// The module names of the rank-2 parameter weights ("q_proj, k_proj, ..."), for messages;
 /// `packed_moe`: without transformers 5's packed experts and routers.
-inline std::string linear_modules(const tensor_ledger& tensors, bool packed_moe) {
+inline std::string weight_modules(const tensor_ledger& tensors, bool packed_moe) {
   std::vector<std::string> names;
   for (const tensor_group& g : tensors) {
     std::string name = g.name.str();
@@ -422,11 +422,16 @@ inline std::string linear_modules(const tensor_ledger& tensors, bool packed_moe)
   for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
   return list;
 }
+/// "its modules: embed_tokens, q_proj, ..., or all-linear": what a LoRA target may name (peft
+/// adapts embeddings too, by name; all-linear takes only the linear ones).
+inline std::string lora_target_choices(const tensor_ledger& tensors, bool packed_moe) {
+  return "its modules: " + weight_modules(tensors, packed_moe) + ", or all-linear";
+}
 [[noreturn]] inline void lora_targets_match_no_weight(const char* target, const char* model,
                                                       const tensor_ledger& tensors,
                                                       bool packed_moe) {
-  raise(std::string("LoRA target '") + target + "' matches no weight of model '" + model +
-        "'; its linear modules: " + linear_modules(tensors, packed_moe) + ", or all-linear" +
+  raise(std::string("LoRA target '") + target + "' matches no weight of model '" + model + "'; " +
+        lora_target_choices(tensors, packed_moe) +
         (packed_moe ? " (transformers 5 holds the routed experts and router as parameters, "
                       "which no target_modules entry reaches)"
                     : ""));

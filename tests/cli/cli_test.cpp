@@ -649,7 +649,7 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
       {"train --fsdp-group 4", "--fsdp-group applies to --fsdp hybrid only"},
       {"train --lora-targets q_proj,foo", "--lora-targets applies with --lora-rank"},
       {"train --lora-rank 8 --lora-targets q_proj,foo",
-       "LoRA target 'foo' matches no weight of model 'Llama-3-8B'; its linear modules: "
+       "LoRA target 'foo' matches no weight of model 'Llama-3-8B'; its modules: "
        "embed_tokens, q_proj"},
       {"train --trainable mlp:100-200", "its layers are 0-31"},
   };
