@@ -31,6 +31,7 @@ struct alloc_conf {
   /// (torch.cuda.set_per_process_memory_fraction), which allocator_limits carries.
   std::int64_t garbage_collection_threshold_ppm = 0;
   bool expandable_segments = false;
+  friend constexpr bool operator==(const alloc_conf&, const alloc_conf&) = default;
 };
 
 namespace detail {

@@ -23,6 +23,7 @@ namespace vramfit {
 struct allocator_limits {
   bytes device{};
   bytes fraction_limit{};
+  friend constexpr bool operator==(const allocator_limits&, const allocator_limits&) = default;
 };
 
 namespace caching {
@@ -263,6 +264,7 @@ class caching_allocator {
     return s;
   }
   [[nodiscard]] constexpr const alloc_conf& conf() const { return conf_; }
+  [[nodiscard]] constexpr const allocator_limits& limits() const { return limits_; }
 
   /// The sizes of a segment's blocks by address, free ones negative (tests draw segment maps);
   /// none once it went back to the driver.

@@ -78,7 +78,8 @@ class step_replay;
 /// The buffers of the allocator's replay, kept from one replay to the next: a search that replays
 /// many candidates (plan, min-gpus, the largest micro-batch) passes one, so that each replay
 /// reuses the memory the ones before it took instead of allocating, and faulting in, megabytes
-/// again. Opaque; its contents never change an answer (every replay starts over from scratch).
+/// again, and starts from a copy of the state the one before reached once its persistent tensors
+/// were made, when it makes the same. Opaque; its contents never change an answer.
 class replay_scratch {
  public:
   constexpr replay_scratch() = default;
@@ -92,6 +93,11 @@ class replay_scratch {
   std::vector<detail::replay_parameter> parameters_;
   std::vector<std::int64_t> state_, next_state_;  ///< the states steps started from
   std::vector<int> deferred_[2];
+  /// The last replay's state once its persistent tensors were made (step_replay::start()), and
+  /// what made them: the next replay with the same starts from a copy.
+  caching_allocator start_alloc_{};
+  std::vector<std::vector<detail::live_tensor>> start_live_;
+  std::vector<std::int64_t> start_key_, next_start_key_;
 };
 
 namespace detail {
@@ -111,7 +117,8 @@ class step_replay {
         mode_(mode),
         deferred_(scratch.deferred_),
         state_(scratch.state_),
-        next_state_(scratch.next_state_) {
+        next_state_(scratch.next_state_),
+        scratch_(scratch) {
     alloc_.reset(conf, limits);
     live_.resize(tl.ledger.size());
     for (std::vector<live_tensor>& held : live_) held.clear();
@@ -147,7 +154,7 @@ class step_replay {
 
   /// Runs training steps until one after the second reserves nothing new.
   constexpr void run(reserved_memory_estimate& out) {
-    set_up(made::at_start);
+    start();
     bytes before{};
     // Deterministic replay: a step starting from its predecessor's start state repeats it and
     // ends the steps. Not compared after a step that reserved more (new segments), nor when step
@@ -200,6 +207,34 @@ class step_replay {
   std::vector<int> (&deferred_)[2];
   std::vector<std::int64_t>& state_;       ///< the state this step starts from (write_state())
   std::vector<std::int64_t>& next_state_;  ///< the one before's, or a spare buffer
+  replay_scratch& scratch_;                ///< for start()'s state
+
+  /// set_up(made::at_start), or the state it reached restored when the replay before made the
+  /// same persistent tensors: a search replays several micro-batches and recompute settings of
+  /// one layout, and allocating its thousands of parameters and states again cost a third of
+  /// the replays. The key lists every input of set_up(): the allocator's settings, the tensors
+  /// held (entry, bytes, count) and the parameters they are split by.
+  constexpr void start() {
+    std::vector<std::int64_t>& key = scratch_.next_start_key_;
+    key.clear();
+    key.insert(key.end(), {static_cast<std::int64_t>(tl_.ledger.size()), parameter_elements_,
+                           parameter_tensors_});
+    for (std::size_t i = 0; i < tl_.ledger.size(); ++i)
+      if (made_at_start(tl_.ledger[i]))
+        key.insert(key.end(),
+                   {static_cast<std::int64_t>(i), tl_.ledger[i].size.count, tl_.ledger[i].tensors});
+    for (const parameter& p : parameters_) key.insert(key.end(), {p.elements, p.layer});
+    if (key == scratch_.start_key_ && alloc_.conf() == scratch_.start_alloc_.conf() &&
+        alloc_.limits() == scratch_.start_alloc_.limits()) {
+      alloc_ = scratch_.start_alloc_;
+      live_ = scratch_.start_live_;
+      return;
+    }
+    set_up(made::at_start);
+    std::swap(scratch_.start_key_, key);
+    scratch_.start_alloc_ = alloc_;
+    scratch_.start_live_ = live_;
+  }
 
   /// Writes the allocator's state and where each held tensor lies (its handle names a block,
   /// whose place is what matters) into state_, in buffers kept from step to step and from replay
@@ -320,13 +355,18 @@ class step_replay {
   /// The persistent tensors of the stage's device entries made `when`: the optimizer states
   /// come with the first step (torch.optim creates them in step()), the rest at the start.
   constexpr void set_up(made when) {
-    const bool states = when == made::in_first_step;
     for (std::size_t i = 0; i < tl_.ledger.size(); ++i) {
       const memory_entry& e = tl_.ledger[i];
-      if (e.space != memory_space::device || e.lifetime != lifetime::persistent) continue;
-      const bool lazy = e.component == component::optimizer_states && lazy_states();
-      if (lazy == states) hold_all(static_cast<int>(i), e.size, e.tensors);
+      if (is_persistent(e) && made_at_start(e) == (when == made::at_start))
+        hold_all(static_cast<int>(i), e.size, e.tensors);
     }
+  }
+  [[nodiscard]] static constexpr bool is_persistent(const memory_entry& e) {
+    return e.space == memory_space::device && e.lifetime == lifetime::persistent;
+  }
+  /// A persistent tensor made at the start, not in the first step.
+  [[nodiscard]] constexpr bool made_at_start(const memory_entry& e) const {
+    return is_persistent(e) && !(e.component == component::optimizer_states && lazy_states());
   }
 
   /// Whether the first step creates optimizer states (lazily, holding bytes).
