@@ -1640,8 +1640,9 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
                                  const block_builder& b, const stage_range& range) {
   if (!range.first) return {};
   const std::int64_t tokens = b.tokens();
-  // input ids (int64), embedding backward; a frozen embedding's has no grad_fn to keep them
-  bytes embedding{b.frozen_base() ? 0 : checked_mul(8, tokens)};
+  // input ids (int64), embedding backward; a frozen embedding's has no grad_fn to keep them; ViT
+  // reads an image instead
+  bytes embedding{b.frozen_base() || m.family == family::vit ? 0 : checked_mul(8, tokens)};
   if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
   // modeling_bert.py BertEmbeddings.forward (modeling_distilbert.py Embeddings.forward):
   // self.LayerNorm(embeddings) keeps the summed embeddings and its fp32 mean and rstd.
@@ -1668,6 +1669,26 @@ constexpr bytes rotary_tables(const model& m, const block_builder& b, const stag
   if (traits_of(b.code()).rotary_buffer) return {};
   const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
   return bytes_for_bits(checked_mul(checked_mul(2 * rotary, b.tokens()), b.beta()));
+}
+
+/// What an encoder's classification head keeps. Its first linear reads hidden_states[:, 0], a
+/// view, which a linear in the model's format keeps whole (the [tokens, h] last hidden states);
+/// autocast's cast copies only the [b, h] rows (modeling_bert.py BertPooler.forward,
+/// modeling_distilbert.py DistilBertForSequenceClassification.forward: pre_classifier,
+/// torchvision vision_transformer.py VisionTransformer.forward: heads). BERT's pooler keeps its
+/// tanh output, DistilBERT's head its ReLU's; the classifier's dropout keeps its mask, and the
+/// classifier its output; cross_entropy keeps the [b] int64 labels.
+constexpr bytes encoder_head(const model& m, const activation_options& o, const block_builder& b) {
+  const std::int64_t rows = checked_mul(o.micro_batch, m.hidden);
+  const bool cast = b.autocast_wide() != b.beta();
+  bytes head = bytes_for_bits(checked_mul(cast ? rows : b.replicated(m.hidden), b.beta()));
+  head += bytes{checked_mul(8, o.micro_batch)};
+  const bool dense = (m.family == family::bert && m.encoder.pooler) ||
+                     (m.family == family::distilbert && m.encoder.classes > 0);
+  if (dense) head += bytes_for_bits(checked_mul(rows, b.beta()));  // tanh / ReLU output
+  if ((dense || m.family == family::bert) && m.encoder.classes > 0 && o.hidden_dropout)
+    head += bytes_for_bits(checked_mul(rows, o.dropout_mask_bits + b.beta()));
+  return head;
 }
 
 /// What the final norm, the head and the loss keep and make on the last stage.
@@ -1736,11 +1757,14 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
   if (!range.last) return s;
   const model& m = t.model;
   // LoRA leaves the final norm's weight frozen: weight * x keeps no x for it (as a layer's norms).
-  block_builder final_norm(m, t.precision, o, l, t.finetune);
-  final_norm.norm("final norm input", m.hidden);
-  for (const saved_tensor& x : final_norm.result()) s.head += x.size;
+  // BERT's and DistilBERT's layers end in their own LayerNorm (post-LN): no final norm.
+  if (m.family != family::bert && m.family != family::distilbert) {
+    block_builder final_norm(m, t.precision, o, l, t.finetune);
+    final_norm.norm("final norm input", m.hidden);
+    for (const saved_tensor& x : final_norm.result()) s.head += x.size;
+  }
   if (m.is_encoder()) {
-    s.head += bytes_for_bits(checked_mul(checked_mul(2 * m.hidden, o.micro_batch), b.beta()));
+    s.head += encoder_head(m, o, b);
     return s;
   }
   // lm_head keeps its input for its weight's gradient: none when LoRA leaves the head frozen
