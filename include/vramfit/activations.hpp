@@ -593,7 +593,7 @@ class block_builder {
 /// float32)) and GPTBigCode (attention_softmax_in_fp32); gpt-oss keeps the logits' format, which
 /// the sinks (a parameter) and the mask (in the embeddings' format) widen to the parameters' (cat
 /// is on autocast's promote list); GPT-2's softmax without a dtype runs in fp32 under autocast (on
-/// its fp32 list).
+/// its fp32 list), as BERT's and DistilBERT's do.
 constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b) {
   if (m.attention_sinks) return b.rho();
   if (m.family == family::llama || m.family == family::phi3 || m.family == family::gpt_bigcode)
@@ -603,7 +603,11 @@ constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b
   // modeling_falcon.py FalconAttention.forward: F.softmax(..., dtype=hidden_states.dtype), the fp32
   // LayerNorm output under autocast.
   if (m.family == family::falcon) return b.autocast_wide();
-  return m.family == family::gpt2 ? b.autocast_wide() : b.beta();
+  // modeling_bert.py eager_attention_forward and modeling_distilbert.py
+  // MultiHeadSelfAttention.forward: nn.functional.softmax(scores, dim=-1), as GPT-2's.
+  const bool no_dtype =
+      m.family == family::gpt2 || m.family == family::bert || m.family == family::distilbert;
+  return no_dtype ? b.autocast_wide() : b.beta();
 }
 
 /// Where eager attention's softmax output and its 16-bit copy come from: Llama's
@@ -614,6 +618,11 @@ constexpr const char* eager_softmax_source(const model& m) {
   if (m.family == family::llama || m.family == family::phi3)
     return "modeling_llama.py eager_attention_forward: nn.functional.softmax(attn_weights, dim=-1, "
            "dtype=torch.float32)";
+  if (m.family == family::bert)
+    return "modeling_bert.py eager_attention_forward: nn.functional.softmax(attn_weights, dim=-1)";
+  if (m.family == family::distilbert)
+    return "modeling_distilbert.py MultiHeadSelfAttention.forward: "
+           "nn.functional.softmax(scores, dim=-1)";
   return "the attention's softmax, derivatives.yaml _softmax: _softmax_backward_data(grad, "
          "result, ...)";
 }
@@ -953,7 +962,9 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
   bool grad = g.q || g.k || g.v;
   for (std::size_t i = 0; i < out.count; ++i) grad = grad || b.adapted(out.names[i]);
   b.stream_joined(grad);
-  if (o.hidden_dropout && b.stream_grad())
+  // modeling_distilbert.py TransformerBlock.forward: sa_layer_norm(attention_output +
+  // hidden_states), with no dropout after out_lin.
+  if (o.hidden_dropout && b.stream_grad() && m.family != family::distilbert)
     b.dropout_mask("attention residual dropout mask", b.replicated(m.hidden));
 }
 
@@ -1227,6 +1238,31 @@ struct forward_transients {
   std::int64_t tensors = 0;
   bytes size{};
 };
+
+/// What a post-LN encoder (BERT, DistilBERT) holds in forward beside what autograd saves, at a
+/// layer's output LayerNorm: its new output and the dropout output it adds to the residual
+/// (modeling_bert.py BertOutput.forward: self.LayerNorm(hidden_states + input_tensor)); where the
+/// linears save 16-bit copies (autocast), the fp32 residual stream too: the embedding output
+/// (BertModel.forward: embedding_output, a local), the layer's input and the attention's
+/// LayerNorm output; and the attention probabilities after dropout, which the layer keeps to its
+/// return (modeling_bert.py BertLayer.forward: self_attention_output, _ = self.attention(...);
+/// modeling_distilbert.py TransformerBlock.forward likewise), fp32 under autocast beside the
+/// value matmul's 16-bit copy.
+constexpr forward_transients post_ln_forward_transients(const model& m, const activation_options& o,
+                                                        const block_builder& b) {
+  const bool wide = b.rho() != b.beta();
+  const std::int64_t states = b.replicated(m.hidden);
+  forward_transients f{wide ? 5 : 2, bytes_for_bits(checked_mul(states, b.rho())) * (wide ? 4 : 1) +
+                                         bytes_for_bits(checked_mul(states, b.beta()))};
+  if (b.attention() == attention_kind::eager && o.attention_dropout &&
+      eager_softmax_bits(m, b) != b.beta()) {
+    const std::int64_t scores =
+        checked_mul(checked_mul(b.tokens(), ceil_div(m.heads, b.tp())), o.sequence);
+    f.tensors += 1;
+    f.size += bytes_for_bits(checked_mul(scores, eager_softmax_bits(m, b)));
+  }
+  return f;
+}
 
 constexpr forward_transients moe_forward_transients(const model& m, const activation_options& o,
                                                     const layout& l, const block_builder& b) {
@@ -1604,9 +1640,15 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
                                  const block_builder& b, const stage_range& range) {
   if (!range.first) return {};
   const std::int64_t tokens = b.tokens();
-  // input ids (int64), embedding backward; a frozen embedding's has no grad_fn to keep them
-  bytes embedding{b.frozen_base() ? 0 : checked_mul(8, tokens)};
+  // input ids (int64), embedding backward; a frozen embedding's has no grad_fn to keep them; ViT
+  // reads an image instead
+  bytes embedding{b.frozen_base() || m.family == family::vit ? 0 : checked_mul(8, tokens)};
   if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
+  // modeling_bert.py BertEmbeddings.forward (modeling_distilbert.py Embeddings.forward):
+  // self.LayerNorm(embeddings) keeps the summed embeddings and its fp32 mean and rstd.
+  if ((m.family == family::bert || m.family == family::distilbert) && !b.frozen_base())
+    embedding += bytes_for_bits(checked_mul(b.replicated(m.hidden), b.rho())) +
+                 bytes{checked_mul(8, b.replicated(1))};
   if (m.family == family::vit) {
     const encoder_config& e = m.encoder;
     embedding += bytes_for_bits(checked_mul(
@@ -1627,6 +1669,26 @@ constexpr bytes rotary_tables(const model& m, const block_builder& b, const stag
   if (traits_of(b.code()).rotary_buffer) return {};
   const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
   return bytes_for_bits(checked_mul(checked_mul(2 * rotary, b.tokens()), b.beta()));
+}
+
+/// What an encoder's classification head keeps. Its first linear reads hidden_states[:, 0], a
+/// view, which a linear in the model's format keeps whole (the [tokens, h] last hidden states);
+/// autocast's cast copies only the [b, h] rows (modeling_bert.py BertPooler.forward,
+/// modeling_distilbert.py DistilBertForSequenceClassification.forward: pre_classifier,
+/// torchvision vision_transformer.py VisionTransformer.forward: heads). BERT's pooler keeps its
+/// tanh output, DistilBERT's head its ReLU's; the classifier's dropout keeps its mask, and the
+/// classifier its output; cross_entropy keeps the [b] int64 labels.
+constexpr bytes encoder_head(const model& m, const activation_options& o, const block_builder& b) {
+  const std::int64_t rows = checked_mul(o.micro_batch, m.hidden);
+  const bool cast = b.autocast_wide() != b.beta();
+  bytes head = bytes_for_bits(checked_mul(cast ? rows : b.replicated(m.hidden), b.beta()));
+  head += bytes{checked_mul(8, o.micro_batch)};
+  const bool dense = (m.family == family::bert && m.encoder.pooler) ||
+                     (m.family == family::distilbert && m.encoder.classes > 0);
+  if (dense) head += bytes_for_bits(checked_mul(rows, b.beta()));  // tanh / ReLU output
+  if ((dense || m.family == family::bert) && m.encoder.classes > 0 && o.hidden_dropout)
+    head += bytes_for_bits(checked_mul(rows, o.dropout_mask_bits + b.beta()));
+  return head;
 }
 
 /// What the final norm, the head and the loss keep and make on the last stage.
@@ -1695,11 +1757,14 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
   if (!range.last) return s;
   const model& m = t.model;
   // LoRA leaves the final norm's weight frozen: weight * x keeps no x for it (as a layer's norms).
-  block_builder final_norm(m, t.precision, o, l, t.finetune);
-  final_norm.norm("final norm input", m.hidden);
-  for (const saved_tensor& x : final_norm.result()) s.head += x.size;
+  // BERT's and DistilBERT's layers end in their own LayerNorm (post-LN): no final norm.
+  if (m.family != family::bert && m.family != family::distilbert) {
+    block_builder final_norm(m, t.precision, o, l, t.finetune);
+    final_norm.norm("final norm input", m.hidden);
+    for (const saved_tensor& x : final_norm.result()) s.head += x.size;
+  }
   if (m.is_encoder()) {
-    s.head += bytes_for_bits(checked_mul(checked_mul(2 * m.hidden, o.micro_batch), b.beta()));
+    s.head += encoder_head(m, o, b);
     return s;
   }
   // lm_head keeps its input for its weight's gradient: none when LoRA leaves the head frozen
@@ -1833,7 +1898,9 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   // causal_mask_mapping); adding a mask saves nothing.
   bytes masks{};
   std::int64_t mask_count = 0;
-  if (o.attention == attention_kind::eager && !m.is_encoder() && range.layers > 0) {
+  // modeling_bert.py BertModel.forward (modeling_distilbert.py DistilBertModel.forward):
+  // masking_utils.create_bidirectional_mask, eager_mask's [b, 1, s, s] for eager attention.
+  if (o.attention == attention_kind::eager && m.family != family::vit && range.layers > 0) {
     mask_count = m.sliding_window > 0 && !windowed_everywhere(m) ? 2 : 1;
     masks =
         bytes_for_bits(detail::checked_mul(detail::checked_mul(b.tokens(), o.sequence), b.rho())) *
@@ -1888,6 +1955,8 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     const std::int64_t held_states = o.code == model_code::hf ? 3 : 2;
     detail::forward_transients f{held_states, bytes_for_bits(detail::checked_mul(
                                                   held_states * b.replicated(m.hidden), b.rho()))};
+    if (m.family == family::bert || m.family == family::distilbert)
+      f = detail::post_ln_forward_transients(m, o, b);
     const bool moe_layers =
         m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers;
     if (moe_layers) {

@@ -86,7 +86,7 @@ HOOKS = _Hooks()
 # run in float32 unless a dtype is given; promote ops cast to the widest input type.
 # --------------------------------------------------------------------------------------------
 _LOWER = {"linear", "matmul", "__matmul__", "addmm", "mm", "bmm", "baddbmm", "addbmm", "einsum",
-          "scaled_dot_product_attention"}
+          "scaled_dot_product_attention", "conv2d"}
 _FP32 = {"pow", "__pow__", "__rpow__", "rsqrt", "exp", "log", "log2", "log10", "log1p", "expm1",
          "reciprocal", "acos", "asin", "cosh", "sinh", "tan", "erfinv", "softplus", "layer_norm",
          "group_norm", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div",
@@ -526,7 +526,8 @@ def one_hot(tensor, num_classes):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe", "gpt_oss" or "falcon"
+    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe", "gpt_oss", "falcon",
+    #              "bert", "distilbert" or "vit"
     hidden: int
     intermediate: int
     heads: int
@@ -566,6 +567,12 @@ class Config:
     topk_group: int = 1
     routed_scaling_factor: float = 2.5  # DeepSeek-V3's config.json
     rope_interleave: bool = True  # DeepseekV3Config's default
+    # Encoders (BERT, DistilBERT, ViT) as sequence (image) classifiers
+    num_labels: int = 2  # the classifier's outputs (PretrainedConfig's default)
+    type_vocab_size: int = 2  # BertConfig: token types
+    image_size: int = 0  # ViT: square images of channels x image_size x image_size, patch_size patches
+    patch_size: int = 0
+    channels: int = 3
 
     def __post_init__(self):
         if not self.head_dim:
@@ -1050,6 +1057,15 @@ def full_slice(hidden_states):
     if MODE == "native":
         return hidden_states[:, slice(0, None), :]
     return hidden_states
+
+
+def first_token(hidden_states):
+    """hidden_states[:, 0] (the encoders' heads). E10: torch 2.x's indexing skips the full slice
+    (applySlice returns the tensor itself) and selects; torch 1.13 records a slice too, whose
+    SliceBackward allocates a second zero-filled gradient the size of the hidden states."""
+    if MODE == "native":
+        return hidden_states[:, 0]
+    return hidden_states.select(1, 0)
 
 
 def ForCausalLMLoss(logits, labels, vocab_size, ignore_index=-100):
@@ -2684,6 +2700,529 @@ class FalconForCausalLM(GPT2LMHeadModel):
     embeddings = "word_embeddings"
 
 
+# --------------------------------------------------------------------------------------------
+# BERT (transformers/models/bert/modeling_bert.py, transformers 5) as BertForSequenceClassification:
+# BertEmbeddings (word + token type + absolute position embeddings, LayerNorm, dropout; the
+# position ids a slice of the position_ids buffer), post-LN BertLayer = BertAttention
+# (BertSelfAttention: query, key and value nn.Linear with biases, eager_attention_forward or
+# sdpa_attention_forward, not causal; BertSelfOutput: dense, dropout, LayerNorm(x + input)),
+# BertIntermediate (dense, GELUActivation: F.gelu) and BertOutput (dense, dropout,
+# LayerNorm(x + input)); BertPooler (dense over hidden_states[:, 0], tanh); the classifier
+# (dropout, nn.Linear(hidden, num_labels)) and loss_utils.ForSequenceClassificationLoss
+# (single_label_classification: cross_entropy of the [b, num_labels] logits). The mask is
+# masking_utils.create_bidirectional_mask: None for SDPA without padding
+# (_ignore_bidirectional_mask_sdpa), eager_mask's [b, 1, s, s] torch.where for eager.
+# --------------------------------------------------------------------------------------------
+def create_bidirectional_mask(cfg, inputs_embeds):
+    """masking_utils.create_bidirectional_mask without padding: sdpa returns None, eager builds
+    sdpa_mask's bool [b,1,s,s] (bidirectional_mask_function over _non_vmap_expansion_sdpa's
+    broadcast, expanded) and eager_mask's torch.where into the embeddings' dtype."""
+    if cfg.attn == "sdpa":
+        return None
+    batch_size, q_length = inputs_embeds.shape[0], inputs_embeds.shape[1]
+    kv_length = q_length
+    dtype, device = inputs_embeds.dtype, inputs_embeds.device
+    q_arange = torch.arange(q_length, device=device) + 0
+    kv_arange = torch.arange(kv_length, device=device) + 0
+    mask = (q_arange[None, None, :, None] >= 0) & (kv_arange[None, None, None, :] >= 0)
+    mask = mask.expand(batch_size, -1, q_length, kv_length)
+    del q_arange, kv_arange
+    min_dtype = torch.finfo(dtype).min
+    return torch.where(mask, torch.tensor(0.0, device=device, dtype=dtype), min_dtype)
+
+
+class GELUActivation(nn.Module):  # activations.GELUActivation ("gelu"): nn.functional.gelu
+    def forward(self, input):
+        return F.gelu(input)
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.position_embeddings = nn.Embedding(cfg.max_positions, cfg.hidden)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.dropout = Dropout(cfg.dropout)
+        self.register_buffer("position_ids", torch.arange(cfg.max_positions).expand((1, -1)), persistent=False)
+        self.register_buffer("token_type_ids", torch.zeros((1, cfg.max_positions), dtype=torch.long),
+                             persistent=False)
+
+    def forward(self, input_ids, token_type_ids=None):  # BertEmbeddings.forward
+        input_shape = input_ids.size()
+        seq_length = input_shape[1]
+        position_ids = self.position_ids[:, 0:seq_length]
+        if token_type_ids is None:
+            token_type_ids = self.token_type_ids[:, :seq_length].expand(input_shape[0], seq_length)
+        inputs_embeds = self.word_embeddings(input_ids)
+        token_type_embeddings = self.token_type_embeddings(token_type_ids)
+        embeddings = inputs_embeds + token_type_embeddings
+        position_embeddings = self.position_embeddings(position_ids)
+        embeddings += position_embeddings  # position_embedding_type "absolute"
+        embeddings = self.LayerNorm(embeddings)
+        embeddings = self.dropout(embeddings)
+        return embeddings
+
+
+def bert_eager_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0):
+    """modeling_bert.eager_attention_forward: softmax without a dtype, dropout, no .to()."""
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+        attn_weights = attn_weights + attention_mask
+    attn_weights = softmax(attn_weights, dim=-1)
+    attn_weights = dropout_fn(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value)
+    attn_output = attn_output.transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.num_attention_heads = cfg.heads
+        self.attention_head_size = cfg.hidden // cfg.heads
+        self.all_head_size = cfg.heads * self.attention_head_size
+        self.scaling = self.attention_head_size ** -0.5
+        self.query = nn.Linear(cfg.hidden, self.all_head_size)
+        self.key = nn.Linear(cfg.hidden, self.all_head_size)
+        self.value = nn.Linear(cfg.hidden, self.all_head_size)
+        self.dropout = Dropout(cfg.dropout)  # attention_probs_dropout_prob
+        self.is_causal = False
+
+    def forward(self, hidden_states, attention_mask=None):  # BertSelfAttention.forward
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.attention_head_size)
+        query_layer = self.query(hidden_states).view(*hidden_shape).transpose(1, 2)
+        key_layer = self.key(hidden_states).view(*hidden_shape).transpose(1, 2)
+        value_layer = self.value(hidden_states).view(*hidden_shape).transpose(1, 2)
+        p = self.dropout.p if self.training else 0.0
+        if self.cfg.attn == "sdpa":
+            attn_output, attn_weights = sdpa_attention_forward(self, query_layer, key_layer, value_layer,
+                                                               attention_mask, dropout=p, scaling=self.scaling)
+        else:
+            attn_output, attn_weights = bert_eager_attention_forward(self, query_layer, key_layer, value_layer,
+                                                                     attention_mask, dropout=p, scaling=self.scaling)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return attn_output, attn_weights
+
+
+class BertSelfOutput(nn.Module):  # and BertOutput, the same over intermediate_size inputs
+    def __init__(self, cfg, in_features):
+        super().__init__()
+        self.dense = nn.Linear(in_features, cfg.hidden)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.dropout = Dropout(cfg.dropout)  # hidden_dropout_prob
+
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        hidden_states = self.LayerNorm(hidden_states + input_tensor)
+        return hidden_states
+
+
+class BertAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.self = BertSelfAttention(cfg)
+        self.output = BertSelfOutput(cfg, cfg.hidden)
+
+    def forward(self, hidden_states, attention_mask=None):
+        attention_output, attn_weights = self.self(hidden_states, attention_mask=attention_mask)
+        attention_output = self.output(attention_output, hidden_states)
+        return attention_output, attn_weights
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden, cfg.intermediate)
+        self.intermediate_act_fn = GELUActivation()
+
+    def forward(self, hidden_states):
+        return self.intermediate_act_fn(self.dense(hidden_states))
+
+
+class BertLayer(GradientCheckpointingLayer):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.attention = BertAttention(cfg)
+        self.intermediate = BertIntermediate(cfg)
+        self.output = BertSelfOutput(cfg, cfg.intermediate)  # BertOutput
+
+    def forward(self, hidden_states, attention_mask=None):  # BertLayer.forward, chunk_size_feed_forward 0
+        attention_output, _ = self.attention(hidden_states, attention_mask=attention_mask)
+        intermediate_output = self.intermediate(attention_output)  # feed_forward_chunk
+        layer_output = self.output(intermediate_output, attention_output)
+        return layer_output
+
+
+class BertPooler(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden, cfg.hidden)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states):
+        first_token_tensor = first_token(hidden_states)  # hidden_states[:, 0]
+        pooled_output = self.dense(first_token_tensor)
+        return self.activation(pooled_output)
+
+
+class BertModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = BertEmbeddings(cfg)
+        self.layer = nn.ModuleList([BertLayer(cfg, i) for i in range(cfg.layers)])  # BertEncoder.layer
+        self.pooler = BertPooler(cfg)
+
+    def forward(self, input_ids, token_type_ids=None):  # BertModel.forward
+        embedding_output = self.embeddings(input_ids, token_type_ids=token_type_ids)
+        attention_mask = create_bidirectional_mask(self.cfg, embedding_output)
+        hidden_states = embedding_output
+        for layer_module in self.layer:  # BertEncoder.forward
+            hidden_states = layer_module(hidden_states, attention_mask)
+        sequence_output = hidden_states
+        pooled_output = self.pooler(sequence_output)
+        return sequence_output, pooled_output
+
+
+def ForSequenceClassificationLoss(labels, pooled_logits, config):
+    """loss/loss_utils.py, problem_type single_label_classification: fixed_cross_entropy of the
+    [b, num_labels] logits, reduction "mean" without num_items_in_batch."""
+    labels = labels.to(pooled_logits.device)
+    return F.cross_entropy(pooled_logits.view(-1, config.num_labels), labels.view(-1), ignore_index=-100,
+                           reduction="mean")
+
+
+class BertForSequenceClassification(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.bert = BertModel(cfg)
+        self.dropout = Dropout(cfg.dropout)  # classifier_dropout None: hidden_dropout_prob
+        self.classifier = nn.Linear(cfg.hidden, cfg.num_labels)
+        self.loss_function = ForSequenceClassificationLoss
+
+    def get_input_embeddings(self):
+        return self.bert.embeddings.word_embeddings
+
+    def head_regions(self):  # no final norm (post-LN) and no lm_head
+        return {self.bert.pooler: "pooler", self.classifier: "head"}
+
+    def decoder_layers(self):
+        return self.bert.layer
+
+    def forward(self, input_ids, token_type_ids=None, labels=None):
+        _, pooled_output = self.bert(input_ids, token_type_ids=token_type_ids)
+        pooled_output = self.dropout(pooled_output)
+        logits = self.classifier(pooled_output)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.cfg)
+        return loss, logits
+
+
+# --------------------------------------------------------------------------------------------
+# DistilBERT (transformers/models/distilbert/modeling_distilbert.py, transformers 5, where the
+# attention went to the attention interface as BERT's did) as DistilBertForSequenceClassification:
+# Embeddings (word + position embeddings, LayerNorm, dropout; no token types), post-LN
+# TransformerBlock = DistilBertSelfAttention (q_lin, k_lin, v_lin, BERT's eager_attention_forward
+# or sdpa_attention_forward, out_lin inside the attention, no dropout after it), sa_layer_norm of
+# the sum with the input, FFN (lin1, GELU, lin2, dropout) and output_layer_norm; the head is
+# pre_classifier over hidden_state[:, 0], ReLU, dropout (seq_classif_dropout) and classifier, with
+# ForSequenceClassificationLoss. The mask is create_bidirectional_mask's, as BERT's.
+# --------------------------------------------------------------------------------------------
+class DistilBertEmbeddings(nn.Module):  # Embeddings
+    def __init__(self, cfg):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.position_embeddings = nn.Embedding(cfg.max_positions, cfg.hidden)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.dropout = Dropout(cfg.dropout)
+        self.register_buffer("position_ids", torch.arange(cfg.max_positions).expand((1, -1)), persistent=False)
+
+    def forward(self, input_ids):  # Embeddings.forward
+        input_embeds = self.word_embeddings(input_ids)
+        seq_length = input_embeds.size(1)
+        position_ids = self.position_ids[:, :seq_length]
+        position_embeddings = self.position_embeddings(position_ids)
+        embeddings = input_embeds + position_embeddings
+        embeddings = self.LayerNorm(embeddings)
+        embeddings = self.dropout(embeddings)
+        return embeddings
+
+
+class DistilBertSelfAttention(BertSelfAttention):  # query/key/value named q_lin/k_lin/v_lin, out_lin inside
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.n_heads = cfg.heads
+        self.attention_head_size = cfg.hidden // cfg.heads
+        self.scaling = self.attention_head_size ** -0.5
+        self.dropout = Dropout(cfg.dropout)  # attention_dropout
+        self.is_causal = False
+        self.q_lin = nn.Linear(cfg.hidden, cfg.hidden)
+        self.k_lin = nn.Linear(cfg.hidden, cfg.hidden)
+        self.v_lin = nn.Linear(cfg.hidden, cfg.hidden)
+        self.out_lin = nn.Linear(cfg.hidden, cfg.hidden)
+
+    def forward(self, hidden_states, attention_mask=None):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.attention_head_size)
+        query_layer = self.q_lin(hidden_states).view(*hidden_shape).transpose(1, 2)
+        key_layer = self.k_lin(hidden_states).view(*hidden_shape).transpose(1, 2)
+        value_layer = self.v_lin(hidden_states).view(*hidden_shape).transpose(1, 2)
+        p = self.dropout.p if self.training else 0.0
+        if self.cfg.attn == "sdpa":
+            attn_output, attn_weights = sdpa_attention_forward(self, query_layer, key_layer, value_layer,
+                                                               attention_mask, dropout=p, scaling=self.scaling)
+        else:
+            attn_output, attn_weights = bert_eager_attention_forward(self, query_layer, key_layer, value_layer,
+                                                                     attention_mask, dropout=p, scaling=self.scaling)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.out_lin(attn_output)
+        return attn_output, attn_weights
+
+
+class DistilBertFFN(nn.Module):  # FFN, chunk_size_feed_forward 0
+    def __init__(self, cfg):
+        super().__init__()
+        self.dropout = Dropout(cfg.dropout)
+        self.lin1 = nn.Linear(cfg.hidden, cfg.intermediate)
+        self.lin2 = nn.Linear(cfg.intermediate, cfg.hidden)
+        self.activation = GELUActivation()  # get_activation(config.activation), "gelu"
+
+    def forward(self, input):  # FFN.ff_chunk
+        x = self.lin1(input)
+        x = self.activation(x)
+        x = self.lin2(x)
+        x = self.dropout(x)
+        return x
+
+
+class DistilBertTransformerBlock(GradientCheckpointingLayer):  # TransformerBlock
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.attention = DistilBertSelfAttention(cfg)
+        self.sa_layer_norm = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.ffn = DistilBertFFN(cfg)
+        self.output_layer_norm = nn.LayerNorm(cfg.hidden, eps=1e-12)
+
+    def forward(self, hidden_states, attention_mask=None):  # TransformerBlock.forward
+        attention_output, _ = self.attention(hidden_states, attention_mask=attention_mask)
+        attention_output = self.sa_layer_norm(attention_output + hidden_states)
+        ffn_output = self.ffn(attention_output)
+        ffn_output = self.output_layer_norm(ffn_output + attention_output)
+        return ffn_output
+
+
+class DistilBertModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = DistilBertEmbeddings(cfg)
+        self.layer = nn.ModuleList([DistilBertTransformerBlock(cfg, i) for i in range(cfg.layers)])  # Transformer
+
+    def forward(self, input_ids):  # DistilBertModel.forward, then Transformer.forward
+        embeddings = self.embeddings(input_ids)
+        attention_mask = create_bidirectional_mask(self.cfg, embeddings)
+        hidden_state = embeddings
+        for layer_module in self.layer:
+            hidden_state = layer_module(hidden_state, attention_mask)
+        return hidden_state
+
+
+class DistilBertForSequenceClassification(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.distilbert = DistilBertModel(cfg)
+        self.pre_classifier = nn.Linear(cfg.hidden, cfg.hidden)
+        self.classifier = nn.Linear(cfg.hidden, cfg.num_labels)
+        self.dropout = Dropout(0.2 if cfg.dropout else 0.0)  # seq_classif_dropout
+        self.loss_function = ForSequenceClassificationLoss
+
+    def get_input_embeddings(self):
+        return self.distilbert.embeddings.word_embeddings
+
+    def head_regions(self):
+        return {self.pre_classifier: "pooler", self.classifier: "head"}
+
+    def decoder_layers(self):
+        return self.distilbert.layer
+
+    def forward(self, input_ids, labels=None):  # DistilBertForSequenceClassification.forward
+        hidden_state = self.distilbert(input_ids)  # distilbert_output[0]
+        pooled_output = first_token(hidden_state)  # hidden_state[:, 0]
+        pooled_output = self.pre_classifier(pooled_output)
+        pooled_output = nn.ReLU()(pooled_output)
+        pooled_output = self.dropout(pooled_output)
+        logits = self.classifier(pooled_output)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.cfg)
+        return loss, logits
+
+
+# --------------------------------------------------------------------------------------------
+# ViT (torchvision/models/vision_transformer.py, torchvision 0.26; torch/nn/modules/activation.py
+# MultiheadAttention and torch/nn/functional.py multi_head_attention_forward, torch 2.11):
+# VisionTransformer._process_input (conv_proj with stride patch_size, reshape, permute), the class
+# token (expand and torch.cat), Encoder (+ pos_embedding, dropout, the EncoderBlocks, ln), pre-LN
+# EncoderBlock (ln_1, MultiheadAttention(batch_first=True) with need_weights=False, dropout,
+# residual, ln_2, MLPBlock = torchvision.ops.MLP: Linear, GELU, Dropout, Linear, Dropout; the
+# LayerNorms with eps 1e-6), heads.head over x[:, 0], and references/classification/train.py's
+# nn.CrossEntropyLoss. Training takes MultiheadAttention's slow path (why_not_fast_path:
+# "training is enabled"): the packed in_proj through _in_projection_packed, then
+# scaled_dot_product_attention (E6: cuDNN for 16-bit inputs; no fp32 case here), out_proj.
+# --------------------------------------------------------------------------------------------
+def _in_projection_packed(q, w, b):  # nn/functional.py _in_projection_packed, self-attention (q is k is v)
+    E = q.size(-1)
+    proj = F.linear(q, w, b)
+    # reshape to 3, E and not E, 3 is deliberate for better memory coalescing and keeping same order as chunk()
+    proj = proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+    return proj[0], proj[1], proj[2]
+
+
+def multi_head_attention_forward(query, num_heads, in_proj_weight, in_proj_bias, dropout_p, out_proj_weight,
+                                 out_proj_bias, training):
+    """nn/functional.py multi_head_attention_forward for self-attention without masks, bias_k,
+    bias_v or add_zero_attn, need_weights=False: the SDPA branch."""
+    tgt_len, bsz, embed_dim = query.shape
+    head_dim = embed_dim // num_heads
+    q, k, v = _in_projection_packed(query, in_proj_weight, in_proj_bias)
+    q = q.view(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)
+    k = k.view(k.shape[0], bsz * num_heads, head_dim).transpose(0, 1)
+    v = v.view(v.shape[0], bsz * num_heads, head_dim).transpose(0, 1)
+    src_len = k.size(1)
+    if not training:
+        dropout_p = 0.0
+    assert dropout_p == 0.0, "the cuDNN emulation has no dropout"
+    q = q.view(bsz, num_heads, tgt_len, head_dim)
+    k = k.view(bsz, num_heads, src_len, head_dim)
+    v = v.view(bsz, num_heads, src_len, head_dim)
+    attn_output = scaled_dot_product_attention(q, k, v, False, head_dim ** -0.5)
+    attn_output = attn_output.permute(2, 0, 1, 3).contiguous().view(bsz * tgt_len, embed_dim)
+    attn_output = F.linear(attn_output, out_proj_weight, out_proj_bias)
+    attn_output = attn_output.view(tgt_len, bsz, attn_output.size(1))
+    return attn_output, None
+
+
+class MultiheadAttention(nn.Module):  # nn.MultiheadAttention, _qkv_same_embed_dim, bias, batch_first
+    def __init__(self, embed_dim, num_heads, dropout=0.0):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.in_proj_weight = nn.Parameter(torch.empty((3 * embed_dim, embed_dim)))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * embed_dim))
+        self.out_proj = nn.Linear(embed_dim, embed_dim)  # NonDynamicallyQuantizableLinear
+        nn.init.xavier_uniform_(self.in_proj_weight)  # _reset_parameters
+
+    def forward(self, query, key, value, need_weights=True):
+        assert query is key is value and not need_weights
+        query = key = value = query.transpose(1, 0)  # batch_first: the "is" property kept
+        attn_output, attn_output_weights = multi_head_attention_forward(
+            query, self.num_heads, self.in_proj_weight, self.in_proj_bias, self.dropout, self.out_proj.weight,
+            self.out_proj.bias, training=self.training)
+        return attn_output.transpose(1, 0), attn_output_weights
+
+
+class MLPBlock(nn.Sequential):  # torchvision.ops.MLP(in_dim, [mlp_dim, in_dim], activation_layer=nn.GELU)
+    def __init__(self, in_dim, mlp_dim, dropout):
+        super().__init__(nn.Linear(in_dim, mlp_dim), nn.GELU(), Dropout(dropout), nn.Linear(mlp_dim, in_dim),
+                         Dropout(dropout))
+
+
+class ViTEncoderBlock(GradientCheckpointingLayer):  # EncoderBlock
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.hidden, eps=1e-6)
+        self.self_attention = MultiheadAttention(cfg.hidden, cfg.heads, dropout=0.0)  # attention_dropout
+        self.dropout = Dropout(cfg.dropout)
+        self.ln_2 = nn.LayerNorm(cfg.hidden, eps=1e-6)
+        self.mlp = MLPBlock(cfg.hidden, cfg.intermediate, cfg.dropout)
+
+    def forward(self, input):  # EncoderBlock.forward
+        x = self.ln_1(input)
+        x, _ = self.self_attention(x, x, x, need_weights=False)
+        x = self.dropout(x)
+        x = x + input
+        y = self.ln_2(x)
+        y = self.mlp(y)
+        return x + y
+
+
+class ViTEncoder(nn.Module):  # Encoder
+    def __init__(self, cfg):
+        super().__init__()
+        seq_length = (cfg.image_size // cfg.patch_size) ** 2 + 1
+        self.pos_embedding = nn.Parameter(torch.empty(1, seq_length, cfg.hidden).normal_(std=0.02))
+        self.dropout = Dropout(cfg.dropout)
+        self.layers = nn.ModuleList([ViTEncoderBlock(cfg, i) for i in range(cfg.layers)])  # nn.Sequential
+        self.ln = nn.LayerNorm(cfg.hidden, eps=1e-6)
+
+    def forward(self, input):  # Encoder.forward: self.ln(self.layers(self.dropout(input)))
+        input = input + self.pos_embedding
+        x = self.dropout(input)
+        for module in self.layers:  # nn.Sequential.forward
+            x = module(x)
+        return self.ln(x)
+
+
+def image_classification_loss(labels, logits, config):  # references/classification/train.py criterion
+    return F.cross_entropy(logits, labels)  # nn.CrossEntropyLoss(label_smoothing=0.0)
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.patch_size = cfg.patch_size
+        self.hidden_dim = cfg.hidden
+        self.conv_proj = nn.Conv2d(cfg.channels, cfg.hidden, kernel_size=cfg.patch_size, stride=cfg.patch_size)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, cfg.hidden))
+        self.encoder = ViTEncoder(cfg)
+        self.heads = nn.ModuleDict({"head": nn.Linear(cfg.hidden, cfg.num_labels)})  # nn.Sequential(OrderedDict)
+        self.loss_function = image_classification_loss
+
+    def get_input_embeddings(self):
+        return self.conv_proj
+
+    def head_regions(self):
+        return {self.encoder.ln: "norm", self.heads["head"]: "head"}
+
+    def decoder_layers(self):
+        return self.encoder.layers
+
+    def _process_input(self, x):  # VisionTransformer._process_input
+        n, c, h, w = x.shape
+        p = self.patch_size
+        n_h, n_w = h // p, w // p
+        x = self.conv_proj(x)
+        x = x.reshape(n, self.hidden_dim, n_h * n_w)
+        x = x.permute(0, 2, 1)
+        return x
+
+    def forward(self, images, labels=None):  # VisionTransformer.forward, then the criterion
+        x = self._process_input(images)
+        n = x.shape[0]
+        batch_class_token = self.class_token.expand(n, -1, -1)
+        x = torch.cat([batch_class_token, x], dim=1)
+        x = self.encoder(x)
+        x = first_token(x)  # x[:, 0]
+        logits = self.heads["head"](x)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.cfg)
+        return loss, logits
+
+
 def build_model(cfg):
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
@@ -2694,7 +3233,9 @@ def build_model(cfg):
     return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
             "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM,
             "qwen3_moe": LlamaForCausalLM, "gpt_oss": GptOssForCausalLM,
-            "deepseek_v3": DeepseekV3ForCausalLM, "falcon": FalconForCausalLM}[cfg.family](cfg)
+            "deepseek_v3": DeepseekV3ForCausalLM, "falcon": FalconForCausalLM,
+            "bert": BertForSequenceClassification,
+            "distilbert": DistilBertForSequenceClassification, "vit": VisionTransformer}[cfg.family](cfg)
 
 
 # --------------------------------------------------------------------------------------------

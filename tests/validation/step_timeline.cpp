@@ -19,8 +19,9 @@ using namespace vramfit;
 
 namespace {
 
-/// The traced case as vramfit describes it (step_models.py: Llama, GPT-2, Gemma 2 and Falcon after
-/// transformers; Llama 3 blocks after torchtune, litgpt and torchtitan).
+/// The traced case as vramfit describes it (step_models.py: Llama, GPT-2, Gemma 2, Falcon, BERT and
+/// DistilBERT after transformers, ViT after torchvision; Llama 3 blocks after torchtune, litgpt
+/// and torchtitan).
 struct traced_case {
   training setup{};
   activation_options batch{};
@@ -81,6 +82,33 @@ traced_case describe(const nlohmann::json& k) {
     m.norm = norm_kind::layernorm;
     m.norms_per_layer = 1;
     m.parallel_block = true;
+  }
+  // BertForSequenceClassification (post-LN, token types, pooler) and
+  // DistilBertForSequenceClassification (post-LN, pre_classifier)
+  if (k["family"] == "bert" || k["family"] == "distilbert") {
+    const bool bert = k["family"] == "bert";
+    m.family = bert ? family::bert : family::distilbert;
+    m.mlp = mlp_kind::gelu;
+    m.norm = norm_kind::layernorm;
+    m.bias = bias_kind::all;
+    m.positions = position_kind::learned;
+    m.max_positions = k["max_positions"];
+    m.encoder = {.token_types = bert ? k["token_types"].get<std::int64_t>() : 0,
+                 .pooler = bert,
+                 .classes = k["num_labels"]};
+  }
+  if (k["family"] ==
+      "vit") {  // torchvision's VisionTransformer: pre-LN, packed in_proj, class token
+    m.family = family::vit;
+    m.mlp = mlp_kind::gelu;
+    m.norm = norm_kind::layernorm;
+    m.bias = bias_kind::all;
+    m.positions = position_kind::learned;
+    m.max_positions = k["max_positions"];
+    m.encoder = {.image_size = k["image_size"],
+                 .patch_size = k["patch_size"],
+                 .channels = k["channels"],
+                 .classes = k["num_labels"]};
   }
   if (gpt2) {
     m.mlp = mlp_kind::gelu;

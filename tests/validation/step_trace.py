@@ -287,8 +287,11 @@ def install_hooks(tracer, model):
     for i, layer in enumerate(layers):
         for name, m in layer.named_modules():
             prefix[id(m)] = name
-    final_norm = model.final_norm()
-    named_regions = {id(final_norm): "norm", id(model.lm_head): "head"}
+    if hasattr(model, "head_regions"):  # an encoder's classification head (BERT's pooler, ...)
+        named_regions = {id(m): r for m, r in model.head_regions().items()}
+    else:
+        final_norm = model.final_norm()
+        named_regions = {id(final_norm): "norm", id(model.lm_head): "head"}
     handles = []
 
     def pre(m, inp):
@@ -380,6 +383,20 @@ DEEPSEEK3 = dict(family="deepseek_v3", hidden=128, intermediate=352, heads=4, kv
 # multi-query (one K/V head) from a fused query_key_value, rotary, GELU MLP of 4 x hidden, no biases, tied
 FALCON = dict(family="falcon", hidden=128, intermediate=512, heads=4, kv_heads=1, head_dim=32, layers=3, vocab=1024,
               tied=True)
+# BERT (modeling_bert.py) as BertForSequenceClassification: post-LN, three biased projections,
+# GELU MLP of 4 x hidden, token types, pooler and a 2-label classifier; dropout 0.1 (BertConfig's
+# hidden_dropout_prob and attention_probs_dropout_prob), untied (no MLM head)
+BERT = dict(family="bert", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
+            dropout=0.1, ln_eps=1e-12)
+# DistilBERT (modeling_distilbert.py) as DistilBertForSequenceClassification: BERT's block without
+# token types, pooler or the dropout after the attention's out_lin; pre_classifier, ReLU, dropout
+DISTILBERT = dict(BERT, family="distilbert")
+# ViT (torchvision's VisionTransformer): 64 x 64 images in 8 x 8 patches (64 patches and the class
+# token), pre-LN, MultiheadAttention's packed in_proj, GELU MLP of 4 x hidden, 10 classes; dropout
+# 0 (torchvision's default)
+VIT = dict(family="vit", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=0,
+           image_size=64, patch_size=8, num_labels=10)
+ENCODERS = ("bert", "distilbert", "vit")
 GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, head_dim=32, layers=3, vocab=1024,
             tied=True, dropout=0.1)
 
@@ -492,6 +509,22 @@ CASES = [
     case("falcon-amp-adamw-foreach", FALCON, "amp_bf16", "adamw", "foreach"),
     case("falcon-amp-sdpa-adamw-fused", FALCON, "amp_bf16", "adamw", "fused", attn="sdpa"),
     case("falcon-bf16-v256-s128-sgd-foreach", FALCON, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # BERT as a sequence classifier: eager with dropout in bf16 and under AMP, SDPA (cuDNN, no
+    # dropout: the emulation has none) under AMP, and a longer sequence with a small vocabulary
+    case("bert-dropout-bf16-adamw-foreach", BERT, "bf16", "adamw", "foreach"),
+    case("bert-dropout-amp-adamw-fused", BERT, "amp_bf16", "adamw", "fused"),
+    case("bert-amp-sdpa-adamw-fused", BERT, "amp_bf16", "adamw", "fused", attn="sdpa", dropout=0.0),
+    case("bert-dropout-bf16-v256-s128-sgd-foreach", BERT, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # DistilBERT as a sequence classifier: eager in bf16, SDPA under AMP, a longer sequence
+    case("distilbert-dropout-bf16-adamw-foreach", DISTILBERT, "bf16", "adamw", "foreach"),
+    case("distilbert-amp-sdpa-adamw-fused", DISTILBERT, "amp_bf16", "adamw", "fused", attn="sdpa", dropout=0.0),
+    case("distilbert-dropout-amp-v256-s128-sgd-foreach", DISTILBERT, "amp_bf16", "sgd", "foreach", seq=128,
+         vocab=256),
+    # ViT: SDPA (MultiheadAttention's training path) in bf16 and under AMP, and 96 x 96 images
+    # (145 tokens); seq is the patches and the class token
+    case("vit-bf16-adamw-foreach", VIT, "bf16", "adamw", "foreach", seq=65),
+    case("vit-amp-adamw-fused", VIT, "amp_bf16", "adamw", "fused", seq=65),
+    case("vit-i96-bf16-sgd-foreach", VIT, "bf16", "sgd", "foreach", seq=145, image_size=96),
 ]
 
 
@@ -521,7 +554,7 @@ EMULATIONS = {
     "E7": "torch 2.11 optimizers (AdamW, SGD, Adafactor; foreach and for-loop); step counters on the host",
     "E8": "fused AdamW: in-place update, fp32 step counters on the device",
     "E9": "torch 2.11 checkpointing (reentrant and non-reentrant with early stop); RNG states on the host",
-    "E10": "full slices (x[:, :, None], x[:, 0:, :]) are no-ops as in torch 2.x",
+    "E10": "full slices (x[:, :, None], x[:, 0:, :], x[:, 0]) are no-ops as in torch 2.x",
     "E11": "kernel workspaces measured on CUDA: _softmax_backward_data (grad_output's size), cumsum, norm",
     "E12": "repeat_interleave with an int count: torch 2.x's expand + clone (torch 1.13 index_selects)",
     "E13": "torch._grouped_mm (MoE experts): one output allocation, saves its inputs and offs; backward the "
@@ -549,7 +582,7 @@ def describe(c):
                 "router": "qwen3_moe" if m["family"] == "qwen3_moe" else "mixtral"} if cfg.moe_experts else None,
         "attn_softcap": cfg.attn_softcap, "final_softcap": cfg.final_softcap,
         "qk_norm": cfg.qk_norm or m["family"] == "gemma3",
-        "max_positions": cfg.max_positions if m["family"] == "gpt2" else None,
+        "max_positions": cfg.max_positions if m["family"] in ("gpt2",) + ENCODERS else None,
         "dtype": "float32" if c["precision"] in ("fp32", "amp_bf16") else "bfloat16",
         "precision": c["precision"], "optimizer": c["optimizer"], "optimizer_impl": c["impl"],
         "optimizer_options": {"adamw": {"weight_decay": 0.01, "amsgrad": False},
@@ -573,6 +606,18 @@ def describe(c):
         d["parallel_block"] = True
         d["norms_per_layer"] = 1
         d["multi_query"] = True
+    if m["family"] in ENCODERS:  # classifiers: post-LN (BERT, DistilBERT) or pre-LN (ViT), F.gelu
+        d["mlp"] = "gelu"
+        d["num_labels"] = cfg.num_labels
+        d["post_ln"] = m["family"] != "vit"
+    if m["family"] == "vit":
+        d["image_size"], d["patch_size"], d["channels"] = cfg.image_size, cfg.patch_size, cfg.channels
+        d["max_positions"] = (cfg.image_size // cfg.patch_size) ** 2 + 1
+        d["attention"] = "sdpa"  # MultiheadAttention's training path
+    if m["family"] == "bert":
+        d["token_types"] = cfg.type_vocab_size
+        d["pooler"] = True
+        d["token_type_ids_input"] = True
     if m["family"] == "deepseek_v3":
         d["norm"], d["mlp"] = "rmsnorm", "swiglu"
         d["moe"].update(router="deepseek_v3", shared_experts=cfg.moe_shared_experts,
@@ -712,8 +757,18 @@ def run_case(c, device, cuda_check=False, hf=False):
     opt = sm.build_optimizer(c["optimizer"], c["impl"], params)
     amp = c["precision"] == "amp_bf16"
     g = torch.Generator().manual_seed(1)
-    host_ids = [[torch.randint(cfg.vocab, (c["batch"], c["seq"]), generator=g) for _ in range(c["accumulation"])]
-                for _ in range(2)]
+    if cfg.family == "vit":  # images in the model's dtype (fp32 under AMP) instead of ids
+        assert c["seq"] == (cfg.image_size // cfg.patch_size) ** 2 + 1
+        image_dtype = torch.bfloat16 if c["precision"] == "bf16" else torch.float32
+        host_ids = [[torch.randn((c["batch"], cfg.channels, cfg.image_size, cfg.image_size), generator=g)
+                     .to(image_dtype) for _ in range(c["accumulation"])] for _ in range(2)]
+    else:
+        host_ids = [[torch.randint(cfg.vocab, (c["batch"], c["seq"]), generator=g)
+                     for _ in range(c["accumulation"])] for _ in range(2)]
+    encoder = cfg.family in ENCODERS
+    if encoder:  # a sequence classifier's labels [b]; BERT's tokenizer also returns token_type_ids
+        host_labels = [[torch.randint(cfg.num_labels, (c["batch"],), generator=g)
+                        for _ in range(c["accumulation"])] for _ in range(2)]
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -742,14 +797,17 @@ def run_case(c, device, cuda_check=False, hf=False):
                 for mb in range(c["accumulation"]):
                     tracer.set_phase("forward", mb, region="inputs")
                     input_ids = host_ids[step - 1][mb].to(device, copy=True)  # the batch moved to the device
-                    labels = host_ids[step - 1][mb].to(device, copy=True)
+                    extra = {}
+                    if cfg.family == "bert":  # the tokenizer's token_type_ids, moved after input_ids
+                        extra["token_type_ids"] = torch.zeros_like(host_ids[step - 1][mb]).to(device, copy=True)
+                    labels = (host_labels if encoder else host_ids)[step - 1][mb].to(device, copy=True)
                     tracer.set_region("embedding")
                     with sm.autocast(enabled=amp, dtype=torch.bfloat16):
-                        loss, logits = model(input_ids, labels=labels)
+                        loss, logits = model(input_ids, labels=labels, **extra)
                         del logits  # Trainer.compute_loss returns the loss only
                     if c["accumulation"] > 1:
                         loss = loss / c["accumulation"]
-                    del input_ids, labels  # Trainer.training_step: del inputs
+                    del input_ids, labels, extra  # Trainer.training_step: del inputs
                     tracer.set_phase("backward", region="loss")
                     loss.backward()
                     del loss
