@@ -373,7 +373,9 @@ TEST_CASE("replays in one scratch answer as replays in buffers of their own") {
   // A search passes one replay_scratch to every replay: what one replay leaves in it (blocks,
   // segments, held tensors, the state compared) must never reach the next. Unlike replays in
   // turn, larger and smaller, with and without steps left out, out of memory, expandable
-  // segments and garbage collection, each equal to its replay in fresh buffers.
+  // segments and garbage collection, each equal to its replay in fresh buffers. A replay whose
+  // persistent tensors are made as the one before's starts from a copy of that state: one at
+  // another micro-batch may, one under other allocator settings or limits must not.
   struct replayed {
     training t;
     activation_options o;
@@ -409,6 +411,10 @@ TEST_CASE("replays in one scratch answer as replays in buffers of their own") {
        {},
        replay_mode::skip_repeats},
       {llama, two, {}, {}, replay_mode::full},
+      {sgd_plain, one, {}, {}, replay_mode::skip_repeats},
+      {sgd_plain, one, parse_alloc_conf("max_split_size_mb:256"), {}, replay_mode::skip_repeats},
+      {sgd_plain, one, parse_alloc_conf("max_split_size_mb:256"), tight, replay_mode::full},
+      {sgd_plain, two, parse_alloc_conf("max_split_size_mb:256"), tight, replay_mode::full},
   };
   for (const bool reversed : {false, true}) {
     replay_scratch scratch;

@@ -421,8 +421,8 @@ TEST_CASE("trainable parameters of the whole model") {
       model_states(training{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value,
                             lora_finetuning(8, "w1")}),
       doctest::Contains("LoRA target 'w1' matches no weight of model 'Llama-3-8B'; its "
-                        "linear modules: embed_tokens, q_proj, k_proj, v_proj, "
-                        "o_proj, gate_proj, up_proj, down_proj, lm_head"));
+                        "modules: embed_tokens, q_proj, k_proj, v_proj, "
+                        "o_proj, gate_proj, up_proj, down_proj, lm_head, or all-linear"));
 }
 
 TEST_CASE("peft's default LoRA targets follow config.json's model_type") {
