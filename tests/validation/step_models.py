@@ -2794,11 +2794,16 @@ class BertSelfAttention(nn.Module):
         self.is_causal = False
 
     def forward(self, hidden_states, attention_mask=None):  # BertSelfAttention.forward
+        return self.attend(hidden_states, attention_mask, self.query, self.key, self.value)
+
+    def attend(self, hidden_states, attention_mask, query, key, value, out=None):
+        # DistilBERT's MultiHeadSelfAttention applies `out` in the same function, while q, k and v
+        # are still held
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.attention_head_size)
-        query_layer = self.query(hidden_states).view(*hidden_shape).transpose(1, 2)
-        key_layer = self.key(hidden_states).view(*hidden_shape).transpose(1, 2)
-        value_layer = self.value(hidden_states).view(*hidden_shape).transpose(1, 2)
+        query_layer = query(hidden_states).view(*hidden_shape).transpose(1, 2)
+        key_layer = key(hidden_states).view(*hidden_shape).transpose(1, 2)
+        value_layer = value(hidden_states).view(*hidden_shape).transpose(1, 2)
         p = self.dropout.p if self.training else 0.0
         if self.cfg.attn == "sdpa":
             attn_output, attn_weights = sdpa_attention_forward(self, query_layer, key_layer, value_layer,
@@ -2807,6 +2812,8 @@ class BertSelfAttention(nn.Module):
             attn_output, attn_weights = bert_eager_attention_forward(self, query_layer, key_layer, value_layer,
                                                                      attention_mask, dropout=p, scaling=self.scaling)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        if out is not None:
+            attn_output = out(attn_output)
         return attn_output, attn_weights
 
 
@@ -2971,22 +2978,8 @@ class DistilBertSelfAttention(BertSelfAttention):  # query/key/value named q_lin
         self.v_lin = nn.Linear(cfg.hidden, cfg.hidden)
         self.out_lin = nn.Linear(cfg.hidden, cfg.hidden)
 
-    def forward(self, hidden_states, attention_mask=None):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.attention_head_size)
-        query_layer = self.q_lin(hidden_states).view(*hidden_shape).transpose(1, 2)
-        key_layer = self.k_lin(hidden_states).view(*hidden_shape).transpose(1, 2)
-        value_layer = self.v_lin(hidden_states).view(*hidden_shape).transpose(1, 2)
-        p = self.dropout.p if self.training else 0.0
-        if self.cfg.attn == "sdpa":
-            attn_output, attn_weights = sdpa_attention_forward(self, query_layer, key_layer, value_layer,
-                                                               attention_mask, dropout=p, scaling=self.scaling)
-        else:
-            attn_output, attn_weights = bert_eager_attention_forward(self, query_layer, key_layer, value_layer,
-                                                                     attention_mask, dropout=p, scaling=self.scaling)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.out_lin(attn_output)
-        return attn_output, attn_weights
+    def forward(self, hidden_states, attention_mask=None):  # MultiHeadSelfAttention.forward
+        return self.attend(hidden_states, attention_mask, self.q_lin, self.k_lin, self.v_lin, out=self.out_lin)
 
 
 class DistilBertFFN(nn.Module):  # FFN, chunk_size_feed_forward 0
