@@ -167,26 +167,39 @@ inline void refuse_unknown_subcommand(const CLI::App& app, const std::vector<std
   }
 }
 
-/// CLI11's "not expected" for an unknown option, with the options closest to the first one
-/// among those of the subcommand given (and the tool's own).
-inline std::string with_close_options(const CLI::App& app, const std::string& message) {
-  std::string word;
-  for (const std::string& w : app.remaining(true))
-    if (w.size() > 1 && w.front() == '-') {
-      word = w.substr(0, w.find('='));  // "--micro-batchh=4"
-      break;
-    }
-  if (word.empty()) return message;
-  std::vector<std::string> names;
-  const auto add = [&names](const CLI::App& cmd) {
-    for (const CLI::Option* o : cmd.get_options()) {
-      for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
-      for (const std::string& s : o->get_snames()) names.push_back("-" + s);
-    }
+/// The words no option took, in the order given (CLI11's own message lists them last first): an
+/// unknown option with the options closest to it, or a value that no option asked for.
+inline std::string unexpected_words(const CLI::App& app) {
+  const auto option_like = [](const std::string& w) {  // "-1" and "-.5" are values
+    return w.size() > 1 && w.front() == '-' && (w[1] < '0' || w[1] > '9') && w[1] != '.';
   };
-  add(app);
-  for (const CLI::App* sub : app.get_subcommands()) add(*sub);
-  return message + did_you_mean(word, names);
+  const std::vector<std::string> words = app.remaining(true);
+  std::string command = "vramfit";
+  for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+  if (words.empty()) return "unexpected arguments (see " + command + " --help)";
+  const std::string& first = words.front();
+  std::string message;
+  if (option_like(first)) {
+    const std::string name = first.substr(0, first.find('='));  // "--micro-batchh=4"
+    std::vector<std::string> names;
+    const auto add = [&names](const CLI::App& cmd) {
+      for (const CLI::Option* o : cmd.get_options()) {
+        for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+        for (const std::string& s : o->get_snames()) names.push_back("-" + s);
+      }
+    };
+    add(app);
+    for (const CLI::App* sub : app.get_subcommands()) add(*sub);
+    message = "unknown option '" + shown_value(name) + "'" + did_you_mean(name, names);
+  } else {
+    message = "unexpected argument '" + shown_value(first) + "': no option takes it";
+  }
+  std::string others;  // further unknown options; the values after them are theirs
+  for (std::size_t i = 1; i < words.size(); ++i)
+    if (option_like(words[i]))
+      others += (others.empty() ? "" : ", ") + shown_value(words[i].substr(0, words[i].find('=')));
+  if (!others.empty()) message += " (unknown too: " + others + ")";
+  return message + " (see " + command + " --help)";
 }
 
 inline int tool::run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -204,8 +217,8 @@ inline int tool::run(const std::vector<std::string>& args, std::ostream& out, st
     return app_.exit(e, out, err);
   } catch (const CLI::CallForVersion& e) {
     return app_.exit(e, out, err);
-  } catch (const CLI::ExtrasError& e) {
-    err << refusal_line(with_close_options(app_, e.what()) + " (see vramfit --help)") << "\n";
+  } catch (const CLI::ExtrasError&) {
+    err << refusal_line(unexpected_words(app_)) << "\n";
     return 2;
   } catch (const CLI::ParseError& e) {
     err << refusal_line(std::string(e.what()) + " (see vramfit --help)") << "\n";

@@ -605,9 +605,7 @@ constexpr std::int64_t eager_softmax_bits(const model& m, const block_builder& b
   if (m.family == family::falcon) return b.autocast_wide();
   // modeling_bert.py eager_attention_forward and modeling_distilbert.py
   // MultiHeadSelfAttention.forward: nn.functional.softmax(scores, dim=-1), as GPT-2's.
-  const bool no_dtype =
-      m.family == family::gpt2 || m.family == family::bert || m.family == family::distilbert;
-  return no_dtype ? b.autocast_wide() : b.beta();
+  return m.family == family::gpt2 || m.is_bert_style() ? b.autocast_wide() : b.beta();
 }
 
 /// Where eager attention's softmax output and its 16-bit copy come from: Llama's
@@ -1646,7 +1644,7 @@ constexpr bytes embedding_inputs(const model& m, const activation_options& o,
   if (m.family == family::bert) embedding += bytes{checked_mul(8, tokens)};
   // modeling_bert.py BertEmbeddings.forward (modeling_distilbert.py Embeddings.forward):
   // self.LayerNorm(embeddings) keeps the summed embeddings and its fp32 mean and rstd.
-  if ((m.family == family::bert || m.family == family::distilbert) && !b.frozen_base())
+  if (m.is_bert_style() && !b.frozen_base())
     embedding += bytes_for_bits(checked_mul(b.replicated(m.hidden), b.rho())) +
                  bytes{checked_mul(8, b.replicated(1))};
   if (m.family == family::vit) {
@@ -1758,7 +1756,7 @@ constexpr loss_tensors head_and_loss(const training& t, const activation_options
   const model& m = t.model;
   // LoRA leaves the final norm's weight frozen: weight * x keeps no x for it (as a layer's norms).
   // BERT's and DistilBERT's layers end in their own LayerNorm (post-LN): no final norm.
-  if (m.family != family::bert && m.family != family::distilbert) {
+  if (!m.is_bert_style()) {
     block_builder final_norm(m, t.precision, o, l, t.finetune);
     final_norm.norm("final norm input", m.hidden);
     for (const saved_tensor& x : final_norm.result()) s.head += x.size;
@@ -1955,8 +1953,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
     const std::int64_t held_states = o.code == model_code::hf ? 3 : 2;
     detail::forward_transients f{held_states, bytes_for_bits(detail::checked_mul(
                                                   held_states * b.replicated(m.hidden), b.rho()))};
-    if (m.family == family::bert || m.family == family::distilbert)
-      f = detail::post_ln_forward_transients(m, o, b);
+    if (m.is_bert_style()) f = detail::post_ln_forward_transients(m, o, b);
     const bool moe_layers =
         m.is_moe() && range.first_layer + range.layers > m.moe.first_dense_layers;
     if (moe_layers) {

@@ -165,6 +165,11 @@ struct model {
   [[nodiscard]] constexpr bool is_encoder() const {
     return family == family::bert || family == family::vit || family == family::distilbert;
   }
+  /// BERT's code and DistilBERT's (modeling_bert.py, modeling_distilbert.py): post-LN layers, a
+  /// LayerNorm over the summed embeddings, no final norm, a softmax with no dtype.
+  [[nodiscard]] constexpr bool is_bert_style() const {
+    return family == family::bert || family == family::distilbert;
+  }
   /// Whether `layer` routes tokens to experts.
   [[nodiscard]] constexpr bool is_moe_layer(std::int64_t layer) const {
     return is_moe() && layer >= moe.first_dense_layers;

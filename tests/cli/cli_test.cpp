@@ -247,7 +247,11 @@ TEST_CASE("bad input: one line on stderr, exit status 2") {
     const char* args;
     const char* message;
   } cases[] = {
-      {"train --no-such-option", "not expected: --no-such-option"},
+      {"train --no-such-option", "unknown option '--no-such-option' (see vramfit train --help)"},
+      // the words in the order given, the first unknown option named, a value for none
+      {"train --bogus 1 --other", "(unknown too: --other) (see vramfit train --help)"},
+      {"train --seq 1024 --gpus -1", "unknown option '--seq'; did you mean --seq-len"},
+      {"train -m gpt2 5", "unexpected argument '5': no option takes it (see vramfit train --help)"},
       {"train --model no-such-model", "unknown --model 'no-such-model'; known: gpt2,"},
       {"train --model /no/such/config.json", "--model '/no/such/config.json' does not exist"},
       {"train --model vramfit_cli_malformed.json", "is not valid JSON"},

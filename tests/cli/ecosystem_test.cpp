@@ -207,7 +207,8 @@ TEST_CASE("Hugging Face optim names: aliases where vramfit models the same optim
 TEST_CASE("did you mean: a subcommand, an option, a choice, a GPU") {
   check_refusal(run("trian"), "unknown subcommand 'trian'; did you mean train?");
   check_refusal(run("--units GB infr"), "unknown subcommand 'infr'; did you mean infer?");
-  check_refusal(run("train --micro-batchh 2"), "did you mean --micro-batch?");
+  check_refusal(run("train --micro-batchh 2"),
+                "unknown option '--micro-batchh'; did you mean --micro-batch?");
   check_refusal(run("infer --kv-dtyp fp8"), "did you mean --kv-dtype");
   check_refusal(run("train --precision bf61"), "did you mean bf16");
   check_refusal(run("train --optimizer adamw_torh"), "did you mean adamw_torch");
