@@ -34,7 +34,8 @@ enum class layer_tensor : unsigned char {
   core_gradient,
   working,
   gradient_before_core,
-  gradient_after_core
+  gradient_after_core,
+  held_gradient  ///< part 0: eager attention's V gradient; 1: a parallel block's MLP input's
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -216,6 +217,9 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   visit(layer_piece{.kind = layer_tensor::gradient_after_core,
                     .size = w.score_gradient,
                     .count = w.gradients_after});
+  visit(layer_piece{.kind = layer_tensor::held_gradient, .part = 0, .size = w.value_gradient});
+  visit(layer_piece{
+      .kind = layer_tensor::held_gradient, .part = 1, .size = w.parallel_input_gradient});
 }
 
 /// One layer's tensors summed the way the timeline uses them.
@@ -232,6 +236,9 @@ struct layer_pattern {
   bytes core_gradient[2]{};          ///< [layer_part]
   /// Eager attention's score gradients before and after its core.
   bytes score_gradients_before{}, score_gradients_after{};
+  /// Gradients that wait through the attention's core (layer_backward_working): [0] V's, [1] a
+  /// parallel block's MLP input's.
+  bytes held_gradient[2]{};
 };
 
 /// The sums of `p` a saved tensor `x` counts in, by when its half's backward frees it.
@@ -284,6 +291,9 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::gradient_after_core:
                               p.score_gradients_after += all;
+                              break;
+                            case layer_tensor::held_gradient:
+                              p.held_gradient[part] += all;
                               break;
                           }
                         });
@@ -789,6 +799,9 @@ struct step_writer {
     const bytes after = part ? bytes{} : p.score_gradients_after;
     add("attention value matmul: score gradient", e.working, before,
         pieces_of(layer_tensor::gradient_before_core));
+    if (!part)
+      add("attention value matmul: V gradient (waits through the core)", e.working,
+          p.held_gradient[0], pieces_of(layer_tensor::held_gradient, 0));
     add("attention value matmul: inputs freed", layer_saved, -p.saved_core_start[part],
         freed(freed_at::core_start));
     add(working_name, e.working, incoming, pieces_of(layer_tensor::core_gradient, part));
@@ -803,6 +816,9 @@ struct step_writer {
     add(working_name, e.working, -working_set, pieces_of(layer_tensor::working, part));
     add("attention scores: gradients cast and scaled", e.working, -after,
         pieces_of(layer_tensor::gradient_after_core));
+    if (!part)
+      add("attention value matmul: V gradient (waits through the core)", e.working,
+          -p.held_gradient[0], pieces_of(layer_tensor::held_gradient, 0));
     add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry, grads_rest,
         pieces_of(layer_tensor::gradient, part, 0));
     stepped(grads_rest, r.first, r.count, pieces_of(layer_tensor::gradient, part, 0));
@@ -810,6 +826,9 @@ struct step_writer {
         -p.saved_rest[part], freed(freed_at::half_end));
     add(part ? "MLP weight copies freed" : "attention weight copies freed", e.casts,
         -p.casts_rest[part], pieces_of(layer_tensor::cast, part, 0));
+    // A parallel block's MLP input gradient waits for the attention's in its norm's input buffer.
+    add("parallel block: MLP input gradient (waits for the attention's)", e.working,
+        part ? p.held_gradient[1] : -p.held_gradient[1], pieces_of(layer_tensor::held_gradient, 1));
     if (!first_pass)
       add("new weight gradients added into .grad", e.working, -grads,
           pieces_of(layer_tensor::gradient, part));
