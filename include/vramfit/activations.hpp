@@ -1506,8 +1506,12 @@ struct layer_backward_working {
   /// producer, made before the scores, and the engine runs the ready node with the highest
   /// sequence number first (torch/csrc/autograd/engine.cpp ReadyQueue, CompareNodeTaskTime). V
   /// broadcast by the matmul itself (Falcon-7B's one K/V head) is summed back to its heads first
-  /// (expand's backward: sum_to_size), and that sum waits instead. Traced (docs/step-trace.md).
+  /// (expand's backward: sum_to_size), and that sum waits instead. Traced on an H200 and on the
+  /// CPU (docs/timeline.md).
   bytes value_gradient{};
+  /// Eager attention: the output projection's input gradient (the merged heads'), which the value
+  /// matmul's backward reads and which goes after it.
+  bytes output_gradient{};
   /// A parallel block (Falcon): the MLP's input gradient, which waits in its norm's input buffer
   /// (autograd/input_buffer.cpp) through the attention's backward: the norm (ln_mlp, or the one
   /// norm the attention also reads) ran before the attention, so its backward comes after.
@@ -1577,6 +1581,7 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
         detail::falcon_multi_query(m) ? detail::local_kv_heads(m, t) : heads;
     w.value_gradient =
         bytes_for_bits(checked_mul(b.split(value_heads * m.head_dim), b.core_bits()));
+    w.output_gradient = bytes_for_bits(checked_mul(b.split(heads * m.head_dim), beta));
   } else {
     const std::int64_t qkv_width =
         m.is_mla()

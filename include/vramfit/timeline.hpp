@@ -35,7 +35,8 @@ enum class layer_tensor : unsigned char {
   working,
   gradient_before_core,
   gradient_after_core,
-  held_gradient  ///< part 0: eager attention's V gradient; 1: a parallel block's MLP input's
+  held_gradient,   ///< part 0: eager attention's V gradient; 1: a parallel block's MLP input's
+  output_gradient  ///< eager attention's o_proj input gradient, read by the value matmul
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -218,6 +219,7 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
                     .size = w.score_gradient,
                     .count = w.gradients_after});
   visit(layer_piece{.kind = layer_tensor::held_gradient, .part = 0, .size = w.value_gradient});
+  visit(layer_piece{.kind = layer_tensor::output_gradient, .size = w.output_gradient});
   visit(layer_piece{
       .kind = layer_tensor::held_gradient, .part = 1, .size = w.parallel_input_gradient});
 }
@@ -239,6 +241,7 @@ struct layer_pattern {
   /// Gradients that wait through the attention's core (layer_backward_working): [0] V's, [1] a
   /// parallel block's MLP input's.
   bytes held_gradient[2]{};
+  bytes output_gradient{};  ///< eager attention's o_proj input gradient
 };
 
 /// The sums of `p` a saved tensor `x` counts in, by when its half's backward frees it.
@@ -294,6 +297,9 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::held_gradient:
                               p.held_gradient[part] += all;
+                              break;
+                            case layer_tensor::output_gradient:
+                              p.output_gradient += all;
                               break;
                           }
                         });
@@ -775,6 +781,10 @@ struct step_writer {
     add(part ? "MLP output linear: weight gradients" : "attention output linear: weight gradients",
         grad_entry, grads_out, pieces_of(layer_tensor::gradient, part, 1));
     stepped(grads_out, r.first, r.count, pieces_of(layer_tensor::gradient, part, 1));
+    // Eager attention: o_proj's input gradient, which the value matmul's backward reads.
+    if (!part)
+      add("attention output linear: input gradient", e.working, p.output_gradient,
+          pieces_of(layer_tensor::output_gradient));
     add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
         layer_saved, -p.saved_out[part], pieces_of(layer_tensor::saved, part, 1));
     // A linear's weight copy is saved for its input gradient and goes with its backward.
@@ -797,13 +807,18 @@ struct step_writer {
     // Eager attention's only (part 0): its 16-bit score gradients and what its core frees.
     const bytes before = part ? bytes{} : p.score_gradients_before;
     const bytes after = part ? bytes{} : p.score_gradients_after;
-    add("attention value matmul: score gradient", e.working, before,
-        pieces_of(layer_tensor::gradient_before_core));
+    // Its V gradient comes first (traced on an H200: docs/timeline.md), then the score gradient;
+    // then its inputs and its incoming gradient go.
     if (!part)
       add("attention value matmul: V gradient (waits through the core)", e.working,
           p.held_gradient[0], pieces_of(layer_tensor::held_gradient, 0));
+    add("attention value matmul: score gradient", e.working, before,
+        pieces_of(layer_tensor::gradient_before_core));
     add("attention value matmul: inputs freed", layer_saved, -p.saved_core_start[part],
         freed(freed_at::core_start));
+    if (!part)
+      add("attention output linear: input gradient", e.working, -p.output_gradient,
+          pieces_of(layer_tensor::output_gradient));
     add(working_name, e.working, incoming, pieces_of(layer_tensor::core_gradient, part));
     add("attention value matmul: score gradient", e.working, -before,
         pieces_of(layer_tensor::gradient_before_core));
