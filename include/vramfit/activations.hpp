@@ -230,6 +230,14 @@ constexpr bool falcon_multi_query(const model& m) {
   return m.family == family::falcon && m.norms_per_layer == 1 && m.kv_heads < m.heads;
 }
 
+/// Falcon-40B/180B's new_decoder_architecture (read_falcon's two norms): ln_attn and ln_mlp over
+/// the same input (modeling_falcon.py FalconDecoderLayer.forward, num_ln_in_parallel_attn 2), and
+/// FalconAttention._split_heads copies K and V to every query head (torch.broadcast_to, then
+/// flatten(2, 3) of views that cannot merge: reshape copies), so the attention sees no grouping.
+constexpr bool falcon_new_architecture(const model& m) {
+  return m.family == family::falcon && m.norms_per_layer == 2;
+}
+
 }  // namespace detail
 
 /// Whether every layer attends through the model's sliding window (Mistral, Phi-3), not some of
@@ -254,6 +262,10 @@ constexpr attention_kind attention_kernel(const model& m, const precision& p,
   // modeling_falcon.py FalconAttention.forward: SDPA on one K/V head without enable_gqa runs the
   // math kernel (sdp_utils.cpp check_batch_size_and_num_heads_dense).
   if (detail::falcon_multi_query(m)) return attention_kind::eager;
+  // new_decoder_architecture: K and V reach SDPA with every head (falcon_new_architecture()), as
+  // the codes that repeat KV first pass them.
+  if (detail::falcon_new_architecture(m))
+    return m.kv_heads < m.heads ? attention_kind::sdpa : attention_kind::flash;
   const bool grouped = !m.is_mla() && !detail::fused_qkv(m) && m.kv_heads < m.heads;
   // Model codes that copy K and V to every query head first, passing no mask (is_causal).
   if (detail::traits_of(o.code).repeats_kv)
@@ -295,9 +307,10 @@ constexpr layer_linears linears_of(const model& m) {
     case family::gpt_bigcode:
       return {{{"c_attn"}, 1}, {{"c_proj"}, 1}, {{"c_fc"}, 1}, {{"c_proj"}, 1}};
     case family::falcon:  // modeling_falcon.py: the parallel block's MLP reads the attention's
-                          // input
-      return {m.parallel_block ? linear_readers{{"query_key_value", "dense_h_to_4h"}, 2}
-                               : linear_readers{{"query_key_value"}, 1},
+                          // input, unless ln_mlp gives it its own (new_decoder_architecture)
+      return {m.parallel_block && !falcon_new_architecture(m)
+                  ? linear_readers{{"query_key_value", "dense_h_to_4h"}, 2}
+                  : linear_readers{{"query_key_value"}, 1},
               {{"dense"}, 1},
               {{"dense_h_to_4h"}, 1},
               {{"dense_4h_to_h"}, 1}};
@@ -436,6 +449,17 @@ class block_builder {
     add("LoRA A output (rank r)",
         "peft tuners/lora/layer.py Linear.forward: lora_B(lora_A(dropout(x))) * scaling",
         checked_mul(checked_mul(rows, f_.lora.rank), adapted), bits);
+  }
+
+  /// A second LayerNorm over an input the first already keeps (Falcon's ln_mlp beside ln_attn,
+  /// both over the layer's input): only its fp32 mean and rstd are new.
+  constexpr void shared_input_norm(const char* name) {
+    if (!stream_grad_ || !o_.norm_statistics) return;
+    add(name,
+        "modeling_falcon.py FalconDecoderLayer.forward: mlp_layernorm_out = "
+        "self.ln_mlp(hidden_states); derivatives.yaml native_layer_norm: "
+        "native_layer_norm_backward(..., result1, result2, ...)",
+        checked_mul(2, replicated(1)), 32);
   }
 
   /// A norm over `width` features: what its implementation saves, not its output.
@@ -814,6 +838,17 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   // generated code guards each saved input by should_compute_output); SDPA's saves all or none.
   const bool eager = b.attention() == attention_kind::eager;
   const bool any = g.q || g.k || g.v;
+  if (m.family == family::falcon && any) {
+    // FalconAttention._split_heads takes K and V with a list index (fused_qkv[..., [-2], :], or
+    // qkv[:, :, :, [-2]] in new_decoder_architecture): python_variable_indexing.cpp
+    // sequenceToVariable makes each list an int64 tensor on the device, which index.Tensor saves
+    // (derivatives.yaml index.Tensor: index_backward(..., indices, grad)); one block each.
+    const char* source =
+        "modeling_falcon.py FalconAttention._split_heads: [-2] and [-1] as index tensors, saved "
+        "by index.Tensor (derivatives.yaml: index_backward(grad.new_zeros(...), indices, grad))";
+    b.add_block("K index tensor (int64)", source, 1, 64);
+    b.add_block("V index tensor (int64)", source, 1, 64);
+  }
   if (fused_qkv(m)) {
     // Q, K and V are views of one projection output, which therefore stays whole (BERT's and
     // DistilBERT's three projections keep the same elements).
@@ -1191,6 +1226,9 @@ constexpr const char* dense_mlp_input_source(const model& m) {
   if (m.family == family::phi3)
     return "modeling_phi3.py Phi3MLP.forward: self.gate_up_proj(hidden_states)";
   if (m.family == family::gpt2) return "modeling_gpt2.py GPT2MLP.forward: self.c_fc(hidden_states)";
+  if (m.family == family::falcon)
+    return "modeling_falcon.py FalconDecoderLayer.forward: self.mlp(mlp_layernorm_out); "
+           "FalconMLP.forward: self.dense_h_to_4h(x)";
   return "the up projection (a linear keeps its input), derivatives.yaml mm: "
          "mm_mat2_backward(grad, self, ...)";
 }
@@ -1358,8 +1396,9 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
 /// The MLP sub-block's saved tensors (dense or mixture of experts).
 constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
                                   const layout& l, bool moe_layer) {
-  // Each linear reading the norm output keeps its input (under autocast its own cast).
-  if (!m.parallel_block) {
+  // Each linear reading the norm output keeps its input (under autocast its own cast); Falcon's
+  // new_decoder_architecture gives the parallel MLP its own norm (ln_mlp).
+  if (!m.parallel_block || falcon_new_architecture(m)) {
     const mlp_input in = mlp_input_of(m, b, moe_layer);
     b.linear_input(moe_layer ? "MLP input (norm output, router input)" : "MLP input (norm output)",
                    o.code == model_code::hf ? in.source : sources_of(o.code).mlp_input,
@@ -1397,6 +1436,8 @@ constexpr saved_tensor_ledger layer_saved_tensors(const model& m, const precisio
   if (!input_grad) b.input_needs_no_grad();
   // Pre-LN blocks (and Falcon's one shared norm); BERT's post-LN saves the same inputs.
   b.norm("attention norm input", m.hidden);
+  if (detail::falcon_new_architecture(m))
+    b.shared_input_norm("MLP norm (ln_mlp) mean and rstd (fp32)");
   detail::attention_block(b, m, o);
   if (m.norms_per_layer >= 4) b.norm("post-attention norm input", m.hidden);
   b.begin_mlp();
@@ -1458,6 +1499,21 @@ struct layer_backward_working {
   /// back, then scaled). Traced on an H200 and on the CPU (docs/timeline.md).
   bytes score_gradient{};
   std::int64_t gradients_before = 0, gradients_after = 0;
+  /// Eager attention: the value matmul's gradient for V (derivatives.yaml bmm: mat2:
+  /// self.transpose(1, 2).bmm(grad)), which waits through the core's backward: it goes to V's
+  /// producer, made before the scores, and the engine runs the ready node with the highest
+  /// sequence number first (torch/csrc/autograd/engine.cpp ReadyQueue, CompareNodeTaskTime). V
+  /// broadcast by the matmul itself (Falcon-7B's one K/V head) is summed back to its heads first
+  /// (expand's backward: sum_to_size), and that sum waits instead. Traced on an H200 and on the
+  /// CPU (docs/timeline.md).
+  bytes value_gradient{};
+  /// Eager attention: the output projection's input gradient (the merged heads'), which the value
+  /// matmul's backward reads and which goes after it.
+  bytes output_gradient{};
+  /// A parallel block (Falcon): the MLP's input gradient, which waits in its norm's input buffer
+  /// (autograd/input_buffer.cpp) through the attention's backward: the norm (ln_mlp, or the one
+  /// norm the attention also reads) ran before the attention, so its backward comes after.
+  bytes parallel_input_gradient{};
 };
 
 namespace detail {
@@ -1496,6 +1552,8 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
   const std::int64_t t = b.tp();
   const std::int64_t beta = b.beta();
   layer_backward_working w{};
+  if (m.parallel_block)  // in the format of the norm's output (under autocast, fp32)
+    w.parallel_input_gradient = bytes_for_bits(checked_mul(b.replicated(m.hidden), b.rho()));
   // gelu_new in Python (0.5x(1 + tanh)): the incoming gradient in the wide format (under
   // autocast a cast of the 16-bit one), two products of it, and under autocast the 16-bit cast
   // of the result for the linear before (traced: tests/validation/step_traces.json, GPT-2 AMP).
@@ -1517,6 +1575,11 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
     w.score_gradient = bytes_for_bits(checked_mul(scores, beta));
     w.gradients_before = cast || o.attention_dropout ? 1 : 0;
     w.gradients_after = cast ? 2 : 1;
+    const std::int64_t value_heads =
+        detail::falcon_multi_query(m) ? detail::local_kv_heads(m, t) : heads;
+    w.value_gradient =
+        bytes_for_bits(checked_mul(b.split(value_heads * m.head_dim), b.core_bits()));
+    w.output_gradient = bytes_for_bits(checked_mul(b.split(heads * m.head_dim), beta));
   } else {
     const std::int64_t qkv_width =
         m.is_mla()

@@ -34,7 +34,9 @@ enum class layer_tensor : unsigned char {
   core_gradient,
   working,
   gradient_before_core,
-  gradient_after_core
+  gradient_after_core,
+  held_gradient,   ///< part 0: eager attention's V gradient; 1: a parallel block's MLP input's
+  output_gradient  ///< eager attention's o_proj input gradient, read by the value matmul
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -216,6 +218,10 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   visit(layer_piece{.kind = layer_tensor::gradient_after_core,
                     .size = w.score_gradient,
                     .count = w.gradients_after});
+  visit(layer_piece{.kind = layer_tensor::held_gradient, .part = 0, .size = w.value_gradient});
+  visit(layer_piece{.kind = layer_tensor::output_gradient, .size = w.output_gradient});
+  visit(layer_piece{
+      .kind = layer_tensor::held_gradient, .part = 1, .size = w.parallel_input_gradient});
 }
 
 /// One layer's tensors summed the way the timeline uses them.
@@ -232,6 +238,10 @@ struct layer_pattern {
   bytes core_gradient[2]{};          ///< [layer_part]
   /// Eager attention's score gradients before and after its core.
   bytes score_gradients_before{}, score_gradients_after{};
+  /// Gradients that wait through the attention's core (layer_backward_working): [0] V's, [1] a
+  /// parallel block's MLP input's.
+  bytes held_gradient[2]{};
+  bytes output_gradient{};  ///< eager attention's o_proj input gradient
 };
 
 /// The sums of `p` a saved tensor `x` counts in, by when its half's backward frees it.
@@ -284,6 +294,12 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::gradient_after_core:
                               p.score_gradients_after += all;
+                              break;
+                            case layer_tensor::held_gradient:
+                              p.held_gradient[part] += all;
+                              break;
+                            case layer_tensor::output_gradient:
+                              p.output_gradient += all;
                               break;
                           }
                         });
@@ -765,6 +781,10 @@ struct step_writer {
     add(part ? "MLP output linear: weight gradients" : "attention output linear: weight gradients",
         grad_entry, grads_out, pieces_of(layer_tensor::gradient, part, 1));
     stepped(grads_out, r.first, r.count, pieces_of(layer_tensor::gradient, part, 1));
+    // Eager attention: o_proj's input gradient, which the value matmul's backward reads.
+    if (!part)
+      add("attention output linear: input gradient", e.working, p.output_gradient,
+          pieces_of(layer_tensor::output_gradient));
     add(part ? "MLP output linear: input freed" : "attention output linear: input freed",
         layer_saved, -p.saved_out[part], pieces_of(layer_tensor::saved, part, 1));
     // A linear's weight copy is saved for its input gradient and goes with its backward.
@@ -787,10 +807,18 @@ struct step_writer {
     // Eager attention's only (part 0): its 16-bit score gradients and what its core frees.
     const bytes before = part ? bytes{} : p.score_gradients_before;
     const bytes after = part ? bytes{} : p.score_gradients_after;
+    // Its V gradient comes first (traced on an H200: docs/timeline.md), then the score gradient;
+    // then its inputs and its incoming gradient go.
+    if (!part)
+      add("attention value matmul: V gradient (waits through the core)", e.working,
+          p.held_gradient[0], pieces_of(layer_tensor::held_gradient, 0));
     add("attention value matmul: score gradient", e.working, before,
         pieces_of(layer_tensor::gradient_before_core));
     add("attention value matmul: inputs freed", layer_saved, -p.saved_core_start[part],
         freed(freed_at::core_start));
+    if (!part)
+      add("attention output linear: input gradient", e.working, -p.output_gradient,
+          pieces_of(layer_tensor::output_gradient));
     add(working_name, e.working, incoming, pieces_of(layer_tensor::core_gradient, part));
     add("attention value matmul: score gradient", e.working, -before,
         pieces_of(layer_tensor::gradient_before_core));
@@ -803,6 +831,9 @@ struct step_writer {
     add(working_name, e.working, -working_set, pieces_of(layer_tensor::working, part));
     add("attention scores: gradients cast and scaled", e.working, -after,
         pieces_of(layer_tensor::gradient_after_core));
+    if (!part)
+      add("attention value matmul: V gradient (waits through the core)", e.working,
+          -p.held_gradient[0], pieces_of(layer_tensor::held_gradient, 0));
     add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry, grads_rest,
         pieces_of(layer_tensor::gradient, part, 0));
     stepped(grads_rest, r.first, r.count, pieces_of(layer_tensor::gradient, part, 0));
@@ -810,6 +841,9 @@ struct step_writer {
         -p.saved_rest[part], freed(freed_at::half_end));
     add(part ? "MLP weight copies freed" : "attention weight copies freed", e.casts,
         -p.casts_rest[part], pieces_of(layer_tensor::cast, part, 0));
+    // A parallel block's MLP input gradient waits for the attention's in its norm's input buffer.
+    add("parallel block: MLP input gradient (waits for the attention's)", e.working,
+        part ? p.held_gradient[1] : -p.held_gradient[1], pieces_of(layer_tensor::held_gradient, 1));
     if (!first_pass)
       add("new weight gradients added into .grad", e.working, -grads,
           pieces_of(layer_tensor::gradient, part));

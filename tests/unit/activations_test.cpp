@@ -725,12 +725,14 @@ TEST_CASE("the loss's backward runs in autograd's order, tensor by tensor, by ha
 TEST_CASE("eager attention's backward frees each saved tensor after the op that last reads it") {
   // Llama-3-8B cut to 2 layers, bf16, 1 x 4,096 tokens, eager: S = 32 heads x 4,096 x 4,096
   // scores. Traced on an H200 (tests/validation/gpu/h200/traces/steps1-3_llama3-8b-2l_bf16_adamw_
-  // b1s4096_eager.json, events 1626-1652 of step 2): the value matmul's 16-bit score gradient
-  // (2S B) comes before its inputs go (the bf16 probabilities 2S B and V repeated to 32 heads,
-  // 4,096 x 4,096 x 2 B); the softmax's fp32 gradient (4S B) is cast from it, which then goes;
-  // the softmax backward's output and its kernel's buffer (4S B each); the fp32 gradient and the
-  // saved softmax output (4S B) go, the gradient cast back (2S B) and scaled (2S B) come, then
-  // the softmax backward's own go. From the free of o_proj's input to the core's peak: 5,088 MiB.
+  // b1s4096_eager.json, events 1624-1662 of step 2): the value matmul's V gradient (V B, event
+  // 1627, freed at 1662 after the core: it waits) and 16-bit score gradient (2S B) come before its
+  // inputs go (the bf16 probabilities 2S B and V repeated to 32 heads, 4,096 x 4,096 x 2 B) and
+  // o_proj's input gradient (V B, allocated at 1624, before o_proj's input goes) goes; the
+  // softmax's fp32 gradient (4S B) is cast from the score gradient, which then goes; the softmax
+  // backward's output and its kernel's buffer (4S B each); the fp32 gradient and the saved softmax
+  // output (4S B) go, the gradient cast back (2S B) and scaled (2S B) come, then the softmax
+  // backward's own go. From the free of o_proj's input to the core's peak: 5,088 MiB.
   constexpr std::int64_t S = 32LL * 4096 * 4096, V = 4096LL * 4096 * 2;
   model m = models::llama_3_8b::value;
   m.layers = 2;
@@ -749,8 +751,10 @@ TEST_CASE("eager attention's backward frees each saved tensor after the op that 
          what == "attention output linear: input freed";
   }
   const std::vector<std::pair<std::string, std::int64_t>> expected{
+      {"attention value matmul: V gradient (waits through the core)", V},
       {"attention value matmul: score gradient", 2 * S},
       {"attention value matmul: inputs freed", -(2 * S + V)},
+      {"attention output linear: input gradient", -V},
       {"attention backward working set", 4 * S},
       {"attention value matmul: score gradient", -2 * S},
       {"attention backward working set", 8 * S},
@@ -758,7 +762,8 @@ TEST_CASE("eager attention's backward frees each saved tensor after the op that 
       {"attention softmax: output freed", -4 * S},
       {"attention scores: gradients cast and scaled", 4 * S},
       {"attention backward working set", -8 * S},
-      {"attention scores: gradients cast and scaled", -4 * S}};
+      {"attention scores: gradients cast and scaled", -4 * S},
+      {"attention value matmul: V gradient (waits through the core)", -V}};
   CHECK(core == expected);
   std::int64_t rise = 0, most = 0;
   for (const auto& [what, delta] : core) most = std::max(most, rise += delta);

@@ -149,6 +149,26 @@ bool rounds_to(std::int64_t n, std::int64_t tenths, std::int64_t unit) {
 }
 }  // namespace
 
+TEST_CASE("Falcon-40B: new_decoder_architecture, grouped K/V heads and two LayerNorms") {
+  // tiiuae/falcon-40b's config.json fields. By hand, per layer: query_key_value 8,192 x (128 +
+  // 2 x 8) heads of 64 = 75,497,472; dense 8,192 x 8,192; dense_h_to_4h and dense_4h_to_h
+  // 2 x 8,192 x 32,768 (4 x hidden); ln_attn and ln_mlp, a weight and a bias each, 4 x 8,192; no
+  // biases (bias false). The tied embedding 65,024 x 8,192 once, and ln_f's weight and bias.
+  const model m = load_hf_config(data_dir / "hf" / "falcon-40b.json");
+  CHECK(m.family == family::falcon);
+  CHECK(m.norms_per_layer == 2);
+  CHECK(m.kv_heads == 8);
+  CHECK(m.head_dim == 64);
+  CHECK(m.parallel_block);
+  CHECK(m.tied_embeddings);
+  const std::int64_t qkv = 8192LL * (128 + 2 * 8) * 64;
+  CHECK(qkv == 75'497'472);
+  const std::int64_t layer = qkv + 8192LL * 8192 + 2 * 8192LL * 32768 + 4 * 8192;
+  CHECK(layer == 679'510'016);
+  CHECK(parameters(tensors(m)) == 60 * layer + 65024LL * 8192 + 2 * 8192);
+  CHECK(parameters(tensors(m)) == 41'303'293'952);
+}
+
 TEST_CASE("Qwen3: per-head q_norm and k_norm of head_dim") {
   const model m = load_hf_config(data_dir / "hf" / "qwen3-0.6b.json");
   CHECK(m.qk_norm);

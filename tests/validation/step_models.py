@@ -567,6 +567,9 @@ class Config:
     topk_group: int = 1
     routed_scaling_factor: float = 2.5  # DeepSeek-V3's config.json
     rope_interleave: bool = True  # DeepseekV3Config's default
+    # Falcon-40B/180B (FalconConfig.new_decoder_architecture): kv_heads grouped K/V heads in
+    # query_key_value, ln_attn and ln_mlp (num_ln_in_parallel_attn 2) over the same input
+    new_decoder_architecture: bool = False
     # Encoders (BERT, DistilBERT, ViT) as sequence (image) classifiers
     num_labels: int = 2  # the classifier's outputs (PretrainedConfig's default)
     type_vocab_size: int = 2  # BertConfig: token types
@@ -2475,7 +2478,10 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
 # _prepare_4d_causal_attention_mask_with_cache_position build an [s, s] mask for eager; SDPA gets
 # None (_ignore_causal_mask_sdpa) and is_causal. With one K/V head and no enable_gqa no fused SDPA
 # kernel takes the call (sdp_utils.cpp check_batch_size_and_num_heads_dense), so CUDA runs the
-# math path (E15).
+# math path (E15). Falcon-40B/180B's new_decoder_architecture: query_key_value of (heads + 2 *
+# num_kv_heads) * head_dim, ln_attn and ln_mlp over the same input (num_ln_in_parallel_attn 2),
+# and _split_heads broadcasting K and V to every head (index copies, broadcast_to, flatten copies),
+# so SDPA gets equal head counts and runs cuDNN (E6).
 # --------------------------------------------------------------------------------------------
 class FalconLinear(nn.Linear):
     def forward(self, input):  # FalconLinear.forward
@@ -2563,13 +2569,29 @@ class FalconAttention(nn.Module):
         self.is_causal = True
         self._use_sdpa = cfg.attn == "sdpa"
         self.inv_norm_factor = 1.0 / math.sqrt(self.head_dim)
-        assert cfg.kv_heads == 1, "Falcon-7B: multi_query, not new_decoder_architecture"
-        qkv_out_dim = self.hidden_size + 2 * self.head_dim  # multi_query
+        self.new_decoder_architecture = cfg.new_decoder_architecture
+        if self.new_decoder_architecture:  # grouped K/V heads
+            qkv_out_dim = (cfg.kv_heads * 2 + cfg.heads) * self.head_dim
+        else:
+            assert cfg.kv_heads == 1, "Falcon-7B: multi_query"
+            qkv_out_dim = self.hidden_size + 2 * self.head_dim  # multi_query
         self.query_key_value = FalconLinear(self.hidden_size, qkv_out_dim, bias=False)
         self.dense = FalconLinear(self.hidden_size, self.hidden_size, bias=False)
-        self.num_kv_heads = 1
+        self.num_kv_heads = cfg.kv_heads if self.new_decoder_architecture else 1
 
-    def _split_heads(self, fused_qkv):  # FalconAttention._split_heads, the multi_query branch
+    def _split_heads(self, fused_qkv):  # FalconAttention._split_heads
+        if self.new_decoder_architecture:
+            batch, seq_len, _ = fused_qkv.shape
+            qkv = fused_qkv.view(batch, seq_len, -1, self.num_heads // self.num_kv_heads + 2, self.head_dim)
+            query = qkv[:, :, :, :-2]
+            key = qkv[:, :, :, [-2]]  # index.Tensor: a copy [b, s, g, 1, d]
+            value = qkv[:, :, :, [-1]]
+            key = torch.broadcast_to(key, query.shape)
+            value = torch.broadcast_to(value, query.shape)
+            # flatten of views that cannot merge (g and q): reshape copies, [b, s, heads, d] each
+            query, key, value = [x.flatten(2, 3) for x in (query, key, value)]
+            return query, key, value
+        # the multi_query branch
         batch_size, seq_length, three_times_hidden_size = fused_qkv.shape
         fused_qkv = fused_qkv.view(batch_size, seq_length, self.num_heads + 2, self.head_dim)
         return fused_qkv[..., :-2, :], fused_qkv[..., [-2], :], fused_qkv[..., [-1], :]
@@ -2583,7 +2605,7 @@ class FalconAttention(nn.Module):
 
     def forward(self, hidden_states, alibi, attention_mask, position_embeddings=None):
         fused_qkv = self.query_key_value(hidden_states)
-        num_kv_heads = self.num_kv_heads
+        num_kv_heads = self.num_heads if self.new_decoder_architecture else self.num_kv_heads
         (query_layer, key_layer, value_layer) = self._split_heads(fused_qkv)
         batch_size, query_length, _, _ = query_layer.shape
         query_layer = query_layer.transpose(1, 2).reshape(batch_size, self.num_heads, query_length, self.head_dim)
@@ -2596,7 +2618,11 @@ class FalconAttention(nn.Module):
         if self._use_sdpa:
             is_causal = True if self.is_causal and attention_mask is None and query_length > 1 else False
             assert attention_mask is None
-            attn_output = sdpa_math(query_layer, key_layer, value_layer, is_causal)
+            if self.new_decoder_architecture:  # every head in K and V: the fused kernels take it (E6)
+                attn_output = scaled_dot_product_attention(query_layer, key_layer, value_layer, is_causal,
+                                                           1.0 / math.sqrt(self.head_dim))
+            else:
+                attn_output = sdpa_math(query_layer, key_layer, value_layer, is_causal)
         else:
             attention_scores = query_layer @ key_layer.transpose(-1, -2)
             attention_scores /= math.sqrt(self.head_dim)
@@ -2639,15 +2665,25 @@ class FalconDecoderLayer(GradientCheckpointingLayer):
         self.self_attention = FalconAttention(cfg, layer_idx)
         self.mlp = FalconMLP(cfg)
         self.hidden_dropout = cfg.dropout
-        self.input_layernorm = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)  # parallel_attn, one norm
+        self.new_decoder_architecture = cfg.new_decoder_architecture
+        if self.new_decoder_architecture:  # num_ln_in_parallel_attn 2: ln_attn and ln_mlp
+            self.ln_attn = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+            self.ln_mlp = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        else:
+            self.input_layernorm = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)  # parallel_attn, one norm
 
     def forward(self, hidden_states, alibi=None, attention_mask=None, position_ids=None, position_embeddings=None):
         residual = hidden_states
-        attention_layernorm_out = self.input_layernorm(hidden_states)
+        if self.new_decoder_architecture:
+            attention_layernorm_out = self.ln_attn(hidden_states)
+            mlp_layernorm_out = self.ln_mlp(hidden_states)
+        else:
+            attention_layernorm_out = self.input_layernorm(hidden_states)
         attn_outputs = self.self_attention(attention_layernorm_out, alibi=alibi, attention_mask=attention_mask,
                                            position_embeddings=position_embeddings)
         attention_output = attn_outputs[0]
-        mlp_layernorm_out = attention_layernorm_out  # parallel_attn, not new_decoder_architecture
+        if not self.new_decoder_architecture:
+            mlp_layernorm_out = attention_layernorm_out  # parallel_attn
         mlp_output = self.mlp(mlp_layernorm_out)
         mlp_output += attention_output
         output = dropout_add(mlp_output, residual, self.hidden_dropout, training=self.training)

@@ -82,6 +82,9 @@ traced_case describe(const nlohmann::json& k) {
     m.norm = norm_kind::layernorm;
     m.norms_per_layer = 1;
     m.parallel_block = true;
+    // Falcon-40B/180B's new_decoder_architecture: ln_attn and ln_mlp over the same input, kv_heads
+    // grouped K/V heads (hf_config.hpp read_falcon's mapping)
+    if (k.value("new_decoder_architecture", false)) m.norms_per_layer = 2;
   }
   // BertForSequenceClassification (post-LN, token types, pooler) and
   // DistilBertForSequenceClassification (post-LN, pre_classifier)

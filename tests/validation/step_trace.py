@@ -383,6 +383,10 @@ DEEPSEEK3 = dict(family="deepseek_v3", hidden=128, intermediate=352, heads=4, kv
 # multi-query (one K/V head) from a fused query_key_value, rotary, GELU MLP of 4 x hidden, no biases, tied
 FALCON = dict(family="falcon", hidden=128, intermediate=512, heads=4, kv_heads=1, head_dim=32, layers=3, vocab=1024,
               tied=True)
+# Falcon-40B/180B (new_decoder_architecture): grouped K/V heads (num_kv_heads) in the fused
+# query_key_value, two LayerNorms over the same input (ln_attn, ln_mlp), parallel attention and MLP
+FALCON40 = dict(family="falcon", hidden=128, intermediate=512, heads=8, kv_heads=2, head_dim=16, layers=3, vocab=1024,
+                tied=True, new_decoder_architecture=True)
 # BERT (modeling_bert.py) as BertForSequenceClassification: post-LN, three biased projections,
 # GELU MLP of 4 x hidden, token types, pooler and a 2-label classifier; dropout 0.1 (BertConfig's
 # hidden_dropout_prob and attention_probs_dropout_prob), untied (no MLM head)
@@ -509,6 +513,12 @@ CASES = [
     case("falcon-amp-adamw-foreach", FALCON, "amp_bf16", "adamw", "foreach"),
     case("falcon-amp-sdpa-adamw-fused", FALCON, "amp_bf16", "adamw", "fused", attn="sdpa"),
     case("falcon-bf16-v256-s128-sgd-foreach", FALCON, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # Falcon-40B's block (new_decoder_architecture): eager in bf16 and under AMP, SDPA under AMP
+    # (every head in K and V after _split_heads: cuDNN), and a small vocabulary
+    case("falcon40-bf16-adamw-foreach", FALCON40, "bf16", "adamw", "foreach"),
+    case("falcon40-amp-adamw-foreach", FALCON40, "amp_bf16", "adamw", "foreach"),
+    case("falcon40-amp-sdpa-adamw-fused", FALCON40, "amp_bf16", "adamw", "fused", attn="sdpa"),
+    case("falcon40-bf16-v256-s128-sgd-foreach", FALCON40, "bf16", "sgd", "foreach", seq=128, vocab=256),
     # BERT as a sequence classifier: eager with dropout in bf16 and under AMP, SDPA (cuDNN, no
     # dropout: the emulation has none) under AMP, and a longer sequence with a small vocabulary
     case("bert-dropout-bf16-adamw-foreach", BERT, "bf16", "adamw", "foreach"),
@@ -606,6 +616,10 @@ def describe(c):
         d["parallel_block"] = True
         d["norms_per_layer"] = 1
         d["multi_query"] = True
+        if cfg.new_decoder_architecture:  # ln_attn and ln_mlp, grouped K/V heads
+            d["norms_per_layer"] = 2
+            d["multi_query"] = False
+            d["new_decoder_architecture"] = True
     if m["family"] in ENCODERS:  # classifiers: post-LN (BERT, DistilBERT) or pre-LN (ViT), F.gelu
         d["mlp"] = "gelu"
         d["num_labels"] = cfg.num_labels
