@@ -1514,6 +1514,12 @@ struct layer_backward_working {
   /// (autograd/input_buffer.cpp) through the attention's backward: the norm (ln_mlp, or the one
   /// norm the attention also reads) ran before the attention, so its backward comes after.
   bytes parallel_input_gradient{};
+  /// The residual stream's gradient, in its format: a skip connection hands the gradient it
+  /// receives to the sublayer and to the sublayer's input, where it waits in the input buffer
+  /// until the sublayer's own gradient is added (autograd/input_buffer.cpp: out of place, a new
+  /// tensor). One such tensor lives through every layer's backward, pre-LN or post-LN (traced:
+  /// BERT's LayerNorm backward output stays until the add after the MLP's backward).
+  bytes stream_gradient{};
 };
 
 namespace detail {
@@ -1552,8 +1558,9 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
   const std::int64_t t = b.tp();
   const std::int64_t beta = b.beta();
   layer_backward_working w{};
-  if (m.parallel_block)  // in the format of the norm's output (under autocast, fp32)
-    w.parallel_input_gradient = bytes_for_bits(checked_mul(b.replicated(m.hidden), b.rho()));
+  w.stream_gradient = bytes_for_bits(checked_mul(b.replicated(m.hidden), b.rho()));
+  if (m.parallel_block)  // in the format of the norm's output: the stream's (under autocast, fp32)
+    w.parallel_input_gradient = w.stream_gradient;
   // gelu_new in Python (0.5x(1 + tanh)): the incoming gradient in the wide format (under
   // autocast a cast of the 16-bit one), two products of it, and under autocast the 16-bit cast
   // of the result for the linear before (traced: tests/validation/step_traces.json, GPT-2 AMP).
@@ -1682,7 +1689,7 @@ constexpr stage_layers layers_of_stage(const training& t, const activation_optio
                                                      recompute_kind::none, t.finetune);
     if (whole > s.largest_layer) s.largest_layer = whole;
     const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe == 1);
-    const bytes most = w.mlp > w.attention ? w.mlp : w.attention;
+    const bytes most = (w.mlp > w.attention ? w.mlp : w.attention) + w.stream_gradient;
     if (most > s.largest_working) s.largest_working = most;
   }
   // The model's first layer over a frozen input saves less (layer_input_frozen()): one layer, in
@@ -1911,7 +1918,8 @@ constexpr void add_backward_transients(memory_ledger& ledger, const activation_o
             lifetime::backward);
   add_entry(ledger, "activation gradients (one layer)", component::activations,
             memory_space::device, s.largest_working, 0,
-            "the larger of a layer's MLP and attention backward working sets",
+            "the larger of a layer's MLP and attention backward working sets, and the "
+            "residual stream's gradient",
             lifetime::layer_backward, entry_role::activation_gradients);
   if (s.checkpointed > 0) {
     add_entry(ledger, "recomputed layer (full recompute)", component::activations,

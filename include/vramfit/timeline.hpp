@@ -35,8 +35,9 @@ enum class layer_tensor : unsigned char {
   working,
   gradient_before_core,
   gradient_after_core,
-  held_gradient,   ///< part 0: eager attention's V gradient; 1: a parallel block's MLP input's
-  output_gradient  ///< eager attention's o_proj input gradient, read by the value matmul
+  held_gradient,    ///< part 0: eager attention's V gradient; 1: a parallel block's MLP input's
+  output_gradient,  ///< eager attention's o_proj input gradient, read by the value matmul
+  stream_gradient   ///< the residual stream's: one tensor through the layers, not one each
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -222,6 +223,7 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   visit(layer_piece{.kind = layer_tensor::output_gradient, .size = w.output_gradient});
   visit(layer_piece{
       .kind = layer_tensor::held_gradient, .part = 1, .size = w.parallel_input_gradient});
+  visit(layer_piece{.kind = layer_tensor::stream_gradient, .size = w.stream_gradient});
 }
 
 /// One layer's tensors summed the way the timeline uses them.
@@ -242,6 +244,7 @@ struct layer_pattern {
   /// parallel block's MLP input's.
   bytes held_gradient[2]{};
   bytes output_gradient{};  ///< eager attention's o_proj input gradient
+  bytes stream_gradient{};  ///< the residual stream's (step_writer::stream_gradient)
 };
 
 /// The sums of `p` a saved tensor `x` counts in, by when its half's backward frees it.
@@ -300,6 +303,9 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::output_gradient:
                               p.output_gradient += all;
+                              break;
+                            case layer_tensor::stream_gradient:
+                              p.stream_gradient = all;
                               break;
                           }
                         });
@@ -760,6 +766,15 @@ struct step_writer {
       w.add("head and final norm gradients", e.working, -outside.head_grads);
     // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
     stepped(outside.head_grads - outside.tied_grads);
+    w.add("residual stream gradient", e.working, stream_gradient());
+    // The head's weight copies were saved for its input gradient: its backward frees them.
+    w.add("head weight copies", e.casts, -outside.casts);
+  }
+
+  /// The residual stream's gradient (layer_backward_working::stream_gradient), from the head's
+  /// backward to the embeddings'.
+  [[nodiscard]] constexpr bytes stream_gradient() const {
+    return runs.empty() ? bytes{} : runs.front().pattern.stream_gradient;
   }
 
   /// One half (part 0: attention, 1: MLP) of a layer run's backward: its output linear, its
@@ -888,6 +903,7 @@ struct step_writer {
   /// the sum becomes the gradient.
   constexpr void embedding_backward(bool first_pass) {
     w.region = moment::end_of_backward;
+    w.add("residual stream gradient", e.working, -stream_gradient());
     const bytes tied = outside.tied_grads, untied = outside.untied_embedding_grads;
     if (!defers_root_gradients()) {
       w.add("embedding gradient (added into the tied head's)", e.working, tied);
@@ -902,7 +918,6 @@ struct step_writer {
     stepped(tied + untied);
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
           -size_of(e.embedding_inputs));
-    w.add("head weight copies", e.casts, -outside.casts);
     const bool last_pass = !first_pass || o.micro_batches == 1;
     if (units && last_pass) release_backward_buffers();
     if (defers_root_gradients() && accumulated >= 0 && !last_pass)

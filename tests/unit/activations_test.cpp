@@ -689,6 +689,43 @@ TEST_CASE("a tied embedding's gradient comes with the head's, position embedding
   CHECK(summed == std::vector<bytes>{bytes{50257LL * 768 * 4}, -bytes{50257LL * 768 * 4}});
 }
 
+TEST_CASE("the residual stream's gradient lives from the head's backward to the embeddings'") {
+  // One [b, s, h] tensor in the stream's format: under AMP fp32 (BERT's LayerNorm outputs fp32),
+  // in bf16 2 B; with sequence parallelism each rank holds 1/TP of the tokens. BERT-base, 1 x 128
+  // tokens: 128 x 768 x 4 B (the traced BERT step: its output LayerNorm's backward output is
+  // freed 30 events later by the add after the MLP's backward, docs/timeline.md).
+  const model& bert = models::bert_base_uncased::value;
+  const activation_options o{.micro_batch = 1, .sequence = 128};
+  CHECK(layer_backward_bytes(bert, amp<bf16>::value, o, {}).stream_gradient ==
+        bytes{128 * 768 * 4});
+  CHECK(layer_backward_bytes(bert, pure<bf16>::value, o, {}).stream_gradient ==
+        bytes{128 * 768 * 2});
+  const layout tp_sp{.tensor = 4, .sequence = true};
+  CHECK(
+      layer_backward_bytes(models::llama_3_8b::value, pure<bf16>::value, {.sequence = 2048}, tp_sp)
+          .stream_gradient == bytes{2048 / 4 * 4096 * 2});
+  // In the step: made after the head's gradients, when the head's weight copies (BERT's pooler
+  // and classifier, saved by their linears for the input gradient) go; freed as the embeddings'
+  // backward starts, after every layer's.
+  const training t{bert, amp<bf16>::value, adamw<>::value};
+  const step_timeline tl = step_timeline_of(t, o);
+  std::vector<std::pair<std::string, std::int64_t>> order;
+  for (const timeline_event& e : tl.events) {
+    const std::string what = e.what;
+    if (e.micro_batch == 0 && e.phase == step_phase::backward &&
+        (what == "residual stream gradient" || what == "head weight copies" ||
+         what == "MLP output linear: weight gradients" || what == "embedding gradients"))
+      order.emplace_back(what, e.delta.count > 0 ? 1 : -1);
+  }
+  REQUIRE(order.size() >= 5);
+  CHECK(order[0] == std::pair<std::string, std::int64_t>{"residual stream gradient", 1});
+  CHECK(order[1] == std::pair<std::string, std::int64_t>{"head weight copies", -1});
+  CHECK(order[2].first == "MLP output linear: weight gradients");
+  CHECK(order[order.size() - 2] ==
+        std::pair<std::string, std::int64_t>{"residual stream gradient", -1});
+  CHECK(order.back().first == "embedding gradients");
+}
+
 TEST_CASE("the loss's backward runs in autograd's order, tensor by tensor, by hand") {
   // Llama-3-8B, bf16, 1 x 1,024 tokens: L = 1,024 x 128,256 logits. Hugging Face's loss upcasts
   // the bf16 logits (2L B) to fp32 (4L B) and cross_entropy saves its log-probabilities (4L B).
