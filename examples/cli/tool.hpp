@@ -173,6 +173,7 @@ inline std::string unexpected_words(const CLI::App& app) {
   const auto option_like = [](const std::string& w) {  // "-1" and "-.5" are values
     return w.size() > 1 && w.front() == '-' && (w[1] < '0' || w[1] > '9') && w[1] != '.';
   };
+  const auto option_name = [](const std::string& w) { return w.substr(0, w.find('=')); };
   const std::vector<std::string> words = app.remaining(true);
   std::string command = "vramfit";
   for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
@@ -180,7 +181,7 @@ inline std::string unexpected_words(const CLI::App& app) {
   const std::string& first = words.front();
   std::string message;
   if (option_like(first)) {
-    const std::string name = first.substr(0, first.find('='));  // "--micro-batchh=4"
+    const std::string name = option_name(first);  // "--micro-batchh=4"
     std::vector<std::string> names;
     const auto add = [&names](const CLI::App& cmd) {
       for (const CLI::Option* o : cmd.get_options()) {
@@ -197,7 +198,7 @@ inline std::string unexpected_words(const CLI::App& app) {
   std::string others;  // further unknown options; the values after them are theirs
   for (std::size_t i = 1; i < words.size(); ++i)
     if (option_like(words[i]))
-      others += (others.empty() ? "" : ", ") + shown_value(words[i].substr(0, words[i].find('=')));
+      others += (others.empty() ? "" : ", ") + shown_value(option_name(words[i]));
   if (!others.empty()) message += " (unknown too: " + others + ")";
   return message + " (see " + command + " --help)";
 }

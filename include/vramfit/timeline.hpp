@@ -35,9 +35,10 @@ enum class layer_tensor : unsigned char {
   working,
   gradient_before_core,
   gradient_after_core,
-  held_gradient,    ///< part 0: eager attention's V gradient; 1: a parallel block's MLP input's
-  output_gradient,  ///< eager attention's o_proj input gradient, read by the value matmul
-  stream_gradient   ///< the residual stream's: one tensor through the layers, not one each
+  value_gradient,           ///< eager attention's V gradient, which waits through the core
+  parallel_input_gradient,  ///< a parallel block's MLP input gradient, which waits likewise
+  output_gradient,          ///< eager attention's o_proj input gradient, read by the value matmul
+  stream_gradient           ///< the residual stream's: one tensor through the layers, not one each
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -219,10 +220,10 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   visit(layer_piece{.kind = layer_tensor::gradient_after_core,
                     .size = w.score_gradient,
                     .count = w.gradients_after});
-  visit(layer_piece{.kind = layer_tensor::held_gradient, .part = 0, .size = w.value_gradient});
+  visit(layer_piece{.kind = layer_tensor::value_gradient, .size = w.value_gradient});
   visit(layer_piece{.kind = layer_tensor::output_gradient, .size = w.output_gradient});
   visit(layer_piece{
-      .kind = layer_tensor::held_gradient, .part = 1, .size = w.parallel_input_gradient});
+      .kind = layer_tensor::parallel_input_gradient, .part = 1, .size = w.parallel_input_gradient});
   visit(layer_piece{.kind = layer_tensor::stream_gradient, .size = w.stream_gradient});
 }
 
@@ -240,9 +241,8 @@ struct layer_pattern {
   bytes core_gradient[2]{};          ///< [layer_part]
   /// Eager attention's score gradients before and after its core.
   bytes score_gradients_before{}, score_gradients_after{};
-  /// Gradients that wait through the attention's core (layer_backward_working): [0] V's, [1] a
-  /// parallel block's MLP input's.
-  bytes held_gradient[2]{};
+  /// Gradients that wait through the attention's core (layer_backward_working).
+  bytes value_gradient{}, parallel_input_gradient{};
   bytes output_gradient{};  ///< eager attention's o_proj input gradient
   bytes stream_gradient{};  ///< the residual stream's (step_writer::stream_gradient)
 };
@@ -298,8 +298,11 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                             case layer_tensor::gradient_after_core:
                               p.score_gradients_after += all;
                               break;
-                            case layer_tensor::held_gradient:
-                              p.held_gradient[part] += all;
+                            case layer_tensor::value_gradient:
+                              p.value_gradient += all;
+                              break;
+                            case layer_tensor::parallel_input_gradient:
+                              p.parallel_input_gradient += all;
                               break;
                             case layer_tensor::output_gradient:
                               p.output_gradient += all;
@@ -826,7 +829,7 @@ struct step_writer {
     // then its inputs and its incoming gradient go.
     if (!part)
       add("attention value matmul: V gradient (waits through the core)", e.working,
-          p.held_gradient[0], pieces_of(layer_tensor::held_gradient, 0));
+          p.value_gradient, pieces_of(layer_tensor::value_gradient));
     add("attention value matmul: score gradient", e.working, before,
         pieces_of(layer_tensor::gradient_before_core));
     add("attention value matmul: inputs freed", layer_saved, -p.saved_core_start[part],
@@ -848,7 +851,7 @@ struct step_writer {
         pieces_of(layer_tensor::gradient_after_core));
     if (!part)
       add("attention value matmul: V gradient (waits through the core)", e.working,
-          -p.held_gradient[0], pieces_of(layer_tensor::held_gradient, 0));
+          -p.value_gradient, pieces_of(layer_tensor::value_gradient));
     add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry, grads_rest,
         pieces_of(layer_tensor::gradient, part, 0));
     stepped(grads_rest, r.first, r.count, pieces_of(layer_tensor::gradient, part, 0));
@@ -858,7 +861,8 @@ struct step_writer {
         -p.casts_rest[part], pieces_of(layer_tensor::cast, part, 0));
     // A parallel block's MLP input gradient waits for the attention's in its norm's input buffer.
     add("parallel block: MLP input gradient (waits for the attention's)", e.working,
-        part ? p.held_gradient[1] : -p.held_gradient[1], pieces_of(layer_tensor::held_gradient, 1));
+        part ? p.parallel_input_gradient : -p.parallel_input_gradient,
+        pieces_of(layer_tensor::parallel_input_gradient));
     if (!first_pass)
       add("new weight gradients added into .grad", e.working, -grads,
           pieces_of(layer_tensor::gradient, part));
