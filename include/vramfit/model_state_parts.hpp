@@ -44,6 +44,11 @@ constexpr bool is_linear_parameter(const tensor_group& g) {
          g.kind == tensor_kind::head;
 }
 
+/// A convolution's weight ([out, in, kh, kw]: ViT's patch embedding), the one rank-4 tensor.
+constexpr bool is_convolution_weight(const tensor_group& g) {
+  return g.rank == 4;
+}
+
 /// The format a frozen tensor is kept in; `kept`: one the checkpoint's skip list keeps
 /// unquantized.
 constexpr const element_format& frozen_format(const training& t, const tensor_group& g,
@@ -228,10 +233,13 @@ constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor
   }
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a
-  // tied embedding is the head's weight); FP8 keeps copies of the matmul weights. Packed routed
-  // experts are no linear's weights: grouped GEMMs run outside autocast in their format, and an
-  // expert's slice, a view, is cast per call (activations.hpp packed_experts_block).
-  if (is_linear_parameter(g) || (g.split == tp_split::vocab && t.model.tied_embeddings)) {
+  // tied embedding is the head's weight) and of a convolution's weight (ViT's patch embedding:
+  // conv2d is on autocast's lower-precision list, aten/src/ATen/autocast_mode.cpp); FP8 keeps
+  // copies of the matmul weights. Packed routed experts are no linear's weights: grouped GEMMs
+  // run outside autocast in their format, and an expert's slice, a view, is cast per call
+  // (activations.hpp packed_experts_block).
+  if (is_linear_parameter(g) || is_convolution_weight(g) ||
+      (g.split == tp_split::vocab && t.model.tied_embeddings)) {
     if (p.autocast_weight_copies && g.kind != tensor_kind::expert) {
       acc.cast_copies += stored(p.compute, shape) * copies;
       acc.frozen_cast_copies += stored(p.compute, shape) * frozen;

@@ -561,6 +561,7 @@ constexpr layer_runs layer_runs_of(const training& t, const activation_options& 
 struct outside_layers {
   bool grads_per_layer = true;  ///< the layers' gradients fit the entry (else all come at once)
   bytes casts{}, head_grads{}, tied_grads{}, untied_embedding_grads{};
+  bytes embedding_casts{};       ///< of casts, the embeddings' (ViT's patch convolution's weight)
   head_gradients head_pieces{};  ///< head_grads as backward allocates them
 };
 
@@ -582,19 +583,23 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
   // token embedding's is the head's and comes with it; the autograd engine holds it in the
   // leaf's input buffer until the embedding adds its own.
   bytes embedding{};
-  if (range.first && out.grads_per_layer) {
+  if (range.first) {
     for (const tensor_group& g : tensors) {
       if (g.layer_count > 0) break;
       unsharded_states acc{};
       constexpr bool before_layers = true;
       add_group(t, g, {.first_layer = 0, .layers = 0, .first = true, .last = range.last},
                 before_layers, c.experts_per_rank, c.shards, acc, group_parts::sizes);
+      // A tied embedding's copy is the head's weight's, made by the head.
+      if (g.split != tp_split::vocab) out.embedding_casts += acc.cast_copies;
+      if (!out.grads_per_layer) continue;
       const bytes share = rank_share(acc.gradients, acc.dim0_gradients, t.layout, c.sharded_grads);
       embedding += share;
       if (t.model.tied_embeddings && g.split == tp_split::vocab) out.tied_grads += share;
     }
     if (embedding > grads) embedding = grads;
     if (out.tied_grads > embedding) out.tied_grads = embedding;
+    if (out.embedding_casts > out.casts) out.embedding_casts = out.casts;
   }
   out.head_grads = grads - embedding + out.tied_grads;
   out.untied_embedding_grads = embedding - out.tied_grads;
@@ -688,6 +693,7 @@ struct step_writer {
     }
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
           size_of(e.embedding_inputs));
+    w.add("embedding weight copies", e.casts, outside.embedding_casts);
     w.add_each(lifetime::forward, 1, not_logits);
     for (const layer_run& r : runs) {
       // A checkpointed layer's autograd keeps nothing: only the cache's copies stay.
@@ -712,7 +718,7 @@ struct step_writer {
   /// The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
   constexpr void loss() {
     w.phase = step_phase::loss;
-    w.add("head weight copies", e.casts, outside.casts);
+    w.add("head weight copies", e.casts, outside.casts - outside.embedding_casts);
     // cross_entropy makes its log-probabilities from the logits' fp32 copy, before they go.
     w.add("final norm and head input", e.head_and_loss, head_inputs());
     w.add("logits", e.logits, size_of(e.logits));
@@ -771,7 +777,7 @@ struct step_writer {
     stepped(outside.head_grads - outside.tied_grads);
     w.add("residual stream gradient", e.working, stream_gradient());
     // The head's weight copies were saved for its input gradient: its backward frees them.
-    w.add("head weight copies", e.casts, -outside.casts);
+    w.add("head weight copies", e.casts, -(outside.casts - outside.embedding_casts));
   }
 
   /// The residual stream's gradient (layer_backward_working::stream_gradient), from the head's
@@ -922,6 +928,8 @@ struct step_writer {
     stepped(tied + untied);
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
           -size_of(e.embedding_inputs));
+    // The convolution's backward frees the weight copy it saved for its input gradient.
+    w.add("embedding weight copies", e.casts, -outside.embedding_casts);
     const bool last_pass = !first_pass || o.micro_batches == 1;
     if (units && last_pass) release_backward_buffers();
     if (defers_root_gradients() && accumulated >= 0 && !last_pass)

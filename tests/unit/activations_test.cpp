@@ -726,6 +726,25 @@ TEST_CASE("the residual stream's gradient lives from the head's backward to the 
   CHECK(order.back().first == "embedding gradients");
 }
 
+TEST_CASE("autocast's copy of ViT's patch convolution weight lives from forward to its backward") {
+  // ViT-L/16 under AMP: conv2d is on autocast's lower-precision list, so conv_proj's weight
+  // (1,024 x 3 x 16 x 16) gets a cached bf16 copy, which the convolution saves for its input
+  // gradient (the traced ViT AMP step holds it at its peak in layer 2's backward).
+  const training t{models::vit_l_16::value, amp<bf16>::value, adamw<>::value};
+  const step_timeline tl = step_timeline_of(t, {.micro_batch = 1, .sequence = 197});
+  std::vector<std::pair<step_phase, std::int64_t>> copies;
+  for (const timeline_event& e : tl.events)
+    if (std::string(e.what) == "embedding weight copies")
+      copies.emplace_back(e.phase, e.delta.count);
+  const std::int64_t copy = 1024LL * 3 * 16 * 16 * 2;
+  CHECK(copies == std::vector<std::pair<step_phase, std::int64_t>>{{step_phase::forward, copy},
+                                                                   {step_phase::backward, -copy}});
+  // In bf16 there is no autocast, so no copy.
+  const training bf16_run{models::vit_l_16::value, pure<bf16>::value, adamw<>::value};
+  for (const timeline_event& e : step_timeline_of(bf16_run, {.sequence = 197}).events)
+    CHECK(std::string(e.what) != "embedding weight copies");
+}
+
 TEST_CASE("the loss's backward runs in autograd's order, tensor by tensor, by hand") {
   // Llama-3-8B, bf16, 1 x 1,024 tokens: L = 1,024 x 128,256 logits. Hugging Face's loss upcasts
   // the bf16 logits (2L B) to fp32 (4L B) and cross_entropy saves its log-probabilities (4L B).
