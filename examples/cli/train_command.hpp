@@ -25,7 +25,8 @@ namespace vramfit::cli {
 inline std::string describe(const train_options& o, const training_plan_value& p) {
   std::ostringstream s;
   s << "Training " << p.setup.model.name << " | " << p.setup.precision.name << " | "
-    << p.setup.optimizer.name << " | " << p.setup.finetune.name;
+    << p.setup.optimizer.name << (p.setup.optimizer.options.set_to_none ? "" : ", grads kept")
+    << " | " << p.setup.finetune.name;
   const layout& l = p.setup.layout;
   s << " | " << l.world() << (l.world() == 1 ? " GPU" : " GPUs");
   if (l.data > 1 || l.zero != sharding::none) {

@@ -26,6 +26,7 @@ struct train_options {
   std::string framework;  ///< its defaults fill in what is not given (frameworks.hpp)
   std::optional<vramfit::optimizer_impl> optimizer_impl;  ///< unset: what its library picks
   bool optimizer_in_backward = false;
+  bool keep_grads = false;  ///< zero_grad(set_to_none=False)
   bool amsgrad = false, centered = false;
   std::optional<double> momentum;
   std::int64_t micro_batch = 1;
@@ -127,6 +128,10 @@ inline void add_model_options(CLI::App& cmd, train_options& o) {
   cmd.add_flag("--optimizer-in-backward", o.optimizer_in_backward,
                "Step each parameter as its gradient is ready and free the gradient (torchtune "
                "optimizer_in_bwd): no full set of gradients");
+  cmd.add_flag("--keep-grads", o.keep_grads,
+               "zero_grad(set_to_none=False), torch < 2.0's default and so Hugging Face's Trainer "
+               "of then: the gradients stay allocated between steps, zeroed, and each backward "
+               "adds its new ones into them");
 }
 
 /// The batch, the attention and what the activations keep.
@@ -371,6 +376,10 @@ inline void reject_inapplicable(const CLI::App& cmd, const train_options& o) {
       refuse(std::string(name) + " applies with --zero 3 of DeepSpeed only");
   if (given("--overlap-comm") && o.zero == 3)
     refuse("--overlap-comm: ZeRO-3 reduces through its one buffer either way");
+  if (plan && given("--keep-grads"))
+    refuse(
+        "--keep-grads applies to vramfit train, min-gpus and compare: plan searches sharded "
+        "layouts, whose gradients are no per-parameter .grad tensors");
   // plan: --sharding fsdp or any searches FSDP too (plan_space.hpp checks it there).
   if (!plan && given("--fsdp-version") && !o.fsdp)
     refuse("--fsdp-version applies with --fsdp only");

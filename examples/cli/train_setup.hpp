@@ -150,8 +150,8 @@ inline void trains_checkpoint(const train_options& o, const model& m) {
     detail::raise(what + ": its weights are not trained; train adapters over it with --lora-rank");
 }
 
-/// The optimizer --optimizer names, with --optimizer-impl, --amsgrad, --centered, --momentum
-/// and --optimizer-in-backward.
+/// The optimizer --optimizer names, with --optimizer-impl, --amsgrad, --centered, --momentum,
+/// --optimizer-in-backward and --keep-grads.
 inline optimizer optimizer_of(const train_options& o) {
   optimizer opt = o.optimizer;
   if (o.momentum && !(*o.momentum >= 0 && *o.momentum < 1e9))  // NaN and infinity fail too
@@ -174,6 +174,7 @@ inline optimizer optimizer_of(const train_options& o) {
                            o.momentum ? *o.momentum > 0 : had.momentum, o.centered || had.centered);
   }
   opt.options.in_backward = o.optimizer_in_backward;
+  opt.options.set_to_none = !o.keep_grads;
   return opt;
 }
 
@@ -411,6 +412,10 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
   if (o.grad_dtype) t.precision = with_gradients(t.precision, *o.grad_dtype);
   t.finetune = finetuning_of(o, m, t.precision);
   t.layout = layout_of(o, m);
+  if (const char* other = o.keep_grads ? detail::gradients_kept_conflict(t) : nullptr)
+    detail::raise(std::string("--keep-grads keeps PyTorch's per-parameter .grad tensors between "
+                              "steps: it is modelled on one GPU, DDP, TP and CP, not with ") +
+                  other);
   return {t, activation_options_of(o, m, t.layout), overheads_of(o)};
 }
 

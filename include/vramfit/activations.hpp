@@ -162,6 +162,11 @@ namespace rules {
       "the optimizer steps in backward on PyTorch's per-parameter gradients: DeepSpeed's and "
       "Megatron's flat gradient buffers have no per-parameter hook");
 }
+[[noreturn]] inline void gradients_kept_need_pytorch_gradients(const char* layout) {
+  raise(std::string("zero_grad(set_to_none=False) keeps PyTorch's per-parameter .grad tensors "
+                    "between steps: modelled on one GPU, DDP, TP and CP, not with ") +
+        layout);
+}
 [[noreturn]] inline void op_level_sac_needs_full_linears() {
   raise(
       "op-level selective checkpointing (--recompute op-sac) counts the layer's matmuls; LoRA "
@@ -2058,6 +2063,17 @@ constexpr memory_ledger activations(const training& t, const activation_options&
 }
 
 namespace detail {
+/// What zero_grad(set_to_none=False), which keeps PyTorch's per-parameter .grad tensors, is not
+/// modelled with on `t` (nullptr: nothing).
+constexpr const char* gradients_kept_conflict(const training& t) {
+  const layout& l = t.layout;
+  if (l.zero != sharding::none || l.gathers_units()) return "sharded gradients";
+  if (flat_gradient_buffer(l)) return "a flat gradient buffer";
+  if (l.pipeline > 1) return "pipeline stages";
+  if (t.optimizer.options.in_backward) return "an optimizer in backward";
+  return nullptr;
+}
+
 /// step_entries of a stage whose model states `s` holds.
 constexpr memory_ledger step_entries_of(const training& t, const activation_options& o,
                                         const stage_model_states& s, std::int64_t stage) {
@@ -2067,8 +2083,11 @@ constexpr memory_ledger step_entries_of(const training& t, const activation_opti
       detail::rules::optimizer_in_backward_needs_one_micro_batch(o.micro_batches, l.pipeline);
     if (flat_optimizer(l)) detail::rules::optimizer_in_backward_needs_pytorch_gradients();
   }
+  const bool kept = !t.optimizer.options.set_to_none;
+  if (const char* other = kept ? gradients_kept_conflict(t) : nullptr)
+    detail::rules::gradients_kept_need_pytorch_gradients(other);
   memory_ledger ledger = model_states_of(s);
-  if (!flat_gradient_buffer(l) && l.pipeline == 1) {
+  if (!kept && !flat_gradient_buffer(l) && l.pipeline == 1) {
     for (memory_entry& e : ledger)
       if (e.component == component::gradients && e.lifetime == lifetime::persistent &&
           e.space == memory_space::device)
@@ -2080,8 +2099,9 @@ constexpr memory_ledger step_entries_of(const training& t, const activation_opti
 }  // namespace detail
 
 /// The entries of a step on a GPU of stage `stage`, before timeline.hpp times them. Gradients
-/// persist with a flat buffer (Megatron; DeepSpeed without ZeRO, ZeRO-3) or interleaved pipeline,
-/// else live from backward to step (zero_grad(set_to_none=True); ZeRO-1/2 stage_1_and_2.py).
+/// persist with a flat buffer (Megatron; DeepSpeed without ZeRO, ZeRO-3), a pipeline or
+/// zero_grad(set_to_none=False), else live from backward to step (zero_grad(set_to_none=True);
+/// ZeRO-1/2 stage_1_and_2.py).
 constexpr memory_ledger step_entries(const training& t, const activation_options& o,
                                      std::int64_t stage = 0) {
   const tensor_ledger tensors = vramfit::tensors(t.model);

@@ -61,6 +61,10 @@ struct optimizer_options {
   /// gradient (torchtune optimizer_in_bwd, training/_optimizer_in_backward.py): no step at the
   /// end and no full set of gradients.
   bool in_backward = false;
+  /// zero_grad(set_to_none): true frees the gradients after the step (torch >= 2.0's default);
+  /// false zeroes them in place (torch < 2.0's default, pytorch/pytorch#92731), so they stay
+  /// allocated between steps and each backward adds its new gradients into them.
+  bool set_to_none = true;
   element_format states{};  ///< payload 0: states like the tensor the optimizer updates
   friend constexpr bool operator==(const optimizer_options&, const optimizer_options&) = default;
 };

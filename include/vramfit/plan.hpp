@@ -28,9 +28,10 @@ struct training_plan_value {
 /// timeline, built once for the ledger and the allocator's replay.
 constexpr stage_state<step_timeline> most_loaded_step(const training_plan_value& p) {
   const training& t = p.setup;
+  const tensor_ledger model_tensors = tensors(t.model);
   return most_loaded_by(
-      t.layout, t.model, edges_of(tensors(t.model), t.finetune),
-      [&](std::int64_t s) { return step_timeline_of(t, p.batch, s); },
+      t.layout, t.model, edges_of(model_tensors, t.finetune),
+      [&](std::int64_t s) { return step_timeline_of(t, p.batch, s, model_tensors); },
       [](const step_timeline& tl) { return tl.peak.alive; });
 }
 

@@ -150,6 +150,8 @@ class step_replay {
       }
     }
     parameters(t, stage);
+    if (!t.optimizer.options.set_to_none)
+      kept_gradients_ = entry_where(tl.ledger, component::gradients, lifetime::persistent);
   }
 
   /// Runs training steps until one after the second reserves nothing new.
@@ -202,6 +204,9 @@ class step_replay {
   std::vector<parameter>& parameters_;
   std::int64_t parameter_elements_ = 0, parameter_tensors_ = 0;  ///< of the stage
   replay_mode mode_ = replay_mode::skip_repeats;
+  /// The gradients zero_grad(set_to_none=False) keeps (-1: none), which the first step makes.
+  int kept_gradients_ = -1;
+  bool first_step_ = false;
   /// The blocks record_stream frees hold (step_timeline::deferred): the gathered units', the
   /// gradients'.
   std::vector<int> (&deferred_)[2];
@@ -220,7 +225,7 @@ class step_replay {
     key.insert(key.end(), {static_cast<std::int64_t>(tl_.ledger.size()), parameter_elements_,
                            parameter_tensors_});
     for (std::size_t i = 0; i < tl_.ledger.size(); ++i)
-      if (made_at_start(tl_.ledger[i]))
+      if (made_at_start(i))
         key.insert(key.end(),
                    {static_cast<std::int64_t>(i), tl_.ledger[i].size.count, tl_.ledger[i].tensors});
     for (const parameter& p : parameters_) key.insert(key.end(), {p.elements, p.layer});
@@ -353,20 +358,30 @@ class step_replay {
   enum class made : unsigned char { at_start, in_first_step };
 
   /// The persistent tensors of the stage's device entries made `when`: the optimizer states
-  /// come with the first step (torch.optim creates them in step()), the rest at the start.
+  /// come with the first step (torch.optim creates them in step()), the rest at the start. Kept
+  /// gradients are made by the first step's backward (replay()); what it left out, if anything,
+  /// comes with the states.
   constexpr void set_up(made when) {
     for (std::size_t i = 0; i < tl_.ledger.size(); ++i) {
       const memory_entry& e = tl_.ledger[i];
-      if (is_persistent(e) && made_at_start(e) == (when == made::at_start))
+      if (!is_persistent(e) || made_at_start(i) != (when == made::at_start)) continue;
+      if (static_cast<int>(i) != kept_gradients_) {
         hold_all(static_cast<int>(i), e.size, e.tensors);
+        continue;
+      }
+      bytes held{};
+      for (const live_tensor& x : live_[i]) held += x.size;
+      if (held < e.size) hold(kept_gradients_, -1, e.size - held);
     }
   }
   [[nodiscard]] static constexpr bool is_persistent(const memory_entry& e) {
     return e.space == memory_space::device && e.lifetime == lifetime::persistent;
   }
   /// A persistent tensor made at the start, not in the first step.
-  [[nodiscard]] constexpr bool made_at_start(const memory_entry& e) const {
-    return is_persistent(e) && !(e.component == component::optimizer_states && lazy_states());
+  [[nodiscard]] constexpr bool made_at_start(std::size_t i) const {
+    const memory_entry& e = tl_.ledger[i];
+    return is_persistent(e) && !(e.component == component::optimizer_states && lazy_states()) &&
+           static_cast<int>(i) != kept_gradients_;
   }
 
   /// Whether the first step creates optimizer states (lazily, holding bytes).
@@ -386,7 +401,8 @@ class step_replay {
   }
 
   constexpr void replay_step(bool first_step) {
-    bool states_made = !first_step || !lazy_states();
+    first_step_ = first_step;
+    bool states_made = !first_step || !(lazy_states() || kept_gradients_ >= 0);
     for (std::size_t i = 0; i < tl_.events.size();) {
       const timeline_event& e = tl_.events[i];
       if (!states_made && e.phase == step_phase::optimizer) {
@@ -433,23 +449,30 @@ class step_replay {
   constexpr void replay(std::size_t i, std::int64_t layer) {
     const timeline_event& e = tl_.events[i];
     const bool allocates = e.delta > bytes{};
+    int entry = e.entry;
+    // Under zero_grad(set_to_none=False) the first step's first micro-batch makes its new
+    // gradients the .grad tensors, which stay: nothing is added into them, nothing freed.
+    if (e.new_gradient && first_step_ && e.micro_batch == 0 && kept_gradients_ >= 0) {
+      if (!allocates) return;
+      entry = kept_gradients_;
+    }
     const bytes total = allocates ? e.delta : -e.delta;
     const std::vector<bytes>& sizes = event_sizes_[i];
-    const memory_entry& x = tl_.ledger[static_cast<std::size_t>(e.entry)];
+    const memory_entry& x = tl_.ledger[static_cast<std::size_t>(entry)];
     const bool whole = x.size == total && x.tensors > 1;  // the entry's tensors, all of them
     if (sizes.empty() && allocates && whole && x.first_tensor > bytes{}) {
-      hold(e.entry, -1, x.first_tensor, e.stream);
-      hold_all(e.entry, total - x.first_tensor, x.tensors - 1, e.stream);
+      hold(entry, -1, x.first_tensor, e.stream);
+      hold_all(entry, total - x.first_tensor, x.tensors - 1, e.stream);
     } else if (sizes.empty() && allocates) {
-      hold_all(e.entry, total, whole ? x.tensors : 1, e.stream);
+      hold_all(entry, total, whole ? x.tensors : 1, e.stream);
     } else if (sizes.empty()) {
-      drop(e.entry, -1, total, of_alike::earliest);
+      drop(entry, -1, total, of_alike::earliest);
     }
     for (bytes size : sizes) {
       if (allocates)
-        hold(e.entry, layer, size, e.stream);
+        hold(entry, layer, size, e.stream);
       else
-        drop(e.entry, layer, size);
+        drop(entry, layer, size);
     }
     deferred_frees_beside(e);
   }

@@ -98,6 +98,10 @@ struct timeline_event {
   std::optional<piece_filter> pieces{};
   /// The stream an allocation is made on (a free goes to the pool its block came from).
   alloc_stream stream = alloc_stream::main;
+  /// New gradients that backward adds into .grad tensors that exist, or their free once added:
+  /// under zero_grad(set_to_none=False) the first step's first micro-batch makes them the .grad
+  /// tensors, which stay (reserved_memory.hpp replays that step so).
+  bool new_gradient = false;
 };
 
 /// Events of a step: at most about 56 outside the layers, and per layer run and micro-batch pass
@@ -355,6 +359,7 @@ struct event_writer {
   /// Sharded gradients made on a side stream: their entry (-1: none) and stream.
   int side_gradients = -1;
   alloc_stream gradient_stream = alloc_stream::main;
+  bool new_gradient = false;  ///< the events written are timeline_event::new_gradient
 
   constexpr void add(const char* what, int entry, bytes delta, std::int64_t first_layer = -1,
                      std::int64_t layers = 0, std::optional<piece_filter> pieces = {},
@@ -363,8 +368,8 @@ struct event_writer {
     if (ledger[static_cast<std::size_t>(entry)].space != memory_space::device) return;
     if (entry == side_gradients && delta > bytes{} && phase == step_phase::backward)
       stream = gradient_stream;
-    events.push_back(
-        {what, phase, micro_batch, first_layer, layers, delta, entry, region, pieces, stream});
+    events.push_back({what, phase, micro_batch, first_layer, layers, delta, entry, region, pieces,
+                      stream, new_gradient});
   }
 
   /// Allocates (sign 1) or frees (sign -1) every entry of lifetime `when` that `select` takes.
@@ -444,26 +449,31 @@ constexpr void time_entries(step_timeline& tl) {
   for (std::size_t i = 0; i < tl.ledger.size(); ++i)
     if (tl.ledger[i].lifetime == lifetime::persistent)
       alive[i] = most[i] = at[i] = tl.ledger[i].size;
+  // Per entry, over one repetition of a pattern: its change, its highest running change, its
+  // running change up to the peak event, and 1 + the pattern's first event that names it.
+  bytes change[memory_ledger::capacity]{}, high[memory_ledger::capacity]{},
+      upto[memory_ledger::capacity]{};
+  std::size_t named_first[memory_ledger::capacity]{};
   for_each_pattern(tl.events, [&](std::size_t begin, std::size_t end, std::int64_t k, bytes d) {
     const bool peak_here = tl.peak.event >= begin && tl.peak.event < end;
     const std::int64_t peak_rep = d > bytes{} ? k - 1 : 0;
     for (std::size_t e = begin; e < end; ++e) {
-      const int x = tl.events[e].entry;
-      bool first = true;  // each entry once per pattern, at its first event
-      for (std::size_t f = begin; f < e; ++f) first = first && tl.events[f].entry != x;
-      if (!first) continue;
-      bytes dx{}, running{}, high{}, upto{};
-      for (std::size_t f = begin; f < end; ++f) {
-        if (tl.events[f].entry != x) continue;
-        dx += tl.events[f].delta;
-        running += tl.events[f].delta;
-        if (running > high) high = running;
-        if (f <= tl.peak.event) upto = running;
+      const auto x = static_cast<std::size_t>(tl.events[e].entry);
+      if (named_first[x] <= begin) {  // last named by an earlier pattern
+        named_first[x] = e + 1;
+        change[x] = high[x] = upto[x] = bytes{};
       }
-      const bytes top = alive[x] + (dx > bytes{} ? dx * (k - 1) : bytes{}) + high;
+      change[x] += tl.events[e].delta;
+      if (change[x] > high[x]) high[x] = change[x];
+      if (e <= tl.peak.event) upto[x] = change[x];
+    }
+    for (std::size_t e = begin; e < end; ++e) {
+      const auto x = static_cast<std::size_t>(tl.events[e].entry);
+      if (named_first[x] != e + 1) continue;  // each entry once
+      const bytes top = alive[x] + (change[x] > bytes{} ? change[x] * (k - 1) : bytes{}) + high[x];
       if (top > most[x]) most[x] = top;
-      if (peak_here) at[x] = alive[x] + dx * peak_rep + upto;
-      alive[x] += dx * k;
+      if (peak_here) at[x] = alive[x] + change[x] * peak_rep + upto[x];
+      alive[x] += change[x] * k;
     }
     if (tl.peak.event >= end)
       for (std::size_t i = 0; i < tl.ledger.size(); ++i) at[i] = alive[i];
@@ -557,11 +567,11 @@ constexpr layer_runs layer_runs_of(const training& t, const activation_options& 
 
 /// The gradients outside the layers, split the way backward makes them: the head's (after the
 /// loss) and the embeddings' (at the end), a tied embedding's with the head's; and the autocast
-/// copies outside the layers (the head's).
+/// copies outside the layers: the embeddings' (ViT's patch convolution's weight) and the head's.
 struct outside_layers {
   bool grads_per_layer = true;  ///< the layers' gradients fit the entry (else all come at once)
-  bytes casts{}, head_grads{}, tied_grads{}, untied_embedding_grads{};
-  bytes embedding_casts{};       ///< of casts, the embeddings' (ViT's patch convolution's weight)
+  bytes head_grads{}, tied_grads{}, untied_embedding_grads{};
+  bytes embedding_casts{}, head_casts{};
   head_gradients head_pieces{};  ///< head_grads as backward allocates them
 };
 
@@ -578,7 +588,7 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
   outside_layers out{};
   out.grads_per_layer = layer_grads <= all_grads;
   const bytes grads = out.grads_per_layer ? all_grads - layer_grads : all_grads;
-  out.casts = all_casts > layer_casts ? all_casts - layer_casts : bytes{};
+  const bytes casts = all_casts > layer_casts ? all_casts - layer_casts : bytes{};
   // The embeddings' share (the tensors before the first layer group, on the first stage). A tied
   // token embedding's is the head's and comes with it; the autograd engine holds it in the
   // leaf's input buffer until the embedding adds its own.
@@ -599,8 +609,9 @@ constexpr outside_layers outside_layers_of(const training& t, const tensor_ledge
     }
     if (embedding > grads) embedding = grads;
     if (out.tied_grads > embedding) out.tied_grads = embedding;
-    if (out.embedding_casts > out.casts) out.embedding_casts = out.casts;
+    if (out.embedding_casts > casts) out.embedding_casts = casts;
   }
+  out.head_casts = casts - out.embedding_casts;
   out.head_grads = grads - embedding + out.tied_grads;
   out.untied_embedding_grads = embedding - out.tied_grads;
   out.head_pieces = head_gradient_tensors(t, tensors, range, out.head_grads, out.tied_grads, c);
@@ -647,10 +658,26 @@ struct step_writer {
   [[nodiscard]] constexpr auto adder() {
     return [this](const char* what, int entry, bytes delta) { w.add(what, entry, delta); };
   }
-  /// Where a micro-batch's new gradients go: the gradients (first), or a working buffer that
-  /// backward adds into them (later micro-batches).
+  /// Whether a micro-batch's new gradients are added into .grad tensors that exist: a later
+  /// micro-batch's, and every one's when zero_grad(set_to_none=False) keeps them between steps.
+  [[nodiscard]] constexpr bool adds_into_gradients(bool first_pass) const {
+    return !first_pass || !t.optimizer.options.set_to_none;
+  }
+  /// Where a micro-batch's new gradients go: the gradients, or a working buffer that backward
+  /// adds into them.
   [[nodiscard]] constexpr int gradient_entry(bool first_pass) const {
-    return first_pass ? e.gradients : e.working;
+    return adds_into_gradients(first_pass) ? e.working : e.gradients;
+  }
+  /// A micro-batch's new gradients (`delta` > 0) where gradient_entry() says, or (`delta` < 0)
+  /// their free once added into .grad tensors that exist; marked as new_gradient then.
+  constexpr void new_gradients(bool first_pass, const char* what, bytes delta,
+                               std::int64_t first = -1, std::int64_t count = 0,
+                               std::optional<piece_filter> pieces = {}) {
+    const bool added = adds_into_gradients(first_pass);
+    if (delta < bytes{} && !added) return;  // they are the gradients: zero_grad frees them
+    w.new_gradient = added;
+    w.add(what, gradient_entry(first_pass), delta, first, count, pieces);
+    w.new_gradient = false;
   }
 
   /// Allocates (sign 1) or frees (sign -1) the buffers that live from forward to the end of
@@ -718,7 +745,7 @@ struct step_writer {
   /// The loss: the head's casts, what the norm, head and loss keep, the logits while it runs.
   constexpr void loss() {
     w.phase = step_phase::loss;
-    w.add("head weight copies", e.casts, outside.casts - outside.embedding_casts);
+    w.add("head weight copies", e.casts, outside.head_casts);
     // cross_entropy makes its log-probabilities from the logits' fp32 copy, before they go.
     w.add("final norm and head input", e.head_and_loss, head_inputs());
     w.add("logits", e.logits, size_of(e.logits));
@@ -745,7 +772,7 @@ struct step_writer {
       if (defers_root_gradients())
         return defer_head_gradients(unit_bytes, root_entries(first_pass), adder());
       for (bytes piece : outside.head_pieces)
-        w.add("head and final norm gradients", gradient_entry(first_pass), piece);
+        new_gradients(first_pass, "head and final norm gradients", piece);
     };
     const bytes loss_gradients = size_of(e.logits_gradient);
     if (first_tensor(e.head_and_loss) > bytes{}) {
@@ -771,13 +798,13 @@ struct step_writer {
             -size_of(e.head_and_loss));
       add_head_gradients();
     }
-    if (!first_pass && !defers_root_gradients())
-      w.add("head and final norm gradients", e.working, -outside.head_grads);
+    if (!defers_root_gradients())
+      new_gradients(first_pass, "head and final norm gradients", -outside.head_grads);
     // A tied head's gradient waits in the leaf's input buffer for the embedding's share.
     stepped(outside.head_grads - outside.tied_grads);
     w.add("residual stream gradient", e.working, stream_gradient());
     // The head's weight copies were saved for its input gradient: its backward frees them.
-    w.add("head weight copies", e.casts, -(outside.casts - outside.embedding_casts));
+    w.add("head weight copies", e.casts, -outside.head_casts);
   }
 
   /// The residual stream's gradient (layer_backward_working::stream_gradient), from the head's
@@ -797,13 +824,14 @@ struct step_writer {
     const bytes grads = per_layer ? p.grads_out[part] + p.grads_rest[part] : bytes{};
     const bytes grads_out = per_layer ? p.grads_out[part] : bytes{};
     const bytes grads_rest = per_layer ? p.grads_rest[part] : bytes{};
-    const int grad_entry = gradient_entry(first_pass);
     piece_filter selective = pieces_of(layer_tensor::saved, part);
     selective.selective = 1;
     if (!p.full)
       add("recomputed by selective recompute", layer_saved, p.selective[part], selective);
-    add(part ? "MLP output linear: weight gradients" : "attention output linear: weight gradients",
-        grad_entry, grads_out, pieces_of(layer_tensor::gradient, part, 1));
+    new_gradients(
+        first_pass,
+        part ? "MLP output linear: weight gradients" : "attention output linear: weight gradients",
+        grads_out, r.first, r.count, pieces_of(layer_tensor::gradient, part, 1));
     stepped(grads_out, r.first, r.count, pieces_of(layer_tensor::gradient, part, 1));
     // Eager attention: o_proj's input gradient, which the value matmul's backward reads.
     if (!part)
@@ -858,8 +886,8 @@ struct step_writer {
     if (!part)
       add("attention value matmul: V gradient (waits through the core)", e.working,
           -p.value_gradient, pieces_of(layer_tensor::value_gradient));
-    add(part ? "MLP weight gradients" : "attention weight gradients", grad_entry, grads_rest,
-        pieces_of(layer_tensor::gradient, part, 0));
+    new_gradients(first_pass, part ? "MLP weight gradients" : "attention weight gradients",
+                  grads_rest, r.first, r.count, pieces_of(layer_tensor::gradient, part, 0));
     stepped(grads_rest, r.first, r.count, pieces_of(layer_tensor::gradient, part, 0));
     add(part ? "MLP saved tensors freed" : "attention saved tensors freed", layer_saved,
         -p.saved_rest[part], freed(freed_at::half_end));
@@ -869,9 +897,8 @@ struct step_writer {
     add("parallel block: MLP input gradient (waits for the attention's)", e.working,
         part ? p.parallel_input_gradient : -p.parallel_input_gradient,
         pieces_of(layer_tensor::parallel_input_gradient));
-    if (!first_pass)
-      add("new weight gradients added into .grad", e.working, -grads,
-          pieces_of(layer_tensor::gradient, part));
+    new_gradients(first_pass, "new weight gradients added into .grad", -grads, r.first, r.count,
+                  pieces_of(layer_tensor::gradient, part));
   }
 
   /// A layer run's backward: what it reads comes back (recomputed, or from the host), then the
@@ -917,13 +944,13 @@ struct step_writer {
     const bytes tied = outside.tied_grads, untied = outside.untied_embedding_grads;
     if (!defers_root_gradients()) {
       w.add("embedding gradient (added into the tied head's)", e.working, tied);
-      if (first_pass) {
+      if (!adds_into_gradients(first_pass)) {
         w.add("tied gradient: the head's plus the embedding's", e.gradients, tied);
         w.add("tied gradient: the head's plus the embedding's", e.gradients, -tied);
       }
       w.add("embedding gradient (added into the tied head's)", e.working, -tied);
-      w.add("embedding gradients", gradient_entry(first_pass), untied);
-      if (!first_pass) w.add("embedding gradients", e.working, -untied);
+      new_gradients(first_pass, "embedding gradients", untied);
+      new_gradients(first_pass, "embedding gradients", -untied);
     }
     stepped(tied + untied);
     w.add("input ids, positions and rotary tables", e.embedding_inputs,
@@ -977,7 +1004,8 @@ struct step_writer {
     embedding_backward(first_pass);
   }
 
-  /// The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients.
+  /// The optimizer step and its temporaries; zero_grad(set_to_none=True) frees the gradients
+  /// (set_to_none=False zeroes them in place: their entry persists).
   constexpr void optimizer_step() {
     release_backward_buffers();
     w.phase = step_phase::optimizer;
@@ -1000,14 +1028,14 @@ namespace detail {
 inline thread_local std::int64_t timelines_built = 0;
 }  // namespace detail
 
-/// The timeline of one training step on a GPU of pipeline stage `stage`.
+/// The timeline of one training step on a GPU of pipeline stage `stage`, the model's tensor
+/// ledger given.
 constexpr step_timeline step_timeline_of(const training& t, const activation_options& o,
-                                         std::int64_t stage = 0) {
+                                         std::int64_t stage, const tensor_ledger& tensors) {
   using namespace detail;
   if (!std::is_constant_evaluated()) ++timelines_built;
   const layout& l = validated(t.layout, t.model);
   step_timeline tl{};
-  const tensor_ledger tensors = vramfit::tensors(t.model);
   const stage_model_states states = stage_model_states_of(t, tensors, stage);
   tl.ledger = step_entries_of(t, o, states, stage);
   const stage_range range = stage_of(t, stage);
@@ -1018,8 +1046,13 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   auto size_of = [&](int e) {
     return e < 0 ? bytes{} : tl.ledger[static_cast<std::size_t>(e)].size;
   };
+  // The gradients backward makes: the step's, or those zero_grad(set_to_none=False) keeps, to
+  // which each backward adds as many new ones.
+  const int gradients = t.optimizer.options.set_to_none
+                            ? roles.gradients
+                            : entry_where(tl.ledger, component::gradients, lifetime::persistent);
   const outside_layers outside = outside_layers_of(t, tensors, range, runs, tl.layers,
-                                                   size_of(roles.gradients), size_of(roles.casts));
+                                                   size_of(gradients), size_of(roles.casts));
   for (const memory_entry& e : tl.ledger)
     if (e.space == memory_space::device && e.lifetime == lifetime::persistent)
       tl.at_start += e.size;
@@ -1045,6 +1078,12 @@ constexpr step_timeline step_timeline_of(const training& t, const activation_opt
   tl.peak = find_peak(tl);
   time_entries(tl);
   return tl;
+}
+
+/// The timeline of one training step on a GPU of pipeline stage `stage`.
+constexpr step_timeline step_timeline_of(const training& t, const activation_options& o,
+                                         std::int64_t stage = 0) {
+  return step_timeline_of(t, o, stage, tensors(t.model));
 }
 
 /// Calls `visit(event, index, layer, alive)` after each event of the step, in order, with the

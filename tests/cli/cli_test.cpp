@@ -617,6 +617,11 @@ TEST_CASE("hostile input: each reproducer ends in a right answer or one line nam
        "unknown FSDP1 backward prefetch 'sideways'; known: pre, post, none"},
       {"plan --gpus 8 --limit-all-gathers false", "give --limit-all-gathers to train"},
       {"train --optimizer-in-backward --grad-accum 4", "needs one micro-batch per step"},
+      {"train --keep-grads --dp 8 --fsdp full",
+       "--keep-grads keeps PyTorch's per-parameter .grad tensors between steps: it is modelled "
+       "on one GPU, DDP, TP and CP, not with sharded gradients"},
+      {"train --keep-grads --pp 2", "--keep-grads keeps PyTorch's per-parameter .grad tensors"},
+      {"plan --gpus 8 --keep-grads", "--keep-grads applies to vramfit train, min-gpus and compare"},
       {"train --framework nemo", "unknown --framework 'nemo'; known: torchtitan, torchtune"},
       {"load --init device --weights nf4", "load quantized weights directly"},
       {"load --init nope", "unknown initialization 'nope'; known: meta, device, host"},
@@ -1672,6 +1677,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--momentum 0.9",
                                           "--centered",
                                           "--optimizer-in-backward",
+                                          "--keep-grads",
                                           "--micro-batch 2",
                                           "--seq-len 1024",
                                           "--grad-accum 2",
@@ -2118,4 +2124,21 @@ TEST_CASE("NCCL per communicator: --gpus-per-node, --nccl-channels, --nccl-versi
   check_refusal(run("train -m llama-3-8b --nccl-channels 16"), "--nccl-channels applies to a job");
   check_refusal(run("train -m llama-3-8b --nccl-channels 65"), "--nccl-channels");
   check_refusal(run("train -m llama-3-8b --nccl-version 2.19"), "--nccl-version");
+}
+
+TEST_CASE("--keep-grads: zero_grad(set_to_none=False) keeps GPT-2's fp32 gradients") {
+  const std::string args = "train -m gpt2 --precision fp32 -b 1 -s 1024 --metric allocated ";
+  const nlohmann::json kept = json_of(args + "--keep-grads");
+  const nlohmann::json freed = json_of(args);
+  CHECK(std::string(kept.at("configuration")).find("adamw, grads kept | full") !=
+        std::string::npos);
+  // 124,439,808 parameters x 4 B, a persistent entry; they add to every moment before backward.
+  const auto gradients = [](const nlohmann::json& j) {
+    for (const auto& e : j.at("entries"))
+      if (e.at("name") == "gradients") return e.at("bytes").get<std::int64_t>();
+    return std::int64_t{-1};
+  };
+  CHECK(gradients(kept) == 497'759'232);
+  CHECK(kept.at("memory").at("total").get<std::int64_t>() >
+        freed.at("memory").at("total").get<std::int64_t>());
 }

@@ -204,6 +204,49 @@ TEST_CASE("an optimizer in backward steps one tensor at a time and frees each gr
                        error);
 }
 
+TEST_CASE("zero_grad(set_to_none=False) keeps the gradients, and backward adds into them") {
+  // torch < 2.0's default (pytorch/pytorch#92731): zero_grad zeroes .grad in place, so the N
+  // bytes of bf16 gradients stay from step to step. AccumulateGrad adds each new gradient into
+  // its .grad (torch/csrc/autograd/functions/accumulate_grad.h), which frees it.
+  auto with = [](bool set_to_none) {
+    training t{hand_model, pure<bf16>::value, adamw<>::value};
+    t.optimizer.options.set_to_none = set_to_none;
+    return t;
+  };
+  const activation_options o{.micro_batch = 1, .sequence = 64};
+  const step_timeline kept = step_timeline_of(with(false), o);
+  const step_timeline freed = step_timeline_of(with(true), o);
+  CHECK(kept.at_start - freed.at_start == bytes{N});
+  // The head's backward starts with the loss's gradients; until then set_to_none=True holds no
+  // gradient, set_to_none=False all of them.
+  auto alive_at_loss_gradients = [](const step_timeline& tl) {
+    bytes alive = tl.at_start;
+    for (const timeline_event& e : tl.events) {
+      alive += e.delta;
+      if (std::string(e.what) == "loss gradients") return alive;
+    }
+    return bytes{-1};
+  };
+  CHECK(alive_at_loss_gradients(kept) - alive_at_loss_gradients(freed) == bytes{N});
+  // Backward makes every parameter's new gradient once (N bytes) and frees each once added in,
+  // so the step ends where it started.
+  bytes change{}, made{}, freed_again{};
+  for (const timeline_event& e : kept.events) {
+    const bytes all = e.delta * (e.first_layer >= 0 ? e.layers : 1);
+    change += all;
+    if (e.new_gradient) (e.delta > bytes{} ? made : freed_again) += all;
+  }
+  CHECK(made == bytes{N});
+  CHECK(freed_again == bytes{-N});
+  CHECK(change == bytes{});
+  CHECK(std::string(kept.events.back().what) != "gradients freed");
+  // Sharded, flat or pipelined gradients are no per-parameter .grad tensors.
+  training sharded = with(false);
+  sharded.layout = parallel<fsdp<2>>::value;
+  CHECK_THROWS_WITH_AS(training_step(sharded, o), doctest::Contains("not with sharded gradients"),
+                       error);
+}
+
 TEST_CASE("optional optimizer states, switched at run time as torch.optim creates them") {
   // torch/optim/rmsprop.py _init_group: square_avg, momentum_buffer when momentum > 0, grad_avg
   // when centered; adam.py: max_exp_avg_sq when amsgrad; sgd.py: momentum_buffer.

@@ -31,6 +31,8 @@ std::vector<named_case> cases() {
   training lora{llama, pure<bf16>::value, adamw<>::value, lora_finetuning(16, "q_proj,v_proj")};
   training in_backward{llama, pure<bf16>::value,
                        adamw_8bit<optimizer_options{.paged = true, .in_backward = true}>::value};
+  training kept{models::gpt2::value, amp<fp16>::value, adamw<>::value};
+  kept.optimizer.options.set_to_none = false;
   return {
       {"GPT-2, AMP, eager",
        {models::gpt2::value, amp<fp16>::value, adamw<>::value},
@@ -49,6 +51,9 @@ std::vector<named_case> cases() {
        {.micro_batch = 1, .sequence = 4096, .micro_batches = 8},
        1},
       {"Llama-3-8B, LoRA", lora, {.micro_batch = 2, .sequence = 2048}},
+      {"GPT-2, AMP, gradients kept by zero_grad(set_to_none=False), 2 micro-batches",
+       kept,
+       {.micro_batch = 4, .sequence = 1024, .micro_batches = 2}},
       {"Llama-3-8B, 8-bit AdamW in backward",
        in_backward,
        {.micro_batch = 1, .sequence = 2048, .recompute = recompute_kind::full}},
@@ -201,6 +206,24 @@ TEST_CASE("Adam's states, created in the first step, move later steps' activatio
   const reserved_memory_estimate s = reserved_memory(sgd_plain, o);
   CHECK(s.stable_step == 1);
   CHECK(s.reserved == s.first_step_reserved);
+}
+
+TEST_CASE("gradients kept between steps: the first step's backward makes them, and they stay") {
+  // zero_grad(set_to_none=False): plain SGD's first step ends with the gradients its backward
+  // made, so the second starts with them and its activations find their blocks taken; with
+  // set_to_none=True the second step repeats the first (the test above).
+  training sgd_kept{models::llama_3_8b::value, mixed<bf16>::value, sgd<>::value};
+  sgd_kept.optimizer.options.set_to_none = false;
+  const activation_options o{.micro_batch = 1, .sequence = 2048};
+  const reserved_memory_estimate r = reserved_memory(sgd_kept, o);
+  CHECK(r.stable_step == 2);
+  CHECK(r.reserved > r.first_step_reserved);
+  // The steady step holds them throughout: its allocated peak is the timeline's, each tensor
+  // rounded up by less than 512 B (its 291 parameters' weights, master copies and gradients,
+  // and 32 layers' activations: fewer than 10,000 tensors).
+  const step_timeline tl = step_timeline_of(sgd_kept, o);
+  CHECK(r.allocated >= tl.peak.alive);
+  CHECK(r.allocated - tl.peak.alive < bytes{512 * 10'000});
 }
 
 TEST_CASE("estimates take the simulated reserve, the planner confirms with it") {

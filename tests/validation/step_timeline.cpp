@@ -131,6 +131,7 @@ traced_case describe(const nlohmann::json& k) {
            : impl == "for-loop" ? optimizer_impl::for_loop
                                 : optimizer_impl::foreach;
   o.momentum = name == "sgd";  // the traced SGD runs with momentum 0.9
+  o.set_to_none = k.value("zero_grad", "set_to_none") == "set_to_none";
   c.setup.optimizer =
       name == "adamw" ? detail::make_optimizer("adamw", optimizer_kind::adam, 2, 1, o)
       : name == "sgd" ? detail::make_optimizer("sgd+momentum", optimizer_kind::sgd, 1, 0, o)

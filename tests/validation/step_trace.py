@@ -405,11 +405,12 @@ GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, he
             tied=True, dropout=0.1)
 
 
-def case(name, model, precision, optimizer, impl, batch=2, seq=64, ckpt="none", accum=1, lora=None, **over):
+def case(name, model, precision, optimizer, impl, batch=2, seq=64, ckpt="none", accum=1, lora=None,
+         keep_grads=False, **over):
     m = dict(model)
     m.update(over)
     return dict(name=name, model=m, precision=precision, optimizer=optimizer, impl=impl, batch=batch, seq=seq,
-                checkpointing=ckpt, accumulation=accum, lora=lora)
+                checkpointing=ckpt, accumulation=accum, lora=lora, keep_grads=keep_grads)
 
 
 LORA = dict(r=8, alpha=16, targets=["q_proj", "v_proj"], adapter_dtype="float32")
@@ -535,6 +536,14 @@ CASES = [
     case("vit-bf16-adamw-foreach", VIT, "bf16", "adamw", "foreach", seq=65),
     case("vit-amp-adamw-fused", VIT, "amp_bf16", "adamw", "fused", seq=65),
     case("vit-i96-bf16-sgd-foreach", VIT, "bf16", "sgd", "foreach", seq=145, image_size=96),
+    # zero_grad(set_to_none=False), torch < 2.0's default: the gradients stay between steps and
+    # each backward adds its new ones into them. BERT as Hugging Face's Trainer of then ran it
+    # (fp32, for-loop AdamW), Llama over two micro-batches, and a tied head under AMP
+    case("bert-dropout-fp32-keepgrads-adamw-forloop", BERT, "fp32", "adamw", "for-loop", keep_grads=True),
+    case("llama-gqa-bf16-accum2-keepgrads-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", accum=2,
+         keep_grads=True),
+    case("llama-tied-amp-keepgrads-sgd-foreach", LLAMA, "amp_bf16", "sgd", "foreach", tied=True,
+         keep_grads=True),
 ]
 
 
@@ -598,7 +607,7 @@ def describe(c):
         "optimizer_options": {"adamw": {"weight_decay": 0.01, "amsgrad": False},
                               "sgd": {"momentum": 0.9, "weight_decay": 0.0},
                               "adafactor": {"weight_decay": 0.0}}[c["optimizer"]],
-        "param_groups": 1, "zero_grad": "set_to_none",
+        "param_groups": 1, "zero_grad": "zero" if c["keep_grads"] else "set_to_none",
         "batch": c["batch"], "seq": c["seq"], "checkpointing": c["checkpointing"],
         "accumulation": c["accumulation"], "lora": c["lora"], "use_cache": False,
         "code": cfg.code,
@@ -833,7 +842,7 @@ def run_case(c, device, cuda_check=False, hf=False):
                         r.kind = "grad"
                 opt.step()
                 tracer.set_phase("zero_grad", 0, region="zero_grad")
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=not c["keep_grads"])  # False: torch < 2.0's default
                 tracer.set_phase("end", 0, region="end")
                 tracer.poll()
                 steps[step] = dict(start_ev=start_ev, end_ev=len(tracer.events), start_alive=start_alive,
