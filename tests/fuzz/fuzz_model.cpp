@@ -276,7 +276,11 @@ optimizer random_optimizer(FuzzedDataProvider& in) {
   o.options.impl = pick_enum<optimizer_impl>(in, 4);
   o.options.capturable = in.ConsumeBool();
   o.options.paged = in.ConsumeBool();
-  o.options.in_backward = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  // One draw, so that the corpus reads as before: a step in backward, or gradients kept by
+  // zero_grad(set_to_none=False), or neither.
+  const int gradients = in.ConsumeIntegralInRange<int>(0, 3);
+  o.options.in_backward = gradients == 0;
+  o.options.set_to_none = gradients != 1;
   if (in.ConsumeBool()) o.options.states = storage_format(in);
   return o;
 }
@@ -528,11 +532,11 @@ void print(const training& t, const activation_options& o, const runtime_overhea
   const layout& l = t.layout;
   note(
       "training: precision %s (fp8 copies %lld), optimizer %s (impl %d capturable %d paged %d "
-      "in_backward %d states %s)\n",
+      "in_backward %d set_to_none %d states %s)\n",
       t.precision.name, ll(t.precision.fp8_weight_copies), t.optimizer.name,
       int(t.optimizer.options.impl), int(t.optimizer.options.capturable),
       int(t.optimizer.options.paged), int(t.optimizer.options.in_backward),
-      t.optimizer.options.states.name);
+      int(t.optimizer.options.set_to_none), t.optimizer.options.states.name);
   note("  finetune %s kind %d: lora rank %lld targets '%s' adapters '%s' base '%s'/'%s'\n",
        t.finetune.name, int(t.finetune.kind), ll(t.finetune.lora.rank), t.finetune.lora.targets,
        t.finetune.lora.adapters.name, t.finetune.quantized_base.name,
