@@ -5,7 +5,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,18 +27,10 @@ struct option_entry {
   std::string description;  ///< the --help text
 };
 
-/// The subcommand `name` of `tool`'s parser; std::invalid_argument when there is none (Python
-/// sees a ValueError).
-inline const CLI::App& subcommand_named(const tool& t, std::string_view name) {
-  for (const CLI::App* sub : t.app().get_subcommands({}))
-    if (sub->get_name() == name) return *sub;
-  throw std::invalid_argument("vramfit has no subcommand '" + std::string(name) + "'");
-}
-
 /// The options of subcommand `name` in the parser's order, without --help.
 inline std::vector<option_entry> option_table(std::string_view name) {
-  const tool t;
-  const CLI::App& sub = subcommand_named(t, name);
+  tool t;
+  const CLI::App& sub = t.subcommand(name);
   std::vector<option_entry> listed;
   for (const CLI::Option* o : sub.get_options()) {
     if (o == sub.get_help_ptr() || o->get_lnames().empty() || !in_help(*o)) continue;

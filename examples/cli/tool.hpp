@@ -5,11 +5,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <initializer_list>
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
@@ -28,7 +31,9 @@
 namespace vramfit::cli {
 
 /// The parser and the values it fills in. Its options point into it: it neither copies nor moves,
-/// and it parses once.
+/// and it parses once. A subcommand's options are added when it is first needed: CLI11 checks each
+/// new option's names against every earlier one of its subcommand, and building all ten
+/// subcommands' options took 2.3 ms of every run (Release), where a run needs one.
 class tool {
  public:
   tool();
@@ -39,9 +44,18 @@ class tool {
   /// with --check: 1.
   int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+  /// The parser: the subcommands, and the options of those built so far.
   [[nodiscard]] const CLI::App& app() const { return app_; }
+  /// Subcommand `name` with its options; std::invalid_argument when there is none (Python sees a
+  /// ValueError).
+  const CLI::App& subcommand(std::string_view name);
 
  private:
+  /// Adds the options of `cmd`, once.
+  void add_options(CLI::App* cmd);
+  /// Adds the options of every subcommand that a word of `args` names (all of them for
+  /// `completion`, which lists them): any subcommand the parse may enter has its options.
+  void add_options_named(const std::vector<std::string>& args);
   int dispatch(std::ostream& out);
   /// dispatch with what --from's file said beside the answer: in its JSON, or before its text.
   int dispatch_from(std::ostream& out, std::ostream& err, const launcher_reading& reading);
@@ -64,8 +78,9 @@ class tool {
   std::string from_;  // --from's kind: its words are expanded before the parse (from_option.hpp)
   output_format list_format_ = output_format::table;
   completion_shell shell_ = completion_shell::bash;
-  CLI::App *train_cmd_, *min_gpus_cmd_, *plan_cmd_, *load_cmd_, *infer_cmd_, *models_cmd_,
-      *gpus_cmd_, *frameworks_cmd_, *completion_cmd_, *compare_cmd_;
+  CLI::App *train_cmd_, *min_gpus_cmd_, *plan_cmd_, *load_cmd_, *infer_cmd_, *compare_cmd_,
+      *models_cmd_, *gpus_cmd_, *frameworks_cmd_, *completion_cmd_;
+  std::vector<const CLI::App*> built_;  // the subcommands whose options are added
 };
 
 /// Keeps the train options that `cmd` always refuses out of its --help, completion and Python
@@ -83,35 +98,69 @@ inline tool::tool() {
   app_.fallthrough();  // `vramfit train --units GB` as well as `vramfit --units GB train`
   app_.require_subcommand(1);
   train_cmd_ = app_.add_subcommand("train", "Memory per GPU of a training step");
-  add_train_options(*train_cmd_, train_);
   min_gpus_cmd_ = app_.add_subcommand(
       "min-gpus", "The fewest GPUs a training configuration fits on (its data-parallel degree)");
-  add_train_options(*min_gpus_cmd_, fewest_);
-  hide_refused(*min_gpus_cmd_, {"--dp", "--sweep", "--sweep-max", "--timeline"});
   plan_cmd_ = app_.add_subcommand(
       "plan",
       "Search every layout of N GPUs (DP x TP x PP x CP x EP, sharding, recompute, micro-batch, "
       "virtual stages; offload if nothing else fits) and rank those that fit by estimated step "
       "time. Train options given fix their knob (--tp 8: only TP 8)");
-  add_train_options(*plan_cmd_, plan_);
-  for (const CLI::Option* o : plan_cmd_->get_options()) train_names_.push_back(long_name(*o));
-  add_plan_options(*plan_cmd_, space_);
-  hide_refused(*plan_cmd_, {"--reshard-after-forward", "--backward-prefetch", "--forward-prefetch",
-                            "--limit-all-gathers", "--sweep", "--sweep-max", "--timeline"});
-  for (const unsearchable_option& u : unsearchable_options) hide_refused(*plan_cmd_, {u.name});
   load_cmd_ = app_.add_subcommand(
       "load", "Memory per GPU while a model is loaded or initialized, before its first step");
-  add_load_options(*load_cmd_, load_);
   infer_cmd_ = app_.add_subcommand(
       "infer", "Memory per GPU of inference: weights, KV cache, working memory");
-  add_infer_options(*infer_cmd_, infer_);
-  train_cmd_->add_flag("--explain", train_.explain,
-                       "Instead of the estimate, what autograd saves for one layer, tensor by "
-                       "tensor: its part, bits, elements and bytes (table, markdown or json)");
-  add_dtypes_option(*train_cmd_, train_.dtypes, {"fp32", "amp-bf16", "bf16-fp32-master", "bf16"},
-                    "One estimate per precision, a row each: --precision's names, "
-                    "comma-separated or repeated; leave out --precision");
-  for (CLI::App* cmd : {train_cmd_, min_gpus_cmd_, plan_cmd_, infer_cmd_}) {
+  compare_cmd_ = app_.add_subcommand(
+      "compare",
+      "A measured run (--snapshot or --log) beside the prediction for its configuration (train's "
+      "options): the peaks, their phase, and where the allocated peak came from");
+  models_cmd_ = app_.add_subcommand("models", "List the model presets");
+  gpus_cmd_ = app_.add_subcommand("gpus", "List the GPU presets and their capacities");
+  frameworks_cmd_ = app_.add_subcommand(
+      "frameworks", "List the --framework presets: the defaults each sets, and their sources");
+  completion_cmd_ =
+      app_.add_subcommand("completion",
+                          "A shell completion script, from this parser and its tables: "
+                          "source <(vramfit completion bash), or zsh");
+}
+
+inline void tool::add_options(CLI::App* cmd) {
+  if (std::find(built_.begin(), built_.end(), cmd) != built_.end()) return;
+  built_.push_back(cmd);
+  if (cmd == train_cmd_) {
+    add_train_options(*cmd, train_);
+    cmd->add_flag("--explain", train_.explain,
+                  "Instead of the estimate, what autograd saves for one layer, tensor by "
+                  "tensor: its part, bits, elements and bytes (table, markdown or json)");
+    add_dtypes_option(*cmd, train_.dtypes, {"fp32", "amp-bf16", "bf16-fp32-master", "bf16"},
+                      "One estimate per precision, a row each: --precision's names, "
+                      "comma-separated or repeated; leave out --precision");
+  } else if (cmd == min_gpus_cmd_) {
+    add_train_options(*cmd, fewest_);
+    hide_refused(*cmd, {"--dp", "--sweep", "--sweep-max", "--timeline"});
+  } else if (cmd == plan_cmd_) {
+    add_train_options(*cmd, plan_);
+    for (const CLI::Option* o : cmd->get_options()) train_names_.push_back(long_name(*o));
+    add_plan_options(*cmd, space_);
+    hide_refused(*cmd, {"--reshard-after-forward", "--backward-prefetch", "--forward-prefetch",
+                        "--limit-all-gathers", "--sweep", "--sweep-max", "--timeline"});
+    for (const unsearchable_option& u : unsearchable_options) hide_refused(*cmd, {u.name});
+  } else if (cmd == load_cmd_) {
+    add_load_options(*cmd, load_);
+  } else if (cmd == infer_cmd_) {
+    add_infer_options(*cmd, infer_);
+  } else if (cmd == compare_cmd_) {
+    add_compare_options(*cmd, measured_);
+    add_train_options(*cmd, compared_);
+    hide_refused(*cmd, {"--sweep", "--sweep-max", "--timeline", "--check"});
+  } else if (cmd == completion_cmd_) {
+    add_choice(*cmd, "shell", shell_, completion_shells, "shell", "bash or zsh")
+        ->required()
+        ->type_name(choice_type(completion_shells));
+  } else {  // models, gpus, frameworks
+    add_choice(*cmd, "--format,-f", list_format_, list_formats, "--format", "table or json")
+        ->type_name(choice_type(list_formats));
+  }
+  if (cmd == train_cmd_ || cmd == min_gpus_cmd_ || cmd == plan_cmd_ || cmd == infer_cmd_) {
     const std::string launchers = launcher_kind_list(cmd == infer_cmd_ ? "infer" : "train");
     if (!launchers.empty())  // read before the parse (from_option.hpp): here for --help and Python
       cmd->add_option("--from", from_,
@@ -120,32 +169,32 @@ inline tool::tool() {
           ->type_name("KIND FILE");
   }
   // --params: N parameters without a model (train: their model states; infer: their weights).
-  for (CLI::App* cmd : {train_cmd_, infer_cmd_})
+  if (cmd == train_cmd_ || cmd == infer_cmd_)
     cmd->add_option("--params", params_,
                     "N parameters without a model, such as 7e9: their model states (train, with "
                     "--precision, --optimizer, --dp, --zero, --fsdp) or weights (infer, with "
                     "--weights); other options need a model");
-  compare_cmd_ = app_.add_subcommand(
-      "compare",
-      "A measured run (--snapshot or --log) beside the prediction for its configuration (train's "
-      "options): the peaks, their phase, and where the allocated peak came from");
-  add_compare_options(*compare_cmd_, measured_);
-  add_train_options(*compare_cmd_, compared_);
-  hide_refused(*compare_cmd_, {"--sweep", "--sweep-max", "--timeline", "--check"});
-  models_cmd_ = app_.add_subcommand("models", "List the model presets");
-  gpus_cmd_ = app_.add_subcommand("gpus", "List the GPU presets and their capacities");
-  frameworks_cmd_ = app_.add_subcommand(
-      "frameworks", "List the --framework presets: the defaults each sets, and their sources");
-  for (CLI::App* cmd : {models_cmd_, gpus_cmd_, frameworks_cmd_})
-    add_choice(*cmd, "--format,-f", list_format_, list_formats, "--format", "table or json")
-        ->type_name(choice_type(list_formats));
-  completion_cmd_ =
-      app_.add_subcommand("completion",
-                          "A shell completion script, from this parser and its tables: "
-                          "source <(vramfit completion bash), or zsh");
-  add_choice(*completion_cmd_, "shell", shell_, completion_shells, "shell", "bash or zsh")
-      ->required()
-      ->type_name(choice_type(completion_shells));
+}
+
+inline void tool::add_options_named(const std::vector<std::string>& args) {
+  for (CLI::App* sub : app_.get_subcommands({}))
+    if (std::find(args.begin(), args.end(), sub->get_name()) != args.end()) {
+      if (sub != completion_cmd_) {
+        add_options(sub);
+        continue;
+      }
+      for (CLI::App* each : app_.get_subcommands({})) add_options(each);
+      return;
+    }
+}
+
+inline const CLI::App& tool::subcommand(std::string_view name) {
+  for (CLI::App* sub : app_.get_subcommands({}))
+    if (sub->get_name() == name) {
+      add_options(sub);
+      return *sub;
+    }
+  throw std::invalid_argument("vramfit has no subcommand '" + std::string(name) + "'");
 }
 
 /// Refuses a first word that names no subcommand ("trian"), with the closest names: CLI11 would
@@ -206,8 +255,10 @@ inline std::string unexpected_words(const CLI::App& app) {
 inline int tool::run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   try {
     refuse_unknown_subcommand(app_, args);
+    add_options_named(args);
     const std::optional<from_expansion> from = expand_from(app_, args);
     const std::vector<std::string>& words = from ? from->args : args;
+    if (from) add_options_named(words);
     std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 takes them last first
     app_.parse(reversed);
     refuse_empty_values(app_);

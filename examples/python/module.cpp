@@ -78,15 +78,14 @@ std::string size_text(std::int64_t size, bool decimal) {
 
 /// The first line of `vramfit <name> --help`: what the subcommand does.
 std::string description(const std::string& name) {
-  const vramfit::cli::tool tool;
-  return vramfit::cli::subcommand_named(tool, name).get_description();
+  vramfit::cli::tool tool;
+  return tool.subcommand(name).get_description();
 }
 
 /// `vramfit <name> --help`.
 std::string usage(const std::string& name) {
-  const vramfit::cli::tool tool;
-  return vramfit::cli::subcommand_named(tool, name)
-      .help(tool.app().get_name());  // "Usage: vramfit <name>"
+  vramfit::cli::tool tool;
+  return tool.subcommand(name).help(tool.app().get_name());  // "Usage: vramfit <name>"
 }
 
 }  // namespace

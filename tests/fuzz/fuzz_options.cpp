@@ -19,8 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::ostringstream sink;
   std::streambuf* out = std::cout.rdbuf(sink.rdbuf());
   std::streambuf* err = std::cerr.rdbuf(sink.rdbuf());
-  const int status = vramfit_cli_main(static_cast<int>(args.size()), argv.data());
+  vramfit_cli_main(static_cast<int>(args.size()), argv.data());  // any exit status is an answer
   std::cout.rdbuf(out);
   std::cerr.rdbuf(err);
-  return status >= 0 ? 0 : 0;
+  return 0;
 }
