@@ -413,9 +413,7 @@ inline training_plan_value build_plan(const train_options& o, const model& m) {
   t.finetune = finetuning_of(o, m, t.precision);
   t.layout = layout_of(o, m);
   if (const char* other = o.keep_grads ? detail::gradients_kept_conflict(t) : nullptr)
-    detail::raise(std::string("--keep-grads keeps PyTorch's per-parameter .grad tensors between "
-                              "steps: it is modelled on one GPU, DDP, TP and CP, not with ") +
-                  other);
+    detail::raise("--keep-grads" + detail::rules::gradients_kept_limit(other));
   return {t, activation_options_of(o, m, t.layout), overheads_of(o)};
 }
 

@@ -162,10 +162,15 @@ namespace rules {
       "the optimizer steps in backward on PyTorch's per-parameter gradients: DeepSpeed's and "
       "Megatron's flat gradient buffers have no per-parameter hook");
 }
+/// What gradients kept between steps are not modelled with, after the words that name them.
+inline std::string gradients_kept_limit(const char* layout) {
+  return std::string(
+             " keeps PyTorch's per-parameter .grad tensors between steps: it is modelled "
+             "on one GPU, DDP, TP and CP, not with ") +
+         layout;
+}
 [[noreturn]] inline void gradients_kept_need_pytorch_gradients(const char* layout) {
-  raise(std::string("zero_grad(set_to_none=False) keeps PyTorch's per-parameter .grad tensors "
-                    "between steps: modelled on one GPU, DDP, TP and CP, not with ") +
-        layout);
+  raise("zero_grad(set_to_none=False)" + gradients_kept_limit(layout));
 }
 [[noreturn]] inline void op_level_sac_needs_full_linears() {
   raise(
