@@ -60,6 +60,10 @@ struct search_space {
   std::int64_t shard_group = 0;   ///< a fixed hybrid FSDP shard group; 0: every proper one
   bool sequence_parallel = true;  ///< Megatron SP with every TP degree the sequence divides by
   bool try_offload = true;        ///< optimizer (and ZeRO-3 weight) offload when nothing else fits
+  /// What an earlier release of a framework lacks, left out when false. Megatron-LM of 2021 (v2)
+  /// had neither; both came with v3.0 in 2022 (Korthikanti et al. 2022), as did SP.
+  bool selective_recompute = true;  ///< recompute of part of a layer (selective, op-level)
+  bool partial_recompute = true;    ///< full recompute of only the first N layers of a stage
   cluster net{};
   std::size_t top = 10;  ///< candidates kept, fastest first: 1 to search_result::max_top
   bool prune = true;     ///< skip candidates whose best possible time cannot reach the top
@@ -436,10 +440,14 @@ class layout_searcher {
                                     SetAside set_aside) const {
     constexpr int op_sac = static_cast<int>(recompute_kind::op_sac);
     for (int k = 0; k <= op_sac; ++k) {
+      const auto kind = static_cast<recompute_kind>(k);
       if (space_.recompute >= 0 && space_.recompute != k) continue;
+      if (!space_.selective_recompute && kind != recompute_kind::none &&
+          kind != recompute_kind::full)
+        continue;
       if (k == op_sac && plan_.setup.finetune.kind == finetune_kind::lora) continue;
       plan_candidate e = c;
-      e.recompute = static_cast<recompute_kind>(k);
+      e.recompute = kind;
       e.support = unsupported(e, per_replica);
       if (e.support == support_rule::none)
         visit(e);
@@ -459,7 +467,8 @@ class layout_searcher {
   [[nodiscard]] constexpr bool recomputes_some_layers(plan_candidate e,
                                                       std::int64_t per_replica) const {
     e.recompute_layers = 1;
-    return e.recompute == recompute_kind::full && unsupported(e, per_replica) == support_rule::none;
+    return space_.partial_recompute && e.recompute == recompute_kind::full &&
+           unsupported(e, per_replica) == support_rule::none;
   }
 
   /// The micro-batch sizes a queued candidate may use: the interleaved schedule needs a

@@ -217,6 +217,33 @@ TEST_CASE("fixed knobs are kept, bounds respected, and the rest counted by reaso
         static_cast<std::int64_t>(six.best.size()));
 }
 
+TEST_CASE("a framework release without selective or partial recompute: neither is ranked") {
+  // Llama-3-70B at 4,096 tokens on 32 H100s, Megatron-LM: the memory-tight layouts recompute the
+  // first layers of each stage; without partial recompute they recompute all of them.
+  const training_plan_value plan{
+      training{models::llama_3_70b::value, mixed<bf16>::value, adamw<>::value},
+      activation_options{.sequence = 4096}};
+  search_space space{
+      .gpus = 32, .sharding = sharding_family::megatron, .top = search_result::max_top};
+  const auto count = [](const search_result& r, bool partial) {
+    return std::count_if(r.best.begin(), r.best.end(), [&](const plan_candidate& c) {
+      return c.recompute == recompute_kind::full && (c.recompute_layers > 0) == partial;
+    });
+  };
+  const search_result current = search_layouts(plan, h100, space);
+  CHECK(count(current, true) > 0);
+  CHECK(count(current, false) == 0);
+  space.partial_recompute = false;
+  const search_result v2 = search_layouts(plan, h100, space);
+  CHECK(count(v2, true) == 0);
+  CHECK(count(v2, false) > 0);
+  // Selective recompute fixed: ranked by the current release, nothing by one without it.
+  space.recompute = static_cast<int>(recompute_kind::selective);
+  CHECK(search_layouts(plan, h100, space).found());
+  space.selective_recompute = false;
+  CHECK_FALSE(search_layouts(plan, h100, space).found());
+}
+
 TEST_CASE("offload only when nothing fits without it, none when nothing fits at all") {
   training_plan_value plan = llama_plan();
   const search_result one = search_layouts(plan, h100, {.gpus = 1});

@@ -245,6 +245,17 @@ standing standing_of(const run& r) {
                        ? sharding_family::fsdp
                    : r.framework == "deepspeed" ? sharding_family::deepspeed
                                                 : sharding_family::megatron;
+  if (r.source == "megatron-2021") {
+    // What Megatron-LM of April 2021 (v2) ran: TP, PP (interleaved too), DP, and full recompute
+    // of every layer or none (megatron/arguments.py: --checkpoint-activations, and
+    // --checkpoint-num-layers, the layers per checkpointed chunk). Sequence parallelism,
+    // selective and partial recompute (--recompute-granularity, --recompute-num-layers) came
+    // with v3.0 in 2022 (Korthikanti et al. 2022), the distributed optimizer the same year,
+    // context parallelism in 2023.
+    space.sequence_parallel = space.selective_recompute = space.partial_recompute = false;
+    space.zero = 0;
+    space.context = 1;
+  }
   const search_result found = search_layouts(r.plan, r.device, space);
   const double published = estimate_step_time(r.plan, figures_of(r.net, r.device), r.work).total();
   standing s{};
