@@ -77,6 +77,12 @@ model model_of(const json& row, std::int64_t sequence, std::string& assumed) {
   return *m;
 }
 
+/// Whether the run's framework is Megatron-LM v2 (2021) or BigScience's Megatron-DeepSpeed fork
+/// of it.
+bool megatron_v2(const std::string& source) {
+  return source == "megatron-2021" || source == "bloom-tr11";
+}
+
 /// The GPU and the machines around it, as the source describes them.
 void hardware_of(const json& row, run& r) {
   const std::string g = row["gpu"];
@@ -195,11 +201,11 @@ run run_of(const json& row) {
   const std::int64_t global = row["global_batch_sequences"];
   o.micro_batches = std::max<std::int64_t>(1, global / (l.data * o.micro_batch));
   o.recompute = recompute_of(row, r.assumed);
-  // The attention and model code each framework runs: Megatron-LM's of 2021 had no fused
-  // attention (its own softmax kernel between two batched matmuls); Megatron-Core and NeMo run
-  // Transformer Engine (cuDNN attention, FP8 casts fused); torchtitan's Float8Linear casts each
-  // matmul's operands itself.
-  if (r.source == "megatron-2021") o.attention = attention_kind::eager;
+  // The attention and model code each framework runs: Megatron-LM's of 2021 and BigScience's
+  // fork of it had no fused attention (FusedScaleMaskSoftmax between two batched matmuls,
+  // megatron/model/transformer.py); Megatron-Core and NeMo run Transformer Engine (cuDNN
+  // attention, FP8 casts fused); torchtitan's Float8Linear casts each matmul's operands itself.
+  if (megatron_v2(r.source)) o.attention = attention_kind::eager;
   if (framework == "megatron" || framework == "nemo") o.code = model_code::megatron_te;
   if (framework == "torchtitan") o.code = model_code::torchtitan_2024;
   try {  // these codes are modelled for a dense Llama 3 only: others keep Hugging Face's
@@ -245,17 +251,20 @@ standing standing_of(const run& r) {
                        ? sharding_family::fsdp
                    : r.framework == "deepspeed" ? sharding_family::deepspeed
                                                 : sharding_family::megatron;
-  if (r.source == "megatron-2021") {
-    // What Megatron-LM of April 2021 (v2) ran: TP, PP (interleaved too), DP, and full recompute
-    // of every layer or none (megatron/arguments.py: --checkpoint-activations, and
-    // --checkpoint-num-layers, the layers per checkpointed chunk). Sequence parallelism,
-    // selective and partial recompute (--recompute-granularity, --recompute-num-layers) came
-    // with v3.0 in 2022 (Korthikanti et al. 2022), the distributed optimizer the same year,
-    // context parallelism in 2023.
+  if (megatron_v2(r.source)) {
+    // What Megatron-LM of April 2021 (v2) ran, and BigScience's Megatron-DeepSpeed fork of it to
+    // its last commit: TP, PP, DP, and full recompute of every layer or none (megatron/
+    // arguments.py: --checkpoint-activations, and --checkpoint-num-layers, the layers per
+    // checkpointed chunk). Sequence parallelism, selective and partial recompute
+    // (--recompute-granularity, --recompute-num-layers) came with v3.0 in 2022 (Korthikanti et
+    // al. 2022), the distributed optimizer the same year, context parallelism in 2023.
     space.sequence_parallel = space.selective_recompute = space.partial_recompute = false;
-    space.zero = 0;
     space.context = 1;
   }
+  if (r.source == "megatron-2021") space.zero = 0;
+  // DeepSpeed's pipeline engine runs 1F1B without virtual stages, and refuses ZeRO-2/3
+  // (runtime/pipe/engine.py), which the layout rules already say.
+  if (r.source == "bloom-tr11") space.virtual_stages = 1;
   const search_result found = search_layouts(r.plan, r.device, space);
   const double published = estimate_step_time(r.plan, figures_of(r.net, r.device), r.work).total();
   standing s{};
