@@ -193,12 +193,17 @@ run run_of(const json& row) {
   sharding_of(row, framework, l, r.assumed);
   if (framework == "torchtitan") l.fsdp_version = 2;  // fully_shard; FSDP1 elsewhere
   activation_options o{.sequence = sequence};
+  const std::int64_t global = row["global_batch_sequences"];
+  // torchtitan at the benchmarks' commit (9dec370) splits a rank's batch into as many
+  // micro-batches as pipeline ranks (pipelining_utils.py build_pipeline_schedule), and runs two
+  // stages per rank on a looped schedule without split points (generate_split_points).
+  const bool torchtitan_pipeline = framework == "torchtitan" && l.pipeline > 1;
   o.micro_batch = integer_or(row, "micro_batch", 0);
   if (o.micro_batch == 0) {
-    o.micro_batch = 1;
-    r.assumed += "micro-batch 1; ";
+    o.micro_batch =
+        torchtitan_pipeline ? std::max<std::int64_t>(1, global / (l.data * l.pipeline)) : 1;
+    r.assumed += "micro-batch " + std::to_string(o.micro_batch) + "; ";
   }
-  const std::int64_t global = row["global_batch_sequences"];
   o.micro_batches = std::max<std::int64_t>(1, global / (l.data * o.micro_batch));
   o.recompute = recompute_of(row, r.assumed);
   // The attention and model code each framework runs: Megatron-LM's of 2021 and BigScience's
@@ -214,7 +219,11 @@ run run_of(const json& row) {
     if (o.code != model_code::hf) r.assumed += "Hugging Face's model code; ";
     o.code = model_code::hf;
   }
-  o.virtual_stages = integer_or(row, "virtual_stages", 1);
+  o.virtual_stages = integer_or(row, "virtual_stages", 0);
+  if (o.virtual_stages == 0) {  // interleaved, its stages per rank not published
+    o.virtual_stages = torchtitan_pipeline ? 2 : 1;
+    r.assumed += std::to_string(o.virtual_stages) + " stages per rank; ";
+  }
   if (o.virtual_stages > 1) o.schedule = pipeline_schedule::interleaved;
   r.plan = {training{m, p, adamw<>::value, full_finetune::value, l}, o};
   r.work = work_of(r.plan.setup, sequence);
