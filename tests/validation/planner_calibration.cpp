@@ -271,9 +271,6 @@ standing standing_of(const run& r) {
     space.context = 1;
   }
   if (r.source == "megatron-2021") space.zero = 0;
-  // DeepSpeed's pipeline engine runs 1F1B without virtual stages, and refuses ZeRO-2/3
-  // (runtime/pipe/engine.py), which the layout rules already say.
-  if (r.source == "bloom-tr11") space.virtual_stages = 1;
   const search_result found = search_layouts(r.plan, r.device, space);
   const double published = estimate_step_time(r.plan, figures_of(r.net, r.device), r.work).total();
   standing s{};
