@@ -64,6 +64,9 @@ struct search_space {
   /// had neither; both came with v3.0 in 2022 (Korthikanti et al. 2022), as did SP.
   bool selective_recompute = true;  ///< recompute of part of a layer (selective, op-level)
   bool partial_recompute = true;    ///< full recompute of only the first N layers of a stage
+  /// Several micro-batches per step without a pipeline (torchtitan had none before June 2025:
+  /// each rank ran its batch at once unless a pipeline split it).
+  bool gradient_accumulation = true;
   cluster net{};
   std::size_t top = 10;  ///< candidates kept, fastest first: 1 to search_result::max_top
   bool prune = true;     ///< skip candidates whose best possible time cannot reach the top
@@ -472,12 +475,17 @@ class layout_searcher {
   }
 
   /// The micro-batch sizes a queued candidate may use: the interleaved schedule needs a
-  /// multiple of p micro-batches (Megatron-LM's rule).
-  static constexpr micro_batch_sizes usable_sizes(const bounded& b,
-                                                  const micro_batch_sizes& sizes) {
+  /// multiple of p micro-batches (Megatron-LM's rule); without gradient accumulation only a
+  /// pipeline runs more than one.
+  [[nodiscard]] constexpr micro_batch_sizes usable_sizes(const bounded& b,
+                                                         const micro_batch_sizes& sizes) const {
     micro_batch_sizes usable{};
-    for (const std::int64_t size : sizes)
-      if (b.virtual_stages == 1 || (b.per_replica / size) % b.pipeline == 0) usable.push_back(size);
+    for (const std::int64_t size : sizes) {
+      const std::int64_t count = b.per_replica / size;
+      if (b.virtual_stages > 1 && count % b.pipeline != 0) continue;
+      if (!space_.gradient_accumulation && b.pipeline == 1 && count > 1) continue;
+      usable.push_back(size);
+    }
     return usable;
   }
 

@@ -244,6 +244,32 @@ TEST_CASE("a framework release without selective or partial recompute: neither i
   CHECK_FALSE(search_layouts(plan, h100, space).found());
 }
 
+TEST_CASE("a framework release without gradient accumulation: one micro-batch a replica") {
+  // Llama-3-8B at 8,192 tokens without recompute, 32 sequences a step on 8 H100s: four a
+  // replica at DP 8 fit only one at a time, so DP 8 accumulates; without accumulation each
+  // unpipelined replica runs its whole batch at once (torchtitan before June 2025).
+  const training_plan_value plan = llama_plan(8192);
+  search_space space{.gpus = 8,
+                     .global_batch = 32,
+                     .recompute = static_cast<int>(recompute_kind::none),
+                     .top = search_result::max_top};
+  const auto accumulating = [](const search_result& r) {
+    return std::count_if(r.best.begin(), r.best.end(), [](const plan_candidate& c) {
+      return c.layout.pipeline == 1 && c.micro_batches > 1;
+    });
+  };
+  const search_result current = search_layouts(plan, h100, space);
+  CHECK(accumulating(current) > 0);
+  space.gradient_accumulation = false;
+  const search_result before = search_layouts(plan, h100, space);
+  REQUIRE(before.found());
+  CHECK(accumulating(before) == 0);
+  // A pipeline still splits its batch into micro-batches.
+  CHECK(std::any_of(before.best.begin(), before.best.end(), [](const plan_candidate& c) {
+    return c.layout.pipeline > 1 && c.micro_batches > 1;
+  }));
+}
+
 TEST_CASE("offload only when nothing fits without it, none when nothing fits at all") {
   training_plan_value plan = llama_plan();
   const search_result one = search_layouts(plan, h100, {.gpus = 1});

@@ -271,6 +271,9 @@ standing standing_of(const run& r) {
     space.context = 1;
   }
   if (r.source == "megatron-2021") space.zero = 0;
+  // torchtitan gained gradient accumulation in June 2025 (pytorch/torchtitan#1238); the
+  // benchmarks' commit of December 2024 ran a rank's batch at once unless a pipeline split it.
+  if (r.source == "torchtitan-2024-12") space.gradient_accumulation = false;
   const search_result found = search_layouts(r.plan, r.device, space);
   const double published = estimate_step_time(r.plan, figures_of(r.net, r.device), r.work).total();
   standing s{};
