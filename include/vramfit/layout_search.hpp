@@ -441,14 +441,12 @@ class layout_searcher {
   template <class Visit, class SetAside>
   constexpr void for_each_recompute(const plan_candidate& c, std::int64_t per_replica, Visit visit,
                                     SetAside set_aside) const {
-    constexpr int op_sac = static_cast<int>(recompute_kind::op_sac);
-    for (int k = 0; k <= op_sac; ++k) {
+    using enum recompute_kind;
+    for (int k = 0; k <= static_cast<int>(op_sac); ++k) {
       const auto kind = static_cast<recompute_kind>(k);
       if (space_.recompute >= 0 && space_.recompute != k) continue;
-      if (!space_.selective_recompute && kind != recompute_kind::none &&
-          kind != recompute_kind::full)
-        continue;
-      if (k == op_sac && plan_.setup.finetune.kind == finetune_kind::lora) continue;
+      if (!space_.selective_recompute && kind != none && kind != full) continue;
+      if (kind == op_sac && plan_.setup.finetune.kind == finetune_kind::lora) continue;
       plan_candidate e = c;
       e.recompute = kind;
       e.support = unsupported(e, per_replica);
