@@ -222,7 +222,7 @@ run run_of(const json& row) {
   o.virtual_stages = integer_or(row, "virtual_stages", 0);
   if (o.virtual_stages == 0) {  // interleaved, its stages per rank not published
     o.virtual_stages = torchtitan_pipeline ? 2 : 1;
-    r.assumed += std::to_string(o.virtual_stages) + " stages per rank; ";
+    r.assumed += o.virtual_stages == 1 ? "no interleaving; " : "2 stages per rank; ";
   }
   if (o.virtual_stages > 1) o.schedule = pipeline_schedule::interleaved;
   r.plan = {training{m, p, adamw<>::value, full_finetune::value, l}, o};
