@@ -1947,6 +1947,27 @@ constexpr void add_backward_transients(memory_ledger& ledger, const activation_o
   }
 }
 
+/// The compute-format copy of a 4-bit weight that bitsandbytes' matmul makes while it runs
+/// (dequantized_in_layer): the stage's largest, its first and last layers standing for its dense
+/// and MoE layers. The step timeline times it (time_entries).
+constexpr void add_dequantized_weights(memory_ledger& ledger, const training& t,
+                                       const stage_range& range) {
+  if (range.layers == 0 || t.finetune.quantized_base.payload_bits == 0) return;
+  const tensor_ledger all = tensors(t.model);
+  bytes most{};
+  for (const std::int64_t layer : {range.first_layer, range.first_layer + range.layers - 1}) {
+    const dequantized_weights d = dequantized_in_layer(t, all, layer);
+    for (const auto& half : d.weight)
+      for (const bytes w : half) most = w > most ? w : most;
+    most = d.weight[1][1] + d.scales * 2 > most ? d.weight[1][1] + d.scales * 2 : most;
+  }
+  add_entry(ledger, "dequantized 4-bit weight (one matmul's)", component::activations,
+            memory_space::device, most, 1,
+            "bitsandbytes autograd/_functions.py MatMul4Bit: F.dequantize_4bit(B, ctx.state) for "
+            "grad_A in backward; backends/cuda/ops.py _dequant_linear_fallback in forward",
+            lifetime::layer_backward, entry_role::dequantized_weight);
+}
+
 }  // namespace detail
 
 /// The activation ledger of one GPU of pipeline stage `stage`: saved activations of every layer
@@ -2064,6 +2085,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   }
   detail::add_pipeline_runtime_tensors(ledger, t, o, b, range, flight, last_chunk);
   detail::add_backward_transients(ledger, o, loss, layers);
+  detail::add_dequantized_weights(ledger, t, range);
   return ledger;
 }
 

@@ -132,7 +132,7 @@ constexpr void for_each_zero3_parameter(const training& t, const tensor_group& g
       // A 4-bit weight's partition and gather hold its packed payload (quant_state.hpp).
       numel,
       stored(weights, shape) * trained +
-          (stored(frozen, shape) - quant_state_bytes(frozen, shape)) * (copies - trained),
+          (frozen_stored(frozen, shape) - quant_state_bytes(frozen, shape)) * (copies - trained),
       trained > 0 ? weights : frozen, numel <= threshold});
   if (lora_elements(t.finetune, g) == 0) return;
   const lora_adapters lora = lora_adapters_of(t, g, shape);

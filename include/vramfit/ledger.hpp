@@ -97,6 +97,7 @@ enum class entry_role : unsigned char {
   activation_gradients,  ///< one layer's activation gradients in backward
   recomputed_layer,      ///< a layer's recomputed tensors (full recompute)
   reloaded_layer,        ///< a layer brought back from the host (activation offload)
+  dequantized_weight,    ///< a 4-bit weight dequantized for one matmul (bitsandbytes)
   gathered_parameters,   ///< sharded parameters gathered: units at once, or the whole model
   root_gradients,        ///< the root unit's unsharded gradients, reduced last
   unit_gradients,        ///< a layer unit's unsharded gradients in backward, until reduced
@@ -124,10 +125,10 @@ struct memory_entry {
 };
 
 /// A GPU's entries. Each add_entry call site adds at most one, but NCCL's, one per communicator
-/// kind: 27 for the model states (training.hpp), 10 for a step's activations (activations.hpp),
-/// 10 for the runtime overheads (overheads.hpp: 6 of them NCCL's), 47 in all; inference's ledger
+/// kind: 27 for the model states (training.hpp), 11 for a step's activations (activations.hpp),
+/// 10 for the runtime overheads (overheads.hpp: 6 of them NCCL's), 48 in all; inference's ledger
 /// holds fewer.
-using memory_ledger = detail::static_vector<memory_entry, 47>;
+using memory_ledger = detail::static_vector<memory_entry, 48>;
 
 /// Appends an entry unless it is empty.
 constexpr void add_entry(memory_ledger& ledger, const char* name, component what,

@@ -63,6 +63,37 @@ constexpr const element_format& frozen_format(const training& t, const tensor_gr
   return t.precision.weights;
 }
 
+/// The compute-format copies that bitsandbytes' 4-bit matmul makes of its weight, one matmul at a
+/// time: for the output in forward and again for the input's gradient in backward
+/// (autograd/_functions.py MatMul4Bit; since 0.50 forward takes gemm_4bit's
+/// _dequant_linear_fallback in backends/cuda/ops.py above 1,536 rows, and above 512 for a weight of
+/// 4M values or more). The largest of each half of a layer [part: attention 0, MLP 1][output
+/// linear], and the fp32 absmax that forward's fallback makes twice beside the MLP's output linear.
+struct dequantized_weights {
+  bytes weight[2][2]{};
+  bytes scales{};
+};
+
+constexpr dequantized_weights dequantized_in_layer(const training& t, const tensor_ledger& tensors,
+                                                   std::int64_t layer) {
+  dequantized_weights d{};
+  if (t.finetune.quantized_base.payload_bits == 0) return d;
+  for (const tensor_group& g : tensors) {
+    if (!g.in_layer(layer) || g.role != tensor_role::parameter || !is_linear_parameter(g)) continue;
+    const element_format& f = frozen_format(t, g);
+    const local_shape shape = tp_local_shape(g, t.model, t.layout.tensor);
+    if (quant_state_of(f, shape).count == 0) continue;
+    const int part = g.kind == tensor_kind::attention ? 0 : 1;
+    const bool out = g.split == tp_split::input;
+    bytes& most = d.weight[part][out];
+    const bytes copy = storage_bytes(t.precision.compute, shape.elements());
+    if (copy > most) most = copy;
+    if (part == 1 && out)  // _dequant_linear_fallback: absmax_dq, then absmax_dq + offset
+      d.scales = storage_bytes(fp32::value, ceil_div(shape.elements(), f.level1.block));
+  }
+  return d;
+}
+
 /// Model-state bytes before sharding, split into what data parallelism may shard.
 struct unsharded_states {
   bytes trained_weights{}, frozen_weights{}, state_buffers{}, gradients{}, master{};
@@ -71,7 +102,7 @@ struct unsharded_states {
   /// cached_cast caches leaf tensors that require grad only).
   bytes frozen_cast_copies{};
   /// Of the frozen weights, bitsandbytes' QuantStates (quant_state.hpp): whole, and those of
-  /// the dim-0 shards, on `frozen_quant_state_tensors` weights.
+  /// the dim-0 shards, in `frozen_quant_state_tensors` tensors.
   bytes frozen_quant_state{}, dim0_frozen_quant_state{};
   std::int64_t frozen_quant_state_tensors = 0;
   // The same quantities sharded tensor by tensor along dim 0 (layout::shards_each_tensor).
@@ -221,15 +252,19 @@ constexpr void add_frozen(unsharded_states& acc, const training& t, const tensor
   for (const auto& [format, count] : {std::pair{&frozen_format(t, g), frozen - kept},
                                       std::pair{&frozen_format(t, g, true), kept}}) {
     if (count == 0) continue;
-    const bytes each = stored(*format, shape);
+    const bytes each = frozen_stored(*format, shape);
     acc.frozen_weights += each * count;
-    acc.rounding += allocator_rounding(each) * count;
-    acc.dim0_frozen_weights += stored(*format, dim0_shard(shape, shards)) * count;
-    const bytes quant_state = quant_state_bytes(*format, shape);
-    acc.frozen_quant_state += quant_state * count;
+    // Each of a QuantState's tensors is rounded on its own.
+    const quant_state_tensors quant_state = quant_state_of(*format, shape);
+    bytes rounding = allocator_rounding(each - quant_state.total());
+    for (int i = 0; i < quant_state.count; ++i) rounding += allocator_rounding(quant_state.size[i]);
+    acc.rounding += rounding * count;
+    acc.dim0_frozen_weights += frozen_stored(*format, dim0_shard(shape, shards)) * count;
+    acc.frozen_quant_state += quant_state.total() * count;
     acc.dim0_frozen_quant_state += quant_state_bytes(*format, dim0_shard(shape, shards)) * count;
-    if (quant_state > bytes{})
-      acc.frozen_quant_state_tensors = checked_add(acc.frozen_quant_state_tensors, count);
+    if (quant_state.count > 0)
+      acc.frozen_quant_state_tensors =
+          checked_add(acc.frozen_quant_state_tensors, checked_mul(quant_state.count, count));
   }
   if (n > acc.largest_tensor_elements) acc.largest_tensor_elements = n;
   // Autocast caches a compute-format copy of every linear weight and bias (frozen ones too; a

@@ -38,7 +38,9 @@ enum class layer_tensor : unsigned char {
   value_gradient,           ///< eager attention's V gradient, which waits through the core
   parallel_input_gradient,  ///< a parallel block's MLP input gradient, which waits likewise
   output_gradient,          ///< eager attention's o_proj input gradient, read by the value matmul
-  stream_gradient           ///< the residual stream's: one tensor through the layers, not one each
+  stream_gradient,          ///< the residual stream's: one tensor through the layers, not one each
+  dequantized,              ///< a 4-bit weight's compute-format copy for one matmul (bitsandbytes)
+  dequantize_scales,        ///< the fp32 absmax beside it in forward
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -229,6 +231,20 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   visit(layer_piece{
       .kind = layer_tensor::parallel_input_gradient, .part = 1, .size = w.parallel_input_gradient});
   visit(layer_piece{.kind = layer_tensor::stream_gradient, .size = w.stream_gradient});
+  // bitsandbytes dequantizes for the input's gradient only when the input needs one.
+  dequantized_weights d = dequantized_in_layer(t, tensors, layer);
+  if (!input_grad) d.weight[0][0] = bytes{};
+  for (int part : {0, 1})
+    for (bool out : {false, true})
+      visit(layer_piece{.kind = layer_tensor::dequantized,
+                        .part = part,
+                        .output_linear = out,
+                        .size = d.weight[part][out]});
+  visit(layer_piece{.kind = layer_tensor::dequantize_scales,
+                    .part = 1,
+                    .output_linear = true,
+                    .size = d.scales,
+                    .count = 2});
 }
 
 /// One layer's tensors summed the way the timeline uses them.
@@ -247,8 +263,10 @@ struct layer_pattern {
   bytes score_gradients_before{}, score_gradients_after{};
   /// Gradients that wait through the attention's core (layer_backward_working).
   bytes value_gradient{}, parallel_input_gradient{};
-  bytes output_gradient{};  ///< eager attention's o_proj input gradient
-  bytes stream_gradient{};  ///< the residual stream's (step_writer::stream_gradient)
+  bytes output_gradient{};    ///< eager attention's o_proj input gradient
+  bytes stream_gradient{};    ///< the residual stream's (step_writer::stream_gradient)
+  bytes dequantized[2][2]{};  ///< [layer_part][output linear] (dequantized_in_layer)
+  bytes dequantize_scales{};
 };
 
 /// The sums of `p` a saved tensor `x` counts in, by when its half's backward frees it.
@@ -313,6 +331,12 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::stream_gradient:
                               p.stream_gradient = all;
+                              break;
+                            case layer_tensor::dequantized:
+                              p.dequantized[part][x.output_linear] = all;
+                              break;
+                            case layer_tensor::dequantize_scales:
+                              p.dequantize_scales = all;
                               break;
                           }
                         });
@@ -522,7 +546,7 @@ constexpr head_gradients head_gradient_tensors(const training& t, const tensor_l
 /// The ledger entries a step's events allocate and free, by their role in the step (-1: none).
 struct step_roles {
   int saved, embedding_inputs, logits, working, recomputed, reloaded, casts, gradients,
-      head_and_loss, logits_gradient;
+      head_and_loss, logits_gradient, dequantized;
   int step;  ///< an optimizer in backward: one tensor's step temporaries
 };
 
@@ -537,6 +561,7 @@ constexpr step_roles step_roles_of(const memory_ledger& ledger, bool in_backward
           entry_where(ledger, component::gradients, lifetime::gradients),
           entry_where(ledger, component::activations, lifetime::until_head_backward),
           entry_where(ledger, component::activations, lifetime::backward),
+          entry_with(ledger, entry_role::dequantized_weight),
           in_backward ? entry_where(ledger, component::buffers, lifetime::layer_backward) : -1};
 }
 
@@ -731,8 +756,25 @@ struct step_writer {
             cached);
       w.add("saved activations", e.saved, forward_kept(r.pattern), r.first, r.count,
             kept_by_forward(r.pattern));
+      dequantized_forward(r);
     }
     w.add_each(lifetime::forward, -1, not_logits);
+  }
+
+  /// A 4-bit layer's last matmul in forward (and in its recompute), the MLP's output linear, over
+  /// a dequantized copy of its weight and two fp32 absmax (dequantized_in_layer); by then the
+  /// layer has saved nearly all it saves.
+  constexpr void dequantized_forward(const layer_run& r) {
+    const layer_pattern& p = r.pattern;
+    auto add = [&](const char* what, bytes delta, piece_filter pieces) {
+      w.add(what, e.dequantized, delta, r.first, r.count, pieces);
+    };
+    const piece_filter scales = pieces_of(layer_tensor::dequantize_scales);
+    const piece_filter weight = pieces_of(layer_tensor::dequantized, 1, 1);
+    add("4-bit matmul: absmax dequantized", p.dequantize_scales, scales);
+    add("4-bit matmul: weight dequantized", p.dequantized[1][1], weight);
+    add("4-bit matmul: absmax dequantized", -p.dequantize_scales, scales);
+    add("4-bit matmul: weight dequantized", -p.dequantized[1][1], weight);
   }
 
   /// The bytes of the head-and-loss entry made before the logits: all of it, or without the
@@ -871,11 +913,23 @@ struct step_writer {
     if (!part)
       add("attention output linear: input gradient", e.working, -p.output_gradient,
           pieces_of(layer_tensor::output_gradient));
+    // A 4-bit output linear's input gradient is computed over its weight dequantized, and the
+    // other linears' (gate and up, Q, K and V) beside the core's remaining gradients.
+    auto dequantized = [&](bool out, int sign) {
+      add(out ? "4-bit output linear: weight dequantized for the input gradient"
+              : "4-bit input linears: weight dequantized for the input gradient",
+          e.dequantized, p.dequantized[part][out] * sign,
+          pieces_of(layer_tensor::dequantized, part, out));
+    };
+    dequantized(true, 1);
     add(working_name, e.working, incoming, pieces_of(layer_tensor::core_gradient, part));
+    dequantized(true, -1);
     add("attention value matmul: score gradient", e.working, -before,
         pieces_of(layer_tensor::gradient_before_core));
     add(working_name, e.working, working_set, pieces_of(layer_tensor::working, part));
     add(working_name, e.working, -incoming, pieces_of(layer_tensor::core_gradient, part));
+    dequantized(false, 1);
+    dequantized(false, -1);
     add("attention softmax: output freed", layer_saved, -p.saved_core_end[part],
         freed(freed_at::core_end));
     add("attention scores: gradients cast and scaled", e.working, after,
@@ -920,6 +974,7 @@ struct step_writer {
       add("recomputed layer", e.recomputed, saved_total(p), pieces_of(layer_tensor::saved));
       add("recomputed layer's autocast weight copies", e.casts, casts_total(p),
           pieces_of(layer_tensor::cast));
+      dequantized_forward(r);
       // torch/utils/checkpoint.py CheckpointFunction.backward: its grad argument lives until
       // the inner torch.autograd.backward returns.
       if (held)

@@ -1182,3 +1182,65 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
       layer_saved_tensors(m, pure<bf16>::value, titan_code, layout{}, false, lora<16>::value),
       doctest::Contains("Llama-3-8B is fine-tuned in part or with LoRA"));
 }
+
+TEST_CASE("QLoRA: bitsandbytes dequantizes a 4-bit weight for each matmul, forward and backward") {
+  // Llama-3-8B, bf16 with an NF4 (double quantization) base and LoRA on all linears, 1 x 2048
+  // tokens. The MLP's three weights are 14336 x 4096: each matmul makes a bf16 copy of
+  // 14336 x 4096 x 2 B = 117,440,512 B (MatMul4Bit); forward's fallback also makes two fp32
+  // absmax of ceil(58,720,256 / 64) x 4 B = 3,670,016 B. The attention's largest is q or o,
+  // 4096 x 4096 x 2 B; its input linears' largest, q.
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value,
+                   qlora<16, "all-linear">::value};
+  const activation_options o{.micro_batch = 1, .sequence = 2048};
+  const step_timeline tl = step_timeline_of(t, o);
+  constexpr std::int64_t mlp = 14336LL * 4096 * 2, attention = 4096LL * 4096 * 2;
+  constexpr std::int64_t absmax = 14336LL * 4096 / 64 * 4;
+  std::vector<std::pair<std::string, std::int64_t>> layer_one;  // layer 1's backward, in order
+  bytes forward{};
+  for (const timeline_event& e : tl.events) {
+    const std::string what = e.what;
+    if (what.starts_with("4-bit matmul") && e.phase == step_phase::forward && e.first_layer == 1)
+      forward += e.delta > bytes{} ? e.delta : bytes{};
+    if (what.starts_with("4-bit") && e.phase == step_phase::backward && e.first_layer <= 1 &&
+        e.first_layer + e.layers > 1 && e.delta > bytes{})
+      layer_one.emplace_back(what, e.delta.count);
+  }
+  CHECK(forward == bytes{mlp + 2 * absmax});
+  using entry = std::pair<std::string, std::int64_t>;
+  CHECK(layer_one ==
+        std::vector<entry>{
+            {"4-bit output linear: weight dequantized for the input gradient", mlp},
+            {"4-bit input linears: weight dequantized for the input gradient", mlp},
+            {"4-bit output linear: weight dequantized for the input gradient", attention},
+            {"4-bit input linears: weight dequantized for the input gradient", attention}});
+  // The first layer's input needs no gradient (the embeddings are frozen): Q, K and V compute
+  // none, so nothing is dequantized for them.
+  std::int64_t first_layer_inputs = 0;
+  for (const timeline_event& e : tl.events)
+    if (std::string(e.what) == "4-bit input linears: weight dequantized for the input gradient" &&
+        e.first_layer == 0 && e.delta > bytes{})
+      first_layer_inputs += e.delta.count;
+  CHECK(first_layer_inputs == mlp);
+  // One matmul's copy at a time: the ledger's entry is the largest, forward's.
+  const auto dequantized = std::find_if(tl.ledger.begin(), tl.ledger.end(), [](const auto& e) {
+    return std::string(e.name) == "dequantized 4-bit weight (one matmul's)";
+  });
+  REQUIRE(dequantized != tl.ledger.end());
+  CHECK(dequantized->size == bytes{mlp + 2 * absmax});
+}
+
+TEST_CASE("a bitsandbytes QuantState is five tensors, each rounded on its own") {
+  // quantize_4bit with compress_statistics: absmax (uint8 per 64), NF4's code (16 fp32), the
+  // offset (one fp32), state2's absmax (fp32 per 256 absmax) and its code (256 fp32). For the
+  // tiny model's gate projection (16 x 8 = 128 values): 2, 64, 4, 4 and 1,024 bytes.
+  const detail::quant_state_tensors q = detail::quant_state_of(nf4_double_quant::value, {16, 8});
+  REQUIRE(q.count == 5);
+  CHECK(std::vector<bytes>(q.size, q.size + q.count) ==
+        std::vector<bytes>{bytes{2}, bytes{64}, bytes{4}, bytes{4}, bytes{1024}});
+  // Without double quantization: an fp32 absmax per 64 and the code.
+  const detail::quant_state_tensors plain = detail::quant_state_of(nf4::value, {16, 8});
+  CHECK(std::vector<bytes>(plain.size, plain.size + plain.count) ==
+        std::vector<bytes>{bytes{8}, bytes{64}});
+  // GPTQ's per-row scales are no QuantState.
+  CHECK(detail::quant_state_of(gptq_int4::value, {16, 8}).count == 0);
+}

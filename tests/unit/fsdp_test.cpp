@@ -245,17 +245,18 @@ TEST_CASE("QLoRA under FSDP: the packed 4-bit payload sharded and gathered, Quan
   // Llama-2-70B, NF4 with double quantization, LoRA r=8 on all-linear, FSDP over 2 ranks, as
   // peft's run_peft_qlora_fsdp.sh. Per layer the quantized weights are q, o (8192 x 8192),
   // k, v (1024 x 8192), gate, up, down (28672 x 8192). A weight of n elements keeps
-  // ceil(n/64) uint8 absmax + ceil(n/64/256) fp32 nested absmax + a 4-byte offset whole:
-  //   q: 67,108,864 -> 1,048,576 + 4,096 * 4 + 4 = 1,064,964
-  //   k: 8,388,608 -> 131,072 + 512 * 4 + 4 = 133,124
-  //   gate: 234,881,024 -> 3,670,016 + 14,336 * 4 + 4 = 3,727,364
-  // per layer 2 * 1,064,964 + 2 * 133,124 + 3 * 3,727,364 = 13,578,268; 80 layers.
+  // ceil(n/64) uint8 absmax + ceil(n/64/256) fp32 nested absmax + a 4-byte offset whole, and
+  // two code tables: NF4's 16 fp32 values and the nested dynamic map's 256 (64 + 1,024 bytes):
+  //   q: 67,108,864 -> 1,048,576 + 4,096 * 4 + 4 + 1,088 = 1,066,052
+  //   k: 8,388,608 -> 131,072 + 512 * 4 + 4 + 1,088 = 134,212
+  //   gate: 234,881,024 -> 3,670,016 + 14,336 * 4 + 4 + 1,088 = 3,728,452
+  // per layer 2 * 1,066,052 + 2 * 134,212 + 3 * 3,728,452 = 13,585,884; 80 layers.
   const model& m = models::llama_2_70b::value;
   const training t{m, pure<bf16>::value, adamw<>::value, qlora<8, "all-linear">::value,
                    parallel<fsdp<2>>::value};
   const memory_ledger l = model_states(t);
   CHECK(entry(l, "bitsandbytes QuantStates (absmax), whole on every rank") ==
-        bytes{80 * 13'578'268LL});
+        bytes{80 * 13'585'884LL});
   // The frozen shard: the packed payload (n / 2 bytes: 855,638,016 / 2 per layer) and the bf16
   // embeddings, head and norms (2 * 32,000 * 8,192 * 2 + 161 norms * 8,192 * 2), halved.
   const std::int64_t payload = 80 * (855'638'016LL / 2);
@@ -273,10 +274,10 @@ TEST_CASE("QLoRA under FSDP: the packed 4-bit payload sharded and gathered, Quan
   off.layout.optimizer_offload = offload_target::cpu;
   const memory_ledger h = model_states(off);
   CHECK(entry(h, "bitsandbytes QuantStates (absmax), whole on every rank") ==
-        bytes{80 * 13'578'268LL});
+        bytes{80 * 13'585'884LL});
   CHECK(entry(h, "weights (frozen)") == bytes{(payload + bf16_frozen) / 2});
   CHECK(total(h, component::weights, memory_space::host) ==
         bytes{(payload + bf16_frozen) / 2} + entry(h, "weights (trained)"));
   CHECK(total(h, component::weights) ==
-        bytes{80 * 13'578'268LL} + entry(h, "model buffers (states)"));
+        bytes{80 * 13'585'884LL} + entry(h, "model buffers (states)"));
 }

@@ -243,9 +243,10 @@ TEST_CASE("transformers 5 with bitsandbytes keeps an MoE's packed experts and ro
   // bitsandbytes#1849: the 4-bit conversion replaces nn.Linear modules, and transformers 5 holds
   // Qwen3-30B-A3B's experts and routers as plain parameters. Per layer (48): 128 experts of three
   // [768, 2048] slices and a [128, 2048] router. A slice of n = 1,572,864 elements is 2n bytes in
-  // bf16 and n/2 + n/64 + 4 n/(64 x 256) + 4 = 811,396 bytes in NF4 with double quantization
-  // (4-bit codes, an 8-bit absmax per 64, an fp32 one per 256 of those, an fp32 offset); the
-  // router's 262,144 elements 524,288 and 135,236 bytes.
+  // bf16 and n/2 + n/64 + 4 n/(64 x 256) + 4 + 1,088 = 812,484 bytes in NF4 with double
+  // quantization (4-bit codes, an 8-bit absmax per 64, an fp32 one per 256 of those, an fp32
+  // offset, and the QuantState's two code tables of 16 and 256 fp32 values); the router's
+  // 262,144 elements 524,288 and 136,324 bytes.
   const model& m = models::qwen3_30b_a3b::value;
   finetuning kept = qlora<16, "q_proj,v_proj">::value;
   kept.base_exceptions.keeps_moe_parameters = true;
@@ -254,7 +255,7 @@ TEST_CASE("transformers 5 with bitsandbytes keeps an MoE's packed experts and ro
                  "weights (frozen)");
   };
   const std::int64_t slices = 48LL * 128 * 3;
-  const std::int64_t per_slice = 2 * 1'572'864 - 811'396, per_router = 524'288 - 135'236;
+  const std::int64_t per_slice = 2 * 1'572'864 - 812'484, per_router = 524'288 - 136'324;
   CHECK(frozen(kept) - frozen(qlora<16, "q_proj,v_proj">::value) ==
         bytes{slices * per_slice + 48 * per_router});
 }

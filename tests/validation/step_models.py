@@ -3305,6 +3305,128 @@ class LoraLinear(nn.Module):
         return result
 
 
+# --------------------------------------------------------------------------------------------
+# QLoRA (E16): bitsandbytes' Linear4bit, NF4 with double quantization (bitsandbytes 0.50.1
+# nn/modules.py Params4bit, functional.py quantize_4bit), under peft's lora.bnb.Linear4bit (peft
+# 0.21, tuners/lora/bnb.py). What is kept on the device per weight: the packed payload (a frozen
+# uint8 [(n + 1) // 2, 1] Params4bit) and its QuantState: the 8-bit absmax of each 64 values, the
+# NF4 code (get_4bit_type: 16 fp32 values, one tensor per weight), the absmax's mean (offset, a
+# 0-dim fp32 tensor), state2's fp32 absmax of each 256 absmax values and state2's code, a copy of
+# quantize_blockwise's "dynamic" map (256 fp32 values: code.to(A.device, copy=True), since 0.46).
+# The values: a host copy of the bf16 weight stands in for the dequantized NF4 (untracked).
+# --------------------------------------------------------------------------------------------
+NF4_BLOCK, NESTED_BLOCK = 64, 256
+
+
+def _dequantize_blockwise(layer):
+    """functional.dequantize_blockwise(quant_state.absmax, quant_state.state2): an fp32 absmax
+    of each 64 values (torch.empty_like(A, dtype=float32), then the kernel)."""
+    with HOOKS.label("dequantize_blockwise"):
+        return torch.empty(layer.absmax.shape, dtype=torch.float32, device=layer.absmax.device)
+
+
+def _dequantized_weight(layer, dtype):
+    """The dequantize_4bit kernel's output [out, in] in the compute format."""
+    with HOOKS.label("dequantize_4bit"):
+        w = torch.empty(layer.shape, dtype=dtype, device=layer.weight.device)
+    with HOOKS.untracked():
+        w.copy_(layer.reference)
+    return w
+
+
+class _MatMul4Bit(torch.autograd.Function):
+    """autograd/_functions.py MatMul4Bit at the sizes training runs: gemm_4bit takes
+    _dequant_linear_fallback (backends/cuda/ops.py) above 1,536 rows, and above 512 for a weight
+    of 4M values or more (_gemm_4bit_use_custom_cuda); bitsandbytes 0.49 and earlier always
+    dequantized (F.dequantize_4bit, then F.linear). Saved: the packed weight only
+    (ctx.tensors = (None, B)); backward dequantizes it again for the input's gradient."""
+
+    @staticmethod
+    def forward(ctx, A, B, layer):
+        absmax_dq = _dequantize_blockwise(layer)  # _dequant_linear_fallback: absmax_dq
+        absmax = absmax_dq + layer.offset  # absmax = absmax_dq + absmax_offset (a new tensor)
+        w = _dequantized_weight(layer, A.dtype)  # B_dq = torch.empty(shapeB, dtype=A.dtype)
+        out = torch.nn.functional.linear(A, w)
+        del absmax_dq, absmax, w
+        ctx.layer = layer
+        ctx.save_for_backward(B)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (_B,) = ctx.saved_tensors
+        layer = ctx.layer
+        grad_A = None
+        if ctx.needs_input_grad[0]:
+            # grad_A = torch.matmul(grad_output, F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)):
+            # dequantize_4bit makes the fp32 absmax (then absmax += offset, in place) and its
+            # output, and returns; the absmax goes before the matmul.
+            absmax = _dequantize_blockwise(layer)
+            absmax.add_(layer.offset)
+            w = _dequantized_weight(layer, grad_output.dtype)
+            del absmax
+            grad_A = torch.matmul(grad_output, w)
+            del w
+        return grad_A, None, None
+
+
+class Linear4bit(nn.Module):
+    """nn/modules.py Linear4bit (no bias: Llama's), compute_dtype bf16: x.to(compute_dtype) and
+    the output's .to(inp_dtype) are no-ops for a bf16 model."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.shape = tuple(linear.weight.shape)
+        n = linear.weight.numel()
+        blocks = -(-n // NF4_BLOCK)
+        device = linear.weight.device
+        self.weight = nn.Parameter(torch.zeros(((n + 1) // 2, 1), dtype=torch.uint8, device=device),
+                                   requires_grad=False)
+        self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.uint8, device=device), persistent=False)
+        self.register_buffer("code", torch.zeros(16, dtype=torch.float32, device=device), persistent=False)
+        self.register_buffer("offset", torch.zeros((), dtype=torch.float32, device=device), persistent=False)
+        self.register_buffer("state2_absmax", torch.ones(-(-blocks // NESTED_BLOCK), dtype=torch.float32,
+                                                         device=device), persistent=False)
+        self.register_buffer("state2_code", torch.zeros(256, dtype=torch.float32, device=device), persistent=False)
+        self.reference = linear.weight.detach().to(torch.bfloat16)  # host stand-in, untracked
+
+    def forward(self, x):
+        return _MatMul4Bit.apply(x, self.weight, self)
+
+
+class LoraLinear4bit(LoraLinear):
+    """peft tuners/lora/bnb.py Linear4bit.forward: the base output cloned ("defensively"), the
+    adapters' output cast to the result's format before the add (no autocast)."""
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        result = result.clone()
+        for active_adapter in self.active_adapters:
+            lora_A = self.lora_A[active_adapter]
+            lora_B = self.lora_B[active_adapter]
+            expected_dtype = result.dtype
+            x = self._cast_input_dtype(x, lora_A.weight.dtype)
+            output = lora_B(lora_A(self.lora_dropout[active_adapter](x))) * self.scaling[active_adapter]
+            output = output.to(expected_dtype)
+            result = result + output
+        return result
+
+
+def apply_qlora(model, targets, r, alpha, adapter_dtype=torch.float32):
+    """transformers' bitsandbytes quantizer replaces every nn.Linear but the head (lm_head, by
+    get_keys_to_not_convert) with Linear4bit; peft wraps the targets."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in model.decoder_layers():
+        for name, mod in list(layer.named_modules()):
+            for child_name, child in list(mod.named_children()):
+                if isinstance(child, nn.Linear):
+                    base = Linear4bit(child)
+                    setattr(mod, child_name, LoraLinear4bit(base, r, alpha, adapter_dtype)
+                            if child_name in targets else base)
+
+
 def apply_lora(model, targets, r, alpha, adapter_dtype=torch.float32):
     for p in model.parameters():
         p.requires_grad_(False)

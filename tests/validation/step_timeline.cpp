@@ -142,7 +142,10 @@ traced_case describe(const nlohmann::json& k) {
       if (!targets.empty()) targets += ',';  // (not "," + string: GCC 12's -Wrestrict misfires)
       targets += module.get<std::string>();
     }
-    c.setup.finetune = lora_finetuning(k["lora"]["r"], targets.c_str(), fp32::value);
+    // QLoRA (step_trace.py E16): the layers' linears in NF4 with double quantization.
+    const element_format base =
+        k.value("qlora", false) ? nf4_double_quant::value : element_format{};
+    c.setup.finetune = lora_finetuning(k["lora"]["r"], targets.c_str(), fp32::value, base);
   }
   activation_options& a = c.batch;
   a.micro_batch = k["batch"];

@@ -406,11 +406,11 @@ GPT2 = dict(family="gpt2", hidden=128, intermediate=512, heads=4, kv_heads=4, he
 
 
 def case(name, model, precision, optimizer, impl, batch=2, seq=64, ckpt="none", accum=1, lora=None,
-         keep_grads=False, **over):
+         keep_grads=False, qlora=False, **over):
     m = dict(model)
     m.update(over)
     return dict(name=name, model=m, precision=precision, optimizer=optimizer, impl=impl, batch=batch, seq=seq,
-                checkpointing=ckpt, accumulation=accum, lora=lora, keep_grads=keep_grads)
+                checkpointing=ckpt, accumulation=accum, lora=lora, keep_grads=keep_grads, qlora=qlora)
 
 
 LORA = dict(r=8, alpha=16, targets=["q_proj", "v_proj"], adapter_dtype="float32")
@@ -462,6 +462,14 @@ CASES = [
     # LoRA on another family's module names: peft's default for GPT-2 (c_attn), and c_fc
     case("gpt2-dropout-bf16-lora-adamw-foreach", GPT2, "bf16", "adamw", "foreach",
          lora=dict(LORA, targets=["c_attn", "c_fc"])),
+    # QLoRA: every layer linear in NF4 (double quantization), LoRA on all of them, as QLoRA trains;
+    # one sequence of 64 tokens, fewer than the hidden size: a dequantized weight outweighs a
+    # row-sized gradient, as at 8B and 2,048 tokens
+    case("llama-gqa-bf16-qlora-all-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", lora=LORA_ALL, qlora=True),
+    case("llama-gqa-bf16-qlora-all-b1-v256-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", batch=1, vocab=256,
+         lora=LORA_ALL, qlora=True),
+    case("llama-gqa-bf16-qlora-all-ckpt-nonreentrant-adamw-foreach", LLAMA, "bf16", "adamw", "foreach",
+         ckpt="non_reentrant", lora=LORA_ALL, qlora=True),
     # Qwen3: Llama with per-head q_norm and k_norm (modeling_qwen3.py), eager and SDPA
     case("qwen3-bf16-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", qk_norm=True),
     case("qwen3-amp-sdpa-adamw-fused", LLAMA, "amp_bf16", "adamw", "fused", attn="sdpa", qk_norm=True),
@@ -582,6 +590,8 @@ EMULATIONS = {
            "CPU's min/max checks",
     "E15": "F.scaled_dot_product_attention with one K/V head and no enable_gqa (Falcon): CUDA runs "
            "_scaled_dot_product_attention_math, upcast to fp32, _safe_softmax",
+    "E16": "bitsandbytes' NF4 matmul (MatMul4Bit) on the path of training's sizes: the weight dequantized to the "
+           "compute format in forward (gemm_4bit's dequant-and-linear fallback) and again in backward",
 }
 
 
@@ -612,6 +622,8 @@ def describe(c):
         "accumulation": c["accumulation"], "lora": c["lora"], "use_cache": False,
         "code": cfg.code,
     }
+    if c.get("qlora"):  # the layers' linears in NF4 with double quantization (bitsandbytes, E16)
+        d["qlora"] = True
     if m["family"] == "gpt_oss":  # what only gpt-oss has (other families' descriptions unchanged)
         d["norm"], d["mlp"] = "rmsnorm", "gpt_oss_glu"  # (up + 1) * gate * sigmoid(1.702 gate), clamped at 7
         d["moe"].update(router="gpt_oss", bias=True, transposed=True)
@@ -771,7 +783,8 @@ def run_case(c, device, cuda_check=False, hf=False):
             if hasattr(model, "restore_buffers"):
                 model.restore_buffers()
         if c["lora"]:
-            sm.apply_lora(model, c["lora"]["targets"], c["lora"]["r"], c["lora"]["alpha"], torch.float32)
+            apply = sm.apply_qlora if c.get("qlora") else sm.apply_lora
+            apply(model, c["lora"]["targets"], c["lora"]["r"], c["lora"]["alpha"], torch.float32)
         if c["checkpointing"] != "none":
             sm.gradient_checkpointing_enable(model, use_reentrant=c["checkpointing"] == "reentrant")
     model.train()
