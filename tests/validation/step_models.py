@@ -546,7 +546,7 @@ class Config:
     final_softcap: float = 0.0  # Gemma 2: final_logit_softcapping (0: none)
     sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
     sliding_window_pattern: int = 6  # Gemma 3: layer i global when (i + 1) % it == 0
-    code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt" or "torchtitan-2024"
+    code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt", "torchtitan-2024" or "megatron-te"
     moe_experts: int = 0  # Mixtral: num_local_experts, Qwen3-MoE: num_experts (0: a dense MLP)
     moe_top_k: int = 2  # num_experts_per_tok
     moe_intermediate: int = 0  # the experts' FFN width (0: intermediate; MixtralConfig's intermediate_size,
@@ -2280,8 +2280,536 @@ class TitanForCausalLM(FrameworkForCausalLM):
         self.model.freqs_cis = self.model.precompute_freqs_cis()
 
 
+# Megatron-Core with Transformer Engine (Megatron-LM d98e8a6, TransformerEngine d0067d0): the
+# layers of megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec
+# for a Llama 3 (RMSNorm, SwiGLU through the fused bias_swiglu, GQA, rotary with apply_rope_fusion,
+# no bias, untied output layer), bf16 parameters, TP 1, no sequence parallelism, dropout 0. The
+# activations are [s, b, h] (sequence first). Each TE/Megatron autograd Function below allocates,
+# in order, what its kernels allocate and saves what it saves; the values are computed untracked.
+# Not emulated: TE's normalization and cuDNN kernels' workspaces (allocateSpace, sizes not known)
+# and TE's persistent cuBLAS workspace (cpp_extensions/gemm.py get_cublas_workspace: one
+# torch.empty of 32 MiB + 1 KiB on sm90, 4 MiB before, made at the first GEMM and kept), which
+# TE_CUBLAS_WORKSPACE switches on.
+TE_CUBLAS_WORKSPACE = 0  # bytes of TE's cuBLAS workspace to allocate at the first GEMM (0: none)
+_TE_WORKSPACE = []
+
+
+def _te_gemm_workspace():
+    """cpp_extensions/gemm.py general_gemm -> get_cublas_workspace (functools.lru_cache):
+    torch.empty(get_cublas_workspace_size_bytes(), dtype=uint8) once, kept for the process."""
+    if TE_CUBLAS_WORKSPACE and not _TE_WORKSPACE:
+        with HOOKS.label("te_cublas_workspace"):
+            _TE_WORKSPACE.append(torch.empty(TE_CUBLAS_WORKSPACE, dtype=torch.uint8))
+
+
+def _te_rmsnorm_fwd(x2d, gamma, eps):
+    """csrc/extensions/normalization.cpp rmsnorm_fwd: rsigma = at::empty({rows}, kFloat) first,
+    then the output (NoneQuantizer create_tensor, the input's dtype); the kernel's workspace
+    (allocateSpace) is not emulated."""
+    with HOOKS.label("rmsnorm_fwd"):
+        rsigma = torch.empty((x2d.shape[0],), dtype=torch.float32)
+        out = torch.empty(x2d.shape, dtype=x2d.dtype)
+    with HOOKS.untracked():
+        xf = x2d.detach().float()
+        rs = torch.rsqrt(xf.pow(2).mean(-1) + eps)
+        rsigma.copy_(rs)
+        out.copy_((xf * rs[:, None]).to(x2d.dtype) * gamma.detach())
+    return out, rsigma
+
+
+def _te_rmsnorm_bwd(dz, x2d, rsigma, gamma):
+    """normalization.cpp rmsnorm_bwd: dx = at::empty_like(x), dgamma = at::empty_like(gamma)."""
+    with HOOKS.label("rmsnorm_bwd"):
+        dx = torch.empty_like(x2d)
+        dgamma = torch.empty_like(gamma)
+    with HOOKS.untracked():
+        xf = x2d.detach().float().requires_grad_()
+        gf = gamma.detach().float().requires_grad_()
+        with torch.enable_grad():
+            y = (xf * rsigma[:, None]) * gf
+            gx, gg = torch.autograd.grad(y, (xf, gf), dz.float())
+        dx.copy_(gx)
+        dgamma.copy_(gg)
+    return dx, dgamma
+
+
+def _te_gemm(a2d, w, label):
+    """general_gemm(weight, input): the output [rows, out] in the activation dtype."""
+    _te_gemm_workspace()
+    with HOOKS.label(label):
+        out = torch.empty((a2d.shape[0], w.shape[0]), dtype=a2d.dtype)
+    with HOOKS.untracked():
+        out.copy_(a2d.detach().float() @ w.detach().float().t())
+    return out
+
+
+def _te_dgrad_wgrad(grad2d, inp2d, w):
+    """The backward GEMMs of _Linear / _LayerNormLinear: dgrad (general_gemm(weight, grad_output,
+    layout "NN")) then wgrad (general_gemm(input, grad_output, layout "NT"), fuse_wgrad_accumulation
+    off: plain parameters, torch's optimizer)."""
+    _te_gemm_workspace()
+    with HOOKS.label("dgrad_gemm"):
+        dgrad = torch.empty((grad2d.shape[0], w.shape[1]), dtype=grad2d.dtype)
+    with HOOKS.untracked():
+        dgrad.copy_(grad2d.float() @ w.detach().float())
+    with HOOKS.label("wgrad_gemm"):
+        wgrad = torch.empty(w.shape, dtype=w.dtype)
+    with HOOKS.untracked():
+        wgrad.copy_(grad2d.float().t() @ inp2d.detach().float())
+    return dgrad, wgrad
+
+
+class _TELayerNormLinear(torch.autograd.Function):
+    """TE pytorch/module/layernorm_linear.py _LayerNormLinear (normalization "RMSNorm", no bias,
+    return_layernorm_output False). forward: inputmat = inp.view(-1, in); apply_normalization ->
+    tex.rmsnorm_fwd (rsigma fp32 [rows], ln_out [rows, in]); general_gemm -> out [rows, out];
+    ctx.save_for_backward(prepare_for_saving(inputmat, weightmat, weight, bias, ln_weight, ln_out,
+    mu, rsigma)). backward: grad_output_preprocess (reshape + contiguous: no copy), the dgrad GEMM,
+    the wgrad GEMM, clear_tensor_data(ln_out), tex.rmsnorm_bwd(dgrad, inputmat, rsigma, ln_weight)
+    (dx, dgamma), clear_tensor_data(mu, rsigma)."""
+
+    @staticmethod
+    def forward(ctx, inp, ln_weight, weight, eps):
+        inputmat = inp.view(-1, inp.shape[-1])
+        ln_out, rsigma = _te_rmsnorm_fwd(inputmat, ln_weight, eps)
+        out = _te_gemm(ln_out, weight, "general_gemm")
+        ctx.save_for_backward(inputmat, weight, ln_weight, ln_out, rsigma)
+        ctx.inp_shape = inp.shape
+        return out.view(*inp.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        inputmat, weight, ln_weight, ln_out, rsigma = ctx.saved_tensors
+        grad2d = grad.reshape(-1, grad.shape[-1]).contiguous()
+        dgrad, wgrad = _te_dgrad_wgrad(grad2d, ln_out, weight)
+        ln_out.data = torch.empty(0, dtype=ln_out.dtype)  # clear_tensor_data(ln_out)
+        dx, dgamma = _te_rmsnorm_bwd(dgrad, inputmat, rsigma, ln_weight)
+        del dgrad
+        rsigma.data = torch.empty(0, dtype=rsigma.dtype)  # clear_tensor_data(rsigma)
+        return dx.view(ctx.inp_shape), dgamma, wgrad, None
+
+
+class _TELinear(torch.autograd.Function):
+    """TE pytorch/module/linear.py _Linear (TERowParallelLinear at TP 1, no bias): inputmat =
+    inp.view(-1, in), saved as it is (no cast: owns_input False); general_gemm -> out [rows, out].
+    backward: dgrad GEMM, then wgrad GEMM."""
+
+    @staticmethod
+    def forward(ctx, inp, weight):
+        inputmat = inp.view(-1, inp.shape[-1])
+        out = _te_gemm(inputmat, weight, "general_gemm")
+        ctx.save_for_backward(inputmat, weight)
+        ctx.inp_shape = inp.shape
+        return out.view(*inp.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        inputmat, weight = ctx.saved_tensors
+        grad2d = grad.reshape(-1, grad.shape[-1]).contiguous()
+        dgrad, wgrad = _te_dgrad_wgrad(grad2d, inputmat, weight)
+        return dgrad.view(ctx.inp_shape), wgrad
+
+
+class MegatronTELayerNormColumnParallelLinear(nn.Module):  # extensions/transformer_engine.py
+    def __init__(self, in_features, out_features, eps):
+        super().__init__()
+        self.layer_norm_weight = nn.Parameter(torch.ones(in_features))
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        nn.init.normal_(self.weight, std=0.02)
+        self.eps = eps
+
+    def forward(self, x):  # returns (out, bias): bias None (add_bias_linear False)
+        return _TELayerNormLinear.apply(x, self.layer_norm_weight, self.weight, self.eps), None
+
+
+class MegatronTERowParallelLinear(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x):
+        return _TELinear.apply(x, self.weight), None
+
+
+class _TEFusedRoPE(torch.autograd.Function):
+    """TE pytorch/attention/rope.py FusedRoPEFunc (tensor_format "sbhd", freqs already fp32):
+    tex.fused_rope_forward -> output = at::empty(input.sizes()) (csrc/extensions/apply_rope.cpp,
+    contiguous, from a strided input too); ctx.save_for_backward(freqs, cu_seqlens,
+    start_positions): only the shared table. backward: fused_rope_backward -> at::empty."""
+
+    @staticmethod
+    def forward(ctx, t, freqs):
+        with HOOKS.label("fused_rope_forward"):
+            out = torch.empty(t.shape, dtype=t.dtype)
+        with HOOKS.untracked():
+            out.copy_(_rope_math(t.detach().float(), freqs).to(t.dtype))
+        ctx.save_for_backward(freqs)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (freqs,) = ctx.saved_tensors
+        with HOOKS.label("fused_rope_backward"):
+            gi = torch.empty(g.shape, dtype=g.dtype)
+        with HOOKS.untracked():
+            gi.copy_(_rope_math(g.float(), freqs, inverse=True).to(g.dtype))
+        return gi, None
+
+
+def _rope_math(t, freqs, inverse=False):  # rope_utils _apply_rotary_pos_emb_bshd, non-interleaved
+    cos, sin = freqs.cos(), freqs.sin()
+    if inverse:
+        sin = -sin
+    d = t.shape[-1]
+    rot = torch.cat((-t[..., d // 2:], t[..., : d // 2]), dim=-1)
+    return t * cos + rot * sin
+
+
+class _TEFusedAttn(torch.autograd.Function):
+    """TE dot_product_attention/backends.py FusedAttnFunc (cuDNN F16_arbitrary_seqlen, qkv_layout
+    sbhd_sbhd_sbhd, causal, no dropout). csrc/extensions/attention.cpp fused_attn_fwd: O
+    (create_tensor, [s, b, h, d]), rng_state = torch::empty({2}, int64), the workspace (not
+    emulated), then the softmax statistics S [b, h, s, 1] fp32 (allocateSpace); saved: q, k, v,
+    out, S and rng_state (prepare_for_saving(*fp8_tensors, *f16_tensors, cu_seqlens..., *aux)).
+    backward: d_out.contiguous(); fused_attn_bwd: NVTE_HD_HD_HD -> dQ, dK, dV torch::empty of
+    q's, k's and v's shapes (K and V with the grouped heads)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale):
+        s, b, h, d = q.shape
+        with HOOKS.label("fused_attn_fwd"):
+            out = torch.empty((s, b, h, d), dtype=q.dtype)
+            rng_state = torch.empty((2,), dtype=torch.int64)
+            stats = torch.empty((b, h, s, 1), dtype=torch.float32)
+        with HOOKS.untracked():
+            o, lse = _attn_math(q, k, v, scale)
+            out.copy_(o)
+            stats.copy_(lse)
+        ctx.save_for_backward(q, k, v, out, stats, rng_state)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, out, stats, rng_state = ctx.saved_tensors
+        g = g.contiguous()
+        with HOOKS.label("fused_attn_bwd"):
+            dq = torch.empty(q.shape, dtype=q.dtype)
+            dk = torch.empty(k.shape, dtype=k.dtype)
+            dv = torch.empty(v.shape, dtype=v.dtype)
+        with HOOKS.untracked():
+            qq, kk, vv = (x.detach().float().requires_grad_() for x in (q, k, v))
+            with torch.enable_grad():
+                o, _ = _attn_math(qq, kk, vv, ctx.scale)
+                gq, gk, gv = torch.autograd.grad(o, (qq, kk, vv), g.float())
+            dq.copy_(gq)
+            dk.copy_(gk)
+            dv.copy_(gv)
+        return dq, dk, dv, None
+
+
+def _attn_math(q, k, v, scale):  # [s, b, heads, d] in, causal, GQA by repeating K and V
+    qh, kh, vh = (x.float().permute(1, 2, 0, 3) for x in (q, k, v))
+    rep = qh.shape[1] // kh.shape[1]
+    kh = kh.repeat_interleave(rep, dim=1)
+    vh = vh.repeat_interleave(rep, dim=1)
+    sc = qh @ kh.transpose(-1, -2) * scale
+    n = sc.shape[-1]
+    sc = sc.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    lse = torch.logsumexp(sc, -1, keepdim=True)
+    o = torch.softmax(sc, -1) @ vh
+    return o.permute(2, 0, 1, 3), lse
+
+
+class MegatronTEDotProductAttention(nn.Module):  # extensions/transformer_engine.py
+    def __init__(self, head_dim):
+        super().__init__()
+        self.scale = head_dim ** -0.5
+
+    def forward(self, q, k, v):
+        # dot_product_attention/utils.py get_qkv_layout: q and k (fused RoPE outputs) are
+        # contiguous, v a strided view of linear_qkv's output, so the strides differ: layout
+        # "not_supported" -> [x.contiguous() for x in [q, k, v]] copies v only
+        q, k, v = [x.contiguous() for x in (q, k, v)]
+        out = _TEFusedAttn.apply(q, k, v, self.scale)
+        return out.view(*out.shape[:-2], -1)  # FusedAttention.forward: [s, b, h * d]
+
+
+class MegatronSelfAttention(nn.Module):  # transformer/attention.py SelfAttention
+    def __init__(self, cfg):
+        super().__init__()
+        self.np, self.ng, self.hn = cfg.heads, cfg.kv_heads, cfg.head_dim
+        self.linear_qkv = MegatronTELayerNormColumnParallelLinear(
+            cfg.hidden, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, cfg.rms_eps)
+        self.core_attention = MegatronTEDotProductAttention(cfg.head_dim)
+        self.linear_proj = MegatronTERowParallelLinear(cfg.heads * cfg.head_dim, cfg.hidden)
+
+    def forward(self, hidden_states, rotary_pos_emb):
+        # get_query_key_value_tensors (SplitAlongDim is None: TE has no
+        # transformer_engine.pytorch.attention._SplitAlongDim, so torch.split)
+        mixed_qkv, _ = self.linear_qkv(hidden_states)
+        r = self.np // self.ng
+        mixed_qkv = mixed_qkv.view(*mixed_qkv.shape[:-1], self.ng, (r + 2) * self.hn)
+        query, key, value = torch.split(mixed_qkv, [r * self.hn, self.hn, self.hn], dim=3)
+        query = query.reshape(query.size(0), query.size(1), -1, self.hn)  # a copy when ng > 1
+        del mixed_qkv
+        # apply_rotary_pos_emb with apply_rope_fusion: TE FusedRoPEFunc on query, then key
+        query = _TEFusedRoPE.apply(query, rotary_pos_emb)
+        key = _TEFusedRoPE.apply(key, rotary_pos_emb)
+        core_attn_out = self.core_attention(query, key, value)
+        del query, key, value
+        return self.linear_proj(core_attn_out)
+
+
+class _SwiGLUFunction(torch.autograd.Function):
+    """megatron/core/fusions/fused_bias_swiglu.py SwiGLUFunction (bias None: bias_swiglu_impl on
+    input.view(-1, 2f)): ctx.save_for_backward(input); swiglu(input) is @jit_fuser = torch.compile
+    (megatron/core/jit.py, torch >= 2.2): one fused kernel, one [rows, f] output. backward:
+    swiglu_back (compiled: the torch.cat written by one kernel, one [rows, 2f] output)."""
+
+    @staticmethod
+    def forward(ctx, y):
+        f = y.shape[-1] // 2
+        with HOOKS.label("swiglu (torch.compile)"):
+            out = torch.empty((y.shape[0], f), dtype=y.dtype)
+        with HOOKS.untracked():
+            y1, y2 = torch.chunk(y.detach(), 2, -1)
+            out.copy_(F.silu(y1) * y2)
+        ctx.save_for_backward(y)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        with HOOKS.label("swiglu_back (torch.compile)"):
+            gi = torch.empty(y.shape, dtype=y.dtype)
+        with HOOKS.untracked():
+            y1, y2 = torch.chunk(y.float(), 2, -1)
+            gf = g.float()
+            sg = torch.sigmoid(y1)
+            gi.copy_(torch.cat((gf * sg * (1 + y1 * (1 - sg)) * y2, gf * F.silu(y1)), -1))
+        return gi
+
+
+class MegatronMLP(nn.Module):  # transformer/mlp.py MLP, gated_linear_unit, bias_activation_fusion
+    def __init__(self, cfg):
+        super().__init__()
+        self.linear_fc1 = MegatronTELayerNormColumnParallelLinear(cfg.hidden, 2 * cfg.intermediate, cfg.rms_eps)
+        self.linear_fc2 = MegatronTERowParallelLinear(cfg.intermediate, cfg.hidden)
+
+    def forward(self, hidden_states):
+        intermediate_parallel, _ = self.linear_fc1(hidden_states)
+        shape = intermediate_parallel.shape  # bias_swiglu_impl
+        intermediate_parallel = _SwiGLUFunction.apply(intermediate_parallel.view(-1, shape[-1]))
+        intermediate_parallel = intermediate_parallel.view(shape[0], shape[1], -1)
+        return self.linear_fc2(intermediate_parallel)
+
+
+def megatron_bias_dropout_add(x_with_bias, residual, prob, training):
+    """fusions/fused_bias_dropout.py _bias_dropout_add_func, bias None: dropout (p 0: the input
+    itself) then residual + out; compiled (jit_fuser) it is one add's output."""
+    x, bias = x_with_bias
+    assert bias is None
+    return residual + dropout(x, prob, training)
+
+
+class MegatronTELayer(FrameworkLayer):  # transformer/transformer_layer.py TransformerLayer
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.self_attention = MegatronSelfAttention(cfg)  # input_layernorm: IdentityOp (fused)
+        self.mlp = MegatronMLP(cfg)  # pre_mlp_layernorm: IdentityOp (fused into linear_fc1)
+        self.hidden_dropout = cfg.dropout
+
+    def forward(self, hidden_states, rotary_pos_emb):
+        residual = hidden_states
+        attention_output_with_bias = self.self_attention(hidden_states, rotary_pos_emb)
+        hidden_states = megatron_bias_dropout_add(attention_output_with_bias, residual, self.hidden_dropout,
+                                                  self.training)
+        residual = hidden_states
+        mlp_output_with_bias = self.mlp(hidden_states)
+        hidden_states = megatron_bias_dropout_add(mlp_output_with_bias, residual, self.hidden_dropout,
+                                                  self.training)
+        return hidden_states  # make_viewless_tensor: not a view, returned as is
+
+
+class _TERMSNormOp(torch.autograd.Function):
+    """TE pytorch/ops/basic/rmsnorm.py RMSNorm (te.pytorch.RMSNorm, Megatron's TENorm as the final
+    layernorm): x = input_.contiguous().view(-1, h); rmsnorm_fwd (rsigma, y);
+    ctx.save_for_backward(x, rstdevs). op_backward: dy = grad_output.contiguous(); rmsnorm_bwd
+    (dx, dw); clear_tensor_data(x), clear_tensor_data(rstdevs)."""
+
+    @staticmethod
+    def forward(ctx, inp, weight, eps):
+        x = inp.contiguous().view(-1, inp.shape[-1])
+        y, rsigma = _te_rmsnorm_fwd(x, weight, eps)
+        ctx.save_for_backward(x, rsigma, weight)
+        ctx.inp_shape = inp.shape
+        return y.view(inp.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, rsigma, weight = ctx.saved_tensors
+        dy = g.contiguous().view(x.shape)
+        dx, dw = _te_rmsnorm_bwd(dy, x, rsigma, weight)
+        x.data = torch.empty(0, dtype=x.dtype)  # clear_tensor_data(x)
+        rsigma.data = torch.empty(0, dtype=rsigma.dtype)  # clear_tensor_data(rstdevs)
+        return dx.view(ctx.inp_shape), dw, None
+
+
+class MegatronTENorm(nn.Module):
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        return _TERMSNormOp.apply(x, self.weight, self.eps)
+
+
+class _LinearWithGradAccumulationAndAsyncCommunication(torch.autograd.Function):
+    """megatron/core/tensor_parallel/layers.py (ColumnParallelLinear, the output layer, TP 1,
+    gradient_accumulation_fusion off): forward saves input and weight, output =
+    torch.matmul(total_input, weight.t()); backward: grad_input = grad_output.matmul(weight), then
+    grad_weight = grad_output.t().matmul(total_input) on the 2-D views."""
+
+    @staticmethod
+    def forward(ctx, inp, weight):
+        ctx.save_for_backward(inp, weight)
+        return torch.matmul(inp, weight.t())
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        inp, weight = ctx.saved_tensors
+        grad_input = grad_output.matmul(weight)
+        g2 = grad_output.view(-1, grad_output.shape[-1])
+        grad_weight = g2.t().matmul(inp.view(-1, inp.shape[-1]))
+        return grad_input, grad_weight
+
+
+class MegatronOutputLayer(nn.Module):  # ColumnParallelLinear(bias False, gather_output False)
+    def __init__(self, hidden, vocab):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab, hidden))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x):
+        return _LinearWithGradAccumulationAndAsyncCommunication.apply(x, self.weight)
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy (TP 1, no label
+    smoothing; cross_entropy_loss_fusion off, the default): the fp32 copy of the logits, the max,
+    the in-place subtraction, exp and division; saves exp_logits (the softmax, fp32), target_mask
+    and masked_target_1d. The backward writes the gradient into the saved softmax in place."""
+
+    @staticmethod
+    def forward(ctx, vocab_parallel_logits, target):
+        vocab_parallel_logits = vocab_parallel_logits.float()  # calculate_logits_max
+        logits_max = torch.max(vocab_parallel_logits, dim=-1)[0]
+        vocab_start_index, vocab_end_index = 0, vocab_parallel_logits.size(-1)
+        vocab_parallel_logits -= logits_max.unsqueeze(dim=-1)  # calculate_predicted_logits
+        del logits_max
+        target_mask = (target < vocab_start_index) | (target >= vocab_end_index)
+        masked_target = target.clone() - vocab_start_index
+        masked_target[target_mask] = 0
+        partition_vocab_size = vocab_parallel_logits.size()[-1]
+        logits_2d = vocab_parallel_logits.view(-1, partition_vocab_size)
+        masked_target_1d = masked_target.view(-1)
+        arange_1d = torch.arange(start=0, end=logits_2d.size()[0])
+        predicted_logits_1d = logits_2d[arange_1d, masked_target_1d]
+        predicted_logits_1d = predicted_logits_1d.clone().contiguous()
+        predicted_logits = predicted_logits_1d.view_as(target)
+        predicted_logits[target_mask] = 0.0
+        del arange_1d, logits_2d
+        exp_logits = vocab_parallel_logits
+        torch.exp(vocab_parallel_logits, out=exp_logits)
+        sum_exp_logits = exp_logits.sum(dim=-1)
+        loss = torch.log(sum_exp_logits) - predicted_logits  # calculate_cross_entropy_loss
+        exp_logits.div_(sum_exp_logits.unsqueeze(dim=-1))
+        ctx.save_for_backward(exp_logits, target_mask, masked_target_1d)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        softmax, target_mask, masked_target_1d = ctx.saved_tensors
+        grad_input = softmax  # prepare_gradient_calculation_operands
+        partition_vocab_size = softmax.size()[-1]
+        grad_2d = grad_input.view(-1, partition_vocab_size)
+        arange_1d = torch.arange(start=0, end=grad_2d.size()[0])
+        softmax_update = 1.0 - target_mask.view(-1).float()
+        grad_2d[arange_1d, masked_target_1d] -= softmax_update  # calculate_gradients
+        grad_input.mul_(grad_output.unsqueeze(dim=-1))
+        return grad_input, None
+
+
+def megatron_language_model_loss(logits, labels, vocab_size):
+    """models/common/language_module/language_module.py compute_language_model_loss (labels
+    [b, s] -> [s, b] contiguous, vocab_parallel_cross_entropy, the loss back to [b, s]
+    contiguous), then pretrain_gpt.py loss_func's masked sum over the tokens (loss_mask ones
+    [b, s] fp32, made here on the device)."""
+    labels = labels.transpose(0, 1).contiguous()
+    loss = _VocabParallelCrossEntropy.apply(logits, labels)
+    del labels
+    loss = loss.transpose(0, 1).contiguous()
+    loss_mask = torch.ones(loss.shape, dtype=torch.float32)
+    losses = loss.view(-1).float()
+    return torch.sum(losses * loss_mask.view(-1)) / loss_mask.sum()
+
+
+class MegatronTEModel(nn.Module):  # models/gpt/gpt_model.py GPTModel + transformer_block.py
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)  # VocabParallelEmbedding, TP 1
+        self.layers = nn.ModuleList([MegatronTELayer(cfg, i) for i in range(cfg.layers)])
+        self.norm = MegatronTENorm(cfg.hidden, eps=cfg.rms_eps)  # final_layernorm: TENorm
+        # rotary_pos_embedding.py RotaryEmbedding: inv_freq a plain attribute (no buffer)
+        d = cfg.head_dim
+        self.inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        self._rope_cache = {}
+
+    def rotary_pos_emb(self, max_seq_len):
+        """RotaryEmbedding.forward, @lru_cache(maxsize=32): computed once (step 1), the fp32
+        [s, 1, 1, d] table kept by the cache; get_emb: arange, outer, cat, emb[:, None, None, :]."""
+        hit = self._rope_cache.get(max_seq_len)
+        if hit is not None:
+            return hit
+        seq = torch.arange(max_seq_len, dtype=self.inv_freq.dtype) + 0
+        freqs = torch.outer(seq, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        emb = emb[:, None, None, :]
+        self._rope_cache[max_seq_len] = emb
+        return emb
+
+    def forward(self, input_ids):
+        # LanguageModelEmbedding.forward: word_embeddings, transpose(0, 1).contiguous(),
+        # embedding_dropout (p 0: the input itself)
+        h = self.embed_tokens(input_ids)
+        h = h.transpose(0, 1).contiguous()
+        h = dropout(h, self.cfg.dropout, self.training)
+        rotary_pos_emb = self.rotary_pos_emb(h.shape[0])
+        for layer in self.layers:
+            h = layer(h, rotary_pos_emb)
+        return self.norm(h)
+
+
+class MegatronTEForCausalLM(FrameworkForCausalLM):
+    """GPTModel: output_layer (untied) on the [s, b, h] final norm output, logits [s, b, V], then
+    compute_language_model_loss with Megatron's vocab-parallel cross-entropy (not Hugging Face's
+    loss, unlike the other model codes here)."""
+    model_class = MegatronTEModel
+
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.model = self.model_class(cfg)
+        self.lm_head = MegatronOutputLayer(cfg.hidden, cfg.vocab)
+        self.loss_function = megatron_language_model_loss
+
+
 MODEL_CODES = {"torchtune": TorchtuneForCausalLM, "litgpt": LitgptForCausalLM,
-               "torchtitan-2024": TitanForCausalLM}
+               "torchtitan-2024": TitanForCausalLM, "megatron-te": MegatronTEForCausalLM}
 
 
 # --------------------------------------------------------------------------------------------

@@ -490,6 +490,13 @@ CASES = [
          code="torchtitan-2024", max_positions=64),
     case("torchtitan2024-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
          code="torchtitan-2024", seq=128, vocab=256, max_positions=128),
+    # Megatron-Core's Transformer Engine layers (TE's fused norm-and-linear, fused RoPE, cuDNN fused
+    # attention, the compiled SwiGLU) with Megatron's own embedding layout, output layer and
+    # vocab-parallel cross-entropy (not Hugging Face's loss)
+    case("megatron-te-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa",
+         code="megatron-te", max_positions=64),
+    case("megatron-te-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
+         code="megatron-te", seq=128, vocab=256, max_positions=128),
     # Mixtral with transformers 5's packed experts: grouped_mm (the default) with eager attention and
     # with SDPA, under AMP (the experts in fp32: _grouped_mm is not autocast-enabled), with a small
     # vocabulary where the layers decide the peak, and the experts' own loop ("eager")
@@ -592,6 +599,9 @@ EMULATIONS = {
            "_scaled_dot_product_attention_math, upcast to fp32, _safe_softmax",
     "E16": "bitsandbytes' NF4 matmul (MatMul4Bit) on the path of training's sizes: the weight dequantized to the "
            "compute format in forward (gemm_4bit's dequant-and-linear fallback) and again in backward",
+    "E17": "Transformer Engine and Megatron kernels (megatron-te): rmsnorm_fwd/bwd, general_gemm, fused RoPE, "
+           "cuDNN fused attention (O, rng_state, fp32 stats; dQ, dK, dV), the torch.compile'd SwiGLU; "
+           "their workspaces and TE's persistent cuBLAS workspace not emulated",
 }
 
 
