@@ -408,7 +408,10 @@ inline constexpr named<loss_kind> losses[] = {
      "torchtune's CEWithChunkedOutputLoss: 8 chunks, every chunk's fp32 log-softmax saved"},
     {"linear-chunked", loss_kind::linear_chunked,
      "torchtune's LinearCrossEntropyLoss: the head applied per chunk, every chunk's fp32 "
-     "log-softmax saved"}};
+     "log-softmax saved"},
+    {"vocab-parallel", loss_kind::vocab_parallel,
+     "Megatron-Core's vocab-parallel cross-entropy: one fp32 softmax saved, the gradient made in "
+     "it"}};
 
 inline constexpr named<pipeline_schedule> schedules[] = {
     {"1f1b", pipeline_schedule::one_f_one_b},

@@ -105,6 +105,9 @@ inline constexpr framework_default megatron[] = {
     {"--model-code", "megatron-te",
      "core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec: the default "
      "transformer_impl transformer_engine"},
+    {"--loss", "vocab-parallel",
+     "core/models/common/language_module/language_module.py compute_language_model_loss: "
+     "tensor_parallel.vocab_parallel_cross_entropy (cross_entropy_loss_fusion off by default)"},
     {"--sharding", "megatron", "core/optimizer/distrib_optimizer.py: the distributed optimizer",
      recipe::plan},
 };

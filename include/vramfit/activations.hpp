@@ -44,6 +44,9 @@ enum class loss_kind : unsigned char {
   /// torchtune LinearCrossEntropyLoss: the loss applies the head to one chunk of hidden states
   /// at a time, upcasts it, and saves every chunk's fp32 log_softmax output
   linear_chunked,
+  /// Megatron-Core's vocab-parallel cross-entropy: one fp32 copy of the logits, turned into the
+  /// softmax in place and saved; backward writes the gradient into it
+  vocab_parallel,
 };
 
 /// How transformers 5 runs its packed MoE experts (config._experts_implementation,
@@ -760,6 +763,12 @@ constexpr void softmax_lse(block_builder& b, const activation_options& o, std::i
       checked_mul(checked_mul(o.micro_batch, heads), b.tokens() / o.micro_batch);
   b.add("softmax log-sum-exp (fp32)",
         o.code == model_code::hf ? sdpa_backward_source : sources_of(o.code).lse, rows, 32);
+  if (o.code == model_code::megatron_te)
+    // The philox seed and offset it drew, dropout or not: one more of its aux_ctx_tensors.
+    b.add_block("attention RNG state (2 int64)",
+                "TransformerEngine csrc/extensions/attention.cpp fused_attn_fwd: rng_state = "
+                "torch::empty({2}, kInt64), saved by backends.py FusedAttnFunc.forward",
+                2, 64);
 }
 
 /// DeepSeek-V2 MLA (modeling_deepseek): the low-rank paths' norms and inputs, then full-width Q
@@ -1796,6 +1805,18 @@ constexpr void logits_and_loss(loss_tensors& s, const activation_options& o, std
       s.logits_alive = bytes_for_bits(checked_mul(logits, beta == 32 ? 32 : beta + 32));
       if (beta < 32) s.logits_first = bytes_for_bits(checked_mul(logits, beta));
       s.loss_gradient = bytes{checked_mul(logits, 8)};  // two fp32 gradients
+      break;
+    case loss_kind::vocab_parallel:
+      // Megatron-Core tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy: .float() (the
+      // logits themselves when fp32), then max subtracted, exp and division in place: the
+      // softmax, saved. Backward writes the gradient into it (calculate_gradients), which the
+      // autograd engine casts to the logits' format (engine.cpp validate_outputs).
+      s.log_probs = bytes{checked_mul(logits, 4)};
+      s.head += s.log_probs;
+      if (beta < 32) {  // the 16-bit logits while their copy is made; the gradient's cast
+        s.logits_alive = bytes_for_bits(checked_mul(logits, beta));
+        s.loss_gradient = s.logits_alive;
+      }
       break;
     case loss_kind::native:  // log_softmax in the logits' format
       s.log_probs = bytes_for_bits(checked_mul(logits, beta));

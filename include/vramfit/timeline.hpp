@@ -817,7 +817,16 @@ struct step_writer {
         new_gradients(first_pass, "head and final norm gradients", piece);
     };
     const bytes loss_gradients = size_of(e.logits_gradient);
-    if (first_tensor(e.head_and_loss) > bytes{}) {
+    if (o.loss == loss_kind::vocab_parallel) {
+      // Megatron's gradient is its saved softmax, changed in place; the cast to the logits'
+      // format is the one new tensor, and the softmax goes once it is made.
+      w.add("logits gradient (cast to the logits' format)", e.logits_gradient, loss_gradients);
+      w.add("softmax (the logits gradient, in place)", e.head_and_loss,
+            -(size_of(e.head_and_loss) - head_inputs()));
+      add_head_gradients();
+      w.add("logits gradient (cast to the logits' format)", e.logits_gradient, -loss_gradients);
+      w.add("final norm and head input", e.head_and_loss, -head_inputs());
+    } else if (first_tensor(e.head_and_loss) > bytes{}) {
       // As traced (docs/gpu-measurements.md): nll_loss's gradient, then log_softmax's; the first
       // goes with the log-probabilities; the fp32 copy's backward casts the second to the logits'
       // 16-bit gradient, which lm_head's backward reads after the second has gone.

@@ -564,6 +564,43 @@ TEST_CASE("torchtune's chunked losses: every chunk's fp32 log-probabilities are 
       doctest::Contains("loss chunks must be positive, got 0"));
 }
 
+TEST_CASE("Megatron's vocab-parallel cross-entropy: one fp32 softmax, the gradient made in it") {
+  // Llama-3-8B in bf16, 2 x 1,024 tokens: logits [2,048, 128,256]. Megatron-Core
+  // tensor_parallel/cross_entropy.py: .float() copies the bf16 logits, max subtraction, exp and
+  // division run in place on the copy, which is saved; backward writes the gradient into it, and
+  // the engine casts that to bf16 for the output layer.
+  const std::int64_t logits = 2048LL * 128256;
+  const bytes head_norm_and_labels{2048LL * 4096 * 4 + 2048 * 4 + 2048LL * 4096 * 2 +
+                                   2048LL * 4096 * 2 + 2048 * 8};
+  const training t{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 2, .sequence = 1024, .loss = loss_kind::vocab_parallel};
+  const memory_ledger l = activations(t, o);
+  auto size = [&](const char* name) {
+    for (const memory_entry& e : l)
+      if (std::string(e.name) == name) return e.size;
+    return bytes{};
+  };
+  CHECK(size("final norm, head input and loss") == head_norm_and_labels + bytes{logits * 4});
+  CHECK(size("logits (loss forward)") == bytes{logits * 2});  // the copy is the saved softmax
+  CHECK(size("logits gradient") == bytes{logits * 2});        // the cast, no fp32 gradients
+  // In backward the cast comes first, then the softmax goes, then the output layer's gradients.
+  std::vector<std::pair<std::string, std::int64_t>> order;
+  for (const timeline_event& e : step_timeline_of(t, o).events)
+    if (e.phase == step_phase::backward && e.first_layer < 0 && order.size() < 3)
+      order.emplace_back(e.what, e.delta.count);
+  using entry = std::pair<std::string, std::int64_t>;
+  CHECK(order == std::vector<entry>{{"logits gradient (cast to the logits' format)", logits * 2},
+                                    {"softmax (the logits gradient, in place)", -logits * 4},
+                                    {"head and final norm gradients", 128256LL * 4096 * 2}});
+  // In fp32 the copy is the logits themselves, and the gradient needs no cast.
+  const training fp32_step{models::llama_3_8b::value, fp32_training::value, adamw<>::value};
+  const memory_ledger f = activations(fp32_step, o);
+  for (const memory_entry& e : f) {
+    CHECK(std::string(e.name) != "logits (loss forward)");
+    CHECK(std::string(e.name) != "logits gradient");
+  }
+}
+
 TEST_CASE("GPT-2's gelu_new and its eager softmax under autocast, tensor by tensor") {
   // One GPT-2 layer, 1 x 1,024 tokens, no dropout: the MLP's [1,024, 3,072] intermediates and
   // the [1, 12, 1,024, 1,024] attention scores.
@@ -1155,7 +1192,8 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
   CHECK(per_token(m, model_code::torchtitan_2024, {}, s) == bytes{titan_2024 * s});
   CHECK(per_token(m, model_code::torchtune, {}, s) == bytes{titan_2024 * s});
   CHECK(per_token(m, model_code::litgpt, {}, s) == bytes{litgpt * s + 2 * 4 * h});
-  CHECK(per_token(m, model_code::megatron_te, {}, s) == bytes{megatron * s});
+  // Transformer Engine's attention also keeps its RNG state, one 512 B block a layer.
+  CHECK(per_token(m, model_code::megatron_te, {}, s) == bytes{megatron * s + 512});
 
   // Llama-3.1-405B at TP 8 with sequence parallelism, 8,192 tokens: the norms' h-wide terms and
   // the heads and FFN split over the 8 ranks. Hugging Face 740.5 MiB a layer, Megatron's fused
@@ -1167,8 +1205,8 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
   CHECK(per_token(big, model_code::hf, tp_sp, S) ==
         bytes{(16 * H + 8) / t * S + heads * S + 8 * F / t * S});
   CHECK(per_token(big, model_code::megatron_te, tp_sp, S) ==
-        bytes{(8 * H + 8) / t * S + heads * S + 6 * F / t * S});
-  CHECK(per_token(big, model_code::megatron_te, tp_sp, S) == bytes{65'089LL * S});
+        bytes{(8 * H + 8) / t * S + heads * S + 6 * F / t * S + 512});
+  CHECK(per_token(big, model_code::megatron_te, tp_sp, S) == bytes{65'089LL * S + 512});
 
   // Modelled for a dense Llama 3, trained in full; the refusal names the model.
   const activation_options titan_code{.code = model_code::torchtitan};

@@ -111,3 +111,19 @@ TEST_CASE("a GPU given by its capacity keeps the text in its name, or is refused
   CHECK_THROWS_WITH(gpu_with_capacity("96.00000000000000000000GiB"),
                     doctest::Contains("at most 24 characters, got '96.00000000000000000000GiB'"));
 }
+
+TEST_CASE("Transformer Engine's persistent cuBLAS workspace, by GPU generation") {
+  // TransformerEngine cpp_extensions/gemm.py get_cublas_workspace_size_bytes: 32 MiB + 1 KiB from
+  // compute capability 9 on, 4 MiB before; made once per device and kept.
+  training_plan_value p{training{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value},
+                        activation_options{.micro_batch = 1, .sequence = 1024}};
+  auto workspace = [&](const gpu& g) {
+    for (const memory_entry& e : estimate(p, g).ledger.entries)
+      if (std::string_view(e.name) == "Transformer Engine cuBLAS workspace") return e.size;
+    return bytes{};
+  };
+  CHECK(workspace(gpus::h100_80gb::value) == bytes{});  // Hugging Face's code runs no TE GEMM
+  p.batch.code = model_code::megatron_te;
+  CHECK(workspace(gpus::h100_80gb::value) == bytes{32 * 1024 * 1024 + 1024});
+  CHECK(workspace(gpus::a100_80gb::value) == bytes{4 * 1024 * 1024});
+}

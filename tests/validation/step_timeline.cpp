@@ -162,6 +162,8 @@ traced_case describe(const nlohmann::json& k) {
   for (const model_code mc : {model_code::torchtitan, model_code::torchtitan_2024,
                               model_code::torchtune, model_code::litgpt, model_code::megatron_te})
     if (code == detail::traits_of(mc).name) a.code = mc;
+  // Megatron's vocab-parallel cross-entropy (step_models.py megatron_language_model_loss).
+  if (a.code == model_code::megatron_te) a.loss = loss_kind::vocab_parallel;
   return c;
 }
 
