@@ -165,8 +165,10 @@ TEST_CASE("--from torchtune: each shipped config's options, and the same as expl
   }
   // The research recorded vramfit's peak for this file as 9.73 GiB; counting the hidden states
   // forward holds (HF's inputs_embeds, the layer input and its residual) made it 9.82 GiB, and
-  // the frozen base's final norm and embedding keeping no inputs (traced) 9.79 GiB.
-  CHECK(run("train --from torchtune " + dir + fixtures[2].file).out.find("9.79 GiB") !=
+  // the frozen base's final norm and embedding keeping no inputs (traced) 9.79 GiB. The NF4
+  // weights dequantized for each matmul (117 MiB for an MLP weight, coming and going between
+  // the layer's tensors) leave the replayed cache 372 MiB more reserved: 10.16 GiB.
+  CHECK(run("train --from torchtune " + dir + fixtures[2].file).out.find("10.16 GiB") !=
         std::string::npos);
 }
 

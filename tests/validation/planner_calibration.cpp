@@ -212,6 +212,9 @@ run run_of(const json& row) {
   // attention, FP8 casts fused); torchtitan's Float8Linear casts each matmul's operands itself.
   if (megatron_v2(r.source)) o.attention = attention_kind::eager;
   if (framework == "megatron" || framework == "nemo") o.code = model_code::megatron_te;
+  // Every Megatron release's loss: _VocabParallelCrossEntropy (megatron/mpu/cross_entropy.py in
+  // 2021 and BigScience's fork, core/tensor_parallel/cross_entropy.py since).
+  if (framework == "megatron" || framework == "nemo") o.loss = loss_kind::vocab_parallel;
   if (framework == "torchtitan") o.code = model_code::torchtitan_2024;
   try {  // these codes are modelled for a dense Llama 3 only: others keep Hugging Face's
     detail::check_model_code(m, o, full_finetune::value);
