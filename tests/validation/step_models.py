@@ -78,6 +78,16 @@ class _Hooks:
 HOOKS = _Hooks()
 
 
+def kernel_output(label, shape, dtype, values):
+    """An emulated CUDA kernel's output: one allocation under `label`, filled untracked with
+    values() (computed on the CPU, invisible to the trace)."""
+    with HOOKS.label(label):
+        out = torch.empty(shape, dtype=dtype)
+    with HOOKS.untracked():
+        out.copy_(values())
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # E5: CUDA autocast, emulated at the Python-function level (torch 1.13's CPU autocast has other
 # op lists). aten/src/ATen/autocast_mode.cpp: lower_precision_fp ops cast floating CUDA inputs to
@@ -2336,11 +2346,8 @@ def _te_rmsnorm_bwd(dz, x2d, rsigma, gamma):
 def _te_gemm(a2d, w, label):
     """general_gemm(weight, input): the output [rows, out] in the activation dtype."""
     _te_gemm_workspace()
-    with HOOKS.label(label):
-        out = torch.empty((a2d.shape[0], w.shape[0]), dtype=a2d.dtype)
-    with HOOKS.untracked():
-        out.copy_(a2d.detach().float() @ w.detach().float().t())
-    return out
+    return kernel_output(label, (a2d.shape[0], w.shape[0]), a2d.dtype,
+                         lambda: a2d.detach().float() @ w.detach().float().t())
 
 
 def _te_dgrad_wgrad(grad2d, inp2d, w):
@@ -2348,14 +2355,9 @@ def _te_dgrad_wgrad(grad2d, inp2d, w):
     layout "NN")) then wgrad (general_gemm(input, grad_output, layout "NT"), fuse_wgrad_accumulation
     off: plain parameters, torch's optimizer)."""
     _te_gemm_workspace()
-    with HOOKS.label("dgrad_gemm"):
-        dgrad = torch.empty((grad2d.shape[0], w.shape[1]), dtype=grad2d.dtype)
-    with HOOKS.untracked():
-        dgrad.copy_(grad2d.float() @ w.detach().float())
-    with HOOKS.label("wgrad_gemm"):
-        wgrad = torch.empty(w.shape, dtype=w.dtype)
-    with HOOKS.untracked():
-        wgrad.copy_(grad2d.float().t() @ inp2d.detach().float())
+    dgrad = kernel_output("dgrad_gemm", (grad2d.shape[0], w.shape[1]), grad2d.dtype,
+                          lambda: grad2d.float() @ w.detach().float())
+    wgrad = kernel_output("wgrad_gemm", w.shape, w.dtype, lambda: grad2d.float().t() @ inp2d.detach().float())
     return dgrad, wgrad
 
 
@@ -2440,20 +2442,16 @@ class _TEFusedRoPE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, t, freqs):
-        with HOOKS.label("fused_rope_forward"):
-            out = torch.empty(t.shape, dtype=t.dtype)
-        with HOOKS.untracked():
-            out.copy_(_rope_math(t.detach().float(), freqs).to(t.dtype))
+        out = kernel_output("fused_rope_forward", t.shape, t.dtype,
+                            lambda: _rope_math(t.detach().float(), freqs).to(t.dtype))
         ctx.save_for_backward(freqs)
         return out
 
     @staticmethod
     def backward(ctx, g):
         (freqs,) = ctx.saved_tensors
-        with HOOKS.label("fused_rope_backward"):
-            gi = torch.empty(g.shape, dtype=g.dtype)
-        with HOOKS.untracked():
-            gi.copy_(_rope_math(g.float(), freqs, inverse=True).to(g.dtype))
+        gi = kernel_output("fused_rope_backward", g.shape, g.dtype,
+                           lambda: _rope_math(g.float(), freqs, inverse=True).to(g.dtype))
         return gi, None
 
 
@@ -2571,11 +2569,10 @@ class _SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y):
         f = y.shape[-1] // 2
-        with HOOKS.label("swiglu (torch.compile)"):
-            out = torch.empty((y.shape[0], f), dtype=y.dtype)
-        with HOOKS.untracked():
+        def values():
             y1, y2 = torch.chunk(y.detach(), 2, -1)
-            out.copy_(F.silu(y1) * y2)
+            return F.silu(y1) * y2
+        out = kernel_output("swiglu (torch.compile)", (y.shape[0], f), y.dtype, values)
         ctx.save_for_backward(y)
         return out
 
@@ -3855,11 +3852,7 @@ def _dequantize_blockwise(layer):
 
 def _dequantized_weight(layer, dtype):
     """The dequantize_4bit kernel's output [out, in] in the compute format."""
-    with HOOKS.label("dequantize_4bit"):
-        w = torch.empty(layer.shape, dtype=dtype, device=layer.weight.device)
-    with HOOKS.untracked():
-        w.copy_(layer.reference)
-    return w
+    return kernel_output("dequantize_4bit", layer.shape, dtype, lambda: layer.reference)
 
 
 class _MatMul4Bit(torch.autograd.Function):
