@@ -2299,7 +2299,8 @@ class TitanForCausalLM(FrameworkForCausalLM):
 # Not emulated: TE's normalization and cuDNN kernels' workspaces (allocateSpace, sizes not known)
 # and TE's persistent cuBLAS workspace (cpp_extensions/gemm.py get_cublas_workspace: one
 # torch.empty of 32 MiB + 1 KiB on sm90, 4 MiB before, made at the first GEMM and kept), which
-# TE_CUBLAS_WORKSPACE switches on.
+# TE_CUBLAS_WORKSPACE switches on; vramfit counts it with the runtime overheads (plan.hpp
+# with_overheads), not in the step's timeline these cases check.
 TE_CUBLAS_WORKSPACE = 0  # bytes of TE's cuBLAS workspace to allocate at the first GEMM (0: none)
 _TE_WORKSPACE = []
 
