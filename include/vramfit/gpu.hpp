@@ -39,6 +39,11 @@ struct gpu {
   std::int64_t memory_gb_per_s = 0;
   /// Streaming multiprocessors (CUs on AMD) a kernel's thread blocks spread over; 0: unknown.
   std::int64_t multiprocessors = 0;
+
+  /// NVIDIA compute capability 9 and later, where cuBLAS users size larger workspaces.
+  [[nodiscard]] constexpr bool hopper_or_later() const {
+    return generation == gpu_generation::hopper || generation == gpu_generation::blackwell;
+  }
 };
 
 template <class T>

@@ -87,7 +87,8 @@ constexpr dequantized_weights dequantized_in_layer(const training& t, const tens
     const bool out = g.split == tp_split::input;
     bytes& most = d.weight[part][out];
     const bytes copy = storage_bytes(t.precision.compute, shape.elements());
-    if (copy > most) most = copy;
+    if (copy <= most) continue;
+    most = copy;
     if (part == 1 && out)  // _dequant_linear_fallback: absmax_dq, then absmax_dq + offset
       d.scales = storage_bytes(fp32::value, ceil_div(shape.elements(), f.level1.block));
   }

@@ -102,12 +102,11 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device,
                                   const layout& l, std::optional<allocator_peaks> simulated = {},
                                   std::int64_t neighbours = -1) {
   const bool volta = device.generation == gpu_generation::volta;
-  const bool hopper_or_later =
-      device.generation == gpu_generation::hopper || device.generation == gpu_generation::blackwell;
   const bytes context = o.cuda_context >= 0 ? bytes{o.cuda_context} : (volta ? 1343 : 512) * MiB;
-  const bytes cublas = o.cublas_workspace >= 0
-                           ? bytes{o.cublas_workspace}
-                           : (hopper_or_later ? 32 * MiB : bytes{4096 * 1024 * 2 + 16 * 1024 * 8});
+  const bytes cublas =
+      o.cublas_workspace >= 0
+          ? bytes{o.cublas_workspace}
+          : (device.hopper_or_later() ? 32 * MiB : bytes{4096 * 1024 * 2 + 16 * 1024 * 8});
   const std::int64_t percent = o.fragmentation_percent >= 0      ? o.fragmentation_percent
                                : o.allocator.expandable_segments ? 1
                                                                  : 5;

@@ -81,11 +81,9 @@ constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& d
   if (p.batch.code == model_code::megatron_te) {
     // Transformer Engine's GEMMs share one workspace from PyTorch's allocator, made at the first
     // and kept (functools.lru_cache), beside PyTorch's own cuBLAS workspace.
-    const bool hopper_or_later = device.generation == gpu_generation::hopper ||
-                                 device.generation == gpu_generation::blackwell;
     memory_ledger te{};
     add_entry(te, "Transformer Engine cuBLAS workspace", component::overhead, memory_space::device,
-              hopper_or_later ? 32 * MiB + bytes{1024} : 4 * MiB, 1,
+              device.hopper_or_later() ? 32 * MiB + bytes{1024} : 4 * MiB, 1,
               "TransformerEngine pytorch/cpp_extensions/gemm.py get_cublas_workspace, "
               "get_cublas_workspace_size_bytes: 32 MiB + 1 KiB from Hopper on, 4 MiB before");
     append(rank, te);
