@@ -63,7 +63,7 @@ inline std::string describe(const train_options& o, const training_plan_value& p
     s << " | " << name_of(model_codes, p.batch.code) << " model code";
   else if (o.model_code != model_code::hf)
     s << " | Hugging Face's model code (" << name_of(model_codes, o.model_code)
-      << "'s is modelled for a dense Llama 3 only)";
+      << "'s is modelled for " << detail::modelled_models(o.model_code) << ")";
   if (p.setup.model.is_moe())
     s << " | " << name_of(experts_implementations, p.batch.experts) << " experts";
   return s.str();

@@ -308,15 +308,17 @@ inline layout layout_of(const train_options& o, const model& m) {
   return l;
 }
 
-/// The model code: the user's, or --framework's where it is modelled for `m` (a dense Llama 3
-/// trained in full), else Hugging Face's (describe() says so).
+/// The model code: the user's, or --framework's where it is modelled for `m`
+/// (detail::modelled_models), else Hugging Face's (describe() says so).
 inline model_code model_code_for(const train_options& o, const model& m) {
   const bool lora = o.lora_rank > 0 || o.qlora;
-  const char* off = detail::unlike_dense_llama(m, lora ? finetune_kind::lora : finetune_kind::full);
+  const char* off =
+      detail::unlike_modelled(o.model_code, m, lora ? finetune_kind::lora : finetune_kind::full);
   if (!off || o.model_code == model_code::hf) return o.model_code;
   if (o.model_code_given)
     detail::raise("--model-code " + std::string(name_of(model_codes, o.model_code)) +
-                  " is modelled for a dense Llama 3 only: " + m.name + " " + off);
+                  " is modelled for " + detail::modelled_models(o.model_code) + ": " + m.name +
+                  " " + off);
   return model_code::hf;
 }
 

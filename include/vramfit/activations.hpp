@@ -192,8 +192,8 @@ inline std::string gradients_kept_limit(const char* layout) {
 
 constexpr void check_model_code(const model& m, const activation_options& o, const finetuning& f) {
   if (o.code == model_code::hf) return;
-  if (const char* off = unlike_dense_llama(m, f.kind))
-    rules::model_code_runs_dense_llama(o.code, m, off);
+  if (const char* off = unlike_modelled(o.code, m, f.kind))
+    rules::model_code_runs_what_it_models(o.code, m, off);
 }
 
 constexpr void check(const activation_options& o, const layout& l) {
@@ -547,6 +547,18 @@ class block_builder {
   constexpr void head_norm(const char* name, std::int64_t heads, std::int64_t width,
                            bool grad = true) {
     if (!grad) return;  // its projection's output needs no gradient: nothing saved
+    if (traits_of(o_.code).fused_norm) {
+      // torchtitan's Qwen3: nn.RMSNorm over the contiguous copy FusedQKVLinear makes of each
+      // projection (_split: .contiguous()), which the fused kernel keeps with an fp32 rstd.
+      add(name,
+          "torchtitan models/common/attention.py GQAttention.forward: self.q_norm(xq_TNH), "
+          "self.k_norm(xk_TNH); derivatives.yaml _fused_rms_norm: _fused_rms_norm_backward(grad, "
+          "input, ...)",
+          split(checked_mul(heads, width)), beta_);
+      if (o_.norm_statistics)
+        add("head norm rstd (fp32)", sources_of(o_.code).norm_rstd, split(heads), 32);
+      return;
+    }
     const bool gemma = m_.norm_plus_one;
     add(name,
         gemma ? "modeling_gemma3.py Gemma3Attention.forward: self.q_norm(query_states), k_norm "
@@ -877,12 +889,18 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
   }
   // modeling_qwen3.py: q_norm and k_norm over each head of the projections' outputs.
   if (m.qk_norm) {
-    b.head_norm("q_norm input (fp32)", heads, d, g.q);
-    b.head_norm("k_norm input (fp32)", kv, d, g.k);
+    const bool fused = traits_of(o.code).fused_norm;
+    b.head_norm(fused ? "q_norm input" : "q_norm input (fp32)", heads, d, g.q);
+    b.head_norm(fused ? "k_norm input" : "k_norm input (fp32)", kv, d, g.k);
   }
   const bool rotary = m.positions == position_kind::rotary;
   const bool hf = o.code == model_code::hf;
-  const code_sources code = sources_of(o.code);
+  code_sources code = sources_of(o.code);
+  if (torchtitan_qwen3(o.code, m)) {
+    code.query =
+        "torchtitan models/common/rope.py CosSinRoPE.apply_rotary_emb: xq_out.type_as(query)";
+    code.key = "torchtitan models/common/rope.py CosSinRoPE.apply_rotary_emb: xk_out.type_as(key)";
+  }
   // (The math kernel saves Q scaled instead, of the same size.)
   if (eager ? g.k : any)
     b.add("query (after rotary)",
@@ -892,9 +910,15 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
                 "* sin)"
               : "the query projection's output, read by the attention",
           b.split(heads * d), b.core_bits());
-  if (traits_of(o.code).rope_rows && (g.q || g.k))
-    // Its table's rows for the tokens' positions, a new complex64 tensor per layer, which both
-    // multiplies save (torchtitan always passes the packed documents' positions).
+  // Its table's rows for the tokens' positions, a new tensor per layer, which the multiplies
+  // save (torchtitan always passes the packed documents' positions): ComplexRoPE's complex64
+  // (Llama 3), CosSinRoPE's fp32 cos and sin side by side (Qwen3).
+  if (traits_of(o.code).rope_rows && (g.q || g.k) && torchtitan_qwen3(o.code, m))
+    b.add("rotary table rows (fp32 cos and sin)",
+          "torchtitan models/common/rope.py _reshape_for_broadcast: rope_cache[positions]; "
+          "CosSinRoPE.apply_rotary_emb: (query_f * cos) + (_rotate_half(query_f) * sin)",
+          b.split(2 * d), 32);
+  else if (traits_of(o.code).rope_rows && (g.q || g.k))
     b.add("rotary table rows (complex64)",
           "torchtitan models/common/rope.py _reshape_for_broadcast: rope_cache[positions], saved "
           "by xq_ * rope_cache and xk_ * rope_cache",
@@ -1332,6 +1356,16 @@ constexpr forward_transients moe_forward_transients(const model& m, const activa
     ++t.tensors;
     t.size += bytes_for_bits(checked_mul(elements, bits));
   };
+  if (torchtitan_qwen3(o.code, m)) {
+    // token_dispatcher.py LocalTokenDispatcher.combine at its weighting: torch.zeros_like(x_TD),
+    // and in bf16 the experts' output, the product (.to(torch.float32) * scores) and its cast
+    // back; in fp32 (type_as(x_RD)) the product alone.
+    add(checked_mul(tokens, h), hidden);
+    if (hidden == 16) add(checked_mul(rows, h), 16);
+    add(checked_mul(rows, h), 32);
+    if (hidden == 16) add(checked_mul(rows, h), 16);
+    return t;
+  }
   if (o.experts == experts_implementation::eager) {
     add(checked_mul(tokens, h), hidden);  // torch.zeros_like(hidden_states)
     add(checked_mul(rows, local), 64);    // one_hot(top_k_index, num_classes=self.num_experts)
@@ -1374,6 +1408,20 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
           "modeling_gpt_oss.py GptOssTopKRouter.forward: softmax(router_top_value, dim=1, "
           "dtype=router_top_value.dtype)",
           checked_mul(tau, e.top_k), b.beta());
+  } else if (m.is_mla() && !e.router_score_bias) {
+    // modeling_deepseek_v2.py DeepseekV2Moe.forward: nn.functional.linear of fp32 copies of the
+    // input and the gate's weight (which it keeps), then route_tokens_to_experts:
+    // softmax(dtype=torch.float32), top-k and * routed_scaling_factor, no renormalization.
+    const std::int64_t weight = b.autocasts() ? 0 : checked_mul(e.routed_experts, m.hidden);
+    b.add("router input and weight (fp32 copies)",
+          "modeling_deepseek_v2.py DeepseekV2Moe.forward: "
+          "nn.functional.linear(hidden_states.type(torch.float32), "
+          "self.gate.weight.type(torch.float32))",
+          checked_add(b.replicated(m.hidden), weight), b.explicit_fp32());
+    b.add("router probabilities (fp32)",
+          "modeling_deepseek_v2.py DeepseekV2Moe.route_tokens_to_experts: "
+          "router_logits.softmax(dim=-1, dtype=torch.float32)",
+          checked_mul(tau, e.routed_experts), 32);
   } else if (e.router_score_bias) {
     // modeling_deepseek_v3.py DeepseekV3TopkRouter.forward: an fp32 linear on fp32 copies of its
     // input and weight (which it keeps), then DeepseekV3MoE's sigmoid scores.
@@ -1399,6 +1447,11 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
                 "router_top_value.sum(dim=-1, keepdim=True)",
           checked_add(checked_mul(tau, e.routed_experts), divisor), 32);
   }
+  if (e.group_limited)  // derivatives.yaml masked_fill: grad.masked_fill(mask, 0) keeps the mask
+    b.add("router group mask (bool)",
+          "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: "
+          "masked_fill(~score_mask.bool(), ...) (V2's group_limited_greedy alike)",
+          checked_mul(tau, e.routed_experts), 8);
   std::int64_t routed = checked_mul(tau, e.top_k);
   if (o.capacity_factor_percent > 0) {
     const std::int64_t group_tokens = checked_mul(tau, l.expert);
@@ -1412,11 +1465,89 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
     mlp_block(b, m, tau, e.shared_experts * e.expert_ffn / t, "shared expert gate output");
 }
 
+/// torchtitan's MoE (models/common/moe.py, token_dispatcher.py LocalTokenDispatcher at b5bcd76)
+/// as its Qwen3 flavors configure it (a softmax router with route_norm, routed experts only, no
+/// expert parallelism inside the block's own code): the gate under autocast to fp32, the top-k,
+/// an argsort of the routed rows by expert, one gather of the tokens, three grouped GEMMs in bf16
+/// and the weighting in fp32 before a scatter_add back to the tokens.
+constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layout& l) {
+  const moe_config& e = m.moe;
+  const std::int64_t tokens = b.tokens(), h = m.hidden;
+  const std::int64_t rows = checked_mul(tokens, e.top_k);
+  const std::int64_t local = e.routed_experts / l.expert, width = e.expert_ffn / b.tp();
+  // Parameters and the residual stream in bf16 (FSDP2's param_dtype) or fp32 (autocast).
+  const bool bf16_weights = b.rho() == 16;
+  b.add("router input and weight (fp32, autocast to float32)",
+        "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: with "
+        "torch.autocast(dtype=torch.float32): self.gate(x_TD) (the weight cast too, not cached: "
+        "autocast caches casts from fp32 only)",
+        checked_add(b.replicated(h), bf16_weights ? checked_mul(e.routed_experts, h) : 0), 32);
+  b.add("router probabilities (fp32)",
+        "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: F.softmax(scores_TE, "
+        "dim=-1), saved for its backward",
+        checked_mul(tokens, e.routed_experts), 32);
+  // topk keeps its indices, which the gather of the scores also reads; route_norm's division
+  // keeps its numerator and the [T, 1] denominator (derivatives.yaml div.Tensor).
+  b.add("top-k expert ids (int64)",
+        "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: torch.topk(...), "
+        "scores_TE.gather(dim=-1, index=topk_expert_ids_TK)",
+        checked_mul(tokens, e.top_k), 64);
+  b.add("top-k scores and their sum (route_norm)",
+        "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: topk_scores_TK / "
+        "denominator",
+        checked_mul(tokens, e.top_k + 1), 32);
+  // The argsort's order (kept by the scores' index), the token of each routed row (kept by the
+  // tokens' index and the scatter_add), the scores in that order (kept by the weighting).
+  b.add("expert order and routed token indices (int64)",
+        "torchtitan models/common/token_dispatcher.py LocalTokenDispatcher._local_reorder: "
+        "torch.argsort(topk_expert_ids_TK.view(-1), stable=True); ... // self.top_k",
+        checked_mul(2, rows), 64);
+  b.add("routing scores in expert order (fp32)",
+        "torchtitan models/common/token_dispatcher.py _local_reorder: "
+        "topk_scores_TK.view(-1)[token_indices_experts_sorted_N]",
+        rows, 32);
+  b.add_block("expert row offsets (int32)",
+              "torchtitan models/common/moe.py GroupedExperts.forward: offsets_E = "
+              "torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)",
+              local, 32);
+  // GroupedExperts casts its operands to bf16: fp32 weights become copies the products keep.
+  if (!bf16_weights)
+    b.add("expert weights (bf16 copies)",
+          "torchtitan models/common/moe.py GroupedExperts.forward: w1_EFD.bfloat16(), "
+          "w3_EFD.bfloat16(), w2_EDF.bfloat16()",
+          checked_mul(checked_mul(3 * local, width), h), 16);
+  b.add("expert inputs (gathered in expert order, bf16)",
+        "torchtitan models/common/token_dispatcher.py _local_reorder: x_TD[token_indices_"
+        "experts_sorted_N]; moe.py GroupedExperts.forward: x_RD.bfloat16()",
+        checked_mul(rows, h), 16);
+  const std::int64_t n = checked_mul(rows, width);
+  b.add("expert w1 output (silu input)",
+        "torchtitan models/common/moe.py GroupedExperts.forward: F.silu(self._grouped_mm(A=x_RD, "
+        "B_t=w1...))",
+        n, 16);
+  b.add("expert silu and w3 outputs (the product's factors)",
+        "torchtitan models/common/moe.py GroupedExperts.forward: h_RF * self._grouped_mm(A=x_RD, "
+        "B_t=w3...)",
+        checked_mul(2, n), 16);
+  b.add("expert product (w2 input)",
+        "torchtitan models/common/moe.py GroupedExperts.forward: self._grouped_mm(A=h_RF, "
+        "B_t=w2...)",
+        n, 16, {.output_linear_input = true});
+  b.add("expert outputs (fp32, the weighting's operand)",
+        "torchtitan models/common/token_dispatcher.py LocalTokenDispatcher.combine: "
+        "routed_output_RD.to(torch.float32) * topk_scores_experts_sorted_N.reshape(-1, 1)",
+        checked_mul(rows, h), 32, {.output_linear_input = true});  // its backward runs first
+}
+
 /// The MLP sub-block's saved tensors (dense or mixture of experts).
 constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
                                   const layout& l, bool moe_layer) {
   // Each linear reading the norm output keeps its input (under autocast its own cast); Falcon's
   // new_decoder_architecture gives the parallel MLP its own norm (ln_mlp).
+  if (moe_layer && torchtitan_qwen3(o.code, m)) {  // the router keeps its own fp32 input
+    torchtitan_moe_block(b, m, l);
+    return;
+  }
   if (!m.parallel_block || falcon_new_architecture(m)) {
     const mlp_input in = mlp_input_of(m, b, moe_layer);
     b.linear_input(moe_layer ? "MLP input (norm output, router input)" : "MLP input (norm output)",
@@ -1533,6 +1664,11 @@ struct layer_backward_working {
   /// (autograd/input_buffer.cpp) through the attention's backward: the norm (ln_mlp, or the one
   /// norm the attention also reads) ran before the attention, so its backward comes after.
   bytes parallel_input_gradient{};
+  /// torchtitan's MoE: the weighting's backward, before the experts' (token_dispatcher.py
+  /// LocalTokenDispatcher.combine: routed_output_RD.to(torch.float32) * scores): its incoming
+  /// gradient cast to fp32 and one gradient per operand, the scores' [rows, h] before it is
+  /// summed to [rows, 1]; three fp32 [rows, h], freed before w2's weight gradient is made.
+  bytes weighting{};
   /// The residual stream's gradient, in its format: a skip connection hands the gradient it
   /// receives to the sublayer and to the sublayer's input, where it waits in the input buffer
   /// until the sublayer's own gradient is added (autograd/input_buffer.cpp: out of place, a new
@@ -1554,6 +1690,9 @@ constexpr bytes packed_experts_backward(const model& m, const activation_options
   const std::int64_t width = m.moe.expert_ffn / b.tp();
   const std::int64_t local = m.moe.routed_experts / l.expert;
   const std::int64_t gate_up = checked_mul(2 * width, m.hidden);  // one expert's
+  if (torchtitan_qwen3(o.code, m))  // the gated MLP's three gradients in bf16, beside the
+    // experts' output gradient w2's backward reads (layer_backward_working::weighting comes first)
+    return bytes_for_bits(checked_mul(checked_mul(rows, 3 * width + m.hidden), 16));
   switch (o.experts) {
     case experts_implementation::eager:
       return bytes_for_bits(checked_mul(checked_mul(ceil_div(rows, local), width), 3 * b.beta())) +
@@ -1589,6 +1728,9 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
                                                         : 2 * beta;  // gelu_backward
   w.mlp = moe_layer ? detail::packed_experts_backward(m, o, l, b)
                     : bytes_for_bits(checked_mul(checked_mul(b.tokens(), m.ffn / t), mlp_bits));
+  if (moe_layer && detail::torchtitan_qwen3(o.code, m))
+    w.weighting =
+        bytes_for_bits(checked_mul(checked_mul(b.tokens(), m.moe.top_k), m.hidden * 3 * 32));
   const std::int64_t heads = m.heads / t;
   if (b.attention() == attention_kind::eager) {
     const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, heads),
@@ -1708,7 +1850,8 @@ constexpr stage_layers layers_of_stage(const training& t, const activation_optio
                                                      recompute_kind::none, t.finetune);
     if (whole > s.largest_layer) s.largest_layer = whole;
     const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe == 1);
-    const bytes most = (w.mlp > w.attention ? w.mlp : w.attention) + w.stream_gradient;
+    const bytes mlp = w.mlp > w.weighting ? w.mlp : w.weighting;
+    const bytes most = (mlp > w.attention ? mlp : w.attention) + w.stream_gradient;
     if (most > s.largest_working) s.largest_working = most;
   }
   // The model's first layer over a frozen input saves less (layer_input_frozen()): one layer, in
@@ -1756,6 +1899,32 @@ constexpr bytes rotary_tables(const model& m, const block_builder& b, const stag
   if (traits_of(b.code()).rotary_buffer) return {};
   const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
   return bytes_for_bits(checked_mul(checked_mul(2 * rotary, b.tokens()), b.beta()));
+}
+
+/// torchtitan's module buffers on a stage, one set per layer, each its own block: every
+/// attention's RoPE cache, which the trainer sizes to the training sequence
+/// (models/common/decoder.py update_from_config: max_context_length=seq_len; rope.py RoPE.__init__:
+/// register_buffer("cache", ...)), complex64 [s, d/2] (ComplexRoPE) or fp32 cos and sin [s, 2d]
+/// (CosSinRoPE); and each MoE layer's fp32 expert_bias_E and tokens_per_expert_E (moe.py
+/// MoE.__init__).
+struct stage_buffers {
+  bytes size{};
+  std::int64_t count = 0;
+};
+constexpr stage_buffers torchtitan_buffers(const model& m, const activation_options& o,
+                                           const stage_range& range) {
+  if (o.code != model_code::torchtitan || range.layers == 0) return {};
+  const bool qwen3 = torchtitan_qwen3(o.code, m);
+  const bytes cache = bytes_for_bits(checked_mul(
+      checked_mul(o.sequence, qwen3 ? 2 * m.head_dim : m.head_dim / 2), qwen3 ? 32 : 64));
+  bytes per_layer = cache + allocator_rounding(cache);
+  std::int64_t count = 1;
+  if (m.is_moe()) {
+    const bytes experts = bytes_for_bits(checked_mul(m.moe.routed_experts, 32));
+    per_layer += (experts + allocator_rounding(experts)) * 2;
+    count += 2;
+  }
+  return {per_layer * range.layers, checked_mul(count, range.layers)};
 }
 
 /// What an encoder's classification head keeps. Its first linear reads hidden_states[:, 0], a
@@ -2046,6 +2215,13 @@ constexpr memory_ledger activations(const training& t, const activation_options&
                          "the checkpointed layers"
                        : "input ids (int64), dropout mask, HF rotary cos/sin",
             lifetime::forward_backward, entry_role::embedding_inputs);
+  const detail::stage_buffers titan = detail::torchtitan_buffers(m, o, range);
+  add_entry(ledger, "torchtitan's per-layer buffers (RoPE caches, MoE load balancing)",
+            component::buffers, memory_space::device, titan.size, titan.count,
+            "torchtitan models/common/rope.py RoPE.__init__: register_buffer(\"cache\", ...) in "
+            "every attention, sized to the training sequence; moe.py MoE.__init__: expert_bias_E, "
+            "tokens_per_expert_E",
+            lifetime::persistent);
   // Under activation offload the loss's tensors stay on the GPU (read first in backward;
   // torchtune's loss is outside OffloadActivations). Two where one micro-batch's are held: norm and
   // head inputs with labels, then cross_entropy's log-probabilities (as timeline and replay do).

@@ -446,7 +446,10 @@ inline model read_deepseek(const hf_fields& f) {
            .shared_experts = f.integer_or({"n_shared_experts"}, 0),
            .expert_ffn = f.integer({"moe_intermediate_size"}),
            .first_dense_layers = f.integer_or({"first_k_dense_replace"}, 0),
-           .router_score_bias = f.string_or("topk_method", "greedy") == "noaux_tc"};
+           .router_score_bias = f.string_or("topk_method", "greedy") == "noaux_tc",
+           // transformers' DeepseekV3MoE always masks by group; V2's route_tokens_to_experts when
+           // topk_method is "group_limited_greedy"
+           .group_limited = f.string_or("topk_method", "greedy") != "greedy"};
   // DeepSeek's modeling_deepseek.py MoEGate knows these three (V2: the first two; V3: noaux_tc).
   if (const std::string topk = f.string_or("topk_method", "greedy");
       topk != "greedy" && topk != "group_limited_greedy" && topk != "noaux_tc")

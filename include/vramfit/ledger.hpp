@@ -125,10 +125,10 @@ struct memory_entry {
 };
 
 /// A GPU's entries. Each add_entry call site adds at most one, but NCCL's, one per communicator
-/// kind: 27 for the model states (training.hpp), 11 for a step's activations (activations.hpp),
+/// kind: 27 for the model states (training.hpp), 12 for a step's activations (activations.hpp),
 /// 11 for the runtime overheads (overheads.hpp: 6 of them NCCL's; plan.hpp: Transformer Engine's
-/// workspace), 49 in all; inference's ledger holds fewer.
-using memory_ledger = detail::static_vector<memory_entry, 49>;
+/// workspace), 50 in all; inference's ledger holds fewer.
+using memory_ledger = detail::static_vector<memory_entry, 50>;
 
 /// Appends an entry unless it is empty.
 constexpr void add_entry(memory_ledger& ledger, const char* name, component what,

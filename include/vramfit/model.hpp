@@ -77,6 +77,9 @@ struct moe_config {
   /// rule rather than by gradients, so not counted among the trainable parameters.
   bool router_score_bias = false;
   moe_layout layout = moe_layout::standard;
+  /// DeepSeek's group-limited routing (V3's always, V2's topk_method "group_limited_greedy"): the
+  /// router masks the scores outside the chosen groups, and masked_fill keeps its [T, E] mask.
+  bool group_limited = false;
   friend constexpr bool operator==(const moe_config&, const moe_config&) = default;
 };
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Whose module code runs the model: Hugging Face's, or a framework's own Llama 3 (torchtitan,
-// torchtune, litgpt, Megatron-Core with Transformer Engine), and what each does unlike Hugging
-// Face's in the tensors a block saves, with the files that say so (docs/sources.md#model-code).
+// torchtune, litgpt, Megatron-Core with Transformer Engine) and torchtitan's Qwen3, and what each
+// does unlike Hugging Face's in the tensors a block saves, with the files that say so
+// (docs/sources.md#model-code).
 #pragma once
 
 #include <string>
@@ -13,12 +14,14 @@
 namespace vramfit {
 
 /// Whose module code runs the model, for what each block's operators save. Each is modelled for
-/// a dense Llama 3 (RMSNorm, SwiGLU, rotary, grouped-query attention) trained in full; what
-/// differs from Hugging Face's is read in each code's files (docs/sources.md#model-code).
+/// a dense Llama 3 (RMSNorm, SwiGLU, rotary, grouped-query attention) trained in full, torchtitan
+/// also for its Qwen3, dense and MoE; what differs from Hugging Face's is read in each code's
+/// files (docs/sources.md#model-code).
 enum class model_code : unsigned char {
   hf,  ///< Hugging Face transformers' modeling_<family>.py
-  /// torchtitan's Llama 3 of 2026 (models/common at b5bcd76) on torch 2.9 or later: nn.RMSNorm
-  /// runs the fused kernel, K and V keep their grouped heads, RoPE gathers table rows per layer.
+  /// torchtitan's Llama 3 and Qwen3 of 2026 (models/common at b5bcd76) on torch 2.9 or later:
+  /// nn.RMSNorm runs the fused kernel, K and V keep their grouped heads, RoPE gathers table rows
+  /// per layer; Qwen3's MoE layers run models/common/moe.py.
   torchtitan,
   /// torchtitan's Llama 3 of its December 2024 benchmarks (models/llama/model.py at 9dec370):
   /// K and V repeated to every query head before SDPA, its own RMSNorm saving what HF's does.
@@ -63,29 +66,45 @@ constexpr code_traits traits_of(model_code c) {
   }
 }
 
+/// What a model code besides Hugging Face's is modelled for.
+constexpr const char* modelled_models(model_code c) {
+  return c == model_code::torchtitan
+             ? "a Llama 3 or a Qwen3, dense or MoE (models/llama3, models/qwen3), trained in full"
+             : "a dense Llama 3 only (RMSNorm, SwiGLU, rotary positions, full attention, trained "
+               "in full)";
+}
+
 namespace rules {
-/// The model codes besides Hugging Face's are modelled for a dense Llama 3 only.
-[[noreturn]] inline void model_code_runs_dense_llama(model_code c, const model& m,
-                                                     const char* off) {
-  raise(std::string("model code ") + traits_of(c).name +
-        " is modelled for a dense Llama 3 only (RMSNorm, SwiGLU, rotary positions, full "
-        "attention, trained in full): " +
-        m.name + " " + off);
+[[noreturn]] inline void model_code_runs_what_it_models(model_code c, const model& m,
+                                                        const char* off) {
+  raise(std::string("model code ") + traits_of(c).name + " is modelled for " + modelled_models(c) +
+        ": " + m.name + " " + off);
 }
 }  // namespace rules
 
-/// What keeps `m` trained as `kind` from being the dense Llama 3 the model codes besides Hugging
-/// Face's are modelled for, or nullptr.
-constexpr const char* unlike_dense_llama(const model& m, finetune_kind kind) {
+/// torchtitan's Qwen3 (models/qwen3): a Llama 3 block with per-head QK norms, cos/sin RoPE and,
+/// in its MoE flavors, models/common/moe.py in every layer.
+constexpr bool torchtitan_qwen3(model_code c, const model& m) {
+  return c == model_code::torchtitan && m.qk_norm;
+}
+
+/// What keeps `m` trained as `kind` from being what model code `c` is modelled for, or nullptr.
+constexpr const char* unlike_modelled(model_code c, const model& m, finetune_kind kind) {
   if (m.family != family::llama || m.is_encoder()) return "is not a Llama-family decoder";
-  if (m.is_moe() || m.is_mla()) return "has experts or MLA";
+  if (m.is_mla()) return "has MLA";
+  // torchtitan's Qwen3 MoE: a softmax router, routed experts only, in every layer.
+  const moe_config& e = m.moe;
+  if (m.is_moe() && !(torchtitan_qwen3(c, m) && e.layout != moe_layout::gpt_oss &&
+                      e.shared_experts == 0 && e.first_dense_layers == 0 && !e.router_score_bias))
+    return "has experts";
   if (m.norm != norm_kind::rmsnorm || m.norm_plus_one || m.norms_per_layer != 2)
     return "has other norms";
   if (m.mlp != mlp_kind::swiglu) return "has another MLP";
   if (m.positions != position_kind::rotary) return "has other positions";
   if (m.sliding_window > 0) return "has a sliding window";
-  if (m.qk_norm || m.attention_sinks || m.attention_softcap || m.logit_softcap)
-    return "has QK norms, attention sinks or soft-capping";
+  if (m.qk_norm && c != model_code::torchtitan) return "has QK norms";
+  if (m.attention_sinks || m.attention_softcap || m.logit_softcap)
+    return "has attention sinks or soft-capping";
   if (m.bias != bias_kind::none) return "has biases";
   if (kind != finetune_kind::full) return "is fine-tuned in part or with LoRA";
   return nullptr;

@@ -39,6 +39,7 @@ enum class layer_tensor : unsigned char {
   parallel_input_gradient,  ///< a parallel block's MLP input gradient, which waits likewise
   output_gradient,          ///< eager attention's o_proj input gradient, read by the value matmul
   stream_gradient,          ///< the residual stream's: one tensor through the layers, not one each
+  weighting_gradient,       ///< torchtitan's MoE weighting's fp32 gradients, before the experts'
   dequantized,              ///< a 4-bit weight's compute-format copy for one matmul (bitsandbytes)
   dequantize_scales,        ///< the fp32 absmax beside it in forward
 };
@@ -107,7 +108,7 @@ struct timeline_event {
 };
 
 /// Events of a step: at most about 56 outside the layers, and per layer run and micro-batch pass
-/// 2 in forward and at most 48 in backward (step_writer); DeepSeek-V3's stage has 71. A vector,
+/// 2 in forward and at most 50 in backward (step_writer); DeepSeek-V3's stage has 71. A vector,
 /// as a timeline lives within one evaluation: a fixed capacity would be zeroed on every build.
 using timeline_events = std::vector<timeline_event>;
 
@@ -231,6 +232,10 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   visit(layer_piece{
       .kind = layer_tensor::parallel_input_gradient, .part = 1, .size = w.parallel_input_gradient});
   visit(layer_piece{.kind = layer_tensor::stream_gradient, .size = w.stream_gradient});
+  visit(layer_piece{.kind = layer_tensor::weighting_gradient,
+                    .part = 1,
+                    .size = bytes{w.weighting.count / 3},
+                    .count = 3});
   // bitsandbytes dequantizes for the input's gradient only when the input needs one.
   dequantized_weights d = dequantized_in_layer(t, tensors, layer);
   if (!input_grad) d.weight[0][0] = bytes{};
@@ -263,9 +268,10 @@ struct layer_pattern {
   bytes score_gradients_before{}, score_gradients_after{};
   /// Gradients that wait through the attention's core (layer_backward_working).
   bytes value_gradient{}, parallel_input_gradient{};
-  bytes output_gradient{};    ///< eager attention's o_proj input gradient
-  bytes stream_gradient{};    ///< the residual stream's (step_writer::stream_gradient)
-  bytes dequantized[2][2]{};  ///< [layer_part][output linear] (dequantized_in_layer)
+  bytes output_gradient{};     ///< eager attention's o_proj input gradient
+  bytes stream_gradient{};     ///< the residual stream's (step_writer::stream_gradient)
+  bytes weighting_gradient{};  ///< torchtitan's MoE weighting (layer_backward_working::weighting)
+  bytes dequantized[2][2]{};   ///< [layer_part][output linear] (dequantized_in_layer)
   bytes dequantize_scales{};
 };
 
@@ -331,6 +337,9 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::stream_gradient:
                               p.stream_gradient = all;
+                              break;
+                            case layer_tensor::weighting_gradient:
+                              p.weighting_gradient = all;
                               break;
                             case layer_tensor::dequantized:
                               p.dequantized[part][x.output_linear] = all;
@@ -879,6 +888,12 @@ struct step_writer {
     selective.selective = 1;
     if (!p.full)
       add("recomputed by selective recompute", layer_saved, p.selective[part], selective);
+    if (part) {  // torchtitan's MoE weights its experts' outputs in fp32 after w2
+      add("MoE weighting backward (fp32 gradients)", e.working, p.weighting_gradient,
+          pieces_of(layer_tensor::weighting_gradient));
+      add("MoE weighting backward (fp32 gradients)", e.working, -p.weighting_gradient,
+          pieces_of(layer_tensor::weighting_gradient));
+    }
     new_gradients(
         first_pass,
         part ? "MLP output linear: weight gradients" : "attention output linear: weight gradients",

@@ -2075,15 +2075,21 @@ TEST_CASE(
         std::string::npos);
   CHECK(run("train -m llama-3-8b --framework torchtitan --dp 8 --fsdp full")
             .out.find("| torchtitan model code") != std::string::npos);
-  // A model torchtitan's code is not modelled for: the framework's default gives way, and says so;
-  // the user's own choice is refused naming the option.
-  CHECK(run("train -m qwen3-8b --framework torchtitan --dp 8 --fsdp full")
-            .out.find(
-                "Hugging Face's model code (torchtitan's is modelled for a dense Llama 3 only)") !=
+  // A model a framework's code is not modelled for: the framework's default gives way, and says
+  // so; the user's own choice is refused naming the option.
+  CHECK(run("train -m qwen3-8b --framework torchtune")
+            .out.find("Hugging Face's model code (torchtune's is modelled for a dense Llama 3 only "
+                      "(RMSNorm, SwiGLU, rotary positions, full attention, trained in full))") !=
         std::string::npos);
-  check_refusal(run("train -m qwen3-8b --model-code torchtitan"),
-                "--model-code torchtitan is modelled for a dense Llama 3 only: Qwen3-8B has "
-                "QK norms");
+  check_refusal(run("train -m qwen3-8b --model-code torchtune"),
+                "--model-code torchtune is modelled for a dense Llama 3 only (RMSNorm, SwiGLU, "
+                "rotary positions, full attention, trained in full): Qwen3-8B has QK norms");
+  CHECK(run("train -m qwen3-30b-a3b --framework torchtitan --dp 8 --fsdp full")
+            .out.find("| torchtitan model code") != std::string::npos);
+  CHECK(run("train -m deepseek-v3 --framework torchtitan --dp 8 --fsdp full")
+            .out.find("Hugging Face's model code (torchtitan's is modelled for a Llama 3 or a "
+                      "Qwen3, dense or MoE (models/llama3, models/qwen3), trained in full)") !=
+        std::string::npos);
   check_refusal(run("train -m llama-3-8b --model-code torchtitan --lora-rank 8"),
                 "Llama-3-8B is fine-tuned in part or with LoRA");
   check_refusal(run("train --model-code jax"), "--model-code");

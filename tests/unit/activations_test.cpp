@@ -1208,17 +1208,132 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
         bytes{(8 * H + 8) / t * S + heads * S + 6 * F / t * S + 512});
   CHECK(per_token(big, model_code::megatron_te, tp_sp, S) == bytes{65'089LL * S + 512});
 
-  // Modelled for a dense Llama 3, trained in full; the refusal names the model.
+  // Modelled for a dense Llama 3 (torchtitan's also for its Qwen3), trained in full; the refusal
+  // names the model.
   const activation_options titan_code{.code = model_code::torchtitan};
+  const activation_options tune_code{.code = model_code::torchtune};
   CHECK_THROWS_WITH(
-      layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, titan_code, layout{}),
-      doctest::Contains("model code torchtitan is modelled for a dense Llama 3 only"));
+      layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, tune_code, layout{}),
+      doctest::Contains("model code torchtune is modelled for a dense Llama 3 only"));
   CHECK_THROWS_WITH(
-      layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, titan_code, layout{}),
+      layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, tune_code, layout{}),
       doctest::Contains("Qwen3-8B has QK norms"));
+  CHECK_THROWS_WITH(
+      layer_saved_tensors(models::deepseek_v3::value, pure<bf16>::value, titan_code, layout{}),
+      doctest::Contains("model code torchtitan is modelled for a Llama 3 or a Qwen3, dense or MoE "
+                        "(models/llama3, models/qwen3), trained in full: DeepSeek-V3 has MLA"));
+  CHECK_THROWS_WITH(layer_saved_tensors(models::mixtral_8x7b::value, pure<bf16>::value, titan_code,
+                                        layout{}, true),
+                    doctest::Contains("Mixtral-8x7B-v0.1 has experts"));
   CHECK_THROWS_WITH(
       layer_saved_tensors(m, pure<bf16>::value, titan_code, layout{}, false, lora<16>::value),
       doctest::Contains("Llama-3-8B is fine-tuned in part or with LoRA"));
+}
+
+TEST_CASE("torchtitan's Qwen3, dense and MoE: what its block saves, derived by hand per token") {
+  // torchtitan b5bcd76 models/qwen3 in bf16, one rank. Its attention is Llama 3's (fused norms:
+  // 2h + 4 each; Q, K, V, the output and the fp32 log-sum-exp) with, per head, a fused RMSNorm
+  // over the contiguous copies FusedQKVLinear makes of Q and K (2d + 4 a head) and CosSinRoPE's
+  // gathered fp32 cos and sin rows (2d x 4 B, where ComplexRoPE's complex64 rows are 4d).
+  auto layer = [](const model& m, bool moe_layer, std::int64_t tokens) {
+    const activation_options o{
+        .micro_batch = 1, .sequence = tokens, .code = model_code::torchtitan};
+    bytes sum{};
+    for (const saved_tensor& t :
+         layer_saved_tensors(m, pure<bf16>::value, o, layout{}, moe_layer)) {
+      INFO(t.name << " <- " << t.source);
+      CHECK(std::string(t.source).find("modeling_") == std::string::npos);
+      sum += t.size;
+    }
+    return sum;
+  };
+  auto attention = [](std::int64_t h, std::int64_t q, std::int64_t k, std::int64_t d) {
+    return (2 * h + 4) + 2 * h + 2 * (2 * q + 2 * k) * d + 4 * q + 8 * d + 2 * (q + k) * d +
+           4 * (q + k);
+  };
+  // Qwen3-8B: h 4096, 32 query and 8 KV heads of 128, FFN 12288 (SwiGLU's four tensors, 8f).
+  const std::int64_t dense = attention(4096, 32, 8, 128) + (2 * 4096 + 4) + 2 * 4096 + 8 * 12288;
+  CHECK(dense == 163'112);
+  CHECK(layer(models::qwen3_8b::value, false, 2048) == bytes{dense * 2048});
+  // Qwen3-30B-A3B: h 2048, 32 and 4 heads of 128; 128 experts of 768, top 8. Per token: the
+  // router's fp32 input (4h; autocast to float32) and softmax (4E), the top-k ids (8K), the
+  // scores and route_norm's sum (4(K + 1)), the argsort's order and the routed tokens (16K), the
+  // scores in expert order (4K); per routed row: the gathered bf16 input (2h), w1's output, silu's
+  // and w3's (3 x 2F), the product (2F) and the fp32 output the weighting keeps (4h). Per layer:
+  // the router weight's fp32 cast (4Eh) and the int32 offsets (one 512 B block).
+  const std::int64_t h = 2048, E = 128, K = 8, F = 768;
+  const std::int64_t router = 4 * h + 4 * E + 8 * K + 4 * (K + 1) + 16 * K + 4 * K;
+  const std::int64_t row = 2 * h + 3 * 2 * F + 2 * F + 4 * h;
+  const std::int64_t moe = attention(h, 32, 4, 128) + (2 * h + 4) + router + K * row;
+  CHECK(moe == 197'660);
+  CHECK(layer(models::qwen3_30b_a3b::value, true, 4096) == bytes{moe * 4096 + 4 * E * h + 512});
+}
+
+TEST_CASE("torchtitan's MoE backward: the fp32 weighting first, then the experts") {
+  // Qwen3-30B-A3B cut to 1 layer, bf16, 1 x 4,096 tokens: N = 32,768 routed rows of h = 2,048,
+  // 128 experts of F = 768. Backward meets the combine's weighting first
+  // (token_dispatcher.py: routed_output_RD.to(torch.float32) * scores): its incoming gradient
+  // cast to fp32 and one per operand, 3 x 4Nh, all gone before w2's backward (traced:
+  // torchtitan-qwen3moe-bf16-flex-v256-s128-sgd-foreach peaks in that mul's backward). Then w2's
+  // weight gradient (128 x 2,048 x 768 x 2 B), w2's input and the fp32 output it weighted go, and
+  // the experts' working set: the gradients of w2's input, silu's and w3's outputs (3 x 2NF)
+  // beside the experts' output gradient w2's backward read (2Nh), the first third apart.
+  constexpr std::int64_t N = 4096LL * 8, h = 2048, F = 768;
+  model m = models::qwen3_30b_a3b::value;
+  m.layers = 1;
+  const training t{m, pure<bf16>::value, adamw<>::value};
+  const activation_options o{.micro_batch = 1, .sequence = 4096, .code = model_code::torchtitan};
+  std::vector<std::pair<std::string, std::int64_t>> mlp;
+  for (const timeline_event& e : step_timeline_of(t, o).events) {
+    const std::string what = e.what;
+    if (e.phase != step_phase::backward) continue;
+    if (what == "MLP weight gradients") break;
+    if (what.starts_with("MoE") || what.starts_with("MLP")) mlp.emplace_back(what, e.delta.count);
+  }
+  const std::int64_t working = N * (3 * F + h) * 2, third = working / 3;
+  const std::vector<std::pair<std::string, std::int64_t>> expected{
+      {"MoE weighting backward (fp32 gradients)", 3 * 4 * N * h},
+      {"MoE weighting backward (fp32 gradients)", -3 * 4 * N * h},
+      {"MLP output linear: weight gradients", 128 * h * F * 2},
+      {"MLP output linear: input freed", -(2 * N * F + 4 * N * h)},
+      {"MLP backward working set", third},
+      {"MLP backward working set", working - third},
+      {"MLP backward working set", -third},
+      {"MLP backward working set", -(working - third)}};
+  CHECK(mlp == expected);
+  // Hugging Face's packed experts weight in the routing weights' format inside their own
+  // grouped_mm_experts_forward: no such step before the experts' backward.
+  for (const timeline_event& e : step_timeline_of(t, {.micro_batch = 1, .sequence = 4096}).events)
+    CHECK(std::string(e.what).find("MoE weighting") == std::string::npos);
+}
+
+TEST_CASE("torchtitan keeps a RoPE cache in every attention, sized to the training sequence") {
+  auto buffers = [](const model& m, std::int64_t sequence, const layout& l, std::int64_t stage) {
+    const training t{m, pure<bf16>::value, adamw<>::value, full_finetune::value, l};
+    const activation_options o{
+        .micro_batch = 1, .sequence = sequence, .code = model_code::torchtitan};
+    for (const memory_entry& e : activations(t, o, stage))
+      if (std::string(e.name).starts_with("torchtitan's per-layer buffers")) {
+        CHECK(e.component == component::buffers);
+        CHECK(e.lifetime == lifetime::persistent);
+        return std::pair{e.size, e.tensors};
+      }
+    return std::pair{bytes{}, std::int64_t{0}};
+  };
+  // Llama-3-8B at 8,192 tokens: ComplexRoPE's complex64 [8192, 64] is 4 MiB in each of 32 layers.
+  CHECK(buffers(models::llama_3_8b::value, 8192, layout{}, 0) ==
+        std::pair{bytes{32 * 8192 * 64 * 8}, std::int64_t{32}});
+  // Qwen3-30B-A3B at 4,096: CosSinRoPE's fp32 [4096, 2 x 128] is 4 MiB, and each MoE layer's two
+  // fp32 [128] load-balancing buffers a 512 B block each; 48 layers, 24 on each of 2 stages.
+  const std::int64_t qwen3_layer = 4096 * 256 * 4 + 2 * 512;
+  CHECK(buffers(models::qwen3_30b_a3b::value, 4096, layout{}, 0) ==
+        std::pair{bytes{48 * qwen3_layer}, std::int64_t{3 * 48}});
+  CHECK(buffers(models::qwen3_30b_a3b::value, 4096, parallel<pipeline_parallel<2>>::value, 1) ==
+        std::pair{bytes{24 * qwen3_layer}, std::int64_t{3 * 24}});
+  // Hugging Face's code computes cos and sin per forward: no such buffers.
+  const training hf{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
+  for (const memory_entry& e : activations(hf, {.micro_batch = 1, .sequence = 8192}))
+    CHECK_FALSE(std::string(e.name).starts_with("torchtitan's"));
 }
 
 TEST_CASE("QLoRA: bitsandbytes dequantizes a 4-bit weight for each matmul, forward and backward") {

@@ -536,8 +536,8 @@ def one_hot(tensor, num_classes):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    family: str  # "llama", "gpt2", "gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe", "gpt_oss", "falcon",
-    #              "bert", "distilbert" or "vit"
+    family: str  # "llama", "qwen2", "mistral", "gpt2", "gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe",
+    #              "gpt_oss", "deepseek_v3", "deepseek_v2", "falcon", "bert", "distilbert" or "vit"
     hidden: int
     intermediate: int
     heads: int
@@ -554,9 +554,10 @@ class Config:
     qk_norm: bool = False  # Qwen3: q_norm and k_norm over each head
     attn_softcap: float = 0.0  # Gemma 2: attn_logit_softcapping (0: none)
     final_softcap: float = 0.0  # Gemma 2: final_logit_softcapping (0: none)
-    sliding_window: int = 4096  # Gemma 2: every other layer from layer 0
+    sliding_window: int = 4096  # Gemma 2: every other layer from layer 0; Mistral (Mistral-7B-v0.1's): every layer
     sliding_window_pattern: int = 6  # Gemma 3: layer i global when (i + 1) % it == 0
-    code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt", "torchtitan-2024" or "megatron-te"
+    code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt", "torchtitan-2024", "megatron-te" or
+    #                   "torchtitan" (torchtitan's current Llama 3 and Qwen3, dense or MoE)
     moe_experts: int = 0  # Mixtral: num_local_experts, Qwen3-MoE: num_experts (0: a dense MLP)
     moe_top_k: int = 2  # num_experts_per_tok
     moe_intermediate: int = 0  # the experts' FFN width (0: intermediate; MixtralConfig's intermediate_size,
@@ -564,6 +565,9 @@ class Config:
     moe_norm_topk_prob: bool = True  # Qwen3-MoE: norm_topk_prob (Qwen3-30B-A3B: true); Mixtral always renormalizes
     experts_impl: str = "grouped_mm"  # config._experts_implementation: "grouped_mm" (the default) or "eager"
     attention_bias: bool = False  # gpt-oss: config.attention_bias (true) on q, k, v and o
+    # DeepSeek-V2 (DeepseekV2Config.topk_method): "group_limited_greedy" (DeepSeek-V2, V2-Chat) or
+    # "greedy" (V2-Lite)
+    topk_method: str = "group_limited_greedy"
     # DeepSeek-V3 (DeepseekV3Config): MLA's low-rank projections and head widths (head_dim is
     # qk_rope_head_dim, the rotary's width), the dense layers before the first MoE layer, shared
     # experts and the group-limited sigmoid routing
@@ -928,9 +932,11 @@ class LlamaAttention(nn.Module):
         self.scaling = self.head_dim ** -0.5
         self.attention_dropout = 0.0
         self.is_causal = True
-        self.q_proj = nn.Linear(cfg.hidden, cfg.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=False)
+        # modeling_qwen2.py Qwen2Attention: bias=True on q_proj, k_proj and v_proj, not o_proj
+        qkv_bias = cfg.family == "qwen2"
+        self.q_proj = nn.Linear(cfg.hidden, cfg.heads * self.head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * self.head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(cfg.heads * self.head_dim, cfg.hidden, bias=False)
         if cfg.qk_norm:  # modeling_qwen3.py Qwen3Attention: RMSNorm over head_dim
             self.q_norm = LlamaRMSNorm(self.head_dim, eps=cfg.rms_eps)
@@ -1007,18 +1013,24 @@ def find_packed_sequence_indices(position_ids):  # masking_utils.find_packed_seq
     return packed_sequence_mask
 
 
-def create_causal_mask(cfg, inputs_embeds, position_ids):
-    """masking_utils.create_causal_mask without padding or cache: sdpa returns None
-    (is_causal), eager builds sdpa_mask's bool [b,1,s,s] (an expanded [1,1,s,s]) and
-    eager_mask's torch.where into the embeddings' dtype."""
+def unpacked_mask_shape(inputs_embeds, position_ids):
+    """masking_utils._preprocess_mask_arguments without padding or cache: find_packed_sequence_indices
+    over the positions (none packed here); the batch, query and key lengths."""
     batch_size, q_length = inputs_embeds.shape[0], inputs_embeds.shape[1]
-    kv_length = q_length
     pos = position_ids
     if batch_size != pos.shape[0]:
         pos = pos.expand(batch_size, -1)
     packed = find_packed_sequence_indices(pos)
     assert packed is None
     del pos
+    return batch_size, q_length, q_length
+
+
+def create_causal_mask(cfg, inputs_embeds, position_ids):
+    """masking_utils.create_causal_mask without padding or cache: sdpa returns None
+    (is_causal), eager builds sdpa_mask's bool [b,1,s,s] (an expanded [1,1,s,s]) and
+    eager_mask's torch.where into the embeddings' dtype."""
+    batch_size, q_length, kv_length = unpacked_mask_shape(inputs_embeds, position_ids)
     if cfg.attn == "sdpa":
         return None  # _ignore_causal_mask_sdpa: q_length == kv_length and no padding
     dtype, device = inputs_embeds.dtype, inputs_embeds.device
@@ -1028,6 +1040,48 @@ def create_causal_mask(cfg, inputs_embeds, position_ids):
     kv_arange = torch.arange(kv_length, device=device) + 0
     # causal_mask_function(b, h, q, kv) = kv_idx <= q_idx over _non_vmap_expansion_sdpa's broadcast
     mask = kv_arange[None, None, None, :] <= q_arange[None, None, :, None]
+    mask = mask.expand(batch_size, -1, q_length, kv_length)
+    del batch_arange, head_arange, q_arange, kv_arange
+    min_dtype = torch.finfo(dtype).min
+    return torch.where(mask, torch.tensor(0.0, device=device, dtype=dtype), min_dtype)
+
+
+def sliding_window_causal_mask_function(sliding_window):
+    """masking_utils.sliding_window_causal_mask_function: and_masks(sliding_window_overlay(w),
+    causal_mask_function), index-based (use_vmap False), evaluated once on the broadcast aranges."""
+
+    def and_mask(batch_idx, head_idx, q_idx, kv_idx):  # and_masks.and_mask
+        result = q_idx.new_ones((), dtype=torch.bool)
+        result = result & (kv_idx > q_idx - sliding_window)  # sliding_window_overlay; .to(result.device): no-op
+        result = result & (kv_idx <= q_idx)  # causal_mask_function
+        return result
+
+    return and_mask
+
+
+def create_sliding_window_causal_mask(cfg, inputs_embeds, position_ids):
+    """masking_utils.create_sliding_window_causal_mask without padding or cache (transformers 5):
+    _preprocess_mask_arguments' find_packed_sequence_indices, then the mask interface with
+    local_size = sliding_window. sdpa_mask returns None while kv_length < the window
+    (_ignore_causal_mask_sdpa); eager_mask (allow_is_causal_skip False) always builds the mask:
+    sdpa_mask's bool [b, 1, s, s] (an expanded [1, 1, s, s]) from the and_masks function, then
+    torch.where into the embeddings' dtype."""
+    batch_size, q_length, kv_length = unpacked_mask_shape(inputs_embeds, position_ids)
+    sliding_window = cfg.sliding_window
+    if cfg.attn == "sdpa":
+        # _ignore_causal_mask_sdpa: no padding, q_length == kv_length, kv_length < local_attention_size
+        assert kv_length < sliding_window, \
+            "SDPA with a window the sequence reaches gets a boolean mask: the masked CUDA kernel is not emulated"
+        return None
+    mask_function = sliding_window_causal_mask_function(sliding_window)
+    dtype, device = inputs_embeds.dtype, inputs_embeds.device
+    batch_arange = torch.arange(batch_size, device=device)
+    head_arange = torch.arange(1, device=device)
+    q_arange = torch.arange(q_length, device=device) + 0
+    kv_arange = torch.arange(kv_length, device=device) + 0
+    # _non_vmap_expansion_sdpa's broadcast views (E10: the full slices are views in torch 2.x)
+    mask = mask_function(batch_arange[:, None, None, None], head_arange[None, :, None, None],
+                         q_arange[None, None, :, None], kv_arange[None, None, None, :])
     mask = mask.expand(batch_size, -1, q_length, kv_length)
     del batch_arange, head_arange, q_arange, kv_arange
     min_dtype = torch.finfo(dtype).min
@@ -1044,6 +1098,10 @@ class LlamaModel(nn.Module):
         self.rotary_emb = LlamaRotaryEmbedding(cfg)
 
     def causal_masks(self, inputs_embeds, position_ids):  # by the layers' attention_type
+        if self.cfg.family == "mistral":
+            # MistralModel.forward: mask_function = create_causal_mask if self.config.sliding_window
+            # is None else create_sliding_window_causal_mask (every layer gets it)
+            return {"full_attention": create_sliding_window_causal_mask(self.cfg, inputs_embeds, position_ids)}
         return {"full_attention": create_causal_mask(self.cfg, inputs_embeds, position_ids)}
 
     def scaled(self, inputs_embeds):
@@ -2806,8 +2864,604 @@ class MegatronTEForCausalLM(FrameworkForCausalLM):
         self.loss_function = megatron_language_model_loss
 
 
+# --------------------------------------------------------------------------------------------
+# torchtitan's current model code (pytorch/torchtitan b5bcd76): torchtitan/models/common/
+# (decoder.py Decoder, attention.py GQAttention / FusedQKVLinear / FlexAttention, rope.py
+# ComplexRoPE / CosSinRoPE, feed_forward.py FeedForward, nn_modules.py RMSNorm (nn.RMSNorm),
+# moe.py MoE / TokenChoiceTopKRouter / RoutedExperts / GroupedExperts, token_dispatcher.py
+# LocalTokenDispatcher, ops/scatter_add.py deterministic_scatter_add), models/llama3
+# (_build_llama3_layers: fuse_qkv True, ComplexRoPE, Llama3TransformerBlock) and models/qwen3
+# (_build_qwen3_layers / _build_qwen3_moe_layers: fused QKV, qk_norm RMSNorm over head_dim,
+# CosSinRoPE, Qwen3TransformerBlock; softmax router with route_norm). Activations are packed
+# tokens [T, ...] (T = batch x sequence, the collator's 1-D batch with per-document positions);
+# the attention backend is get_attention_config("flex") (config_utils.py), the LM default, with
+# the block-causal packed-document mask the trainer builds from `positions`
+# (Trainer.post_dataloading_process -> Decoder.get_attention_masks). Around the blocks: Hugging
+# Face's embedding, head and loss (FrameworkForCausalLM), as for the other model codes.
+# --------------------------------------------------------------------------------------------
+class _FusedRMSNorm(torch.autograd.Function):
+    """E19: F.rms_norm on CUDA with torch >= 2.9 runs aten::_fused_rms_norm (#153666): one kernel
+    allocating the output (input dtype) and the fp32 rstd [..., 1] (layer_norm.cpp
+    _fused_rms_norm_cuda: Y = empty_like(X), rstd = empty({M}, acc type)); derivatives.yaml
+    `_fused_rms_norm: input, weight: _fused_rms_norm_backward(grad, input, normalized_shape,
+    result1, weight, grad_input_mask)` saves the input, the weight and rstd (result1). The
+    backward allocates dX (input's shape and dtype), then dgamma (the weight's). torch 1.13 has
+    neither F.rms_norm nor the kernel; the values are the CPU's, untracked. The CUDA kernel's
+    partial dgamma reduction buffer, if any, is not emulated."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        with HOOKS.label("_fused_rms_norm"):
+            y = torch.empty_like(x)
+            rstd = torch.empty((*x.shape[:-1], 1), dtype=torch.float32)
+        with HOOKS.untracked():
+            xf = x.float()
+            r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+            rstd.copy_(r)
+            y.copy_((xf * r).to(x.dtype) * weight)  # values only
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight, rstd = ctx.saved_tensors
+        with HOOKS.label("_fused_rms_norm_backward"):
+            dx = torch.empty_like(x)
+            dw = torch.empty_like(weight)
+        with HOOKS.untracked():
+            xx = x.detach().float().requires_grad_()
+            ww = weight.detach().float().requires_grad_()
+            with torch.enable_grad():
+                y = xx * torch.rsqrt(xx.pow(2).mean(-1, keepdim=True) + ctx.eps) * ww
+                gx, gw = torch.autograd.grad(y, (xx, ww), g.float())
+            dx.copy_(gx)
+            dw.copy_(gw)
+        return dx, dw, None
+
+
+class TitanNowRMSNorm(nn.Module):
+    """torchtitan models/common/nn_modules.py RMSNorm(nn.RMSNorm): F.rms_norm(x,
+    normalized_shape, weight, eps) -> _fused_rms_norm on CUDA (E19). Config eps: 1e-5 (Llama 3's
+    RMSNorm.Config default), _EPS 1e-6 (Qwen3)."""
+
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.normalized_shape = (dim,)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        if MODE == "native":
+            return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        return _FusedRMSNorm.apply(x, self.weight, self.eps)
+
+
+# Block masks (E18): flex attention's BlockMask for the packed documents
+def titan_packed_document_mask_buffers(positions):
+    """attention.py get_efficient_causal_mask_mod_for_packed_document(positions), op for op: the
+    closure keeps `offsets` and `document_id` (the mask_mod's captured buffers, which flex
+    attention saves for its backward); document_starts, token_idx and the where/full_like
+    temporaries are freed when it returns."""
+    seq_len = positions.shape[0]
+    document_starts = positions == 0
+    document_id = torch.cumsum(document_starts.int(), dim=0).to(torch.int32) - 1
+    token_idx = torch.arange(seq_len, device=positions.device, dtype=torch.int32)
+    offsets = torch.full((_round_up(seq_len + 1, 128),), seq_len, device=positions.device, dtype=torch.int32)
+    offsets.scatter_(
+        0,
+        torch.where(document_starts, document_id, torch.full_like(document_id, seq_len)).to(torch.int64),
+        torch.where(document_starts, token_idx, torch.full_like(token_idx, seq_len)),
+    )
+    return offsets, document_id
+
+
+class TitanBlockMask:
+    """E18: the BlockMask of decoder.py _create_flex_attention_mask (create_attention_mask: the
+    torch.compile'd create_block_mask(and_masks(causal, packed_document), B=1, H=None, T, T,
+    BLOCK_SIZE=128 (_DEFAULT_SPARSE_BLOCK_SIZE), separate_full_blocks=True)). Its tensors, as
+    nn/attention/flex_attention.py BlockMask.from_kv_blocks holds them: kv_num_blocks [1, 1, nq],
+    kv_indices [1, 1, nq, nkv], full_kv_num_blocks, full_kv_indices, and their transposes
+    q_num_blocks [1, 1, nkv], q_indices [1, 1, nkv, nq], full_q_num_blocks, full_q_indices, all
+    int32 (compute_q_blocks: the backward needs them). The compiled kernel's intermediates are not
+    emulated (inductor fuses the mask evaluation into the block reduction; sizes unknown)."""
+
+    def __init__(self, positions, block_size=128):
+        self.offsets, self.document_id = titan_packed_document_mask_buffers(positions)
+        t = positions.shape[0]
+        n = (t + block_size - 1) // block_size
+        shapes = [(1, 1, n), (1, 1, n, n), (1, 1, n), (1, 1, n, n)] * 2
+        self.tensors = []
+        with HOOKS.label("create_block_mask"):
+            for s in shapes:
+                self.tensors.append(torch.zeros(s, dtype=torch.int32, device=positions.device))
+        with HOOKS.untracked():  # the causal document mask the kernels apply
+            doc = self.document_id.long()
+            idx = torch.arange(t)
+            self.dense = (doc[:, None] == doc[None, :]) & (idx[None, :] <= idx[:, None])
+
+    def buffers(self):
+        return (*self.tensors, self.offsets, self.document_id)
+
+
+class _FlexAttention(torch.autograd.Function):
+    """E18: torchtitan's FlexAttention (attention.py: FlexAttention._compiled_flex_attn =
+    torch.compile(flex_attention), return_aux lse False) on CUDA. torch 1.13 has no flex
+    attention. Forward: the inductor lowering (torch/_inductor/kernel/flex/flex_attention.py
+    `flex_attention`) allocates logsumexp and max_scores, fp32 [B, Hq, L] each (empty_strided, "the
+    logsumexp is always stored in fp32"), and the template's output [B, Hq, L, Dv] in the query's
+    dtype and stride order (infer_dense_strides(out_size, q_strides)); max_scores is not used by
+    the backward and not returned, so it is freed when the kernel is done. Saved
+    (_higher_order_ops/flex_attention.py FlexAttentionAutogradOp.forward,
+    save_values_for_backward(query, key, value, out, logsumexp, max_scores, *block_mask[:-1],
+    *score_mod_other_buffers, *mask_mod_other_buffers); under torch.compile the partitioner keeps
+    what flex_attention_backward reads: q, k, v (K and V with their kv heads: enable_gqa, no
+    repeat), out, logsumexp, the block-mask tensors and the mask_mod's captured buffers).
+    Backward (the `flex_attention_backward` lowering): delta = sum(out * grad_out, -1) in fp32
+    [B, Hq, L] (the product fused into the reduction; with no lse gradient there is no
+    grad_lse_exp2 buffer), then grad_query [B, Hq, L, D] (query's dtype and stride order),
+    broadcasted_grad_value [B, Hkv, S, Dv] (value's), and the template's output grad_key
+    [B, Hkv, S, D] (layout_broadcasted_k, key's); delta is freed after the kernel. The values are
+    the CPU's math, untracked. Triton's own scratch is not emulated (none is taken through the
+    caching allocator for these templates)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, mask, *mask_buffers):
+        _, h, t, d = q.shape
+        kvh = k.shape[1]
+        with HOOKS.label("flex_attention"):
+            lse = torch.empty((1, h, t), dtype=torch.float32)
+            max_scores = torch.empty((1, h, t), dtype=torch.float32)
+            out = torch.empty_like(q)  # q's stride order ([T, N, H] underneath)
+        with HOOKS.untracked():
+            kk = k.repeat_interleave(h // kvh, dim=1).float()
+            vv = v.repeat_interleave(h // kvh, dim=1).float()
+            sc = torch.matmul(q.float(), kk.transpose(-1, -2)) * scale
+            sc = sc.masked_fill(~mask.dense, float("-inf"))
+            lse.copy_(torch.logsumexp(sc, dim=-1) / math.log(2))
+            out.copy_(torch.matmul(torch.softmax(sc, -1), vv))
+        del max_scores  # dead after the kernel
+        ctx.save_for_backward(q, k, v, out, lse, *mask_buffers)
+        ctx.scale, ctx.mask = scale, mask
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, out, lse = ctx.saved_tensors[:5]
+        _, h, t, d = q.shape
+        kvh = k.shape[1]
+        with HOOKS.label("flex_attention_backward"):
+            delta = torch.empty((1, h, t), dtype=torch.float32)
+            dq = torch.empty_like(q)
+            dv = torch.empty_like(v)
+            dk = torch.empty_like(k)
+        with HOOKS.untracked():
+            qq = q.detach().float().requires_grad_()
+            kk = k.detach().float().requires_grad_()
+            vv = v.detach().float().requires_grad_()
+            with torch.enable_grad():
+                sc = torch.matmul(qq, kk.repeat_interleave(h // kvh, dim=1).transpose(-1, -2)) * ctx.scale
+                sc = sc.masked_fill(~ctx.mask.dense, float("-inf"))
+                o = torch.matmul(torch.softmax(sc, -1), vv.repeat_interleave(h // kvh, dim=1))
+                gq, gk, gv = torch.autograd.grad(o, (qq, kk, vv), g.float())
+            dq.copy_(gq)
+            dk.copy_(gk)
+            dv.copy_(gv)
+        del delta
+        return (dq, dk, dv, None, None) + (None,) * (len(ctx.saved_tensors) - 5)
+
+
+def titan_flex_attention(q_TNH, k_TNH, v_TNH, mask, scale):
+    """attention.py FlexAttention.forward: [T, N, H] -> [1, N, T, H] views, the compiled kernel
+    (E18), and back to [T, N, H] (views)."""
+    q_BNTH = q_TNH.transpose(0, 1).unsqueeze(0)
+    k_BNTH = k_TNH.transpose(0, 1).unsqueeze(0)
+    v_BNTH = v_TNH.transpose(0, 1).unsqueeze(0)
+    if scale is None:
+        scale = q_TNH.shape[-1] ** -0.5
+    out_BNTH = _FlexAttention.apply(q_BNTH, k_BNTH, v_BNTH, scale, mask, *mask.buffers())
+    return out_BNTH.squeeze(0).transpose(0, 1)
+
+
+def titan_maybe_check_max_pos(positions, max_valid_pos):
+    """rope.py _maybe_check_max_pos: torch._assert_async(torch.all(positions <= max_valid_pos)):
+    a bool [T] and a 0-dim bool on the device, both transient (_assert_async allocates nothing)."""
+    ok = torch.all(positions <= max_valid_pos)
+    del ok
+
+
+class TitanComplexRoPE(nn.Module):
+    """rope.py ComplexRoPE: cache complex64 [max_context_length, dim / 2] (a buffer; the trainer
+    sets max_context_length to the training sequence length, Decoder.Config.update_from_config);
+    per call _reshape_cache gathers cache[positions] (aten index, complex64 [T, dim / 2], saved by
+    both complex products), then apply_rotary_emb: query.float(), view_as_complex, * rope_cache,
+    view_as_real, flatten(-2), type_as(query); the same for key."""
+
+    def __init__(self, dim, max_context_length, theta=10000.0):
+        super().__init__()
+        self.dim, self.max_context_length, self.theta = dim, max_context_length, theta
+        self.register_buffer("cache", self._precompute_cache(), persistent=False)
+
+    def _precompute_cache(self):
+        dim, end = self.dim, self.max_context_length
+        freqs = 1.0 / (self.theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+        t = torch.arange(end, device=freqs.device)
+        freqs = torch.outer(t, freqs).float()
+        return torch.polar(torch.ones_like(freqs), freqs)  # complex64
+
+    def _reshape_cache(self, query, positions):
+        titan_maybe_check_max_pos(positions, self.cache.shape[0] - 1)
+        num_tokens = query.shape[0]
+        rope_cache = self.cache[positions]  # _reshape_for_broadcast
+        return rope_cache.view(num_tokens, 1, self.cache.shape[-1])
+
+    @staticmethod
+    def apply_rotary_emb(query, key, rope_cache):
+        xq_ = torch.view_as_complex(query.float().reshape(*query.shape[:-1], -1, 2))
+        xk_ = torch.view_as_complex(key.float().reshape(*key.shape[:-1], -1, 2))
+        xq_out = torch.view_as_real(xq_ * rope_cache).flatten(-2)
+        xk_out = torch.view_as_real(xk_ * rope_cache).flatten(-2)
+        return xq_out.type_as(query), xk_out.type_as(key)
+
+    def forward(self, query, key, positions):
+        return self.apply_rotary_emb(query, key, self._reshape_cache(query, positions))
+
+
+class TitanCosSinRoPE(TitanComplexRoPE):
+    """rope.py CosSinRoPE: cache fp32 [max_context_length, 2 * dim] (cat of cos and sin of
+    cat([freqs, freqs])); cache[positions] gathers fp32 [T, 2 * dim] rows (saved through the cos
+    and sin views by the products); the rotation in fp32 with rotate-half (slices, neg, cat), then
+    type_as."""
+
+    def _precompute_cache(self):
+        dim = self.dim
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+        t = torch.arange(self.max_context_length, dtype=inv_freq.dtype, device=inv_freq.device)
+        freqs = torch.outer(t, inv_freq).float()
+        theta = torch.cat([freqs, freqs], dim=-1)
+        return torch.cat([theta.cos(), theta.sin()], dim=-1)
+
+    @staticmethod
+    def _rotate_half(x):
+        x1 = x[..., : x.shape[-1] // 2]
+        x2 = x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    @staticmethod
+    def apply_rotary_emb(query, key, rope_cache):
+        head_dim = query.shape[-1]
+        cos = rope_cache[..., :head_dim]
+        sin = rope_cache[..., head_dim:]
+        query_f = query.float()
+        key_f = key.float()
+        xq_out = (query_f * cos) + (TitanCosSinRoPE._rotate_half(query_f) * sin)
+        xk_out = (key_f * cos) + (TitanCosSinRoPE._rotate_half(key_f) * sin)
+        return xq_out.type_as(query), xk_out.type_as(key)
+
+
+class TitanFusedQKVLinear(nn.Module):
+    """attention.py FusedQKVLinear: one wqkv linear [T, n_kv * (n_heads / n_kv + 2) * head_dim],
+    viewed [T, n_kv, r, head_dim], split [hpk, 1, 1] on dim -2 (views), then
+    xq.reshape(T, -1, hd).contiguous() (reshape of the strided split copies: clone), and
+    xk/xv.reshape(...) (views) .contiguous() (copies). The wqkv output is freed after the split;
+    in backward SplitWithSizesBackward cats the three gradients into one wqkv-sized gradient."""
+
+    def __init__(self, dim, n_heads, n_kv_heads, head_dim):
+        super().__init__()
+        self.head_dim = head_dim
+        self.heads_per_kv = n_heads // n_kv_heads
+        self.r_dim = self.heads_per_kv + 2
+        self.wqkv = nn.Linear(dim, n_kv_heads * self.r_dim * head_dim, bias=False)
+
+    def forward(self, x):
+        num_tokens = x.shape[0]
+        qkv = self.wqkv(x)
+        qkv = qkv.view(num_tokens, -1, self.r_dim, self.head_dim)
+        hpk, hd = self.heads_per_kv, self.head_dim
+        xq, xk, xv = torch.split(qkv, [hpk, 1, 1], dim=-2)
+        return (xq.reshape(num_tokens, -1, hd).contiguous(),
+                xk.reshape(num_tokens, -1, hd).contiguous(),
+                xv.reshape(num_tokens, -1, hd).contiguous())
+
+
+class TitanGQAttention(nn.Module):
+    """attention.py GQAttention.forward: qkv_linear, optional q_norm/k_norm (Qwen3, before RoPE),
+    rope, inner_attention (flex, enable_gqa), .contiguous() (a no-op: flex's output takes the
+    query's [T, N, H] stride order), view(T, -1), wo. Registration order: rope (buffer),
+    qkv_linear, wo, inner_attention, q_norm, k_norm."""
+
+    def __init__(self, cfg, rope_class):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = cfg.heads, cfg.kv_heads
+        self.head_dim = cfg.head_dim
+        qwen3 = cfg.qk_norm
+        self.rope = rope_class(self.head_dim, cfg.max_positions,
+                               theta=1000000.0 if qwen3 else 10000.0)
+        self.qkv_linear = TitanFusedQKVLinear(cfg.hidden, cfg.heads, cfg.kv_heads, self.head_dim)
+        self.wo = nn.Linear(cfg.heads * self.head_dim, cfg.hidden, bias=False)
+        self.q_norm = self.k_norm = None
+        if qwen3:  # qk_norm=_qwen3_norm(head_dim)
+            self.q_norm = TitanNowRMSNorm(self.head_dim, eps=cfg.rms_eps)
+            self.k_norm = TitanNowRMSNorm(self.head_dim, eps=cfg.rms_eps)
+        # Qwen3 passes head_dim explicitly: scaling head_dim ** -0.5; Llama 3: None (flex's default)
+        self.scaling = self.head_dim ** -0.5 if qwen3 else None
+
+    def forward(self, x_TD, attention_masks, positions):
+        xq_TNH, xk_TNH, xv_TNH = self.qkv_linear(x_TD)
+        if self.q_norm is not None or self.k_norm is not None:
+            xq_TNH = self.q_norm(xq_TNH)
+            xk_TNH = self.k_norm(xk_TNH)
+        xq_TNH, xk_TNH = self.rope(xq_TNH, xk_TNH, positions)
+        out_TNH = titan_flex_attention(xq_TNH, xk_TNH, xv_TNH, attention_masks, self.scaling).contiguous()
+        out_TD = out_TNH.view(out_TNH.shape[0], -1)
+        return self.wo(out_TD)
+
+
+class TitanNowFeedForward(nn.Module):
+    """feed_forward.py FeedForward: w2(F.silu(w1(x)) * w3(x))."""
+
+    def __init__(self, dim, hidden_dim):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
+        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TitanGroupedExperts(nn.Module):
+    """moe.py GroupedExperts: w1_EFD [E, F, D], w2_EDF [E, D, F], w3_EFD [E, F, D];
+    offsets_E = cumsum(num_tokens_per_expert_E, dtype=int32); h = silu(_grouped_mm(x.bfloat16(),
+    w1.bfloat16().transpose(-2, -1), offs)); h = h * _grouped_mm(x.bfloat16(), w3..., offs);
+    _grouped_mm(h, w2..., offs).type_as(x). torch._grouped_mm is E13 (the .bfloat16() casts are
+    no-ops for bf16 inputs and parameters)."""
+
+    def __init__(self, dim, hidden_dim, num_experts):
+        super().__init__()
+        self.num_experts = num_experts
+        self.w1_EFD = nn.Parameter(torch.empty(num_experts, hidden_dim, dim))
+        self.w2_EDF = nn.Parameter(torch.empty(num_experts, dim, hidden_dim))
+        self.w3_EFD = nn.Parameter(torch.empty(num_experts, hidden_dim, dim))
+        for w in (self.w1_EFD, self.w2_EDF, self.w3_EFD):  # qwen3 _EXPERTS_INIT: normal(std 0.02)
+            nn.init.normal_(w, std=0.02)
+
+    def forward(self, x_RD, num_tokens_per_expert_E):
+        offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+        h_RF = F.silu(grouped_mm_op(x_RD.bfloat16(), self.w1_EFD.bfloat16().transpose(-2, -1), offsets_E))
+        h_RF = h_RF * grouped_mm_op(x_RD.bfloat16(), self.w3_EFD.bfloat16().transpose(-2, -1), offsets_E)
+        return grouped_mm_op(h_RF, self.w2_EDF.bfloat16().transpose(-2, -1), offsets_E).type_as(x_RD)
+
+
+class _DeterministicScatterAdd(torch.autograd.Function):
+    """E20: ops/scatter_add.py deterministic_scatter_add (a torch.library custom op):
+    out.scatter_add(dim=0, index, src) under use_deterministic_algorithms(True). On CUDA the
+    out-of-place scatter_add allocates its result (out's shape and dtype) and copies `out` into
+    it; deterministic mode routes it through _scatter_via_index_put (TensorAdvancedIndexing.cpp),
+    where an index expanded with zero strides (torchtitan's reshape(-1, 1).expand(-1, dim))
+    takes the broadcast_index path: index.select views and one accumulating index_put_, whose
+    sort-based kernel's own buffers (linear, sorted and original index arrays, cub's storage) are
+    not emulated, as for the other accumulating index_put_ calls here. register_autograd's
+    _setup_context saves the index; _backward returns grad_output for `out` and
+    torch.gather(grad_output, 0, index) for src (one [N, D] allocation)."""
+
+    @staticmethod
+    def forward(ctx, out, index, src):
+        with HOOKS.label("deterministic_scatter_add"):
+            result = torch.empty_like(out)
+        with HOOKS.untracked():
+            result.copy_(out.scatter_add(0, index, src))
+        ctx.save_for_backward(index)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (index,) = ctx.saved_tensors
+        grad_src = torch.gather(grad_output, dim=0, index=index)
+        return grad_output, None, grad_src
+
+
+def deterministic_scatter_add(out, index, src):
+    if MODE == "native":
+        return out.scatter_add(0, index, src)
+    return _DeterministicScatterAdd.apply(out, index, src)
+
+
+def argsort_stable(x):
+    """torch.argsort(x, stable=True): in torch 2.x argsort.stable is CompositeImplicitAutograd,
+    std::get<1>(at::sort(self, stable, dim, descending)) (native/Sorting.cpp): sort allocates the
+    values and the int64 indices, and the values are freed at once. torch 1.13's CPU kernel hides
+    the values inside one operator. cub's sort storage on CUDA is not emulated."""
+    if MODE == "native":
+        return torch.argsort(x, stable=True)
+    values, indices = torch.sort(x, stable=True)
+    del values
+    return indices
+
+
+class TitanLocalTokenDispatcher:
+    """token_dispatcher.py LocalTokenDispatcher (EP 1): dispatch = _local_reorder (stable argsort
+    of the flat expert ids, the scores gathered in that order, the indices // top_k, the token
+    rows gathered); combine = zeros_like(x), (out.to(float32) * scores[:, None]).to(dtype),
+    deterministic_scatter_add (E20)."""
+
+    def __init__(self, num_experts, top_k):
+        self.num_experts, self.top_k = num_experts, top_k
+
+    def _local_reorder(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
+        token_indices_experts_sorted_N = argsort_stable(topk_expert_ids_TK.view(-1))
+        topk_scores_experts_sorted_N = topk_scores_TK.view(-1)[token_indices_experts_sorted_N]
+        token_indices_experts_sorted_N = token_indices_experts_sorted_N // self.top_k
+        routed_input_ND = x_TD[token_indices_experts_sorted_N]
+        return routed_input_ND, token_indices_experts_sorted_N, topk_scores_experts_sorted_N
+
+    def dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E):
+        routed_input_RD, token_indices, topk_scores_sorted = self._local_reorder(
+            x_TD, topk_scores_TK, topk_expert_ids_TK)
+        metadata = (token_indices, topk_scores_sorted)  # LocalDispatchMetadata
+        return routed_input_RD, num_local_tokens_per_expert_E, metadata
+
+    def combine(self, routed_output_RD, metadata, x_TD):
+        token_indices, topk_scores_sorted = metadata
+        out_TD = torch.zeros_like(x_TD)
+        routed_output_RD = (routed_output_RD.to(torch.float32)
+                            * topk_scores_sorted.reshape(-1, 1)).to(routed_output_RD.dtype)
+        dim = x_TD.shape[-1]
+        out_TD = deterministic_scatter_add(out_TD, token_indices.reshape(-1, 1).expand(-1, dim), routed_output_RD)
+        return out_TD
+
+
+class TitanRoutedExperts(nn.Module):
+    """moe.py RoutedExperts.forward: dispatch, inner_experts, combine (routed_output_RD, the
+    experts' output, stays referenced by this frame until it returns)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.inner_experts = TitanGroupedExperts(cfg.hidden, cfg.moe_intermediate, cfg.moe_experts)
+        self.token_dispatcher = TitanLocalTokenDispatcher(cfg.moe_experts, cfg.moe_top_k)
+
+    def forward(self, x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E):
+        routed_input_RD, num_e, metadata = self.token_dispatcher.dispatch(
+            x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E)
+        routed_output_RD = self.inner_experts(routed_input_RD, num_e)
+        out_TD = self.token_dispatcher.combine(routed_output_RD, metadata, x_TD)
+        return out_TD
+
+
+class TitanTokenChoiceTopKRouter(nn.Module):
+    """moe.py TokenChoiceTopKRouter.forward with Qwen3-MoE's settings (score_func "softmax",
+    route_norm True, route_scale 1.0, no expert groups): the gate under
+    torch.autocast(dtype=float32) (CUDA autocast, E5 with an fp32 target: linear's inputs cast to
+    fp32, the bf16 weight cast not cached (the cache is for fp32 leaves cast down); the linear
+    keeps the fp32 input copy [T, D] and the fp32 weight copy [E, D]), softmax (fp32 [T, E],
+    saved), + expert_bias_E (fp32 [T, E], a local to the return), topk (values a local to the
+    return; the int64 ids kept), scores_TE.gather (fp32 [T, K]), the sum + 1e-20 divisor [T, 1],
+    the division and the * route_scale product (fp32 [T, K])."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate = nn.Linear(cfg.hidden, cfg.moe_experts, bias=False)
+        nn.init.normal_(self.gate.weight, std=0.02)  # _LINEAR_INIT
+        self.num_experts = cfg.moe_experts
+        self.top_k = cfg.moe_top_k
+        self.route_norm = True
+        self.route_scale = 1.0
+
+    def forward(self, x_TD, expert_bias_E=None):
+        with autocast(enabled=True, dtype=torch.float32):  # torch.autocast(device_type, dtype=float32)
+            scores_TE = self.gate(x_TD)
+        scores_TE = softmax(scores_TE, dim=-1)
+        scores_for_choice_TE = scores_TE if expert_bias_E is None else scores_TE + expert_bias_E
+        _, topk_expert_ids_TK = torch.topk(scores_for_choice_TE, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_TK = scores_TE.gather(dim=-1, index=topk_expert_ids_TK)
+        if self.route_norm:
+            denominator = topk_scores_TK.sum(dim=-1, keepdim=True) + 1e-20
+            topk_scores_TK = topk_scores_TK / denominator
+        topk_scores_TK = topk_scores_TK * self.route_scale
+        return topk_scores_TK, topk_expert_ids_TK, scores_TE
+
+
+class TitanMoE(nn.Module):
+    """moe.py MoE.forward: router(x, expert_bias_E); routing_map = zeros_like(scores, bool)
+    .scatter_(-1, ids, True) (a local to the return); num_local_tokens_per_expert_E =
+    routing_map.sum(0) (int64 [E]); tokens_per_expert_E.add_() under no_grad; routed_experts. No
+    shared experts (Qwen3). Buffers expert_bias_E (load_balance_coeff 1e-3) and
+    tokens_per_expert_E, fp32 [E]."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.routed_experts = TitanRoutedExperts(cfg)
+        self.router = TitanTokenChoiceTopKRouter(cfg)
+        self.register_buffer("expert_bias_E", torch.zeros(cfg.moe_experts, dtype=torch.float32), persistent=True)
+        self.register_buffer("tokens_per_expert_E", torch.zeros(cfg.moe_experts, dtype=torch.float32),
+                             persistent=False)
+
+    def forward(self, x_TD):
+        topk_scores_TK, topk_expert_ids_TK, scores_TE = self.router(x_TD, self.expert_bias_E)
+        routing_map_TE = torch.zeros_like(scores_TE, dtype=torch.bool).scatter_(-1, topk_expert_ids_TK, True)
+        num_local_tokens_per_expert_E = routing_map_TE.sum(dim=0)
+        if self.training:
+            with torch.no_grad():
+                self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+        out_TD = self.routed_experts(x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E)
+        return out_TD
+
+
+class TitanNowBlock(FrameworkLayer):
+    """models/llama3/model.py Llama3TransformerBlock (h = x + attention(attention_norm(x)); out =
+    h + feed_forward(ffn_norm(h))) and models/qwen3/model.py Qwen3TransformerBlock (the same,
+    with moe(ffn_norm(x)) in the MoE flavors). Registration: attention, feed_forward / moe,
+    attention_norm, ffn_norm."""
+
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        qwen3 = cfg.qk_norm
+        eps = cfg.rms_eps if qwen3 else 1e-5  # Qwen3's _EPS 1e-6; Llama 3's RMSNorm.Config default
+        self.attention = TitanGQAttention(cfg, TitanCosSinRoPE if qwen3 else TitanComplexRoPE)
+        self.moe_enabled = cfg.moe_experts > 0
+        if self.moe_enabled:
+            self.moe = TitanMoE(cfg)
+        else:
+            self.feed_forward = TitanNowFeedForward(cfg.hidden, cfg.intermediate)
+        self.attention_norm = TitanNowRMSNorm(cfg.hidden, eps=eps)
+        self.ffn_norm = TitanNowRMSNorm(cfg.hidden, eps=eps)
+
+    def forward(self, x, attention_masks, positions):
+        h = x + self.attention(self.attention_norm(x), attention_masks, positions)
+        if self.moe_enabled:
+            return h + self.moe(self.ffn_norm(h))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class TitanNowModel(FrameworkModel):
+    """decoder.py Decoder.forward over packed tokens: the embedding's [B, S, D] output is the
+    packed [T, D] (a view), each layer gets (h, attention_masks, positions)."""
+
+    def __init__(self, cfg):
+        eps = cfg.rms_eps if cfg.qk_norm else 1e-5
+        super().__init__(cfg, TitanNowBlock, partial(TitanNowRMSNorm, eps=eps))
+
+    def forward(self, input_ids, positions=None, attention_masks=None):
+        h = self.embed_tokens(input_ids)
+        h = h.view(-1, h.shape[-1])  # the trainer's 1-D token batch: [T, D]
+        for layer in self.layers:
+            h = layer(h, attention_masks, positions)
+        return self.norm(h)
+
+
+class TitanNowForCausalLM(FrameworkForCausalLM):
+    """torchtitan's current Llama 3 / Qwen3 blocks inside Hugging Face's embedding, head and
+    loss. The trainer's inputs: `positions` (collators.py TextCollator: per-document aranges,
+    int64 [T]) moved to the device with the input dict, and the flex BlockMask built from them
+    (Trainer.post_dataloading_process), both held to the end of the micro-batch's backward."""
+    model_class = TitanNowModel
+    takes_positions = True
+
+    def attention_masks(self, positions):
+        return TitanBlockMask(positions)
+
+    def forward(self, input_ids, labels=None, positions=None, attention_masks=None):
+        hidden_states = self.model(input_ids, positions=positions, attention_masks=attention_masks)
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits.view(*input_ids.shape, -1), labels=labels,
+                                      vocab_size=self.cfg.vocab)
+        return loss, logits
+
+    def restore_buffers(self):  # Module.to(bf16) casts the buffers; torchtitan builds them fp32/complex64
+        for layer in self.model.layers:
+            rope = layer.attention.rope
+            rope.cache = rope._precompute_cache()
+            if layer.moe_enabled:
+                e = self.cfg.moe_experts
+                layer.moe.expert_bias_E = torch.zeros(e, dtype=torch.float32)
+                layer.moe.tokens_per_expert_E = torch.zeros(e, dtype=torch.float32)
+
+
 MODEL_CODES = {"torchtune": TorchtuneForCausalLM, "litgpt": LitgptForCausalLM,
-               "torchtitan-2024": TitanForCausalLM, "megatron-te": MegatronTEForCausalLM}
+               "torchtitan-2024": TitanForCausalLM, "megatron-te": MegatronTEForCausalLM,
+               "torchtitan": TitanNowForCausalLM}
 
 
 # --------------------------------------------------------------------------------------------
@@ -2933,6 +3587,12 @@ class DeepseekV3Attention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.v_head_dim, cfg.hidden, bias=False)
         self.scaling = self.qk_head_dim ** (-0.5)  # no rope_scaling
 
+    def rotate(self, q_rot, k_rot, position_embeddings):
+        cos, sin = position_embeddings
+        if self.cfg.rope_interleave:
+            return apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
+        return apply_rotary_pos_emb(q_rot, k_rot, cos, sin)
+
     def forward(self, hidden_states, position_embeddings, attention_mask):  # DeepseekV3Attention.forward
         batch_size, seq_length = hidden_states.shape[:-1]
         query_shape = (batch_size, seq_length, -1, self.qk_head_dim)
@@ -2948,11 +3608,7 @@ class DeepseekV3Attention(nn.Module):
         k_pass = self.kv_b_proj(self.kv_a_layernorm(k_pass)).view(key_shape).transpose(1, 2)
         k_pass, value_states = torch.split(k_pass, [self.qk_nope_head_dim, self.v_head_dim], dim=-1)
         k_rot = k_rot.view(batch_size, 1, seq_length, self.qk_rope_head_dim)
-        cos, sin = position_embeddings
-        if self.cfg.rope_interleave:
-            q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
-        else:
-            q_rot, k_rot = apply_rotary_pos_emb(q_rot, k_rot, cos, sin)
+        q_rot, k_rot = self.rotate(q_rot, k_rot, position_embeddings)
         k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
         query_states = torch.cat((q_pass, q_rot), dim=-1)
         key_states = torch.cat((k_pass, k_rot), dim=-1)
@@ -2990,6 +3646,128 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
         nn.Module.__init__(self)
         self.cfg = cfg
         self.model = DeepseekV3Model(cfg)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        self.loss_function = ForCausalLMLoss
+
+
+# --------------------------------------------------------------------------------------------
+# DeepSeek-V2 (transformers 5: models/deepseek_v2/modeling_deepseek_v2.py, generated from
+# modular_deepseek_v2.py, read at the 5.x modular): DeepSeek-V3's MLA without rope_interleave,
+# with the complex rotary of apply_rotary_emb (DeepseekV2RotaryEmbedding returns complex64
+# freqs_cis [1, s, rope / 2] from torch.polar; Q's and K's rope parts go through fp32 copies,
+# view_as_complex, a complex product, view_as_real and type_as); layers
+# [first_k_dense_replace, layers) with DeepseekV2Moe: the router is the block's own code (an
+# nn.Linear `gate` whose weight alone is used: F.linear of fp32 copies of the input and the
+# weight, then route_tokens_to_experts: softmax(dtype=float32), topk_method "greedy" or
+# "group_limited_greedy" (group max, topk_group groups, masked_fill(0.0), topk), no
+# renormalization, * routed_scaling_factor); DeepseekV2Experts (Qwen2MoeExperts, MixtralExperts'
+# packed code, @use_experts_implementation: grouped_mm by default) registered before the gate; the
+# shared experts (DeepseekV2MLP of moe_intermediate_size * n_shared_experts) on the block's input.
+# --------------------------------------------------------------------------------------------
+class DeepseekV2Moe(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.experts = MixtralExperts(cfg)  # DeepseekV2Experts(Qwen2MoeExperts): MixtralExperts' code
+        self.gate = nn.Linear(cfg.hidden, cfg.moe_experts, bias=False)
+        nn.init.normal_(self.gate.weight, std=0.02)  # PreTrainedModel._init_weights: nn.Linear, initializer_range
+        self.shared_experts = DeepseekV3MLP(cfg, cfg.moe_intermediate * cfg.moe_shared_experts)  # DeepseekV2MLP
+        self.routed_scaling_factor = cfg.routed_scaling_factor
+        self.topk_method = cfg.topk_method
+        self.num_group = cfg.n_group
+        self.top_k = cfg.moe_top_k
+        self.topk_group = cfg.topk_group
+        self.num_experts = cfg.moe_experts  # read by route_tokens_to_experts as self.num_experts
+
+    def route_tokens_to_experts(self, router_logits):  # DeepseekV2Moe.route_tokens_to_experts
+        batch_size, seq_len, hidden_dim = router_logits.shape
+        router_logits = router_logits.view(-1, hidden_dim)
+        router_logits = softmax(router_logits, dim=-1, dtype=torch.float32)  # .softmax(dim=-1, dtype=float32)
+        if self.topk_method == "greedy":
+            topk_weight, topk_idx = torch.topk(router_logits, k=self.top_k, dim=-1, sorted=False)
+        elif self.topk_method == "group_limited_greedy":
+            group_scores = router_logits.view(batch_size * seq_len, self.num_group, -1).max(dim=-1).values
+            group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores)
+            group_mask.scatter_(1, group_idx, 1)
+            score_mask = (
+                group_mask.unsqueeze(-1)
+                .expand(batch_size * seq_len, self.num_group, self.num_experts // self.num_group)
+                .reshape(batch_size * seq_len, -1)
+            )
+            tmp_scores = router_logits.masked_fill(~score_mask.bool(), 0.0)
+            topk_weight, topk_idx = torch.topk(tmp_scores, k=self.top_k, dim=-1, sorted=False)
+        else:
+            raise ValueError(self.topk_method)
+        topk_weight = topk_weight * self.routed_scaling_factor
+        return topk_idx, topk_weight
+
+    def forward(self, hidden_states):  # DeepseekV2Moe.forward
+        residuals = hidden_states
+        orig_shape = hidden_states.shape
+        router_logits = F.linear(hidden_states.type(torch.float32), self.gate.weight.type(torch.float32))
+        topk_indices, topk_weights = self.route_tokens_to_experts(router_logits)
+        hidden_states = hidden_states.view(-1, hidden_states.shape[-1])
+        hidden_states = self.experts(hidden_states, topk_indices, topk_weights).view(*orig_shape)
+        hidden_states = hidden_states + self.shared_experts(residuals)
+        return hidden_states
+
+
+class DeepseekV2RotaryEmbedding(LlamaRotaryEmbedding):
+    @torch.no_grad()
+    def forward(self, x, position_ids):  # DeepseekV2RotaryEmbedding.forward: complex64 [1, s, rope / 2]
+        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        position_ids_expanded = position_ids[:, None, :].float()
+        with autocast(enabled=False):  # maybe_autocast(device_type, enabled=False): force float32
+            freqs = (inv_freq_expanded.to(x.device) @ position_ids_expanded).transpose(1, 2)
+            freqs_cis = torch.polar(torch.ones_like(freqs), freqs)  # Convert to complex representation
+            freqs_cis = freqs_cis * self.attention_scaling
+        return freqs_cis
+
+
+def deepseek_v2_apply_rotary_emb(xq, xk, freqs_cis):  # modeling_deepseek_v2.apply_rotary_emb
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    # Broadcast to [1, 1, seq_len, dim // 2]
+    freqs_cis = freqs_cis.unsqueeze(1).to(xq_.device)
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3).type_as(xk)
+    return xq_out, xk_out
+
+
+class DeepseekV2Attention(DeepseekV3Attention):
+    """DeepseekV2Attention: DeepseekV3Attention's projections (q_a_proj, q_a_layernorm, q_b_proj;
+    kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o_proj; attention_bias false) and forward, with
+    apply_rotary_emb on the complex freqs_cis in place of the cos/sin rotary (rotate)."""
+
+    def rotate(self, q_pe, k_pe, position_embeddings):  # DeepseekV2Attention.forward's rotary
+        return deepseek_v2_apply_rotary_emb(q_pe, k_pe, position_embeddings.to(q_pe.device))
+
+
+class DeepseekV2DecoderLayer(LlamaDecoderLayer):
+    def __init__(self, cfg, layer_idx):
+        GradientCheckpointingLayer.__init__(self)
+        self.layer_idx = layer_idx
+        self.self_attn = DeepseekV2Attention(cfg, layer_idx)
+        self.mlp = DeepseekV2Moe(cfg) if layer_idx >= cfg.first_k_dense_replace else DeepseekV3MLP(cfg)
+        self.input_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+
+
+class DeepseekV2Model(LlamaModel):  # DeepseekV2Model(LlamaModel): create_causal_mask, one rotary call
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList([DeepseekV2DecoderLayer(cfg, i) for i in range(cfg.layers)])
+        self.norm = LlamaRMSNorm(cfg.hidden, eps=cfg.rms_eps)
+        self.rotary_emb = DeepseekV2RotaryEmbedding(cfg)  # head_dim = qk_rope_head_dim
+
+
+class DeepseekV2ForCausalLM(LlamaForCausalLM):
+    def __init__(self, cfg):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.model = DeepseekV2Model(cfg)
         self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
         self.loss_function = ForCausalLMLoss
 
@@ -3779,13 +4557,17 @@ class VisionTransformer(nn.Module):
 
 
 def build_model(cfg):
+    if cfg.code == "torchtitan":  # torchtitan's current Llama 3 and Qwen3, dense or MoE
+        assert cfg.family == "llama" or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family
+        return MODEL_CODES[cfg.code](cfg)
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"
         return MODEL_CODES[cfg.code](cfg)
-    assert (cfg.family in ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3")) == (cfg.moe_experts > 0), \
-        "a sparse MoE block is Mixtral's, Qwen3-MoE's, gpt-oss's or DeepSeek-V3's"
+    assert (cfg.family in ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "deepseek_v2")) == \
+        (cfg.moe_experts > 0), "a sparse MoE block is Mixtral's, Qwen3-MoE's, gpt-oss's or DeepSeek-V3's or V2's"
     assert cfg.family != "qwen3_moe" or cfg.qk_norm, "Qwen3-MoE's attention has q_norm and k_norm"
-    return {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
+    return {"llama": LlamaForCausalLM, "qwen2": LlamaForCausalLM, "mistral": LlamaForCausalLM,
+            "deepseek_v2": DeepseekV2ForCausalLM, "gpt2": GPT2LMHeadModel, "gemma2": Gemma2ForCausalLM,
             "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "mixtral": LlamaForCausalLM,
             "qwen3_moe": LlamaForCausalLM, "gpt_oss": GptOssForCausalLM,
             "deepseek_v3": DeepseekV3ForCausalLM, "falcon": FalconForCausalLM,

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 #include <vramfit/vramfit.hpp>
 
@@ -19,9 +20,9 @@ using namespace vramfit;
 
 namespace {
 
-/// The traced case as vramfit describes it (step_models.py: Llama, GPT-2, Gemma 2, Falcon, BERT and
-/// DistilBERT after transformers, ViT after torchvision; Llama 3 blocks after torchtune, litgpt
-/// and torchtitan).
+/// The traced case as vramfit describes it (step_models.py: Llama, Qwen2, Mistral, GPT-2, Gemma 2,
+/// DeepSeek-V2 and V3, Falcon, BERT and DistilBERT after transformers, ViT after torchvision; Llama
+/// 3 blocks after torchtune, litgpt and torchtitan).
 struct traced_case {
   training setup{};
   activation_options batch{};
@@ -48,7 +49,9 @@ traced_case describe(const nlohmann::json& k) {
     if (e["router"] == "qwen3_moe") m.moe.layout = moe_layout::mlp_experts;
     if (e["router"] == "gpt_oss") m.moe.layout = moe_layout::gpt_oss;
   }
-  if (k.contains("mla")) {  // DeepSeek-V3: MLA, dense layers first, shared experts, score bias
+  // DeepSeek-V3 and V2: MLA, dense layers first, shared experts; V3's router has a score bias
+  // (e_score_correction_bias), V2's softmax router none (presets.hpp deepseek_v2)
+  if (k.contains("mla")) {
     const nlohmann::json& a = k["mla"];
     m.mla = {.q_lora_rank = a["q_lora_rank"],
              .kv_lora_rank = a["kv_lora_rank"],
@@ -57,7 +60,14 @@ traced_case describe(const nlohmann::json& k) {
              .v_head_dim = a["v_head_dim"]};
     m.moe.shared_experts = k["moe"]["shared_experts"];
     m.moe.first_dense_layers = k["moe"]["first_dense_layers"];
-    m.moe.router_score_bias = true;  // e_score_correction_bias
+    m.moe.router_score_bias = k["family"] == "deepseek_v3";
+    m.moe.group_limited = k["family"] == "deepseek_v3" ||
+                          k["moe"].value("topk_method", "greedy") == "group_limited_greedy";
+  }
+  if (k["family"] == "qwen2") m.bias = bias_kind::qkv;  // Qwen2Attention: q, k and v biases
+  if (k["family"] == "mistral") {  // every layer windowed (create_sliding_window_causal_mask)
+    m.sliding_window = k["sliding_window"];
+    m.sliding_window_period = 1;
   }
   if (k["family"] == "gpt_oss") {  // biased attention with sinks, windowed every other layer
     m.bias = bias_kind::attention;
@@ -176,6 +186,9 @@ int main(int argc, char** argv) {
   const report::page_blocks page(std::cout, "step_timeline.cpp");
   char line[512];
   std::vector<double> errors;
+  // Each case's |error| under its family (the configuration's, with Qwen3 named apart from Llama,
+  // whose block it is with q_norm and k_norm) and model code, in the order the families first come.
+  std::vector<std::pair<std::string, std::vector<double>>> by_family;
   int wrong_phase = 0;
   std::string peaks =
       "| case | traced peak (B) | traced phase | vramfit peak (B) | vramfit event | error |\n"
@@ -189,6 +202,14 @@ int main(int argc, char** argv) {
     const double error =
         100.0 * static_cast<double>(tl.peak.alive.count - traced) / static_cast<double>(traced);
     errors.push_back(std::fabs(error));
+    const nlohmann::json& k = c["case"];
+    std::string family = k["family"];
+    if (family == "llama" && k.value("qk_norm", false)) family = "qwen3";
+    const std::string key = family + " | " + k.value("code", "hf");
+    auto row = std::find_if(by_family.begin(), by_family.end(),
+                            [&key](const auto& r) { return r.first == key; });
+    if (row == by_family.end()) row = by_family.insert(by_family.end(), {key, {}});
+    row->second.push_back(std::fabs(error));
     if (phase != to_string(e.phase)) ++wrong_phase;
     std::snprintf(line, sizeof line, "| %s | %lld | %s | %lld | %s: %s | %+.2f %% |\n",
                   c["name"].get<std::string>().c_str(), static_cast<long long>(traced),
@@ -202,6 +223,21 @@ int main(int argc, char** argv) {
                 "\nMedian |error| %.2f %%, largest %.2f %%, peak in another phase: %d of %zu.\n",
                 median, most, wrong_phase, errors.size());
   page.print("peaks", peaks + line);
+
+  // The peaks' errors by family and model code.
+  std::string families =
+      "| family | model code | cases | median \\|error\\| | largest \\|error\\| |\n"
+      "|---|---|---:|---:|---:|\n";
+  for (auto& [key, family_errors] : by_family) {
+    std::sort(family_errors.begin(), family_errors.end());
+    const std::size_t n = family_errors.size();
+    const double family_median =
+        n % 2 == 1 ? family_errors[n / 2] : (family_errors[n / 2 - 1] + family_errors[n / 2]) / 2;
+    std::snprintf(line, sizeof line, "| %s | %zu | %.2f %% | %.2f %% |\n", key.c_str(), n,
+                  family_median, family_errors.back());
+    families += line;
+  }
+  page.print("by-family", families);
 
   // The optimizer step on its own: what it allocates above what the step holds when it starts.
   std::string steps =

@@ -379,6 +379,19 @@ DEEPSEEK3 = dict(family="deepseek_v3", hidden=128, intermediate=352, heads=4, kv
                  vocab=1024, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=32, v_head_dim=32,
                  first_k_dense_replace=1, moe_experts=8, moe_top_k=2, moe_intermediate=64, moe_shared_experts=1,
                  n_group=2, topk_group=1)
+# DeepSeek-V2 (transformers 5): DeepSeek-V3's MLA shapes (q_lora_rank, kv_lora_rank, nope 32 + rope
+# 16, V 32) with the complex rotary, one dense layer (first_k_dense_replace), then DeepseekV2Moe: 8
+# routed experts of width 64 in 4 groups (topk_group 2, group_limited_greedy: DeepSeek-V2's
+# topk_method), top-2, two shared experts (DeepSeek-V2's n_shared_experts), softmax routing without
+# renormalization, routed_scaling_factor 16 (DeepSeek-V2's config.json)
+DEEPSEEK2 = dict(DEEPSEEK3, family="deepseek_v2", moe_shared_experts=2, n_group=4, topk_group=2,
+                 routed_scaling_factor=16.0, topk_method="group_limited_greedy")
+# Qwen2 / Qwen2.5 (modeling_qwen2.py): Llama's block with biases on q_proj, k_proj and v_proj;
+# use_sliding_window false (Qwen2.5's configs): every layer full_attention
+QWEN2 = dict(LLAMA, family="qwen2")
+# Mistral (modeling_mistral.py, Mistral-7B-v0.1's config): Llama's block, sliding_window 4096 on every
+# layer (create_sliding_window_causal_mask)
+MISTRAL = dict(LLAMA, family="mistral", sliding_window=4096)
 # Falcon (modeling_falcon.py, Falcon-7B's config): parallel attention and MLP behind one LayerNorm,
 # multi-query (one K/V head) from a fused query_key_value, rotary, GELU MLP of 4 x hidden, no biases, tied
 FALCON = dict(family="falcon", hidden=128, intermediate=512, heads=4, kv_heads=1, head_dim=32, layers=3, vocab=1024,
@@ -493,6 +506,18 @@ CASES = [
     # Megatron-Core's Transformer Engine layers (TE's fused norm-and-linear, fused RoPE, cuDNN fused
     # attention, the compiled SwiGLU) with Megatron's own embedding layout, output layer and
     # vocab-parallel cross-entropy (not Hugging Face's loss)
+    # torchtitan's current code (b5bcd76): Llama 3 (fused QKV, ComplexRoPE rows gathered per layer, nn.RMSNorm's
+    # fused kernel, flex attention with grouped K/V), Qwen3 (qk_norm, CosSinRoPE) and Qwen3-MoE (models/common/moe.py)
+    case("torchtitan-bf16-flex-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="flex", code="torchtitan",
+         max_positions=64),
+    case("torchtitan-bf16-flex-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="flex",
+         code="torchtitan", seq=128, vocab=256, max_positions=128),
+    case("torchtitan-qwen3-bf16-flex-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="flex",
+         code="torchtitan", qk_norm=True, max_positions=64),
+    case("torchtitan-qwen3moe-bf16-flex-adamw-foreach", QWEN3MOE, "bf16", "adamw", "foreach", attn="flex",
+         code="torchtitan", max_positions=64),
+    case("torchtitan-qwen3moe-bf16-flex-v256-s128-sgd-foreach", QWEN3MOE, "bf16", "sgd", "foreach", attn="flex",
+         code="torchtitan", seq=128, vocab=256, max_positions=128),
     case("megatron-te-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa",
          code="megatron-te", max_positions=64),
     case("megatron-te-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
@@ -523,6 +548,19 @@ CASES = [
     case("deepseek3-bf16-adamw-foreach", DEEPSEEK3, "bf16", "adamw", "foreach"),
     case("deepseek3-amp-adamw-fused", DEEPSEEK3, "amp_bf16", "adamw", "fused"),
     case("deepseek3-bf16-v256-s128-sgd-foreach", DEEPSEEK3, "bf16", "sgd", "foreach", seq=128, vocab=256),
+    # DeepSeek-V2: MLA (complex rotary) with eager attention, a dense layer and two DeepseekV2Moe layers
+    # (softmax routing, group_limited_greedy; greedy, V2-Lite's, in the v256-s128 case, where the layers
+    # decide the peak), two shared experts
+    case("deepseek2-bf16-adamw-foreach", DEEPSEEK2, "bf16", "adamw", "foreach"),
+    case("deepseek2-bf16-v256-s128-sgd-foreach", DEEPSEEK2, "bf16", "sgd", "foreach", seq=128, vocab=256,
+         topk_method="greedy"),
+    # Qwen2 / Qwen2.5: Llama with q/k/v biases, SDPA in bf16 and eager under AMP
+    case("qwen2-bf16-sdpa-adamw-foreach", QWEN2, "bf16", "adamw", "foreach", attn="sdpa"),
+    case("qwen2-amp-adamw-fused", QWEN2, "amp_bf16", "adamw", "fused"),
+    # Mistral: every layer windowed (4096, longer than the sequence: the eager mask is built from the
+    # sliding-window function, SDPA gets none)
+    case("mistral-bf16-adamw-foreach", MISTRAL, "bf16", "adamw", "foreach"),
+    case("mistral-bf16-sdpa-adamw-foreach", MISTRAL, "bf16", "adamw", "foreach", attn="sdpa"),
     # Falcon-7B's block: eager in bf16 and under AMP, SDPA under AMP (the math kernel: one K/V
     # head without enable_gqa), and a small vocabulary where the layers decide the peak
     case("falcon-bf16-adamw-foreach", FALCON, "bf16", "adamw", "foreach"),
@@ -602,6 +640,14 @@ EMULATIONS = {
     "E17": "Transformer Engine and Megatron kernels (megatron-te): rmsnorm_fwd/bwd, general_gemm, fused RoPE, "
            "cuDNN fused attention (O, rng_state, fp32 stats; dQ, dK, dV), the torch.compile'd SwiGLU; "
            "their workspaces and TE's persistent cuBLAS workspace not emulated",
+    "E18": "torchtitan's compiled FlexAttention (torch 1.13 has none): the BlockMask's eight int32 tensors and the "
+           "packed-document mask_mod buffers; forward out (query's layout), fp32 logsumexp and max_scores [B, H, L] "
+           "(max_scores freed after the kernel), saving q, k, v (kv heads), out, lse; backward fp32 delta [B, H, L], "
+           "dq, dv, dk (delta freed after the kernel); compiled create_block_mask intermediates not emulated",
+    "E19": "nn.RMSNorm on CUDA with torch >= 2.9: _fused_rms_norm (output, fp32 rstd [..., 1]; saves input, weight, "
+           "rstd) and _fused_rms_norm_backward (dX, then dgamma)",
+    "E20": "torchtitan's deterministic_scatter_add custom op: the out-of-place scatter_add result, saving the index; "
+           "backward gather of grad_output [N, D]; the accumulating index_put_'s sort buffers not emulated",
 }
 
 
@@ -613,9 +659,11 @@ def describe(c):
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "layers": cfg.layers, "vocab": cfg.vocab,
         "tied": cfg.tied, "attention": cfg.attn, "dropout": cfg.dropout,
         "norm": {"llama": "rmsnorm", "phi3": "rmsnorm", "gemma2": "rmsnorm_plus_one", "gemma3": "rmsnorm_plus_one",
-                 "mixtral": "rmsnorm", "qwen3_moe": "rmsnorm"}.get(m["family"], "layernorm"),
+                 "mixtral": "rmsnorm", "qwen3_moe": "rmsnorm", "qwen2": "rmsnorm",
+                 "mistral": "rmsnorm"}.get(m["family"], "layernorm"),
         "mlp": {"llama": "swiglu", "phi3": "swiglu", "gemma2": "geglu_tanh",
-                "gemma3": "geglu_tanh", "mixtral": "swiglu", "qwen3_moe": "swiglu"}.get(m["family"], "gelu_new"),
+                "gemma3": "geglu_tanh", "mixtral": "swiglu", "qwen3_moe": "swiglu", "qwen2": "swiglu",
+                "mistral": "swiglu"}.get(m["family"], "gelu_new"),
         "moe": {"experts": cfg.moe_experts, "top_k": cfg.moe_top_k, "intermediate": cfg.moe_intermediate,
                 "implementation": cfg.experts_impl,
                 "router": "qwen3_moe" if m["family"] == "qwen3_moe" else "mixtral"} if cfg.moe_experts else None,
@@ -663,6 +711,20 @@ def describe(c):
         d["token_types"] = cfg.type_vocab_size
         d["pooler"] = True
         d["token_type_ids_input"] = True
+    if m["family"] == "qwen2":  # modeling_qwen2.py: biases on q_proj, k_proj, v_proj (not o_proj)
+        d["qkv_bias"] = True
+    if m["family"] == "mistral":  # create_sliding_window_causal_mask: the window on every layer
+        d["sliding_window"] = cfg.sliding_window
+    if m["family"] == "deepseek_v2":  # MLA (complex rotary), DeepseekV2Moe's softmax routing, shared experts
+        d["norm"], d["mlp"] = "rmsnorm", "swiglu"
+        d["moe"].update(router="deepseek_v2", shared_experts=cfg.moe_shared_experts,
+                        first_dense_layers=cfg.first_k_dense_replace, n_group=cfg.n_group,
+                        topk_group=cfg.topk_group, topk_method=cfg.topk_method,
+                        routed_scaling_factor=cfg.routed_scaling_factor)
+        d["mla"] = {"q_lora_rank": cfg.q_lora_rank, "kv_lora_rank": cfg.kv_lora_rank,
+                    "qk_nope_head_dim": cfg.qk_nope_head_dim, "qk_rope_head_dim": cfg.head_dim,
+                    "v_head_dim": cfg.v_head_dim}
+        d["rope"] = "complex"  # DeepseekV2RotaryEmbedding's freqs_cis, apply_rotary_emb
     if m["family"] == "deepseek_v3":
         d["norm"], d["mlp"] = "rmsnorm", "swiglu"
         d["moe"].update(router="deepseek_v3", shared_experts=cfg.moe_shared_experts,
@@ -811,6 +873,8 @@ def run_case(c, device, cuda_check=False, hf=False):
     else:
         host_ids = [[torch.randint(cfg.vocab, (c["batch"], c["seq"]), generator=g)
                      for _ in range(c["accumulation"])] for _ in range(2)]
+    # torchtitan's collator: per-document positions (each row a document), concatenated [b * s]
+    host_positions = torch.arange(c["seq"]).repeat(c["batch"])
     encoder = cfg.family in ENCODERS
     if encoder:  # a sequence classifier's labels [b]; BERT's tokenizer also returns token_type_ids
         host_labels = [[torch.randint(cfg.num_labels, (c["batch"],), generator=g)
@@ -846,8 +910,14 @@ def run_case(c, device, cuda_check=False, hf=False):
                     extra = {}
                     if cfg.family == "bert":  # the tokenizer's token_type_ids, moved after input_ids
                         extra["token_type_ids"] = torch.zeros_like(host_ids[step - 1][mb]).to(device, copy=True)
+                    if getattr(model, "takes_positions", False):  # torchtitan: input_dict["positions"], moved
+                        extra["positions"] = host_positions.to(device, copy=True)  # after input_dict["input"]
                     labels = (host_labels if encoder else host_ids)[step - 1][mb].to(device, copy=True)
                     tracer.set_region("embedding")
+                    held = None
+                    if getattr(model, "takes_positions", False):  # post_dataloading_process: the flex BlockMask
+                        extra["attention_masks"] = model.attention_masks(extra["positions"])
+                        held = dict(extra)  # extra_kwargs lives to the end of forward_backward_step
                     with sm.autocast(enabled=amp, dtype=torch.bfloat16):
                         loss, logits = model(input_ids, labels=labels, **extra)
                         del logits  # Trainer.compute_loss returns the loss only
@@ -858,6 +928,7 @@ def run_case(c, device, cuda_check=False, hf=False):
                     loss.backward()
                     del loss
                     tracer.set_phase("backward", region="end")
+                    del held
                 grads_keys = {untyped(p.grad)._cdata for p in params if p.grad is not None}
                 tracer.set_phase("optimizer", 0, region="optimizer")
                 for r in tracer.live.values():
