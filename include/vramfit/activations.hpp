@@ -1408,34 +1408,30 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
           "modeling_gpt_oss.py GptOssTopKRouter.forward: softmax(router_top_value, dim=1, "
           "dtype=router_top_value.dtype)",
           checked_mul(tau, e.top_k), b.beta());
-  } else if (m.is_mla() && !e.router_score_bias) {
-    // modeling_deepseek_v2.py DeepseekV2Moe.forward: nn.functional.linear of fp32 copies of the
-    // input and the gate's weight (which it keeps), then route_tokens_to_experts:
-    // softmax(dtype=torch.float32), top-k and * routed_scaling_factor, no renormalization.
+  } else if (m.is_mla() || e.router_score_bias) {
+    // DeepSeek's routers run an fp32 linear on fp32 copies of its input and weight, which it
+    // keeps; under autocast the linear casts the input back to 16 bits and caches the weight's
+    // cast. V3 then takes DeepseekV3MoE's sigmoid scores and renormalizes, V2 a softmax alone.
     const std::int64_t weight = b.autocasts() ? 0 : checked_mul(e.routed_experts, m.hidden);
     b.add("router input and weight (fp32 copies)",
-          "modeling_deepseek_v2.py DeepseekV2Moe.forward: "
-          "nn.functional.linear(hidden_states.type(torch.float32), "
-          "self.gate.weight.type(torch.float32))",
+          e.router_score_bias ? "modeling_deepseek_v3.py DeepseekV3TopkRouter.forward: "
+                                "F.linear(hidden_states.type(torch.float32), "
+                                "self.weight.type(torch.float32))"
+                              : "modeling_deepseek_v2.py DeepseekV2Moe.forward: "
+                                "nn.functional.linear(hidden_states.type(torch.float32), "
+                                "self.gate.weight.type(torch.float32))",
           checked_add(b.replicated(m.hidden), weight), b.explicit_fp32());
-    b.add("router probabilities (fp32)",
-          "modeling_deepseek_v2.py DeepseekV2Moe.route_tokens_to_experts: "
-          "router_logits.softmax(dim=-1, dtype=torch.float32)",
-          checked_mul(tau, e.routed_experts), 32);
-  } else if (e.router_score_bias) {
-    // modeling_deepseek_v3.py DeepseekV3TopkRouter.forward: an fp32 linear on fp32 copies of its
-    // input and weight (which it keeps), then DeepseekV3MoE's sigmoid scores.
-    const char* router =
-        "modeling_deepseek_v3.py DeepseekV3TopkRouter.forward: "
-        "F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))";
-    // Under autocast the linear casts the input back to 16 bits and caches the weight's cast.
-    const std::int64_t weight = b.autocasts() ? 0 : checked_mul(e.routed_experts, m.hidden);
-    b.add("router input and weight (fp32 copies)", router,
-          checked_add(b.replicated(m.hidden), weight), b.explicit_fp32());
-    b.add("router scores and the renormalization's divisor and copy",
-          "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: router_logits.sigmoid(); "
-          "topk_weights /= denominator (derivatives.yaml div_: other reads self)",
-          checked_add(checked_mul(tau, e.routed_experts), divisor), b.explicit_fp32());
+    if (e.router_score_bias)
+      b.add("router scores and the renormalization's divisor and copy",
+            "modeling_deepseek_v3.py DeepseekV3MoE.route_tokens_to_experts: "
+            "router_logits.sigmoid(); topk_weights /= denominator (derivatives.yaml div_: other "
+            "reads self)",
+            checked_add(checked_mul(tau, e.routed_experts), divisor), b.explicit_fp32());
+    else
+      b.add("router probabilities (fp32)",
+            "modeling_deepseek_v2.py DeepseekV2Moe.route_tokens_to_experts: "
+            "router_logits.softmax(dim=-1, dtype=torch.float32)",
+            checked_mul(tau, e.routed_experts), 32);
   } else {
     b.add("router probabilities and the renormalization's divisor and copy (fp32)",
           e.layout == moe_layout::mlp_experts
