@@ -340,7 +340,7 @@ inline constexpr named<model_code> model_codes[] = {
                 "litgpt's model.py: K and V repeated before SDPA, RMSNorm's product in fp32"),
     code_choice(model_code::megatron_te,
                 "Megatron-Core's Transformer Engine layers: fused norm and linear, RoPE, SwiGLU, "
-                "cuDNN attention")};
+                "cuDNN attention; its MoE layer's router, permute and grouped linears")};
 
 inline constexpr named<experts_implementation> experts_implementations[] = {
     {"grouped_mm", experts_implementation::grouped_mm,

@@ -549,11 +549,16 @@ class block_builder {
     if (!grad) return;  // its projection's output needs no gradient: nothing saved
     if (traits_of(o_.code).fused_norm) {
       // torchtitan's Qwen3: nn.RMSNorm over the contiguous copy FusedQKVLinear makes of each
-      // projection (_split: .contiguous()), which the fused kernel keeps with an fp32 rstd.
+      // projection (_split: .contiguous()), which the fused kernel keeps with an fp32 rstd;
+      // Megatron's TENorm over the reshaped Q and a contiguous K (tests/validation E21).
       add(name,
-          "torchtitan models/common/attention.py GQAttention.forward: self.q_norm(xq_TNH), "
-          "self.k_norm(xk_TNH); derivatives.yaml _fused_rms_norm: _fused_rms_norm_backward(grad, "
-          "input, ...)",
+          o_.code == model_code::megatron_te
+              ? "megatron/core/transformer/attention.py SelfAttention.get_query_key_value_tensors:"
+                " self.q_layernorm(query), self.k_layernorm(key); TE RMSNorm saves its input and "
+                "rsigma"
+              : "torchtitan models/common/attention.py GQAttention.forward: self.q_norm(xq_TNH), "
+                "self.k_norm(xk_TNH); derivatives.yaml _fused_rms_norm: "
+                "_fused_rms_norm_backward(grad, input, ...)",
           split(checked_mul(heads, width)), beta_);
       if (o_.norm_statistics)
         add("head norm rstd (fp32)", sources_of(o_.code).norm_rstd, split(heads), 32);
@@ -1356,6 +1361,14 @@ constexpr forward_transients moe_forward_transients(const model& m, const activa
     ++t.tensors;
     t.size += bytes_for_bits(checked_mul(elements, bits));
   };
+  if (o.code == model_code::megatron_te) {
+    // At the combine's copy: the permuted tokens (index_select, held by MoELayer.forward to its
+    // return) and probabilities, the fc2 output and token_dispatcher.py combine_preprocess's
+    // sort_chunks_by_idxs copy of it (tests/validation E21).
+    for (int copy = 0; copy < 3; ++copy) add(checked_mul(rows, h), b.beta());
+    add(rows, b.beta());
+    return t;
+  }
   if (torchtitan_qwen3(o.code, m)) {
     // token_dispatcher.py LocalTokenDispatcher.combine at its weighting: torch.zeros_like(x_TD),
     // and in bf16 the experts' output, the product (.to(torch.float32) * scores) and its cast
@@ -1535,6 +1548,58 @@ constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layo
         checked_mul(rows, h), 32, {.output_linear_input = true});  // its backward runs first
 }
 
+/// Megatron-Core's MoE layer (megatron/core/transformer/moe at d98e8a6, TE d0067d0) as Megatron's
+/// Mixtral recipe runs it (tests/validation E21): TopKRouter's softmax over the top-k logits and
+/// the aux loss, the alltoall dispatcher's torch permute (no permute fusion), TEGroupedMLP's
+/// grouped linears with the probabilities applied inside the fused SwiGLU. The router sees the
+/// rank's tokens, the experts every routed row (gathered over the tensor-parallel ranks).
+constexpr void megatron_moe_block(block_builder& b, const model& m) {
+  const moe_config& e = m.moe;
+  const std::int64_t tokens = b.replicated(1), h = m.hidden, beta = b.beta();
+  const std::int64_t rows = checked_mul(b.tokens(), e.top_k), width = e.expert_ffn / b.tp();
+  b.add("router input (the MLP norm's output)",
+        "megatron/core/transformer/moe/moe_utils.py RouterGatingLinearFunction.forward: "
+        "ctx.save_for_backward(inp, weight)",
+        checked_mul(tokens, h), beta);
+  b.add("top-k expert ids (int64)",
+        "moe_utils.py topk_routing_with_score_function: torch.topk(logits, k=topk, dim=1)",
+        checked_mul(tokens, e.top_k), 64);
+  b.add("top-k softmax (fp32)",
+        "moe_utils.py topk_routing_with_score_function: torch.softmax(scores, dim=-1, "
+        "dtype=torch.float32)",
+        checked_mul(tokens, e.top_k), 32);
+  b.add("aux loss softmax (fp32)",
+        "router.py TopKRouter.aux_loss_load_balancing: torch.softmax(logits, dim=-1, "
+        "dtype=torch.float32)",
+        checked_mul(tokens, e.routed_experts), 32);
+  b.add_block("aux loss tokens per expert (int64)",
+              "moe_utils.py switch_load_balancing_loss_func: probs.sum(dim=0) * "
+              "tokens_per_expert (routing_map.sum(dim=0))",
+              e.routed_experts, 64);
+  b.add_block("aux loss (0-dim fp32)",
+              "moe_utils.py MoEAuxLossAutoScaler.forward: ctx.save_for_backward(aux_loss)", 1, 32);
+  // permute sorts the [E, T] routing map; the probabilities' index keeps the whole order.
+  b.add("dispatch order (int64 argsort of the routing map)",
+        "moe_utils.py permute: routing_map.T.contiguous() ... argsort; probs.T.contiguous()"
+        "[...] keeps it",
+        checked_mul(tokens, e.routed_experts), 64);
+  b.add("expert inputs (tokens in expert order)",
+        "experts.py TEGroupedMLP.forward: self.linear_fc1(permuted_local_hidden_states, ...); TE "
+        "grouped_linear.py _GroupedLinear.forward saves the input's per-expert views",
+        checked_mul(rows, h), beta);
+  b.add("routing probabilities in expert order",
+        "fusions/fused_bias_swiglu.py WeightedSwiGLUFunction.forward: "
+        "ctx.save_for_backward(input, weights)",
+        rows, beta);
+  b.add("expert fc1 output (the weighted SwiGLU's input)",
+        "fusions/fused_bias_swiglu.py WeightedSwiGLUFunction.forward: "
+        "ctx.save_for_backward(input, weights)",
+        checked_mul(rows, 2 * width), beta);
+  b.add("weighted SwiGLU output (fc2 input)",
+        "experts.py TEGroupedMLP.forward: self.linear_fc2(intermediate_parallel, ...)",
+        checked_mul(rows, width), beta, {.output_linear_input = true});
+}
+
 /// The MLP sub-block's saved tensors (dense or mixture of experts).
 constexpr void feed_forward_block(block_builder& b, const model& m, const activation_options& o,
                                   const layout& l, bool moe_layer) {
@@ -1542,6 +1607,10 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
   // new_decoder_architecture gives the parallel MLP its own norm (ln_mlp).
   if (moe_layer && torchtitan_qwen3(o.code, m)) {  // the router keeps its own fp32 input
     torchtitan_moe_block(b, m, l);
+    return;
+  }
+  if (moe_layer && o.code == model_code::megatron_te) {  // its own norm, then the router
+    megatron_moe_block(b, m);
     return;
   }
   if (!m.parallel_block || falcon_new_architecture(m)) {
@@ -1660,11 +1729,14 @@ struct layer_backward_working {
   /// (autograd/input_buffer.cpp) through the attention's backward: the norm (ln_mlp, or the one
   /// norm the attention also reads) ran before the attention, so its backward comes after.
   bytes parallel_input_gradient{};
-  /// torchtitan's MoE: the weighting's backward, before the experts' (token_dispatcher.py
+  /// An MoE's combine backward, before the experts', `weighting_tensors` alike, freed before the
+  /// output linear's weight gradient is made. torchtitan's weighting (token_dispatcher.py
   /// LocalTokenDispatcher.combine: routed_output_RD.to(torch.float32) * scores): its incoming
-  /// gradient cast to fp32 and one gradient per operand, the scores' [rows, h] before it is
-  /// summed to [rows, 1]; three fp32 [rows, h], freed before w2's weight gradient is made.
+  /// gradient cast to fp32 and one gradient per operand, the scores' [rows, h] before it is summed
+  /// to [rows, 1]: three fp32 [rows, h]. Megatron's unpermute: scatter_add_'s gather and the
+  /// combine split's cat, the fc2 output's gradient: two [rows, h] (tests/validation E21).
   bytes weighting{};
+  std::int64_t weighting_tensors = 0;
   /// The residual stream's gradient, in its format: a skip connection hands the gradient it
   /// receives to the sublayer and to the sublayer's input, where it waits in the input buffer
   /// until the sublayer's own gradient is added (autograd/input_buffer.cpp: out of place, a new
@@ -1689,6 +1761,10 @@ constexpr bytes packed_experts_backward(const model& m, const activation_options
   if (torchtitan_qwen3(o.code, m))  // the gated MLP's three gradients in bf16, beside the
     // experts' output gradient w2's backward reads (layer_backward_working::weighting comes first)
     return bytes_for_bits(checked_mul(checked_mul(rows, 3 * width + m.hidden), 16));
+  if (o.code == model_code::megatron_te)  // fc2's dgrad [rows, F], the weighted SwiGLU's input
+    // gradient [rows, 2F] and its probabilities' [rows, 1] (fused_bias_swiglu.py
+    // WeightedSwiGLUFunction.backward)
+    return bytes_for_bits(checked_mul(checked_mul(rows, 3 * width + 1), b.beta()));
   switch (o.experts) {
     case experts_implementation::eager:
       return bytes_for_bits(checked_mul(checked_mul(ceil_div(rows, local), width), 3 * b.beta())) +
@@ -1724,9 +1800,14 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
                                                         : 2 * beta;  // gelu_backward
   w.mlp = moe_layer ? detail::packed_experts_backward(m, o, l, b)
                     : bytes_for_bits(checked_mul(checked_mul(b.tokens(), m.ffn / t), mlp_bits));
-  if (moe_layer && detail::torchtitan_qwen3(o.code, m))
-    w.weighting =
-        bytes_for_bits(checked_mul(checked_mul(b.tokens(), m.moe.top_k), m.hidden * 3 * 32));
+  const std::int64_t rows = checked_mul(b.tokens(), m.moe.top_k);
+  if (moe_layer && detail::torchtitan_qwen3(o.code, m)) {
+    w.weighting_tensors = 3;
+    w.weighting = bytes_for_bits(checked_mul(rows, m.hidden * 3 * 32));
+  } else if (moe_layer && o.code == model_code::megatron_te) {
+    w.weighting_tensors = 2;
+    w.weighting = bytes_for_bits(checked_mul(rows, m.hidden * 2 * beta));
+  }
   const std::int64_t heads = m.heads / t;
   if (b.attention() == attention_kind::eager) {
     const std::int64_t scores = checked_mul(checked_mul(o.micro_batch, heads),
@@ -1921,6 +2002,26 @@ constexpr stage_buffers torchtitan_buffers(const model& m, const activation_opti
     count += 2;
   }
   return {per_layer * range.layers, checked_mul(count, range.layers)};
+}
+
+/// Megatron's MoE layers keep their dispatcher's last routing until their next forward
+/// (token_dispatcher.py MoEAlltoAllTokenDispatcher: self.probs and self.routing_map [T, E],
+/// self.reversed_local_input_permutation_mapping [T k], int64), and its aux loss the metrics
+/// tracker's fp32 [layers] (moe_utils.py save_to_aux_losses_tracker) and MoEAuxLossAutoScaler's
+/// [1] scale (tests/validation E21).
+constexpr stage_buffers megatron_moe_state(const model& m, const activation_options& o,
+                                           const block_builder& b, const stage_range& range) {
+  if (o.code != model_code::megatron_te || !m.is_moe() || range.layers == 0) return {};
+  const std::int64_t tokens = b.replicated(1);
+  bytes per_layer{};
+  for (const bytes x :
+       {bytes_for_bits(checked_mul(checked_mul(tokens, m.moe.routed_experts), b.beta())),
+        bytes{checked_mul(tokens, m.moe.routed_experts)},
+        bytes{checked_mul(checked_mul(tokens, m.moe.top_k), 8)}})
+    per_layer += x + allocator_rounding(x);
+  const bytes tracker{checked_mul(4, m.layers)};
+  return {per_layer * range.layers + tracker + allocator_rounding(tracker) + bytes{512},
+          checked_mul(3, range.layers) + 2};
 }
 
 /// What an encoder's classification head keeps. Its first linear reads hidden_states[:, 0], a
@@ -2218,6 +2319,14 @@ constexpr memory_ledger activations(const training& t, const activation_options&
             "every attention, sized to the training sequence; moe.py MoE.__init__: expert_bias_E, "
             "tokens_per_expert_E",
             lifetime::persistent);
+  const detail::stage_buffers megatron = detail::megatron_moe_state(m, o, b, range);
+  add_entry(
+      ledger, "Megatron's MoE routing kept to the next forward", component::buffers,
+      memory_space::device, megatron.size, megatron.count,
+      "megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: "
+      "self.probs, self.routing_map, self.reversed_local_input_permutation_mapping; "
+      "moe_utils.py save_to_aux_losses_tracker, MoEAuxLossAutoScaler.main_loss_backward_scale",
+      lifetime::persistent);
   // Under activation offload the loss's tensors stay on the GPU (read first in backward;
   // torchtune's loss is outside OffloadActivations). Two where one micro-batch's are held: norm and
   // head inputs with labels, then cross_entropy's log-probabilities (as timeline and replay do).

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Whose module code runs the model: Hugging Face's, or a framework's own Llama 3 (torchtitan,
-// torchtune, litgpt, Megatron-Core with Transformer Engine) and torchtitan's Qwen3, and what each
-// does unlike Hugging Face's in the tensors a block saves, with the files that say so
-// (docs/sources.md#model-code).
+// torchtune, litgpt, Megatron-Core with Transformer Engine), torchtitan's Qwen3 and Megatron's
+// MoE layer, and what each does unlike Hugging Face's in the tensors a block saves, with the files
+// that say so (docs/sources.md#model-code).
 #pragma once
 
 #include <string>
@@ -15,7 +15,8 @@ namespace vramfit {
 
 /// Whose module code runs the model, for what each block's operators save. Each is modelled for
 /// a dense Llama 3 (RMSNorm, SwiGLU, rotary, grouped-query attention) trained in full, torchtitan
-/// also for its Qwen3, dense and MoE; what differs from Hugging Face's is read in each code's
+/// also for its Qwen3, dense and MoE, Megatron-Core also for QK norms and its MoE layer as its
+/// Mixtral recipe runs it; what differs from Hugging Face's is read in each code's
 /// files (docs/sources.md#model-code).
 enum class model_code : unsigned char {
   hf,  ///< Hugging Face transformers' modeling_<family>.py
@@ -33,7 +34,8 @@ enum class model_code : unsigned char {
   litgpt,
   /// Megatron-Core's Transformer Engine spec (d98e8a6, TE d0067d0): fused norm-and-linear
   /// layers that keep their input, the normalized input and the rstd; fused RoPE; cuDNN attention
-  /// with grouped K and V; the fused SwiGLU keeping the gate-up output.
+  /// with grouped K and V; the fused SwiGLU keeping the gate-up output; in MoE layers the router,
+  /// the alltoall dispatcher's permute and grouped linears around a weighted SwiGLU.
   megatron_te,
 };
 
@@ -68,10 +70,17 @@ constexpr code_traits traits_of(model_code c) {
 
 /// What a model code besides Hugging Face's is modelled for.
 constexpr const char* modelled_models(model_code c) {
-  return c == model_code::torchtitan
-             ? "a Llama 3 or a Qwen3, dense or MoE (models/llama3, models/qwen3), trained in full"
-             : "a dense Llama 3 only (RMSNorm, SwiGLU, rotary positions, full attention, trained "
-               "in full)";
+  switch (c) {
+    case model_code::torchtitan:
+      return "a Llama 3 or a Qwen3, dense or MoE (models/llama3, models/qwen3), trained in full";
+    case model_code::megatron_te:
+      return "a Llama 3, or with QK norms and a softmax top-k router over routed experts only a "
+             "Qwen3 or Mixtral MoE (RMSNorm, SwiGLU, rotary positions, full attention, trained in "
+             "full)";
+    default:
+      return "a dense Llama 3 only (RMSNorm, SwiGLU, rotary positions, full attention, trained in "
+             "full)";
+  }
 }
 
 namespace rules {
@@ -92,17 +101,20 @@ constexpr bool torchtitan_qwen3(model_code c, const model& m) {
 constexpr const char* unlike_modelled(model_code c, const model& m, finetune_kind kind) {
   if (m.family != family::llama || m.is_encoder()) return "is not a Llama-family decoder";
   if (m.is_mla()) return "has MLA";
-  // torchtitan's Qwen3 MoE: a softmax router, routed experts only, in every layer.
+  // torchtitan's Qwen3 MoE and Megatron's Mixtral and Qwen3-MoE recipes: a softmax router,
+  // routed experts only, in every layer.
   const moe_config& e = m.moe;
-  if (m.is_moe() && !(torchtitan_qwen3(c, m) && e.layout != moe_layout::gpt_oss &&
-                      e.shared_experts == 0 && e.first_dense_layers == 0 && !e.router_score_bias))
+  const bool routes = torchtitan_qwen3(c, m) || c == model_code::megatron_te;
+  if (m.is_moe() && !(routes && e.layout != moe_layout::gpt_oss && e.shared_experts == 0 &&
+                      e.first_dense_layers == 0 && !e.router_score_bias))
     return "has experts";
   if (m.norm != norm_kind::rmsnorm || m.norm_plus_one || m.norms_per_layer != 2)
     return "has other norms";
   if (m.mlp != mlp_kind::swiglu) return "has another MLP";
   if (m.positions != position_kind::rotary) return "has other positions";
   if (m.sliding_window > 0) return "has a sliding window";
-  if (m.qk_norm && c != model_code::torchtitan) return "has QK norms";
+  if (m.qk_norm && c != model_code::torchtitan && c != model_code::megatron_te)
+    return "has QK norms";
   if (m.attention_sinks || m.attention_softcap || m.logit_softcap)
     return "has attention sinks or soft-capping";
   if (m.bias != bias_kind::none) return "has biases";

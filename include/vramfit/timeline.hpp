@@ -39,7 +39,7 @@ enum class layer_tensor : unsigned char {
   parallel_input_gradient,  ///< a parallel block's MLP input gradient, which waits likewise
   output_gradient,          ///< eager attention's o_proj input gradient, read by the value matmul
   stream_gradient,          ///< the residual stream's: one tensor through the layers, not one each
-  weighting_gradient,       ///< torchtitan's MoE weighting's fp32 gradients, before the experts'
+  weighting_gradient,       ///< an MoE combine's gradients, before the experts'
   dequantized,              ///< a 4-bit weight's compute-format copy for one matmul (bitsandbytes)
   dequantize_scales,        ///< the fp32 absmax beside it in forward
 };
@@ -232,10 +232,11 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
   visit(layer_piece{
       .kind = layer_tensor::parallel_input_gradient, .part = 1, .size = w.parallel_input_gradient});
   visit(layer_piece{.kind = layer_tensor::stream_gradient, .size = w.stream_gradient});
-  visit(layer_piece{.kind = layer_tensor::weighting_gradient,
-                    .part = 1,
-                    .size = bytes{w.weighting.count / 3},
-                    .count = 3});
+  if (w.weighting_tensors > 0)
+    visit(layer_piece{.kind = layer_tensor::weighting_gradient,
+                      .part = 1,
+                      .size = bytes{w.weighting.count / w.weighting_tensors},
+                      .count = w.weighting_tensors});
   // bitsandbytes dequantizes for the input's gradient only when the input needs one.
   dequantized_weights d = dequantized_in_layer(t, tensors, layer);
   if (!input_grad) d.weight[0][0] = bytes{};
@@ -270,7 +271,7 @@ struct layer_pattern {
   bytes value_gradient{}, parallel_input_gradient{};
   bytes output_gradient{};     ///< eager attention's o_proj input gradient
   bytes stream_gradient{};     ///< the residual stream's (step_writer::stream_gradient)
-  bytes weighting_gradient{};  ///< torchtitan's MoE weighting (layer_backward_working::weighting)
+  bytes weighting_gradient{};  ///< an MoE's combine (layer_backward_working::weighting)
   bytes dequantized[2][2]{};   ///< [layer_part][output linear] (dequantized_in_layer)
   bytes dequantize_scales{};
 };
@@ -888,10 +889,10 @@ struct step_writer {
     selective.selective = 1;
     if (!p.full)
       add("recomputed by selective recompute", layer_saved, p.selective[part], selective);
-    if (part) {  // torchtitan's MoE weights its experts' outputs in fp32 after w2
-      add("MoE weighting backward (fp32 gradients)", e.working, p.weighting_gradient,
+    if (part) {  // an MoE's combine comes after its experts (torchtitan's fp32 weighting)
+      add("MoE combine backward", e.working, p.weighting_gradient,
           pieces_of(layer_tensor::weighting_gradient));
-      add("MoE weighting backward (fp32 gradients)", e.working, -p.weighting_gradient,
+      add("MoE combine backward", e.working, -p.weighting_gradient,
           pieces_of(layer_tensor::weighting_gradient));
     }
     new_gradients(

@@ -1292,8 +1292,8 @@ TEST_CASE("torchtitan's MoE backward: the fp32 weighting first, then the experts
   }
   const std::int64_t working = N * (3 * F + h) * 2, third = working / 3;
   const std::vector<std::pair<std::string, std::int64_t>> expected{
-      {"MoE weighting backward (fp32 gradients)", 3 * 4 * N * h},
-      {"MoE weighting backward (fp32 gradients)", -3 * 4 * N * h},
+      {"MoE combine backward", 3 * 4 * N * h},
+      {"MoE combine backward", -3 * 4 * N * h},
       {"MLP output linear: weight gradients", 128 * h * F * 2},
       {"MLP output linear: input freed", -(2 * N * F + 4 * N * h)},
       {"MLP backward working set", third},
@@ -1304,7 +1304,84 @@ TEST_CASE("torchtitan's MoE backward: the fp32 weighting first, then the experts
   // Hugging Face's packed experts weight in the routing weights' format inside their own
   // grouped_mm_experts_forward: no such step before the experts' backward.
   for (const timeline_event& e : step_timeline_of(t, {.micro_batch = 1, .sequence = 4096}).events)
-    CHECK(std::string(e.what).find("MoE weighting") == std::string::npos);
+    CHECK(std::string(e.what).find("MoE combine") == std::string::npos);
+}
+
+TEST_CASE("Megatron-Core's MoE layer: router, permute, grouped linears, weighted SwiGLU") {
+  // Mixtral-8x7B as Megatron's Mixtral recipe runs it (tests/validation E21), bf16, 1 x 4,096
+  // tokens: h 4,096, 32 query and 8 KV heads of 128, 8 experts of F = 14,336, top 2.
+  constexpr std::int64_t h = 4096, q = 32, kv = 8, d = 128, E = 8, K = 2, F = 14336, T = 4096;
+  const model& m = models::mixtral_8x7b::value;
+  const activation_options o{.micro_batch = 1, .sequence = T, .code = model_code::megatron_te};
+  bytes sum{};
+  for (const saved_tensor& x : layer_saved_tensors(m, pure<bf16>::value, o, layout{}, true)) {
+    INFO(x.name << " <- " << x.source);
+    CHECK(std::string(x.source).find("modeling_") == std::string::npos);
+    sum += x.size;
+  }
+  // Per token: the attention half as in the dense layer (the fused norm-and-linear's input, rstd
+  // and normalized output; Q, K, V and the output, the fp32 log-sum-exp); TENorm's input and rstd
+  // and the router's input, its norm output (2h + 4 + 2h); the int64 top-k ids (8K), their fp32
+  // softmax (4K), the aux loss's fp32 softmax (4E), the int64 argsort of the [E, T] routing map
+  // (8E); per routed row the tokens (2h), the probability (2), fc1's output (4F) and the weighted
+  // SwiGLU's (2F). Per layer: TE's RNG state, the tokens per expert and the 0-dim aux loss, one
+  // 512 B block each.
+  const std::int64_t attention = (2 * h + 4 + 2 * h) + 2 * (2 * q + 2 * kv) * d + 4 * q;
+  const std::int64_t router = (2 * h + 4 + 2 * h) + 8 * K + 4 * K + 4 * E + 8 * E;
+  const std::int64_t row = 2 * h + 2 + 4 * F + 2 * F;
+  CHECK(attention + router + K * row == 241'924);
+  CHECK(sum == bytes{241'924 * T + 3 * 512});
+
+  // Backward meets the unpermute first: scatter_add_'s gather and the combine split's cat, two
+  // [N, h] for N = 8,192 routed rows, gone before fc2's packed weight gradient (E x h x F x 2 B);
+  // then fc2's input goes, and the working set: fc2's dgrad [N, F], the weighted SwiGLU's input
+  // gradient [N, 2F] and the probabilities' [N] (traced: the step's peak at
+  // weighted_swiglu_back in megatron-te-mixtral-bf16-sdpa-v256-s128-sgd-foreach).
+  constexpr std::int64_t N = T * K;
+  model one = m;
+  one.layers = 1;
+  std::vector<std::pair<std::string, std::int64_t>> mlp;
+  for (const timeline_event& e :
+       step_timeline_of(training{one, pure<bf16>::value, adamw<>::value}, o).events) {
+    const std::string what = e.what;
+    if (e.phase != step_phase::backward) continue;
+    if (what == "MLP weight gradients") break;
+    if (what.starts_with("MoE") || what.starts_with("MLP")) mlp.emplace_back(what, e.delta.count);
+  }
+  const std::int64_t working = N * (3 * F + 1) * 2, third = working / 3;
+  const std::vector<std::pair<std::string, std::int64_t>> expected{
+      {"MoE combine backward", 2 * 2 * N * h},
+      {"MoE combine backward", -2 * 2 * N * h},
+      {"MLP output linear: weight gradients", E * h * F * 2},
+      {"MLP output linear: input freed", -2 * N * F},
+      {"MLP backward working set", third},
+      {"MLP backward working set", working - third},
+      {"MLP backward working set", -third},
+      {"MLP backward working set", -(working - third)}};
+  CHECK(mlp == expected);
+
+  // The dispatcher keeps its last routing to the layer's next forward: bf16 probabilities and
+  // the bool map [T, E], the int64 [T K] mapping, each layer; the aux loss tracker's fp32
+  // [layers] and the loss scale [1], one block each.
+  bool found = false;
+  for (const memory_entry& e : activations(training{m, pure<bf16>::value, adamw<>::value}, o))
+    if (std::string(e.name) == "Megatron's MoE routing kept to the next forward") {
+      found = true;
+      CHECK(e.lifetime == lifetime::persistent);
+      CHECK(e.size == bytes{(2 * T * E + T * E + 8 * T * K) * 32 + 2 * 512});
+      CHECK(e.tensors == 3 * 32 + 2);
+    }
+  CHECK(found);
+
+  // Only its softmax router over routed experts is modelled.
+  model shared = m;
+  shared.moe.shared_experts = 1;
+  CHECK_THROWS_WITH(layer_saved_tensors(shared, pure<bf16>::value, o, layout{}, true),
+                    doctest::Contains("model code megatron-te is modelled for a Llama 3, or with "
+                                      "QK norms and a softmax top-k router"));
+  CHECK_THROWS_WITH(
+      layer_saved_tensors(models::deepseek_v3::value, pure<bf16>::value, o, layout{}, true),
+      doctest::Contains("DeepSeek-V3 has MLA"));
 }
 
 TEST_CASE("torchtitan keeps a RoPE cache in every attention, sized to the training sequence") {

@@ -2601,6 +2601,12 @@ class MegatronSelfAttention(nn.Module):  # transformer/attention.py SelfAttentio
             cfg.hidden, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, cfg.rms_eps)
         self.core_attention = MegatronTEDotProductAttention(cfg.head_dim)
         self.linear_proj = MegatronTERowParallelLinear(cfg.heads * cfg.head_dim, cfg.hidden)
+        self.qk_layernorm = cfg.qk_norm
+        if self.qk_layernorm:  # --qk-layernorm (Qwen3): SelfAttention.__init__ builds q_layernorm and
+            # k_layernorm after linear_qkv: TENorm over hidden_size_per_attention_head (TESpecProvider
+            # layer_norm(for_qk=True), TE >= 1.9: te.pytorch.RMSNorm)
+            self.q_layernorm = MegatronTENorm(cfg.head_dim, eps=cfg.rms_eps)
+            self.k_layernorm = MegatronTENorm(cfg.head_dim, eps=cfg.rms_eps)
 
     def forward(self, hidden_states, rotary_pos_emb):
         # get_query_key_value_tensors (SplitAlongDim is None: TE has no
@@ -2611,6 +2617,10 @@ class MegatronSelfAttention(nn.Module):  # transformer/attention.py SelfAttentio
         query, key, value = torch.split(mixed_qkv, [r * self.hn, self.hn, self.hn], dim=3)
         query = query.reshape(query.size(0), query.size(1), -1, self.hn)  # a copy when ng > 1
         del mixed_qkv
+        if self.qk_layernorm:  # q_layernorm, then k_layernorm (_TERMSNormOp: input_.contiguous(),
+            # so K, a strided view of linear_qkv's output, is copied and that copy is saved)
+            query = self.q_layernorm(query)
+            key = self.k_layernorm(key)
         # apply_rotary_pos_emb with apply_rope_fusion: TE FusedRoPEFunc on query, then key
         query = _TEFusedRoPE.apply(query, rotary_pos_emb)
         key = _TEFusedRoPE.apply(key, rotary_pos_emb)
@@ -2671,10 +2681,16 @@ def megatron_bias_dropout_add(x_with_bias, residual, prob, training):
 
 
 class MegatronTELayer(FrameworkLayer):  # transformer/transformer_layer.py TransformerLayer
-    def __init__(self, cfg, layer_idx):
+    def __init__(self, cfg, layer_idx, moe_state=None):
         super().__init__()
         self.self_attention = MegatronSelfAttention(cfg)  # input_layernorm: IdentityOp (fused)
-        self.mlp = MegatronMLP(cfg)  # pre_mlp_layernorm: IdentityOp (fused into linear_fc1)
+        self.moe = cfg.moe_experts > 0
+        if self.moe:  # E21. gpt_layer_specs.py: pre_mlp_layernorm = TENorm(has_residual=True) when
+            # num_experts (fused_residual_rmsnorm off: te.pytorch.RMSNorm), mlp = MoELayer
+            self.pre_mlp_layernorm = MegatronTENorm(cfg.hidden, eps=cfg.rms_eps)
+            self.mlp = MegatronMoELayer(cfg, layer_idx + 1, moe_state)  # layer_number is 1-based
+        else:
+            self.mlp = MegatronMLP(cfg)  # pre_mlp_layernorm: IdentityOp (fused into linear_fc1)
         self.hidden_dropout = cfg.dropout
 
     def forward(self, hidden_states, rotary_pos_emb):
@@ -2683,7 +2699,11 @@ class MegatronTELayer(FrameworkLayer):  # transformer/transformer_layer.py Trans
         hidden_states = megatron_bias_dropout_add(attention_output_with_bias, residual, self.hidden_dropout,
                                                   self.training)
         residual = hidden_states
-        mlp_output_with_bias = self.mlp(hidden_states)
+        if self.moe:  # _forward_mlp: _pre_mlp_layernorm_and_residual, then _run_mlp
+            pre_mlp_layernorm_output = self.pre_mlp_layernorm(hidden_states)
+            mlp_output_with_bias = self.mlp(pre_mlp_layernorm_output)
+        else:
+            mlp_output_with_bias = self.mlp(hidden_states)
         hidden_states = megatron_bias_dropout_add(mlp_output_with_bias, residual, self.hidden_dropout,
                                                   self.training)
         return hidden_states  # make_viewless_tensor: not a view, returned as is
@@ -2813,12 +2833,488 @@ def megatron_language_model_loss(logits, labels, vocab_size):
     return torch.sum(losses * loss_mask.view(-1)) / loss_mask.sum()
 
 
+# --------------------------------------------------------------------------------------------
+# E21: Megatron-Core's MoE layer with Transformer Engine (Megatron-LM d98e8a6, TransformerEngine
+# d0067d0), as Megatron's Mixtral recipe trains it (examples/mixtral/train_mixtral_8x7b_distributed.sh:
+# --moe-grouped-gemm, --moe-token-dispatcher-type alltoall, --moe-router-load-balancing-type
+# aux_loss, --moe-aux-loss-coeff 1e-2, --swiglu (bias_activation_fusion from bias_swiglu_fusion),
+# --disable-bias-linear, --bf16) at EP 1, TP 1, no sequence parallelism. Everything else is
+# TransformerConfig's default: moe_router_dtype None (bf16 logits), moe_router_score_function
+# "softmax" after top-k (moe_router_pre_softmax False), no z-loss, no input jitter, no capacity
+# factor (dropless), moe_permute_fusion False (the torch permute/unpermute), moe_router_fusion
+# False, moe_use_grouped_tensor False (GroupedLinear's split-quantize path), no shared experts,
+# no delay_wgrad_compute; gradient_accumulation_fusion off as for the dense layers (plain
+# parameters, torch's optimizer). Qwen3-MoE's recipe (examples/rl/model_configs/qwen3_30b_a3b_moe.sh)
+# is the same with --moe-aux-loss-coeff 1e-3 and --qk-layernorm. Files:
+# megatron/core/transformer/moe/{moe_layer.py,router.py,moe_utils.py,token_dispatcher.py,
+# experts.py,moe_logging.py}, core/fusions/fused_bias_swiglu.py, core/tensor_parallel/mappings.py,
+# core/pipeline_parallel/schedules.py; TE pytorch/module/grouped_linear.py _GroupedLinear,
+# pytorch/module/_split_quantization.py _split_quantize, pytorch/cpp_extensions/gemm.py.
+# --------------------------------------------------------------------------------------------
+MEGATRON_MOE_AUX_LOSS_COEFF = {"mixtral": 1e-2, "qwen3_moe": 1e-3}  # the recipes' --moe-aux-loss-coeff
+
+
+class MegatronMoEState:
+    """Process-wide MoE state: moe_logging.py get_moe_metrics_tracker() (record: one fp32
+    [num_layers] zeros per metric name at its first record, kept; clear() zeroes it in place) and
+    moe_utils.py MoEAuxLossAutoScaler.main_loss_backward_scale (set by set_loss_scale: the first
+    tensor is kept, later ones are copy_-ed into it)."""
+
+    def __init__(self):
+        self.metrics = {}
+        self.main_loss_backward_scale = None
+
+    def record(self, name, value, layer_number, num_layers):  # MoEMetricsTracker.record
+        if name not in self.metrics:
+            self.metrics[name] = torch.zeros(num_layers)  # torch.zeros(num_layers, device=value.device)
+        self.metrics[name][layer_number - 1] += value.detach()
+
+    def set_loss_scale(self, scale):  # MoEAuxLossAutoScaler.set_loss_scale
+        if self.main_loss_backward_scale is None:
+            self.main_loss_backward_scale = scale
+        else:
+            self.main_loss_backward_scale.copy_(scale)
+
+
+def megatron_moe_language_model_loss(state, logits, labels, vocab_size):
+    """megatron_language_model_loss, then schedules.py forward_step_calc_loss's MoE step:
+    _get_moe_loss_scale -> _compute_loss_scale (grad_scale_func None with torch's optimizer:
+    torch.ones(1)); MoEAuxLossAutoScaler.set_loss_scale(loss_scale * cp_size / num_microbatches)
+    (CP 1, one micro-batch: two more [1] fp32 tensors; the first one is kept by the state)."""
+    loss = megatron_language_model_loss(logits, labels, vocab_size)
+    loss_scale = torch.ones(1)
+    state.set_loss_scale(loss_scale * 1 / 1)
+    return loss
+
+
+class _RouterGatingLinear(torch.autograd.Function):
+    """moe_utils.py RouterGatingLinearFunction (te_general_gemm available, router_dtype the input's:
+    bf16): ctx.save_for_backward(inp, weight, bias) (the router's [s, b, h] input, the weight);
+    te_general_gemm(weight, inp.view(-1, h), router_dtype, layout "TN") -> logits [T, E];
+    output.view(s, b, E). backward: grad_input = te_general_gemm(weight, grad_output, layout "NN"),
+    grad_weight = te_general_gemm(inp, grad_output, layout "NT"), then the .to(input_dtype) and
+    .to(weight_dtype) casts (no-ops in bf16)."""
+
+    @staticmethod
+    def forward(ctx, inp, weight):
+        ctx.save_for_backward(inp, weight)
+        inp_2d = inp.view(-1, inp.shape[-1])
+        out = _te_gemm(inp_2d, weight, "general_gemm")
+        return out.view(*inp.shape[:-1], -1)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        inp, weight = ctx.saved_tensors
+        inp_2d = inp.view(-1, inp.shape[-1])
+        g2d = grad_output.view(-1, grad_output.shape[-1])
+        _te_gemm_workspace()
+        grad_input = kernel_output("general_gemm", (g2d.shape[0], weight.shape[1]), inp.dtype,
+                                   lambda: g2d.float() @ weight.detach().float())
+        grad_weight = kernel_output("general_gemm", weight.shape, weight.dtype,
+                                    lambda: g2d.float().t() @ inp_2d.detach().float())
+        return grad_input.view(inp.shape), grad_weight
+
+
+class _MoEAuxLossAutoScaler(torch.autograd.Function):
+    """moe_utils.py MoEAuxLossAutoScaler: forward saves aux_loss (0-dim fp32) and returns the
+    probs as they are; backward: torch.ones_like(aux_loss) * main_loss_backward_scale ([1]: a
+    0-dim ones, a [1] product, which the engine sums to the aux loss's 0-dim shape)."""
+
+    @staticmethod
+    def forward(ctx, output, aux_loss, state):
+        ctx.save_for_backward(aux_loss)
+        ctx.state = state
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (aux_loss,) = ctx.saved_tensors
+        scale = ctx.state.main_loss_backward_scale
+        if scale is None:  # never here: the loss function has set it
+            scale = ctx.state.main_loss_backward_scale = torch.tensor(1.0)
+        scaled_aux_loss_grad = torch.ones_like(aux_loss) * scale
+        return grad_output, scaled_aux_loss_grad, None
+
+
+class MegatronTopKRouter(nn.Module):
+    """router.py TopKRouter (Router: weight [E, h], created fp32, init_method, then
+    .to(params_dtype): bf16; add_bias_linear off: no bias). forward: apply_input_jitter (None),
+    gating (router_gating_linear), routing."""
+
+    def __init__(self, cfg, layer_number, state):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(cfg.moe_experts, cfg.hidden))
+        nn.init.normal_(self.weight, std=0.02)  # init_method_normal(init_method_std 0.02)
+        self.num_experts, self.topk = cfg.moe_experts, cfg.moe_top_k
+        self.aux_loss_coeff = MEGATRON_MOE_AUX_LOSS_COEFF[cfg.family]
+        self.layer_number, self.num_layers = layer_number, cfg.layers
+        self.state = state
+
+    def forward(self, input):
+        logits = _RouterGatingLinear.apply(input, self.weight)
+        probs, routing_map = self.routing(logits)
+        return probs, routing_map
+
+    def routing(self, logits):
+        logits = logits.view(-1, self.num_experts)
+        # apply_z_loss: moe_z_loss_coeff None, logits as they are
+        probs, routing_map = self.topk_routing_with_score_function(logits)
+        if self.training and torch.is_grad_enabled() and self.aux_loss_coeff > 0:
+            routing_map_for_aux_loss, scores_for_aux_loss = self.compute_routing_scores_for_aux_loss(logits)
+            probs = self._apply_aux_loss(probs, scores_for_aux_loss, routing_map_for_aux_loss)
+            # _apply_seq_aux_loss, _apply_global_aux_loss: coefficient 0, probs as they are
+        # _apply_expert_bias: moe_router_enable_expert_bias off
+        return probs, routing_map
+
+    def topk_routing_with_score_function(self, logits):
+        """moe_utils.py topk_routing_with_score_function (softmax, not pre-softmax, no groups,
+        no scaling factor, not fused, deterministic algorithms off): torch.topk(logits, k, dim=1,
+        sorted=True) (bf16 values, int64 indices; TopkBackward keeps the indices), torch.softmax
+        of the bf16 top-k values with dtype float32 (_to_copy, then _softmax, which keeps its fp32
+        output), probs.type_as(logits) (bf16 [T, k]), routing_probs = zeros_like(logits).scatter(1,
+        top_indices, probs) (bf16 [T, E]; ScatterBackward keeps the indices), routing_map =
+        zeros_like(logits).int().scatter(1, top_indices, 1).bool() (bool [T, E])."""
+        scores, top_indices = torch.topk(logits, k=self.topk, dim=1, sorted=True)
+        probs = softmax(scores, -1, dtype=torch.float32)
+        probs = probs.type_as(logits)
+        routing_probs = torch.zeros_like(logits).scatter(1, top_indices, probs)
+        routing_map = torch.zeros_like(logits).int().scatter(1, top_indices, 1).bool()
+        return routing_probs, routing_map
+
+    def compute_routing_scores_for_aux_loss(self, logits):
+        """moe_utils.py compute_routing_scores_for_aux_loss (softmax, not fused, no padding mask):
+        scores = torch.softmax(logits, dim=-1, dtype=float32) (fp32 [T, E], kept by _softmax);
+        torch.topk(scores, k, dim=1) (values dropped); the routing map as above."""
+        scores = softmax(logits, -1, dtype=torch.float32)
+        _, top_indices = torch.topk(scores, k=self.topk, dim=1)
+        routing_map = torch.zeros_like(logits).int().scatter(1, top_indices, 1).bool()
+        return routing_map, scores
+
+    def _apply_aux_loss(self, probs, scores_for_aux_loss, routing_map):
+        """router.py _apply_aux_loss: get_tokens_per_expert_and_token_count (routing_map.sum(dim=0),
+        int64 [E]; reduce_from_tensor_model_parallel_region over a group of 1 returns it as it is;
+        num tokens T), switch_load_balancing_loss_func (not fused): probs.sum(dim=0) (fp32 [E]),
+        torch.sum(aggregated * tokens_per_expert) (the product keeps tokens_per_expert) * coeff
+        factor; attach_and_log_load_balancing_loss: the tracker records aux_loss / coeff (a 0-dim
+        transient), MoEAuxLossAutoScaler.apply(probs, aux_loss) (calculate_per_token_loss off)."""
+        global_tokens_per_expert = routing_map.sum(dim=0)
+        num_tokens = routing_map.shape[0]
+        aggregated_probs_per_expert = scores_for_aux_loss.sum(dim=0)
+        aux_loss = torch.sum(aggregated_probs_per_expert * global_tokens_per_expert) * (
+            self.num_experts * self.aux_loss_coeff / (self.topk * num_tokens * num_tokens))
+        self.state.record("load_balancing_loss", aux_loss / self.aux_loss_coeff, self.layer_number,
+                          self.num_layers)
+        return _MoEAuxLossAutoScaler.apply(probs, aux_loss, self.state)
+
+
+def _device_to_host(t):
+    """token_dispatcher.py _maybe_dtoh_and_synchronize -> maybe_move_tensor_to_cpu:
+    tensor.to("cpu", non_blocking=True) on the side stream, a host copy (untracked here: the CPU's
+    .to("cpu") would return the tensor itself)."""
+    with HOOKS.untracked():
+        return t.detach().clone()
+
+
+def megatron_sort_chunks_by_idxs(input, split_sizes, sorted_idxs, probs=None):
+    """moe_utils.py sort_chunks_by_idxs (not fused): torch.split by the host split sizes, then
+    torch.cat of the chunks in sorted_idxs's order: a full copy even when the order is the
+    identity (EP 1, TP 1); the same for the probs."""
+    input = torch.split(input, split_sizes, dim=0)
+    output = torch.cat([input[i] for i in sorted_idxs], dim=0)
+    if probs is not None:
+        probs = torch.split(probs, split_sizes, dim=0)
+        permuted_probs = torch.cat([probs[i] for i in sorted_idxs], dim=0)
+    else:
+        permuted_probs = None
+    return output, permuted_probs
+
+
+class MegatronAlltoAllTokenDispatcher:
+    """token_dispatcher.py MoEAlltoAllTokenDispatcher at EP 1, TP 1 (a plain object, no module),
+    moe_permute_fusion off: permute_idx_device "cpu", sort_input_by_local_experts and
+    restore_output_by_local_experts host aranges (the identity at EP 1); cuda_dtoh_point
+    "before_permutation_1". It keeps self.probs, self.routing_map and
+    self.reversed_local_input_permutation_mapping until the layer's next forward."""
+
+    def __init__(self, cfg):
+        self.num_experts = self.num_local_experts = cfg.moe_experts
+        self.topk = cfg.moe_top_k
+        idx = list(range(self.num_experts))  # input_chunk_idxs.reshape(-1, E).T.ravel() at EP 1, TP 1
+        self.sort_input_by_local_experts = idx
+        self.restore_output_by_local_experts = idx
+
+    def preprocess(self, routing_map):
+        """MoEAlltoAllTokenDispatcher.preprocess (dropless, EP 1, TP 1): routing_map.sum(dim=0)
+        .long() (int64 [E]); num_out_tokens = T * topk; the counts reshaped and viewed
+        [1, E] as num_global_tokens_per_local_expert."""
+        num_local_tokens_per_expert = routing_map.sum(dim=0).long()
+        self.num_out_tokens = routing_map.size(0) * self.topk
+        num_global_tokens_per_local_expert = num_local_tokens_per_expert.reshape(self.num_experts)
+        num_tokens_per_local_expert = num_local_tokens_per_expert
+        if self.num_local_experts > 1:
+            self.num_global_tokens_per_local_expert = num_global_tokens_per_local_expert.view(
+                -1, self.num_local_experts)
+        return num_tokens_per_local_expert
+
+    def dispatch_preprocess(self, hidden_states, routing_map, probs):
+        self.hidden_shape = hidden_states.shape
+        self.probs = probs
+        self.routing_map = routing_map
+        hidden_states = hidden_states.view(-1, self.hidden_shape[-1])
+        self.tokens_per_expert = self.preprocess(self.routing_map)
+        # _maybe_dtoh_and_synchronize("before_permutation_1"): the counts to the host; the
+        # device [E] counts are freed here
+        self.tokens_per_expert = _device_to_host(self.tokens_per_expert)
+        self.num_global_tokens_per_local_expert = _device_to_host(self.num_global_tokens_per_local_expert)
+        self.hidden_shape_before_permute = hidden_states.shape
+        (permutated_local_input_tokens, permuted_probs, self.reversed_local_input_permutation_mapping) = \
+            megatron_permute(hidden_states, self.routing_map, probs, self.num_out_tokens)
+        return permutated_local_input_tokens, permuted_probs
+
+    def token_dispatch(self, permutated_local_input_tokens, permuted_probs):
+        """all_to_all over the EP group of 1: mappings.py _AllToAll.forward returns its input
+        (autograd makes a view; backward the same): no allocation, nothing saved."""
+        return permutated_local_input_tokens, permuted_probs
+
+    def dispatch_postprocess(self, global_input_tokens, global_probs):
+        """TP 1: no all-gather; num_local_experts > 1 and not drop_and_pad: sort_chunks_by_idxs
+        of the tokens and the probs (two copies)."""
+        if self.num_local_experts > 1:
+            with HOOKS.untracked():  # host tensors
+                split_sizes = self.num_global_tokens_per_local_expert.ravel().tolist()
+            global_input_tokens, global_probs = megatron_sort_chunks_by_idxs(
+                global_input_tokens, split_sizes, self.sort_input_by_local_experts, probs=global_probs)
+        tokens_per_expert = self.tokens_per_expert
+        self.tokens_per_expert = None
+        return global_input_tokens, tokens_per_expert, global_probs
+
+    def combine_preprocess(self, hidden_states):
+        """Unpermutation 2: sort_chunks_by_idxs back (a copy of the experts' output); TP 1."""
+        if self.num_local_experts > 1:
+            with HOOKS.untracked():  # host tensors
+                split_sizes = self.num_global_tokens_per_local_expert.T.ravel().tolist()
+            hidden_states, _ = megatron_sort_chunks_by_idxs(hidden_states, split_sizes,
+                                                            self.restore_output_by_local_experts)
+        return hidden_states
+
+    def token_combine(self, hidden_states):  # all_to_all over a group of 1: the input itself
+        return hidden_states
+
+    def combine_postprocess(self, permutated_local_input_tokens):
+        """Unpermutation 1: unpermute (probs None: the weighting happened in the experts), then
+        output.view(hidden_shape); no shared experts."""
+        output = megatron_unpermute(permutated_local_input_tokens, self.reversed_local_input_permutation_mapping,
+                                    restore_shape=self.hidden_shape_before_permute)
+        output = output.view(self.hidden_shape)
+        return output
+
+
+def megatron_permute(tokens, routing_map, probs, num_out_tokens):
+    """moe_utils.py permute (not fused, not drop_and_pad): routing_map.bool().T.contiguous()
+    (bool [E, T]); routing_map.reshape(-1).argsort(descending=True, stable=True) (torch 2.x:
+    sort's values and int64 indices [E * T], the values freed at once; a slice of the first
+    num_out_tokens); sorted_indices = flat_sorted % num_tokens (int64 [S]); permuted_probs =
+    probs.T.contiguous().reshape(-1)[flat_sorted] (the bf16 [E, T] copy is a transient; index
+    keeps flat_sorted, a view of the whole [E * T] indices); tokens.index_select(0,
+    sorted_indices) ([S, h]; IndexSelectBackward keeps sorted_indices)."""
+    num_tokens, hidden = tokens.shape
+    routing_map = routing_map.bool().T.contiguous()
+    if MODE == "native":
+        flat_sorted = routing_map.reshape(-1).argsort(descending=True, stable=True)
+    else:  # argsort.stable: std::get<1>(at::sort(self, stable, dim, descending)), as argsort_stable
+        values, flat_sorted = torch.sort(routing_map.reshape(-1), stable=True, descending=True)
+        del values
+    flat_sorted = flat_sorted[:num_out_tokens]
+    sorted_indices = flat_sorted % num_tokens
+    permuted_probs = probs.T.contiguous().reshape(-1)[flat_sorted]
+    permuted_input = tokens.index_select(0, sorted_indices)
+    return permuted_input, permuted_probs, sorted_indices
+
+
+def megatron_unpermute(permuted_tokens, sorted_indices, restore_shape):
+    """moe_utils.py unpermute (not fused, probs None, deterministic algorithms off):
+    torch.zeros(restore_shape) ([T, h]), scatter_add_(0, sorted_indices.unsqueeze(1).expand(-1,
+    hidden), permuted_tokens) (ScatterAddBackward keeps the index, a view of sorted_indices),
+    .to(input_dtype) (the same dtype: the tensor itself)."""
+    _, hidden = restore_shape
+    input_dtype = permuted_tokens.dtype
+    output_tokens = torch.zeros(restore_shape, dtype=permuted_tokens.dtype, device=permuted_tokens.device)
+    output_tokens.scatter_add_(0, sorted_indices.unsqueeze(1).expand(-1, hidden), permuted_tokens)
+    out = output_tokens.to(dtype=input_dtype)
+    del output_tokens, permuted_tokens, sorted_indices
+    return out
+
+
+class _TEGroupedLinear(torch.autograd.Function):
+    """TE pytorch/module/grouped_linear.py _GroupedLinear (bf16, no quantizers, no bias,
+    use_grouped_tensor False, fuse_wgrad_accumulation off, save_original_input False, no delayed
+    wgrad). forward: m_splits.tolist() (host); _split_quantize with no quantized output is
+    torch.split of the [S, in] input: views, no copy; cast_if_needed on the bf16 weights (the
+    weights themselves); _validate_or_alloc_output -> torch.empty([S, out]); general_grouped_gemm
+    (single_output: each GEMM writes its rows); ctx.save_for_backward(*inputmats (the split views),
+    *weights_fp8 (the parameters), *saved_weights (None), *biases (None)). backward:
+    grad_output.contiguous().view(-1, out) split into views; dgrad = torch.empty([S, in]) and the
+    "NN" grouped GEMM; wgrad_packed = torch.empty(E, out, in) with one view per expert returned
+    as that weight's gradient (AccumulateGrad keeps the views, so the [E, out, in] block lives as
+    the experts' .grad); the "NT" grouped GEMM; clear_tensor_data(*inputmats) frees the saved
+    input. The grouped GEMM's cuBLAS workspaces (get_cublas_workspace, persistent) are not
+    emulated, as for the dense GEMMs (E17)."""
+
+    @staticmethod
+    def forward(ctx, inp, m_splits, *weights):
+        in_features = weights[0].shape[-1]
+        inp_view = inp.reshape(-1, in_features)
+        inputmats = torch.split(inp_view, m_splits)
+        _te_gemm_workspace()
+
+        def values():
+            return torch.cat([x.detach().float() @ w.detach().float().t() for x, w in zip(inputmats, weights)])
+
+        out = kernel_output("general_grouped_gemm", (sum(m_splits), weights[0].shape[0]), inp.dtype, values)
+        ctx.save_for_backward(*inputmats, *weights)
+        ctx.m_splits, ctx.num_gemms, ctx.inp_shape = m_splits, len(weights), inp.shape
+        return out.view(-1, *inp.shape[1:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        saved = ctx.saved_tensors
+        n = ctx.num_gemms
+        inputmats, weights = saved[:n], saved[n:]
+        grad_output_view = grad_output.contiguous().view(-1, grad_output.shape[-1])
+        grad_outputs = torch.split(grad_output_view, ctx.m_splits)
+        _te_gemm_workspace()
+        dgrad = kernel_output("general_grouped_gemm", (sum(ctx.m_splits), weights[0].shape[1]), grad_output.dtype,
+                              lambda: torch.cat([g.float() @ w.detach().float() for g, w in zip(grad_outputs, weights)]))
+        with HOOKS.label("wgrad_packed"):
+            wgrad_packed = torch.empty(n, *weights[0].shape, dtype=weights[0].dtype)
+        with HOOKS.untracked():
+            for i in range(n):
+                wgrad_packed[i].copy_(grad_outputs[i].float().t() @ inputmats[i].detach().float())
+        wgrad_list = [wgrad_packed[i] for i in range(n)]
+        del wgrad_packed
+        for t in inputmats:  # clear_tensor_data(*inputmats)
+            t.data = torch.empty(0, dtype=t.dtype)
+        return (dgrad.view(ctx.inp_shape), None, *wgrad_list)
+
+
+class MegatronTEGroupedLinear(nn.Module):
+    """extensions/transformer_engine.py TEGroupedLinear (TEColumnParallelGroupedLinear /
+    TERowParallelGroupedLinear at TP 1, is_expert): TE GroupedLinear's per-GEMM parameters
+    weight0 ... weight{E-1}, each [out, in]; forward(x, m_splits) -> (out, None)."""
+
+    def __init__(self, num_gemms, in_features, out_features):
+        super().__init__()
+        self.num_gemms = num_gemms
+        for i in range(num_gemms):
+            w = nn.Parameter(torch.empty(out_features, in_features))
+            nn.init.normal_(w, std=0.02)
+            self.register_parameter(f"weight{i}", w)
+
+    def forward(self, x, m_splits):
+        weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
+        return _TEGroupedLinear.apply(x, list(m_splits), *weights), None
+
+
+class _WeightedSwiGLUFunction(torch.autograd.Function):
+    """fusions/fused_bias_swiglu.py WeightedSwiGLUFunction (weighted_bias_swiglu_impl, bias None,
+    fp8_input_store off, no clamp): ctx.save_for_backward(input, weights) (the fc1 output
+    [S, 2F] and the probs' [S, 1] view); weighted_swiglu (jit_fuser = torch.compile) is one kernel,
+    one bf16 [S, F] output. backward: weighted_swiglu_back (compiled): the input gradient [S, 2F]
+    (its torch.cat written in place), then the weights' gradient [S, 1] (a reduction), both in
+    the input's / weights' dtype. The order of the two outputs is inductor's; taken as the
+    source's."""
+
+    @staticmethod
+    def forward(ctx, y, weights):
+        f = y.shape[-1] // 2
+
+        def values():
+            y1, y2 = torch.chunk(y.detach().float(), 2, -1)
+            return F.silu(y1) * y2 * weights.detach().float()
+
+        out = kernel_output("weighted_swiglu (torch.compile)", (y.shape[0], f), y.dtype, values)
+        ctx.save_for_backward(y, weights)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        y, weights = ctx.saved_tensors
+        with HOOKS.label("weighted_swiglu_back (torch.compile)"):
+            input_grad = torch.empty(y.shape, dtype=y.dtype)
+            weights_grad = torch.empty(weights.shape, dtype=weights.dtype)
+        with HOOKS.untracked():
+            y1, y2 = torch.chunk(y.float(), 2, -1)
+            w = weights.float()
+            gw = g.float() * w
+            sg = torch.sigmoid(y1)
+            input_grad.copy_(torch.cat((gw * sg * (1 + y1 * (1 - sg)) * y2, gw * F.silu(y1)), -1))
+            weights_grad.copy_((F.silu(y1) * y2 * g.float()).sum(-1, keepdim=True))
+        return input_grad, weights_grad
+
+
+class MegatronTEGroupedMLP(nn.Module):
+    """experts.py TEGroupedMLP (not the op-fuser path; no quantization padding; bias_activation_fusion
+    with silu and gated_linear_unit: weighted_bias_swiglu_impl): permuted_probs.unsqueeze(-1),
+    tokens_per_expert.tolist() (host), linear_fc1, the weighted SwiGLU, linear_fc2, _apply_bias
+    (no bias: the output itself)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        e = cfg.moe_experts
+        self.linear_fc1 = MegatronTEGroupedLinear(e, cfg.hidden, 2 * cfg.moe_intermediate)
+        self.linear_fc2 = MegatronTEGroupedLinear(e, cfg.moe_intermediate, cfg.hidden)
+
+    def forward(self, permuted_local_hidden_states, tokens_per_expert, permuted_probs):
+        permuted_probs = permuted_probs.unsqueeze(-1)
+        with HOOKS.untracked():  # a host tensor
+            tokens_per_expert = tokens_per_expert.tolist()
+        fc1_output, bias_parallel = self.linear_fc1(permuted_local_hidden_states, tokens_per_expert)
+        ori_shape = fc1_output.shape  # weighted_bias_swiglu_impl: input.view(-1, 2F)
+        intermediate_parallel = _WeightedSwiGLUFunction.apply(fc1_output.view(-1, ori_shape[-1]), permuted_probs)
+        output, output_bias = self.linear_fc2(intermediate_parallel, tokens_per_expert)
+        return output, None
+
+
+class MegatronMoELayer(nn.Module):
+    """moe_layer.py MoELayer.forward (custom_forward without recompute): route, preprocess
+    (dispatch_preprocess), dispatch (token_dispatch), routed_experts_compute (dispatch_postprocess,
+    experts, combine_preprocess), combine (token_combine), postprocess (combine_postprocess; no
+    shared experts). custom_forward's own names keep the permuted tokens [S, h] and probs [S]
+    (`hidden_states`, `probs`) until it returns. Submodules in MoELayer.__init__'s order: router,
+    (token_dispatcher), experts."""
+
+    def __init__(self, cfg, layer_number, state):
+        super().__init__()
+        self.router = MegatronTopKRouter(cfg, layer_number, state)
+        self.token_dispatcher = MegatronAlltoAllTokenDispatcher(cfg)
+        self.experts = MegatronTEGroupedMLP(cfg)
+
+    def routed_experts_compute(self, hidden_states, probs):
+        dispatched_input, tokens_per_expert, permuted_probs = self.token_dispatcher.dispatch_postprocess(
+            hidden_states, probs)
+        expert_output, mlp_bias = self.experts(dispatched_input, tokens_per_expert, permuted_probs)
+        output = self.token_dispatcher.combine_preprocess(expert_output)
+        return output, mlp_bias
+
+    def forward(self, hidden_states):
+        probs, routing_map = self.router(hidden_states)  # route
+        hidden_states, probs = self.token_dispatcher.dispatch_preprocess(hidden_states, routing_map, probs)
+        dispatched_input, probs = self.token_dispatcher.token_dispatch(hidden_states, probs)  # dispatch
+        output, mlp_bias = self.routed_experts_compute(dispatched_input, probs)
+        output = self.token_dispatcher.token_combine(output)  # combine
+        output = self.token_dispatcher.combine_postprocess(output)  # postprocess
+        return output, mlp_bias
+
+
 class MegatronTEModel(nn.Module):  # models/gpt/gpt_model.py GPTModel + transformer_block.py
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)  # VocabParallelEmbedding, TP 1
-        self.layers = nn.ModuleList([MegatronTELayer(cfg, i) for i in range(cfg.layers)])
+        # E21: the process-wide MoE state (the metrics tracker, MoEAuxLossAutoScaler's scale), one per
+        # model here so that every traced case starts as a fresh training process
+        self.moe_state = MegatronMoEState() if cfg.moe_experts else None
+        self.layers = nn.ModuleList([MegatronTELayer(cfg, i, self.moe_state) for i in range(cfg.layers)])
         self.norm = MegatronTENorm(cfg.hidden, eps=cfg.rms_eps)  # final_layernorm: TENorm
         # rotary_pos_embedding.py RotaryEmbedding: inv_freq a plain attribute (no buffer)
         d = cfg.head_dim
@@ -2862,6 +3358,8 @@ class MegatronTEForCausalLM(FrameworkForCausalLM):
         self.model = self.model_class(cfg)
         self.lm_head = MegatronOutputLayer(cfg.hidden, cfg.vocab)
         self.loss_function = megatron_language_model_loss
+        if cfg.moe_experts:  # E21: forward_step_calc_loss then sets MoEAuxLossAutoScaler's scale
+            self.loss_function = partial(megatron_moe_language_model_loss, self.model.moe_state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -4559,6 +5057,9 @@ class VisionTransformer(nn.Module):
 def build_model(cfg):
     if cfg.code == "torchtitan":  # torchtitan's current Llama 3 and Qwen3, dense or MoE
         assert cfg.family == "llama" or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family
+        return MODEL_CODES[cfg.code](cfg)
+    if cfg.code == "megatron-te" and cfg.moe_experts:  # E21: Megatron-Core's MoE layer in every layer
+        assert cfg.family == "mixtral" or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family
         return MODEL_CODES[cfg.code](cfg)
     if cfg.code != "hf":
         assert cfg.family == "llama", "the model codes are modelled for a dense Llama 3"

@@ -522,6 +522,15 @@ CASES = [
          code="megatron-te", max_positions=64),
     case("megatron-te-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
          code="megatron-te", seq=128, vocab=256, max_positions=128),
+    # Megatron-Core's MoE layer (E21) as its Mixtral recipe trains it: TopKRouter with the aux loss,
+    # the alltoall dispatcher at EP 1 (torch permute), TEGroupedMLP (TE GroupedLinear, weighted
+    # SwiGLU); and Qwen3-MoE's (--qk-layernorm, aux loss 1e-3)
+    case("megatron-te-mixtral-bf16-sdpa-adamw-foreach", MIXTRAL, "bf16", "adamw", "foreach", attn="sdpa",
+         code="megatron-te", max_positions=64),
+    case("megatron-te-mixtral-bf16-sdpa-v256-s128-sgd-foreach", MIXTRAL, "bf16", "sgd", "foreach", attn="sdpa",
+         code="megatron-te", seq=128, vocab=256, max_positions=128),
+    case("megatron-te-qwen3moe-bf16-sdpa-adamw-foreach", QWEN3MOE, "bf16", "adamw", "foreach", attn="sdpa",
+         code="megatron-te", max_positions=64),
     # Mixtral with transformers 5's packed experts: grouped_mm (the default) with eager attention and
     # with SDPA, under AMP (the experts in fp32: _grouped_mm is not autocast-enabled), with a small
     # vocabulary where the layers decide the peak, and the experts' own loop ("eager")
@@ -648,6 +657,10 @@ EMULATIONS = {
            "rstd) and _fused_rms_norm_backward (dX, then dgamma)",
     "E20": "torchtitan's deterministic_scatter_add custom op: the out-of-place scatter_add result, saving the index; "
            "backward gather of grad_output [N, D]; the accumulating index_put_'s sort buffers not emulated",
+    "E21": "Megatron-Core's MoE layer with TE (megatron-te on MoE configs): router_gating_linear (te_general_gemm), "
+           "top-k softmax routing with the aux loss, the alltoall dispatcher's torch permute / sort_chunks / "
+           "unpermute at EP 1, TE GroupedLinear (split views saved, one [S, out] output; dgrad, one packed "
+           "[E, out, in] wgrad), the compiled weighted SwiGLU; device-to-host counts untracked",
 }
 
 
@@ -682,6 +695,10 @@ def describe(c):
     }
     if c.get("qlora"):  # the layers' linears in NF4 with double quantization (bitsandbytes, E16)
         d["qlora"] = True
+    if cfg.code == "megatron-te" and cfg.moe_experts:  # E21: Megatron-Core's MoELayer
+        d["moe"].update(implementation="te_grouped_linear", router="megatron_topk", dispatcher="alltoall",
+                        permute_fusion=False, score_function="softmax", pre_softmax=False,
+                        aux_loss_coeff=sm.MEGATRON_MOE_AUX_LOSS_COEFF[m["family"]])
     if m["family"] == "gpt_oss":  # what only gpt-oss has (other families' descriptions unchanged)
         d["norm"], d["mlp"] = "rmsnorm", "gpt_oss_glu"  # (up + 1) * gate * sigmoid(1.702 gate), clamped at 7
         d["moe"].update(router="gpt_oss", bias=True, transposed=True)
