@@ -606,6 +606,8 @@ class block_builder {
   /// LoRA: the base (embeddings, linears, norms and head) is frozen.
   [[nodiscard]] constexpr bool frozen_base() const { return frozen_base_; }
   [[nodiscard]] constexpr bool autocasts() const { return autocast_; }
+  /// Bits of a LoRA adapter's weights (and of what it computes without autocast).
+  [[nodiscard]] constexpr std::int64_t adapter_bits() const { return adapter_bits_; }
   /// LoRA over transformers 5's MoE layers: no adapter reaches the router or the experts.
   [[nodiscard]] constexpr bool packed_moe() const { return f_.lora.packed_moe; }
   [[nodiscard]] constexpr model_code code() const { return o_.code; }
@@ -1364,19 +1366,33 @@ constexpr forward_transients moe_forward_transients(const model& m, const activa
   if (o.code == model_code::megatron_te) {
     // At the combine's copy: the permuted tokens (index_select, held by MoELayer.forward to its
     // return) and probabilities, the fc2 output and token_dispatcher.py combine_preprocess's
-    // sort_chunks_by_idxs copy of it (tests/validation E21).
-    for (int copy = 0; copy < 3; ++copy) add(checked_mul(rows, h), b.beta());
-    add(rows, b.beta());
+    // sort_chunks_by_idxs copy of it (tests/validation E21). Across EP ranks the dispatch's
+    // all-to-alls return new tokens and probabilities (tensor_parallel/mappings.py
+    // _AllToAll.forward: input.new_empty(...)), which MoELayer.forward holds as dispatched_input
+    // beside the sorted copy the experts keep; with one expert a rank there is no such copy, and
+    // the all-to-all's output is what fc1 keeps. Read in the code, not traced.
+    const bool exchanged = l.expert > 1 && local > 1;
+    for (int copy = 0; copy < (exchanged ? 4 : 3); ++copy) add(checked_mul(rows, h), b.beta());
+    for (int copy = 0; copy < (exchanged ? 2 : 1); ++copy) add(rows, b.beta());
     return t;
   }
   if (torchtitan_qwen3(o.code, m)) {
+    // Across EP ranks (AllToAllTokenDispatcher.combine, read in the code at b5bcd76, not traced)
+    // in fp32 the combine's all-to-all is the fuller point: the experts' output, _unpermute's
+    // new_empty buffer and the exchange's chunks (spmd_types _AllToAllUneven.forward).
+    if (l.expert > 1 && hidden == 32) {
+      for (int copy = 0; copy < 3; ++copy) add(checked_mul(rows, h), 32);
+      return t;
+    }
     // token_dispatcher.py LocalTokenDispatcher.combine at its weighting: torch.zeros_like(x_TD),
     // and in bf16 the experts' output, the product (.to(torch.float32) * scores) and its cast
-    // back; in fp32 (type_as(x_RD)) the product alone.
+    // back, across EP ranks also the all-to-all's output (routed_output_RD, rebound only after
+    // the weighting); in fp32 (type_as(x_RD)) the product alone.
     add(checked_mul(tokens, h), hidden);
     if (hidden == 16) add(checked_mul(rows, h), 16);
     add(checked_mul(rows, h), 32);
     if (hidden == 16) add(checked_mul(rows, h), 16);
+    if (hidden == 16 && l.expert > 1) add(checked_mul(rows, h), 16);
     return t;
   }
   if (o.experts == experts_implementation::eager) {
@@ -1525,6 +1541,13 @@ constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layo
           "torchtitan models/common/moe.py GroupedExperts.forward: w1_EFD.bfloat16(), "
           "w3_EFD.bfloat16(), w2_EDF.bfloat16()",
           checked_mul(checked_mul(3 * local, width), h), 16);
+  // Across EP ranks the received rows are put in local expert order by an index the gather keeps
+  // (read in the code at b5bcd76, not traced).
+  if (l.expert > 1)
+    b.add("received rows' expert order (int64, expert parallelism)",
+          "torchtitan models/common/token_dispatcher.py AllToAllTokenDispatcher._permute: "
+          "routed_input_RD[permuted_indices, :]",
+          rows, 64);
   b.add("expert inputs (gathered in expert order, bf16)",
         "torchtitan models/common/token_dispatcher.py _local_reorder: x_TD[token_indices_"
         "experts_sorted_N]; moe.py GroupedExperts.forward: x_RD.bfloat16()",
@@ -1746,6 +1769,46 @@ struct layer_backward_working {
 };
 
 namespace detail {
+/// What a QLoRA layer's recompute holds beyond the saved tensors it remakes, at its fullest point,
+/// up_proj's adapter (traced: llama-gqa-bf16-qlora-all-ckpt-nonreentrant-adamw-foreach). Under
+/// non-reentrant checkpointing the recompute starts when lora_B's backward in down_proj unpacks
+/// its input (torch/utils/checkpoint.py _checkpoint_without_reentrant_generator, early stop), so
+/// beside it are:
+/// - that adapter's incoming gradient in the adapters' format (the backward of peft's
+///   output.to(expected_dtype) and of * scaling);
+/// - the decoder layer's locals: the residual, and the MLP input, which no 4-bit linear saves
+///   (modeling_llama.py LlamaDecoderLayer.forward; bitsandbytes MatMul4Bit: ctx.tensors = (None,
+///   B));
+/// - up_proj's base output cloned, lora_B's output and its product with scaling, [tokens, ffn]
+///   each (peft tuners/lora/bnb.py Linear4bit.forward: result = result.clone(); output =
+///   lora_B(lora_A(dropout(x))) ... * scaling);
+/// less what the layer saves only later: the up output the activation's product keeps,
+/// down_proj's adapter input copy and its rank-r output. Modelled for Hugging Face's gated MLP
+/// with adapters on gate, up and down wider than the compute format, without autocast; else zero.
+constexpr bytes qlora_recompute_working(const model& m, const precision& p,
+                                        const activation_options& o, const layout& l,
+                                        const finetuning& f, bool moe_layer) {
+  if (o.recompute != recompute_kind::full || o.reentrant_checkpoint || moe_layer ||
+      f.quantized_base.payload_bits == 0 || m.mlp != mlp_kind::swiglu || m.parallel_block ||
+      o.code != model_code::hf)
+    return bytes{};
+  const block_builder b(m, p, o, l, f);
+  const std::int64_t a = b.adapter_bits(), beta = b.beta();
+  if (b.autocasts() || a <= beta || !b.adapted("gate_proj") || !b.adapted("up_proj") ||
+      !b.adapted("down_proj"))
+    return bytes{};
+  const std::int64_t stream = b.replicated(m.hidden), up = b.split(m.ffn / b.tp());
+  auto sized = [](std::int64_t elements, std::int64_t bits) {
+    return bytes_for_bits(checked_mul(elements, bits));
+  };
+  const bytes incoming = sized(stream, a);
+  const bytes locals = sized(stream, b.rho()) + sized(stream, beta);
+  const bytes adapter = sized(up, beta) + sized(up, a) * 2;
+  const bytes later = sized(up, beta) + sized(up, a) + sized(b.split(f.lora.rank), a);
+  const bytes fullest = incoming + locals + adapter;
+  return fullest > later ? fullest - later : bytes{};
+}
+
 /// The MLP backward working set of transformers 5's packed experts: the gated MLP's three
 /// gradients of a row's width (the down projection's input gradient, one per factor of the
 /// product) over every routed row under grouped_mm, in the weights' format; under eager over one

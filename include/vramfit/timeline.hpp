@@ -42,6 +42,7 @@ enum class layer_tensor : unsigned char {
   weighting_gradient,       ///< an MoE combine's gradients, before the experts'
   dequantized,              ///< a 4-bit weight's compute-format copy for one matmul (bitsandbytes)
   dequantize_scales,        ///< the fp32 absmax beside it in forward
+  recompute_working,        ///< what a recompute holds beside its saved tensors (QLoRA's)
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -204,12 +205,18 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
         .freed = x.freed,
         .size = x.size,
         .count = 1});
-  if (full_recompute)
+  if (full_recompute) {
     visit(layer_piece{
         .kind = layer_tensor::kept_input,
         .part = 0,
         .size = layer_activation_bytes(m, t.precision, o, l, moe, checkpoint_policy(o), t.finetune),
         .count = 1});
+    visit(
+        layer_piece{.kind = layer_tensor::recompute_working,
+                    .part = 1,
+                    .size = detail::qlora_recompute_working(m, t.precision, o, l, t.finetune, moe),
+                    .count = 1});
+  }
   // The backward's working tensors, taken as three of one size: the gated MLP's mm and two
   // products, the eager softmax's gradient, output and kernel buffer, or flash's dQ, dK, dV; the
   // first is the core's incoming gradient.
@@ -262,6 +269,7 @@ struct layer_pattern {
   bytes casts_out[2]{}, casts_rest[2]{};  ///< autocast weight copies
   bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
   bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
+  bytes recompute_working{};  ///< what its recompute holds beside them (qlora_recompute_working)
   bool full = false;
   layer_backward_working working{};  ///< with each core's incoming gradient, also apart:
   bytes core_gradient[2]{};          ///< [layer_part]
@@ -314,6 +322,9 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::kept_input:
                               p.kept_input += all;
+                              break;
+                            case layer_tensor::recompute_working:
+                              p.recompute_working += all;
                               break;
                             case layer_tensor::core_gradient:
                               p.core_gradient[part] += all;
@@ -997,6 +1008,10 @@ struct step_writer {
           kept_by_forward(p));
     if (p.full) {
       add("recomputed layer", e.recomputed, saved_total(p), pieces_of(layer_tensor::saved));
+      add("QLoRA recompute: adapter outputs and the layer's locals", e.recomputed,
+          p.recompute_working, pieces_of(layer_tensor::recompute_working));
+      add("QLoRA recompute: adapter outputs and the layer's locals", e.recomputed,
+          -p.recompute_working, pieces_of(layer_tensor::recompute_working));
       add("recomputed layer's autocast weight copies", e.casts, casts_total(p),
           pieces_of(layer_tensor::cast));
       dequantized_forward(r);

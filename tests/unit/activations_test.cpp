@@ -1267,6 +1267,25 @@ TEST_CASE("torchtitan's Qwen3, dense and MoE: what its block saves, derived by h
   const std::int64_t moe = attention(h, 32, 4, 128) + (2 * h + 4) + router + K * row;
   CHECK(moe == 197'660);
   CHECK(layer(models::qwen3_30b_a3b::value, true, 4096) == bytes{moe * 4096 + 4 * E * h + 512});
+
+  // Across 4 EP ranks (32 experts each), read in AllToAllTokenDispatcher: the gather that puts the
+  // received rows in expert order keeps its int64 index (8K a token); in forward the combine's
+  // all-to-all output (2Kh a token) stays through the weighting.
+  const training ep{models::qwen3_30b_a3b::value, pure<bf16>::value, adamw<>::value,
+                    full_finetune::value, parallel<fsdp<4>, expert_parallel<4>>::value};
+  const activation_options titan{
+      .micro_batch = 1, .sequence = 4096, .code = model_code::torchtitan};
+  bytes ep_layer{};
+  for (const saved_tensor& t : layer_saved_tensors(ep.model, ep.precision, titan, ep.layout, true))
+    ep_layer += t.size;
+  CHECK(ep_layer == bytes{(moe + 8 * K) * 4096 + 4 * E * h + 512});
+  auto forward_locals = [&titan](const training& t) {
+    for (const memory_entry& e : activations(t, titan))
+      if (std::string(e.name).starts_with("hidden states and MoE block locals")) return e.size;
+    return bytes{};
+  };
+  const training one_rank{models::qwen3_30b_a3b::value, pure<bf16>::value, adamw<>::value};
+  CHECK(forward_locals(ep) - forward_locals(one_rank) == bytes{2 * K * h * 4096});
 }
 
 TEST_CASE("torchtitan's MoE backward: the fp32 weighting first, then the experts") {
@@ -1373,6 +1392,22 @@ TEST_CASE("Megatron-Core's MoE layer: router, permute, grouped linears, weighted
     }
   CHECK(found);
 
+  // Across 2 EP ranks (4 experts each) the dispatch's all-to-all returns new tokens [N, h] and
+  // probabilities [N], held through the experts beside their sorted copies; across 8 (one expert a
+  // rank) there is no sorted copy, and fc1 keeps the all-to-all's output itself.
+  auto forward_locals = [&](const layout& l) {
+    for (const memory_entry& e :
+         activations(training{m, pure<bf16>::value, adamw<>::value, full_finetune::value, l}, o))
+      if (std::string(e.name).starts_with("hidden states and MoE block locals"))
+        return std::pair{e.size, e.tensors};
+    return std::pair{bytes{}, std::int64_t{0}};
+  };
+  const auto [one_rank, tensors] = forward_locals(layout{});
+  const auto [two_ranks, two_tensors] = forward_locals(parallel<ddp<2>, expert_parallel<2>>::value);
+  CHECK(two_ranks - one_rank == bytes{2 * N * h + 2 * N});
+  CHECK(two_tensors - tensors == 2);
+  CHECK(forward_locals(parallel<ddp<8>, expert_parallel<8>>::value).first == one_rank);
+
   // Only its softmax router over routed experts is modelled.
   model shared = m;
   shared.moe.shared_experts = 1;
@@ -1411,6 +1446,34 @@ TEST_CASE("torchtitan keeps a RoPE cache in every attention, sized to the traini
   const training hf{models::llama_3_8b::value, pure<bf16>::value, adamw<>::value};
   for (const memory_entry& e : activations(hf, {.micro_batch = 1, .sequence = 8192}))
     CHECK_FALSE(std::string(e.name).starts_with("torchtitan's"));
+}
+
+TEST_CASE("QLoRA's recompute holds up_proj's adapter outputs and the layer's locals") {
+  // Llama-3-8B, bf16, NF4 base, fp32 adapters of rank 16 on every linear, 1 x 4,096 tokens, each
+  // layer checkpointed without reentrance. Beside the saved tensors it remakes, the recompute
+  // holds at up_proj's adapter: down_proj's adapter gradient that started it (fp32 [T, h], 4h a
+  // token), the residual and the MLP input (2h + 2h), up_proj's cloned base output (2f), lora_B's
+  // output and its scaled copy (4f + 4f); less what it has not saved yet: the up output (2f),
+  // down_proj's fp32 input copy (4f) and its rank-16 lora_A output (4 x 16).
+  constexpr std::int64_t h = 4096, f = 14336, r = 16, T = 4096;
+  constexpr std::int64_t per_token = 4 * h + 4 * h + 2 * f + 8 * f - (2 * f + 4 * f + 4 * r);
+  static_assert(per_token == 90'048);
+  const training t{
+      models::llama_3_8b::value, pure<bf16>::value, adamw<>::value,
+      lora_finetuning(r, "all-linear", fp32::value, nf4_double_quant::value, bf16::value)};
+  activation_options o{.micro_batch = 1, .sequence = T, .recompute = recompute_kind::full};
+  auto recompute_holds = [&t](const activation_options& with) {
+    std::vector<std::int64_t> held;
+    for (const timeline_event& e : step_timeline_of(t, with).events)
+      if (std::string(e.what).starts_with("QLoRA recompute") && e.delta > bytes{})
+        held.push_back(e.delta.count);
+    return held;
+  };
+  o.reentrant_checkpoint = false;
+  CHECK(recompute_holds(o) == std::vector<std::int64_t>{per_token * T});
+  // Reentrant checkpointing recomputes the whole layer before its backward: not this.
+  o.reentrant_checkpoint = true;
+  CHECK(recompute_holds(o).empty());
 }
 
 TEST_CASE("QLoRA: bitsandbytes dequantizes a 4-bit weight for each matmul, forward and backward") {

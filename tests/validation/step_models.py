@@ -5361,6 +5361,13 @@ class _CheckpointFrame:
         self.early_stop = True
 
 
+def _wrapped_number(x):
+    """A Python scalar operand (a 0-dim float64 or int64 CPU tensor here: no model tensor is one);
+    torch >= 2.0's SavedVariable saves it without the saved-tensor hooks (saved_variable.cpp)."""
+    return x.dim() == 0 and x.device.type == "cpu" and x.dtype in (torch.float64, torch.int64) \
+        and not x.requires_grad
+
+
 def _checkpoint_without_reentrant(fn, *args, **kwargs):
     """use_reentrant=False: _checkpoint_without_reentrant_generator with early_stop=True, one
     graph task (gid) per backward."""
@@ -5385,16 +5392,22 @@ def _checkpoint_without_reentrant(fn, *args, **kwargs):
     frame.input_saver = _NoopSaveInputs.apply(dummy, kwargs, *args)
 
     def pack_hook(x):
+        if _wrapped_number(x):  # torch 2.11 SavedVariable: no saved-tensor hooks for wrapped numbers
+            return x
         holder = _Holder()
         frame.weak_holders.append(weakref.ref(holder))
         return holder
 
     def unpack_hook(holder):
+        if not isinstance(holder, _Holder):
+            return holder
         if not frame.is_recomputed:
             ctx = frame.input_saver.grad_fn
             rargs = ctx.get_args(ctx.saved_tensors)
 
             def rpack(x):
+                if _wrapped_number(x):
+                    return x
                 x = x.detach() if x.requires_grad else x
                 recomp_idx = frame.recomp_counter
                 frame.recomp_counter += 1
