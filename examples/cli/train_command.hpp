@@ -64,7 +64,7 @@ inline std::string describe(const train_options& o, const training_plan_value& p
   else if (o.model_code != model_code::hf)
     s << " | Hugging Face's model code (" << name_of(model_codes, o.model_code)
       << "'s is modelled for " << detail::modelled_models(o.model_code) << ")";
-  if (p.setup.model.is_moe())
+  if (p.setup.model.is_moe() && p.batch.code == model_code::hf)  // the others run their own
     s << " | " << name_of(experts_implementations, p.batch.experts) << " experts";
   return s.str();
 }

@@ -553,7 +553,7 @@ class block_builder {
       // Megatron's TENorm over the reshaped Q and a contiguous K (tests/validation E21).
       add(name,
           o_.code == model_code::megatron_te
-              ? "megatron/core/transformer/attention.py SelfAttention.get_query_key_value_tensors:"
+              ? "Megatron-Core transformer/attention.py SelfAttention.get_query_key_value_tensors:"
                 " self.q_layernorm(query), self.k_layernorm(key); TE RMSNorm saves its input and "
                 "rsigma"
               : "torchtitan models/common/attention.py GQAttention.forward: self.q_norm(xq_TNH), "
@@ -1581,45 +1581,50 @@ constexpr void megatron_moe_block(block_builder& b, const model& m) {
   const std::int64_t tokens = b.replicated(1), h = m.hidden, beta = b.beta();
   const std::int64_t rows = checked_mul(b.tokens(), e.top_k), width = e.expert_ffn / b.tp();
   b.add("router input (the MLP norm's output)",
-        "megatron/core/transformer/moe/moe_utils.py RouterGatingLinearFunction.forward: "
+        "Megatron-Core transformer/moe/moe_utils.py RouterGatingLinearFunction.forward: "
         "ctx.save_for_backward(inp, weight)",
         checked_mul(tokens, h), beta);
   b.add("top-k expert ids (int64)",
-        "moe_utils.py topk_routing_with_score_function: torch.topk(logits, k=topk, dim=1)",
+        "Megatron-Core transformer/moe/moe_utils.py topk_routing_with_score_function: "
+        "torch.topk(logits, k=topk, dim=1)",
         checked_mul(tokens, e.top_k), 64);
   b.add("top-k softmax (fp32)",
-        "moe_utils.py topk_routing_with_score_function: torch.softmax(scores, dim=-1, "
-        "dtype=torch.float32)",
+        "Megatron-Core transformer/moe/moe_utils.py topk_routing_with_score_function: "
+        "torch.softmax(scores, dim=-1, dtype=torch.float32)",
         checked_mul(tokens, e.top_k), 32);
   b.add("aux loss softmax (fp32)",
-        "router.py TopKRouter.aux_loss_load_balancing: torch.softmax(logits, dim=-1, "
-        "dtype=torch.float32)",
+        "Megatron-Core transformer/moe/router.py TopKRouter.aux_loss_load_balancing: "
+        "torch.softmax(logits, dim=-1, dtype=torch.float32)",
         checked_mul(tokens, e.routed_experts), 32);
   b.add_block("aux loss tokens per expert (int64)",
-              "moe_utils.py switch_load_balancing_loss_func: probs.sum(dim=0) * "
-              "tokens_per_expert (routing_map.sum(dim=0))",
+              "Megatron-Core transformer/moe/moe_utils.py switch_load_balancing_loss_func: "
+              "probs.sum(dim=0) * tokens_per_expert (routing_map.sum(dim=0))",
               e.routed_experts, 64);
   b.add_block("aux loss (0-dim fp32)",
-              "moe_utils.py MoEAuxLossAutoScaler.forward: ctx.save_for_backward(aux_loss)", 1, 32);
+              "Megatron-Core transformer/moe/moe_utils.py MoEAuxLossAutoScaler.forward: "
+              "ctx.save_for_backward(aux_loss)",
+              1, 32);
   // permute sorts the [E, T] routing map; the probabilities' index keeps the whole order.
   b.add("dispatch order (int64 argsort of the routing map)",
-        "moe_utils.py permute: routing_map.T.contiguous() ... argsort; probs.T.contiguous()"
-        "[...] keeps it",
+        "Megatron-Core transformer/moe/moe_utils.py permute: routing_map.T.contiguous() ... "
+        "argsort; probs.T.contiguous()[...] keeps it",
         checked_mul(tokens, e.routed_experts), 64);
   b.add("expert inputs (tokens in expert order)",
-        "experts.py TEGroupedMLP.forward: self.linear_fc1(permuted_local_hidden_states, ...); TE "
-        "grouped_linear.py _GroupedLinear.forward saves the input's per-expert views",
+        "Megatron-Core transformer/moe/experts.py TEGroupedMLP.forward: "
+        "self.linear_fc1(permuted_local_hidden_states, ...); TransformerEngine "
+        "module/grouped_linear.py _GroupedLinear.forward saves the input's per-expert views",
         checked_mul(rows, h), beta);
   b.add("routing probabilities in expert order",
-        "fusions/fused_bias_swiglu.py WeightedSwiGLUFunction.forward: "
+        "Megatron-Core fusions/fused_bias_swiglu.py WeightedSwiGLUFunction.forward: "
         "ctx.save_for_backward(input, weights)",
         rows, beta);
   b.add("expert fc1 output (the weighted SwiGLU's input)",
-        "fusions/fused_bias_swiglu.py WeightedSwiGLUFunction.forward: "
+        "Megatron-Core fusions/fused_bias_swiglu.py WeightedSwiGLUFunction.forward: "
         "ctx.save_for_backward(input, weights)",
         checked_mul(rows, 2 * width), beta);
   b.add("weighted SwiGLU output (fc2 input)",
-        "experts.py TEGroupedMLP.forward: self.linear_fc2(intermediate_parallel, ...)",
+        "Megatron-Core transformer/moe/experts.py TEGroupedMLP.forward: "
+        "self.linear_fc2(intermediate_parallel, ...)",
         checked_mul(rows, width), beta, {.output_linear_input = true});
 }
 
@@ -2386,7 +2391,7 @@ constexpr memory_ledger activations(const training& t, const activation_options&
   add_entry(
       ledger, "Megatron's MoE routing kept to the next forward", component::buffers,
       memory_space::device, megatron.size, megatron.count,
-      "megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: "
+      "Megatron-Core transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: "
       "self.probs, self.routing_map, self.reversed_local_input_permutation_mapping; "
       "moe_utils.py save_to_aux_losses_tracker, MoEAuxLossAutoScaler.main_loss_backward_scale",
       lifetime::persistent);
