@@ -50,8 +50,8 @@ inline constexpr framework_default torchtitan[] = {
      recipe::data_parallel},
     {"--fsdp-version", "2", "fully_shard per block: models/llama3/infra/parallelize.py apply_fsdp"},
     {"--model-code", "torchtitan",
-     "its own model code: models/llama3/model.py on models/common (attention.py, rope.py, "
-     "nn_modules.py)"},
+     "its own model code: models/llama3/model.py (models/qwen3, models/deepseek_v3) on "
+     "models/common (attention.py, rope.py, nn_modules.py, moe.py)"},
     {"--recompute", "op-sac",
      "models/llama3/train_configs/llama3_8b.toml: activation_checkpoint mode selective, "
      "selective_ac_option op"},

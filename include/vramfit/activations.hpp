@@ -790,10 +790,60 @@ constexpr void softmax_lse(block_builder& b, const activation_options& o, std::i
                 2, 64);
 }
 
+/// torchtitan's MLA (models/deepseek_v3/model.py Attention.forward at b5bcd76) with flex
+/// attention: its fused RMSNorms keep their inputs (kv_norm's a view of wkv_a's whole output)
+/// and fp32 rstd, ComplexRoPE its table's rows, the two cats Q and K, flex V (a view of wkv_b's
+/// whole output), its output (wo's input) and log-sum-exp (traced: tests/validation
+/// torchtitan-deepseek3-*). The low-rank paths are replicated under TP, the heads split.
+constexpr void torchtitan_mla_attention(block_builder& b, const model& m,
+                                        const activation_options& o, std::int64_t heads) {
+  const std::int64_t beta = b.beta(), rows = b.replicated(1);
+  const mla_config& a = m.mla;
+  const char* rstd =
+      "torchtitan models/common/nn_modules.py RMSNorm: F.rms_norm -> "
+      "_fused_rms_norm keeps input and rstd";
+  if (a.q_lora_rank > 0) {
+    b.add("wq_a output (q_norm input)", rstd, b.replicated(a.q_lora_rank), beta);
+    if (o.norm_statistics) b.add("q_norm rstd (fp32)", rstd, rows, 32);
+    b.add("wq_b input (q_norm output)",
+          "torchtitan models/deepseek_v3/model.py Attention.forward: self.wq_b(self.q_norm(q))",
+          b.replicated(a.q_lora_rank), beta);
+  }
+  b.add("wkv_a output (kept whole by kv_norm's input view)",
+        "torchtitan models/deepseek_v3/model.py Attention.forward: kv, k_pe = torch.split("
+        "self.wkv_a(x), ...); self.kv_norm(kv)",
+        b.replicated(a.kv_lora_rank + a.qk_rope_head_dim), beta);
+  if (o.norm_statistics) b.add("kv_norm rstd (fp32)", rstd, rows, 32);
+  b.add("wkv_b input (kv_norm output)",
+        "torchtitan models/deepseek_v3/model.py Attention.forward: self.wkv_b(self.kv_norm(kv))",
+        b.replicated(a.kv_lora_rank), beta);
+  b.add("rotary table rows (complex64)",
+        "torchtitan models/common/rope.py ComplexRoPE._reshape_cache: rope_cache[positions], "
+        "saved by xq_ * rope_cache and xk_ * rope_cache",
+        b.replicated(a.qk_rope_head_dim / 2), 64);
+  const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  b.add("query (cat of nope and rotated rope parts)",
+        "torchtitan models/deepseek_v3/model.py Attention.forward: q = torch.cat([q_nope, q_pe], "
+        "dim=-1)",
+        b.split(heads * qk), beta);
+  b.add("key (cat of nope and rotated rope parts)",
+        "torchtitan models/deepseek_v3/model.py Attention.forward: k = torch.cat([k_nope, "
+        "k_pe.expand(-1, k_nope.size(1), -1)], dim=-1)",
+        b.split(heads * qk), beta);
+  b.add("wkv_b output (holds V)",
+        "torchtitan models/deepseek_v3/model.py Attention.forward: k_nope, v = torch.split(kv, "
+        "...) (views of kv)",
+        b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)), beta);
+  b.add("attention output (flex output, wo input)", sources_of(o.code).attention_output,
+        b.split(heads * a.v_head_dim), beta, {.output_linear_input = true});
+  softmax_lse(b, o, heads);
+}
+
 /// DeepSeek-V2 MLA (modeling_deepseek): the low-rank paths' norms and inputs, then full-width Q
 /// and K (nope + rope parts) and V, which the attention saves, and the attention core.
 constexpr void mla_attention(block_builder& b, const model& m, const activation_options& o,
                              std::int64_t heads) {
+  if (o.code == model_code::torchtitan) return torchtitan_mla_attention(b, m, o, heads);
   const std::int64_t beta = b.beta();
   const mla_config& a = m.mla;
   if (a.q_lora_rank > 0) {
@@ -1031,8 +1081,12 @@ constexpr void attention_block(block_builder& b, const model& m, const activatio
         o.code == model_code::hf ? attention_input_source(m) : sources_of(o.code).attention_input,
         b.replicated(1), m.hidden, linears_of(m).attention);
   else
-    b.add("attention input (norm output)", attention_input_source(m), b.replicated(m.hidden),
-          b.beta());
+    b.add("attention input (norm output)",
+          o.code == model_code::torchtitan
+              ? "torchtitan models/deepseek_v3/model.py Attention.forward: self.wq_a(x), "
+                "self.wkv_a(x)"
+              : attention_input_source(m),
+          b.replicated(m.hidden), b.beta());
   if (m.is_mla()) {
     mla_attention(b, m, o, heads);
   } else {
@@ -1376,7 +1430,7 @@ constexpr forward_transients moe_forward_transients(const model& m, const activa
     for (int copy = 0; copy < (exchanged ? 2 : 1); ++copy) add(rows, b.beta());
     return t;
   }
-  if (torchtitan_qwen3(o.code, m)) {
+  if (torchtitan_moe(o.code, m)) {
     // Across EP ranks (AllToAllTokenDispatcher.combine, read in the code at b5bcd76, not traced)
     // in fp32 the combine's all-to-all is the fuller point: the experts' output, _unpermute's
     // new_empty buffer and the exchange's chunks (spmd_types _AllToAllUneven.forward).
@@ -1507,9 +1561,14 @@ constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layo
         "torch.autocast(dtype=torch.float32): self.gate(x_TD) (the weight cast too, not cached: "
         "autocast caches casts from fp32 only)",
         checked_add(b.replicated(h), bf16_weights ? checked_mul(e.routed_experts, h) : 0), 32);
-  b.add("router probabilities (fp32)",
-        "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: F.softmax(scores_TE, "
-        "dim=-1), saved for its backward",
+  // DeepSeek-V3's sigmoid keeps its output as the softmax does; its node-limited routing over
+  // expert groups keeps nothing: only topk's indices leave it (traced: torchtitan-deepseek3-*).
+  b.add(e.router_score_bias ? "router scores (fp32 sigmoid)" : "router probabilities (fp32)",
+        e.router_score_bias
+            ? "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: "
+              "torch.sigmoid(scores_TE), saved for its backward"
+            : "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: F.softmax(scores_TE, "
+              "dim=-1), saved for its backward",
         checked_mul(tokens, e.routed_experts), 32);
   // topk keeps its indices, which the gather of the scores also reads; route_norm's division
   // keeps its numerator and the [T, 1] denominator (derivatives.yaml div.Tensor).
@@ -1569,6 +1628,14 @@ constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layo
         "torchtitan models/common/token_dispatcher.py LocalTokenDispatcher.combine: "
         "routed_output_RD.to(torch.float32) * topk_scores_experts_sorted_N.reshape(-1, 1)",
         checked_mul(rows, h), 32, {.output_linear_input = true});  // its backward runs first
+  if (e.shared_experts == 0) return;
+  // DeepSeek-V3's shared experts: one FeedForward over the MLP norm's output, added to the
+  // routed output (moe.py MoE.forward: self.shared_experts(x_TD)).
+  b.add("shared experts' input (the MLP norm's output)",
+        "torchtitan models/common/moe.py MoE.forward: self.shared_experts(x_TD), "
+        "feed_forward.py FeedForward.forward: self.w1(x), self.w3(x)",
+        b.replicated(h), b.beta());
+  mlp_block(b, m, tokens, e.shared_experts * e.expert_ffn / b.tp(), "shared expert w1 output");
 }
 
 /// Megatron-Core's MoE layer (megatron/core/transformer/moe at d98e8a6, TE d0067d0) as Megatron's
@@ -1633,7 +1700,7 @@ constexpr void feed_forward_block(block_builder& b, const model& m, const activa
                                   const layout& l, bool moe_layer) {
   // Each linear reading the norm output keeps its input (under autocast its own cast); Falcon's
   // new_decoder_architecture gives the parallel MLP its own norm (ln_mlp).
-  if (moe_layer && torchtitan_qwen3(o.code, m)) {  // the router keeps its own fp32 input
+  if (moe_layer && torchtitan_moe(o.code, m)) {  // the router keeps its own fp32 input
     torchtitan_moe_block(b, m, l);
     return;
   }
@@ -1826,7 +1893,7 @@ constexpr bytes packed_experts_backward(const model& m, const activation_options
   const std::int64_t width = m.moe.expert_ffn / b.tp();
   const std::int64_t local = m.moe.routed_experts / l.expert;
   const std::int64_t gate_up = checked_mul(2 * width, m.hidden);  // one expert's
-  if (torchtitan_qwen3(o.code, m))  // the gated MLP's three gradients in bf16, beside the
+  if (torchtitan_moe(o.code, m))  // the gated MLP's three gradients in bf16, beside the
     // experts' output gradient w2's backward reads (layer_backward_working::weighting comes first)
     return bytes_for_bits(checked_mul(checked_mul(rows, 3 * width + m.hidden), 16));
   if (o.code == model_code::megatron_te)  // fc2's dgrad [rows, F], the weighted SwiGLU's input
@@ -1869,7 +1936,7 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
   w.mlp = moe_layer ? detail::packed_experts_backward(m, o, l, b)
                     : bytes_for_bits(checked_mul(checked_mul(b.tokens(), m.ffn / t), mlp_bits));
   const std::int64_t rows = checked_mul(b.tokens(), m.moe.top_k);
-  if (moe_layer && detail::torchtitan_qwen3(o.code, m)) {
+  if (moe_layer && detail::torchtitan_moe(o.code, m)) {
     w.weighting_tensors = 3;
     w.weighting = bytes_for_bits(checked_mul(rows, m.hidden * 3 * 32));
   } else if (moe_layer && o.code == model_code::megatron_te) {
@@ -2060,16 +2127,20 @@ constexpr stage_buffers torchtitan_buffers(const model& m, const activation_opti
                                            const stage_range& range) {
   if (o.code != model_code::torchtitan || range.layers == 0) return {};
   const bool qwen3 = torchtitan_qwen3(o.code, m);
-  const bytes cache = bytes_for_bits(checked_mul(
-      checked_mul(o.sequence, qwen3 ? 2 * m.head_dim : m.head_dim / 2), qwen3 ? 32 : 64));
-  bytes per_layer = cache + allocator_rounding(cache);
-  std::int64_t count = 1;
-  if (m.is_moe()) {
+  const std::int64_t rotary = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim;
+  const bytes cache = bytes_for_bits(
+      checked_mul(checked_mul(o.sequence, qwen3 ? 2 * rotary : rotary / 2), qwen3 ? 32 : 64));
+  stage_buffers s{(cache + allocator_rounding(cache)) * range.layers, range.layers};
+  if (m.is_moe()) {  // DeepSeek-V3's first layers are dense (build_mla_moe_layers)
+    const std::int64_t dense = m.moe.first_dense_layers - range.first_layer;
+    const std::int64_t moe = range.layers - (dense < 0              ? 0
+                                             : dense > range.layers ? range.layers
+                                                                    : dense);
     const bytes experts = bytes_for_bits(checked_mul(m.moe.routed_experts, 32));
-    per_layer += (experts + allocator_rounding(experts)) * 2;
-    count += 2;
+    s.size += (experts + allocator_rounding(experts)) * checked_mul(2, moe);
+    s.count += checked_mul(2, moe);
   }
-  return {per_layer * range.layers, checked_mul(count, range.layers)};
+  return s;
 }
 
 /// Megatron's MoE layers keep their dispatcher's last routing until their next forward

@@ -2086,10 +2086,12 @@ TEST_CASE(
                 "rotary positions, full attention, trained in full): Qwen3-8B has QK norms");
   CHECK(run("train -m qwen3-30b-a3b --framework torchtitan --dp 8 --fsdp full")
             .out.find("| torchtitan model code") != std::string::npos);
-  CHECK(run("train -m deepseek-v3 --framework torchtitan --dp 8 --fsdp full")
-            .out.find("Hugging Face's model code (torchtitan's is modelled for a Llama 3 or a "
-                      "Qwen3, dense or MoE (models/llama3, models/qwen3), trained in full)") !=
-        std::string::npos);
+  CHECK(run("train -m deepseek-v3 --framework torchtitan --dp 64 --ep 8 --fsdp full")
+            .out.find("| torchtitan model code") != std::string::npos);
+  CHECK(run("train -m deepseek-v2 --framework torchtitan --dp 8 --fsdp full")
+            .out.find("Hugging Face's model code (torchtitan's is modelled for a Llama 3, a "
+                      "Qwen3, dense or MoE, or a DeepSeek-V3 (models/llama3, models/qwen3, "
+                      "models/deepseek_v3), trained in full)") != std::string::npos);
   check_refusal(run("train -m llama-3-8b --model-code torchtitan --lora-rank 8"),
                 "Llama-3-8B is fine-tuned in part or with LoRA");
   check_refusal(run("train --model-code jax"), "--model-code");

@@ -1219,9 +1219,10 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
       layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, tune_code, layout{}),
       doctest::Contains("Qwen3-8B has QK norms"));
   CHECK_THROWS_WITH(
-      layer_saved_tensors(models::deepseek_v3::value, pure<bf16>::value, titan_code, layout{}),
-      doctest::Contains("model code torchtitan is modelled for a Llama 3 or a Qwen3, dense or MoE "
-                        "(models/llama3, models/qwen3), trained in full: DeepSeek-V3 has MLA"));
+      layer_saved_tensors(models::deepseek_v2::value, pure<bf16>::value, titan_code, layout{}),
+      doctest::Contains("model code torchtitan is modelled for a Llama 3, a Qwen3, dense or MoE, "
+                        "or a DeepSeek-V3 (models/llama3, models/qwen3, models/deepseek_v3), "
+                        "trained in full: DeepSeek-V2 has MLA"));
   CHECK_THROWS_WITH(layer_saved_tensors(models::mixtral_8x7b::value, pure<bf16>::value, titan_code,
                                         layout{}, true),
                     doctest::Contains("Mixtral-8x7B-v0.1 has experts"));
@@ -1230,23 +1231,25 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
       doctest::Contains("Llama-3-8B is fine-tuned in part or with LoRA"));
 }
 
+/// What one torchtitan layer of `m` saves in bf16 over `tokens` tokens on one rank, each tensor
+/// cited from torchtitan's code, none from Hugging Face's.
+static bytes torchtitan_layer_bytes(const model& m, bool moe_layer, std::int64_t tokens) {
+  const activation_options o{.micro_batch = 1, .sequence = tokens, .code = model_code::torchtitan};
+  bytes sum{};
+  for (const saved_tensor& t : layer_saved_tensors(m, pure<bf16>::value, o, layout{}, moe_layer)) {
+    INFO(t.name << " <- " << t.source);
+    CHECK(std::string(t.source).find("modeling_") == std::string::npos);
+    sum += t.size;
+  }
+  return sum;
+}
+
 TEST_CASE("torchtitan's Qwen3, dense and MoE: what its block saves, derived by hand per token") {
   // torchtitan b5bcd76 models/qwen3 in bf16, one rank. Its attention is Llama 3's (fused norms:
   // 2h + 4 each; Q, K, V, the output and the fp32 log-sum-exp) with, per head, a fused RMSNorm
   // over the contiguous copies FusedQKVLinear makes of Q and K (2d + 4 a head) and CosSinRoPE's
   // gathered fp32 cos and sin rows (2d x 4 B, where ComplexRoPE's complex64 rows are 4d).
-  auto layer = [](const model& m, bool moe_layer, std::int64_t tokens) {
-    const activation_options o{
-        .micro_batch = 1, .sequence = tokens, .code = model_code::torchtitan};
-    bytes sum{};
-    for (const saved_tensor& t :
-         layer_saved_tensors(m, pure<bf16>::value, o, layout{}, moe_layer)) {
-      INFO(t.name << " <- " << t.source);
-      CHECK(std::string(t.source).find("modeling_") == std::string::npos);
-      sum += t.size;
-    }
-    return sum;
-  };
+  const auto layer = torchtitan_layer_bytes;
   auto attention = [](std::int64_t h, std::int64_t q, std::int64_t k, std::int64_t d) {
     return (2 * h + 4) + 2 * h + 2 * (2 * q + 2 * k) * d + 4 * q + 8 * d + 2 * (q + k) * d +
            4 * (q + k);
@@ -1286,6 +1289,47 @@ TEST_CASE("torchtitan's Qwen3, dense and MoE: what its block saves, derived by h
   };
   const training one_rank{models::qwen3_30b_a3b::value, pure<bf16>::value, adamw<>::value};
   CHECK(forward_locals(ep) - forward_locals(one_rank) == bytes{2 * K * h * 4096});
+}
+
+TEST_CASE("torchtitan's DeepSeek-V3: MLA and the MoE with shared experts, derived by hand") {
+  // torchtitan b5bcd76 models/deepseek_v3 in bf16, one rank, DeepSeek-V3 (h 7168, 128 heads,
+  // q_lora_rank 1536, kv_lora_rank 512, nope 128 + rope 64, V 128). Per token, the attention:
+  // attention_norm's input and rstd (2h + 4), its output, which wq_a and wkv_a read (2h); q_norm's
+  // input (wq_a's output) and rstd, its output (wq_b's input): 2 x 2 x 1536 + 4; wkv_a's whole
+  // output, which kv_norm's input view keeps (2 x 576), kv_norm's rstd and output (4 + 2 x 512);
+  // ComplexRoPE's complex64 rows (8 x 32); the two cats, Q and K (2 x 2 x 128 x 192); wkv_b's
+  // whole output, which V's view keeps (2 x 128 x 256); flex's output, wo's input (2 x 128 x
+  // 128), and its fp32 log-sum-exp (4 x 128). Traced to the byte on a small DeepSeek-V3
+  // (tests/validation torchtitan-deepseek3-*).
+  const model& m = models::deepseek_v3::value;
+  const std::int64_t h = 7168, tokens = 4096;
+  const std::int64_t attention = (2 * h + 4) + 2 * h + (4 * 1536 + 4) + (2 * 576 + 4 + 2 * 512) +
+                                 8 * 32 + 4 * 128 * 192 + 2 * 128 * 256 + 2 * 128 * 128 + 4 * 128;
+  CHECK(attention == 234'380);
+  // The MoE layer's MLP: ffn_norm's input and rstd (2h + 4); the router as Qwen3's (its fp32
+  // input 4h, sigmoid scores 4E, top-k ids 8K, route_norm's scores and sum 4(K + 1), the argsort's
+  // order and routed tokens 16K, the scores in expert order 4K; the group-limited choice keeps
+  // nothing); per routed row the bf16 input, w1's, silu's and w3's outputs, the product and the
+  // fp32 output (2h + 8F + 4h); then the shared expert: its input, the norm's output (2h), and
+  // its SwiGLU's four tensors (8F). Per layer the router weight's fp32 cast and the int32
+  // offsets of the 256 experts (1 KiB).
+  const std::int64_t E = 256, K = 8, F = 2048;
+  const std::int64_t router = 4 * h + 4 * E + 8 * K + 4 * (K + 1) + 16 * K + 4 * K;
+  const std::int64_t moe_mlp = (2 * h + 4) + router + K * (2 * h + 8 * F + 4 * h) + 2 * h + 8 * F;
+  CHECK(moe_mlp == 550'152);
+  // The first three layers' dense FeedForward (FFN 18432): its input and SwiGLU's four tensors.
+  const std::int64_t dense_mlp = (2 * h + 4) + 2 * h + 8 * 18432;
+  CHECK(torchtitan_layer_bytes(m, false, tokens) == bytes{(attention + dense_mlp) * tokens});
+  CHECK(torchtitan_layer_bytes(m, true, tokens) ==
+        bytes{(attention + moe_mlp) * tokens + 4 * E * h + 4 * E});
+  const activation_options o{.micro_batch = 1, .sequence = tokens, .code = model_code::torchtitan};
+  // Its buffers: a complex64 RoPE cache [s, 32] in each of 61 attentions, the two fp32 [256]
+  // load-balancing buffers in each of the 58 MoE layers.
+  const training t{m, pure<bf16>::value, adamw<>::value};
+  bytes buffers{};
+  for (const memory_entry& e : activations(t, o))
+    if (std::string(e.name).starts_with("torchtitan's per-layer buffers")) buffers = e.size;
+  CHECK(buffers == bytes{61 * tokens * 32 * 8 + 58 * 2 * 1024});
 }
 
 TEST_CASE("torchtitan's MoE backward: the fp32 weighting first, then the experts") {

@@ -557,7 +557,7 @@ class Config:
     sliding_window: int = 4096  # Gemma 2: every other layer from layer 0; Mistral (Mistral-7B-v0.1's): every layer
     sliding_window_pattern: int = 6  # Gemma 3: layer i global when (i + 1) % it == 0
     code: str = "hf"  # whose Llama code: "hf", "torchtune", "litgpt", "torchtitan-2024", "megatron-te" or
-    #                   "torchtitan" (torchtitan's current Llama 3 and Qwen3, dense or MoE)
+    #                   "torchtitan" (torchtitan's current Llama 3, Qwen3 (dense or MoE) and DeepSeek-V3)
     moe_experts: int = 0  # Mixtral: num_local_experts, Qwen3-MoE: num_experts (0: a dense MLP)
     moe_top_k: int = 2  # num_experts_per_tok
     moe_intermediate: int = 0  # the experts' FFN width (0: intermediate; MixtralConfig's intermediate_size,
@@ -3510,7 +3510,9 @@ class _FlexAttention(torch.autograd.Function):
         with HOOKS.label("flex_attention"):
             lse = torch.empty((1, h, t), dtype=torch.float32)
             max_scores = torch.empty((1, h, t), dtype=torch.float32)
-            out = torch.empty_like(q)  # q's stride order ([T, N, H] underneath)
+            # q's stride order ([T, N, H] underneath), V's width (MLA's V is narrower than Q)
+            dv = v.shape[-1]
+            out = torch.empty_like(q) if dv == d else q.new_empty((t, h, dv)).transpose(0, 1).unsqueeze(0)
         with HOOKS.untracked():
             kk = k.repeat_interleave(h // kvh, dim=1).float()
             vv = v.repeat_interleave(h // kvh, dim=1).float()
@@ -3828,7 +3830,11 @@ class TitanRoutedExperts(nn.Module):
 
 class TitanTokenChoiceTopKRouter(nn.Module):
     """moe.py TokenChoiceTopKRouter.forward with Qwen3-MoE's settings (score_func "softmax",
-    route_norm True, route_scale 1.0, no expert groups): the gate under
+    route_norm True, route_scale 1.0, no expert groups) or DeepSeek-V3's (_671b: "sigmoid",
+    route_norm True, route_scale 2.5, num_expert_groups 8 of which num_limited_groups 4 kept by
+    _get_node_limited_routing_scores: unflatten, topk(2) per group, sum, topk of the groups,
+    ones_like(bool).scatter_, masked_fill(-inf), flatten; all of it dropped once the expert ids
+    are chosen, as only topk's indices leave it): the gate under
     torch.autocast(dtype=float32) (CUDA autocast, E5 with an fp32 target: linear's inputs cast to
     fp32, the bf16 weight cast not cached (the cache is for fp32 leaves cast down); the linear
     keeps the fp32 input copy [T, D] and the fp32 weight copy [E, D]), softmax (fp32 [T, E],
@@ -3842,14 +3848,30 @@ class TitanTokenChoiceTopKRouter(nn.Module):
         nn.init.normal_(self.gate.weight, std=0.02)  # _LINEAR_INIT
         self.num_experts = cfg.moe_experts
         self.top_k = cfg.moe_top_k
+        deepseek = cfg.family == "deepseek_v3"
+        self.score_func = "sigmoid" if deepseek else "softmax"
+        self.num_expert_groups = cfg.n_group if deepseek and cfg.n_group > 1 else None
+        self.num_limited_groups = cfg.topk_group
         self.route_norm = True
-        self.route_scale = 1.0
+        self.route_scale = cfg.routed_scaling_factor if deepseek else 1.0
+
+    def _get_node_limited_routing_scores(self, scores_for_choice_TE):
+        experts_per_group = self.num_experts // self.num_expert_groups
+        scores_grouped = scores_for_choice_TE.unflatten(-1, (self.num_expert_groups, experts_per_group))
+        top2_scores_in_group, _ = scores_grouped.topk(2, dim=-1)
+        group_scores = top2_scores_in_group.sum(dim=-1)
+        _, group_idx = torch.topk(group_scores, k=self.num_limited_groups, dim=-1, sorted=False)
+        group_mask = torch.ones_like(group_scores, dtype=torch.bool)
+        group_mask.scatter_(-1, group_idx, False)
+        return scores_grouped.masked_fill(group_mask.unsqueeze(-1), float("-inf")).flatten(-2)
 
     def forward(self, x_TD, expert_bias_E=None):
         with autocast(enabled=True, dtype=torch.float32):  # torch.autocast(device_type, dtype=float32)
             scores_TE = self.gate(x_TD)
-        scores_TE = softmax(scores_TE, dim=-1)
+        scores_TE = torch.sigmoid(scores_TE) if self.score_func == "sigmoid" else softmax(scores_TE, dim=-1)
         scores_for_choice_TE = scores_TE if expert_bias_E is None else scores_TE + expert_bias_E
+        if self.num_expert_groups is not None:
+            scores_for_choice_TE = self._get_node_limited_routing_scores(scores_for_choice_TE)
         _, topk_expert_ids_TK = torch.topk(scores_for_choice_TE, k=self.top_k, dim=-1, sorted=False)
         topk_scores_TK = scores_TE.gather(dim=-1, index=topk_expert_ids_TK)
         if self.route_norm:
@@ -3862,14 +3884,18 @@ class TitanTokenChoiceTopKRouter(nn.Module):
 class TitanMoE(nn.Module):
     """moe.py MoE.forward: router(x, expert_bias_E); routing_map = zeros_like(scores, bool)
     .scatter_(-1, ids, True) (a local to the return); num_local_tokens_per_expert_E =
-    routing_map.sum(0) (int64 [E]); tokens_per_expert_E.add_() under no_grad; routed_experts. No
-    shared experts (Qwen3). Buffers expert_bias_E (load_balance_coeff 1e-3) and
-    tokens_per_expert_E, fp32 [E]."""
+    routing_map.sum(0) (int64 [E]); tokens_per_expert_E.add_() under no_grad; routed_experts;
+    then DeepSeek-V3's shared experts, one FeedForward of moe_hidden_dim x num_shared_experts
+    (make_ffn_config), added to the routed output (none in Qwen3). Buffers expert_bias_E
+    (load_balance_coeff 1e-3) and tokens_per_expert_E, fp32 [E]."""
 
     def __init__(self, cfg):
         super().__init__()
         self.routed_experts = TitanRoutedExperts(cfg)
         self.router = TitanTokenChoiceTopKRouter(cfg)
+        self.shared_experts = None
+        if cfg.moe_shared_experts:
+            self.shared_experts = TitanNowFeedForward(cfg.hidden, cfg.moe_intermediate * cfg.moe_shared_experts)
         self.register_buffer("expert_bias_E", torch.zeros(cfg.moe_experts, dtype=torch.float32), persistent=True)
         self.register_buffer("tokens_per_expert_E", torch.zeros(cfg.moe_experts, dtype=torch.float32),
                              persistent=False)
@@ -3882,7 +3908,57 @@ class TitanMoE(nn.Module):
             with torch.no_grad():
                 self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
         out_TD = self.routed_experts(x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E)
+        shared_out_TD = self.shared_experts(x_TD) if self.shared_experts is not None else None
+        if shared_out_TD is not None:
+            out_TD = out_TD + shared_out_TD
         return out_TD
+
+
+class TitanMLAttention(nn.Module):
+    """models/deepseek_v3/model.py Attention.forward (MLA): q = wq_b(q_norm(wq_a(x))) (wq(x)
+    without q_lora_rank), viewed [T, N, qk] and split into q_nope and q_pe (views); kv =
+    wkv_a(x), split into kv and k_pe (views); rope(q_pe, k_pe.unsqueeze(1), positions)
+    (ComplexRoPE over qk_rope_head_dim, yarn scaling only changes the table's values); q =
+    cat([q_nope, q_pe]); kv = wkv_b(kv_norm(kv)), viewed [T, N, nope + v] and split into k_nope
+    and v (views); k = cat([k_nope, k_pe.expand(-1, N, -1)]); inner_attention (flex) with
+    softmax_scale; .contiguous() (a no-op), view(T, -1), wo. Registration: wq_a, q_norm, wq_b (or
+    wq), wkv_a, kv_norm, wkv_b, wo, inner_attention, rope."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.n_heads = cfg.heads
+        self.q_lora_rank, self.kv_lora_rank = cfg.q_lora_rank, cfg.kv_lora_rank
+        self.qk_nope_head_dim, self.qk_rope_head_dim = cfg.qk_nope_head_dim, cfg.head_dim
+        self.qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
+        self.v_head_dim = cfg.v_head_dim
+        if self.q_lora_rank == 0:
+            self.wq = nn.Linear(cfg.hidden, cfg.heads * self.qk_head_dim, bias=False)
+        else:
+            self.wq_a = nn.Linear(cfg.hidden, self.q_lora_rank, bias=False)
+            self.q_norm = TitanNowRMSNorm(self.q_lora_rank, eps=1e-5)
+            self.wq_b = nn.Linear(self.q_lora_rank, cfg.heads * self.qk_head_dim, bias=False)
+        self.wkv_a = nn.Linear(cfg.hidden, self.kv_lora_rank + self.qk_rope_head_dim, bias=False)
+        self.kv_norm = TitanNowRMSNorm(self.kv_lora_rank, eps=1e-5)
+        self.wkv_b = nn.Linear(self.kv_lora_rank, cfg.heads * (self.qk_nope_head_dim + self.v_head_dim), bias=False)
+        self.wo = nn.Linear(cfg.heads * self.v_head_dim, cfg.hidden, bias=False)
+        self.softmax_scale = self.qk_head_dim ** -0.5
+        self.rope = TitanComplexRoPE(self.qk_rope_head_dim, cfg.max_positions)
+
+    def forward(self, x, attention_masks, positions):
+        num_tokens = x.shape[0]
+        q = self.wq(x) if self.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
+        q = q.view(num_tokens, -1, self.qk_head_dim)
+        q_nope, q_pe = torch.split(q, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+        kv = self.wkv_a(x)
+        kv, k_pe = torch.split(kv, [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+        q_pe, k_pe = self.rope(q_pe, k_pe.unsqueeze(1), positions)
+        q = torch.cat([q_nope, q_pe], dim=-1)
+        kv = self.wkv_b(self.kv_norm(kv))
+        kv = kv.view(num_tokens, -1, self.qk_nope_head_dim + self.v_head_dim)
+        k_nope, v = torch.split(kv, [self.qk_nope_head_dim, self.v_head_dim], dim=-1)
+        k = torch.cat([k_nope, k_pe.expand(-1, k_nope.size(1), -1)], dim=-1)
+        output = titan_flex_attention(q, k, v, attention_masks, self.softmax_scale).contiguous()
+        return self.wo(output.view(num_tokens, -1))
 
 
 class TitanNowBlock(FrameworkLayer):
@@ -3895,8 +3971,12 @@ class TitanNowBlock(FrameworkLayer):
         super().__init__()
         qwen3 = cfg.qk_norm
         eps = cfg.rms_eps if qwen3 else 1e-5  # Qwen3's _EPS 1e-6; Llama 3's RMSNorm.Config default
-        self.attention = TitanGQAttention(cfg, TitanCosSinRoPE if qwen3 else TitanComplexRoPE)
-        self.moe_enabled = cfg.moe_experts > 0
+        if cfg.family == "deepseek_v3":  # models/deepseek_v3 DeepSeekV3TransformerBlock
+            self.attention = TitanMLAttention(cfg)
+        else:
+            self.attention = TitanGQAttention(cfg, TitanCosSinRoPE if qwen3 else TitanComplexRoPE)
+        # build_mla_moe_layers: layers below n_dense_layers get a dense FeedForward
+        self.moe_enabled = cfg.moe_experts > 0 and layer_idx >= cfg.first_k_dense_replace
         if self.moe_enabled:
             self.moe = TitanMoE(cfg)
         else:
@@ -5055,8 +5135,8 @@ class VisionTransformer(nn.Module):
 
 
 def build_model(cfg):
-    if cfg.code == "torchtitan":  # torchtitan's current Llama 3 and Qwen3, dense or MoE
-        assert cfg.family == "llama" or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family
+    if cfg.code == "torchtitan":  # torchtitan's current Llama 3, Qwen3 (dense or MoE) and DeepSeek-V3
+        assert cfg.family in ("llama", "deepseek_v3") or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family
         return MODEL_CODES[cfg.code](cfg)
     if cfg.code == "megatron-te" and cfg.moe_experts:  # E21: Megatron-Core's MoE layer in every layer
         assert cfg.family == "mixtral" or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family

@@ -518,6 +518,12 @@ CASES = [
          code="torchtitan", max_positions=64),
     case("torchtitan-qwen3moe-bf16-flex-v256-s128-sgd-foreach", QWEN3MOE, "bf16", "sgd", "foreach", attn="flex",
          code="torchtitan", seq=128, vocab=256, max_positions=128),
+    # torchtitan's DeepSeek-V3 (models/deepseek_v3 at b5bcd76): MLA with flex attention, a dense first
+    # layer, then MoE with the sigmoid group-limited router and one shared expert
+    case("torchtitan-deepseek3-bf16-flex-adamw-foreach", DEEPSEEK3, "bf16", "adamw", "foreach", attn="flex",
+         code="torchtitan", max_positions=64),
+    case("torchtitan-deepseek3-bf16-flex-v256-s128-sgd-foreach", DEEPSEEK3, "bf16", "sgd", "foreach", attn="flex",
+         code="torchtitan", seq=128, vocab=256, max_positions=128),
     case("megatron-te-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa",
          code="megatron-te", max_positions=64),
     case("megatron-te-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
