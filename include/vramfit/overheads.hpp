@@ -28,9 +28,11 @@ enum class memory_metric : unsigned char { nvidia_smi, reserved, allocated };
 /// What a process needs on a GPU besides its tensors. A value of -1 takes the default for the
 /// GPU's generation.
 struct runtime_overheads {
-  /// The CUDA context with its kernels' code. Default: 1343 MiB on Volta (HF "Model training
-  /// anatomy", V100, CUDA 11.2, measured), 512 MiB from Ampere on (CUDA >= 11.7 loads kernels
-  /// lazily, about 300 MB plus PyTorch's own kernels: pytorch/pytorch#107667; an assumption).
+  /// The process's memory outside the caching allocator: the CUDA context, the kernels' code and
+  /// cuBLAS's and cuBLASLt's handles. Default: 1343 MiB on Volta (HF "Model training anatomy",
+  /// V100, CUDA 11.2, measured), 768 MiB from Ampere on (CUDA >= 11.7 loads kernels lazily,
+  /// pytorch/pytorch#107667): measured 751 to 783 MiB in 159 training steps on an H100 and an H200
+  /// with torch 2.11 and CUDA 13.0 (docs/gpu-measurements.md), assumed on the other GPUs.
   std::int64_t cuda_context = -1;
   /// cuBLAS workspaces: PyTorch's default 4096 KiB x 2 + 16 KiB x 8 per handle and stream, and
   /// 32 MiB on Hopper and later (c10/cuda CublasHandlePool.cpp, getChosenWorkspaceSize).
@@ -102,7 +104,7 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device,
                                   const layout& l, std::optional<allocator_peaks> simulated = {},
                                   std::int64_t neighbours = -1) {
   const bool volta = device.generation == gpu_generation::volta;
-  const bytes context = o.cuda_context >= 0 ? bytes{o.cuda_context} : (volta ? 1343 : 512) * MiB;
+  const bytes context = o.cuda_context >= 0 ? bytes{o.cuda_context} : (volta ? 1343 : 768) * MiB;
   const bytes cublas =
       o.cublas_workspace >= 0
           ? bytes{o.cublas_workspace}
@@ -116,7 +118,8 @@ constexpr memory_ledger overheads(const runtime_overheads& o, const gpu& device,
   constexpr auto outside = entry_role::outside_allocator;
   add_entry(ledger, "CUDA context", component::overhead, space, context, 0,
             volta ? "HF Model training anatomy: 1343 MiB on a V100 (measured)"
-                  : "assumed 512 MiB with lazy loading (pytorch/pytorch#107667)",
+                  : "768 MiB outside the allocator with lazy loading: 751 to 783 MiB measured "
+                    "on an H100 and an H200 (torch 2.11, CUDA 13.0)",
             always, outside);
   add_entry(ledger, "cuBLAS workspace", component::overhead, space, cublas, 0,
             "PyTorch CublasHandlePool.cpp default workspace size", always, outside);

@@ -190,7 +190,7 @@ TEST_CASE("--metric: the verdict and the largest values follow the figure compar
   }
   // Context, Hopper's cuBLAS, NCCL's data-parallel communicator of 8 in a node: a 24-channel ring
   // (12 MiB each), 32 x 6 MiB of channel structures, NVLS 16 x 2 x 1 MiB x 8 + 2 MiB.
-  CHECK(outside == (512 + 32 + 288 + 192 + 258) * 1024 * 1024);
+  CHECK(outside == (768 + 32 + 288 + 192 + 258) * 1024 * 1024);
   const nlohmann::json& m = smi.at("memory");
   const std::int64_t total = m.at("total");
   CHECK(m.at("nvidia_smi") == total);
@@ -220,7 +220,7 @@ TEST_CASE("--metric: the verdict and the largest values follow the figure compar
   const nlohmann::json served = nlohmann::json::parse(run("infer -m gpt2 -f json").out);
   const nlohmann::json& sm = served.at("memory");
   CHECK(sm.at("nvidia_smi").get<std::int64_t>() - sm.at("reserved").get<std::int64_t>() ==
-        (512 + 32) * 1024 * 1024);
+        (768 + 32) * 1024 * 1024);
   CHECK(sm.at("allocated") < sm.at("reserved"));
   const nlohmann::json allocated =
       nlohmann::json::parse(run("infer -m gpt2 -f json --metric allocated").out);
@@ -1288,9 +1288,9 @@ TEST_CASE("train: the caching allocator simulated by default, the fixed share on
   const nlohmann::json& memory = j.at("memory");
   const std::int64_t reserved = memory.at("reserved"), allocated = memory.at("allocated");
   CHECK(reserved >= allocated);
-  // One GPU: the total is the allocator's reserved bytes, the CUDA context (512 MiB) and
+  // One GPU: the total is the allocator's reserved bytes, the CUDA context (768 MiB) and
   // Hopper's cuBLAS workspace (32 MiB).
-  CHECK(memory.at("total").get<std::int64_t>() == reserved + (512 + 32) * 1024 * 1024);
+  CHECK(memory.at("total").get<std::int64_t>() == reserved + (768 + 32) * 1024 * 1024);
   bool simulated_entry = false;
   for (const auto& e : j.at("entries"))
     simulated_entry |= e.at("name") == "caching allocator: reserved beyond allocated";

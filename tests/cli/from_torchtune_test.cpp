@@ -167,8 +167,9 @@ TEST_CASE("--from torchtune: each shipped config's options, and the same as expl
   // forward holds (HF's inputs_embeds, the layer input and its residual) made it 9.82 GiB, and
   // the frozen base's final norm and embedding keeping no inputs (traced) 9.79 GiB. The NF4
   // weights dequantized for each matmul (117 MiB for an MLP weight, coming and going between
-  // the layer's tensors) leave the replayed cache 372 MiB more reserved: 10.16 GiB.
-  CHECK(run("train --from torchtune " + dir + fixtures[2].file).out.find("10.16 GiB") !=
+  // the layer's tensors) leave the replayed cache 372 MiB more reserved: 10.16 GiB. The memory
+  // outside the allocator, measured at 768 MiB where 512 were assumed: 10.41 GiB.
+  CHECK(run("train --from torchtune " + dir + fixtures[2].file).out.find("10.41 GiB") !=
         std::string::npos);
 }
 

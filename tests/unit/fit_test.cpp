@@ -25,12 +25,14 @@ TEST_CASE("GPU capacities are the driver's totals, not the marketing figures") {
 
 TEST_CASE("runtime overheads follow their stated defaults") {
   const memory_ledger single = overheads({}, gpus::h100_80gb::value, 100_GiB, 1);
-  CHECK(total(single, component::overhead) == 512 * MiB + 32 * MiB + 5_GiB);
+  // 768 MiB outside the allocator (measured on an H100 and an H200), Hopper's 32 MiB cuBLAS
+  // workspace, 5 % of 100 GiB.
+  CHECK(total(single, component::overhead) == 768 * MiB + 32 * MiB + 5_GiB);
   // What each metric leaves out: nothing (nvidia-smi); the context and cuBLAS's workspace, outside
   // the caching allocator (reserved); and the 5 % reserve too (allocated).
   CHECK(not_counted(single, memory_metric::nvidia_smi) == bytes{0});
-  CHECK(not_counted(single, memory_metric::reserved) == 512 * MiB + 32 * MiB);
-  CHECK(not_counted(single, memory_metric::allocated) == 512 * MiB + 32 * MiB + 5_GiB);
+  CHECK(not_counted(single, memory_metric::reserved) == 768 * MiB + 32 * MiB);
+  CHECK(not_counted(single, memory_metric::allocated) == 768 * MiB + 32 * MiB + 5_GiB);
   const memory_ledger volta = overheads({.allocator = {.expandable_segments = true}},
                                         gpus::v100_16gb::value, bytes{100}, 8);
   // 1343 MiB context (measured on a V100), 8 MiB cuBLAS, NCCL's data-parallel ring of 8 in a

@@ -72,6 +72,7 @@ TEST_CASE("with the allocator replayed: it fits, one more does not, and nothing 
   training_plan_value p{training{models::qwen2_5_0_5b::value, mixed<bf16>::value, adamw<>::value},
                         activation_options{.micro_batch = 1, .sequence = 512}};
   p.overheads.reserve = reserve_model::simulated;
+  p.overheads.cuda_context = 512 * MiB.size;  // the boundaries below were found with 512 MiB
   auto fits_at = [&](std::int64_t micro_batch, std::int64_t sequence) {
     training_plan_value q = p;
     q.batch.micro_batch = micro_batch;
