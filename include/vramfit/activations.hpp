@@ -834,7 +834,9 @@ constexpr void torchtitan_mla_attention(block_builder& b, const model& m,
         "torchtitan models/deepseek_v3/model.py Attention.forward: k_nope, v = torch.split(kv, "
         "...) (views of kv)",
         b.split(heads * (a.qk_nope_head_dim + a.v_head_dim)), beta);
-  b.add("attention output (flex output, wo input)", sources_of(o.code).attention_output,
+  b.add("attention output (flex output, wo input)",
+        "torchtitan models/deepseek_v3/model.py Attention.forward: "
+        "self.wo(output.view(num_tokens, -1))",
         b.split(heads * a.v_head_dim), beta, {.output_linear_input = true});
   softmax_lse(b, o, heads);
 }

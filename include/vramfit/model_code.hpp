@@ -163,8 +163,9 @@ constexpr code_sources sources_of(model_code c) {
           "torchtitan models/common/rope.py ComplexRoPE.apply_rotary_emb: xk_out.type_as(key)",
           "torchtitan models/common/attention.py FusedQKVLinear.forward: xv ... .contiguous()",
           "torchtitan models/common/attention.py GQAttention.forward: self.wo(out_TD)",
-          "torch nn/attention/varlen.py _varlen_attn: ctx.save_for_backward(query, key, value, "
-          "..., out, lse, ...)",
+          "torch _higher_order_ops/flex_attention.py FlexAttentionAutogradOp.forward: "
+          "save_values_for_backward(query, key, value, out, logsumexp, ...) (torchtitan "
+          "models/common/config_utils.py get_attention_config: flex, the default)",
           "torchtitan models/common/feed_forward.py FeedForward.forward: self.w1(x), self.w3(x)",
           "torchtitan models/common/feed_forward.py FeedForward.forward: F.silu(self.w1(x))",
           "torchtitan models/common/feed_forward.py FeedForward.forward: F.silu(self.w1(x)) * "
