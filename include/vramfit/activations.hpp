@@ -2035,6 +2035,13 @@ struct stage_layers {
   std::int64_t checkpointed = 0;
 };
 
+/// How many of the stage's layers come before the model's first MoE layer (all of a dense model's).
+constexpr std::int64_t dense_layers_of_stage(const model& m, const stage_range& range) {
+  if (!m.is_moe()) return range.layers;
+  const std::int64_t dense = m.moe.first_dense_layers - range.first_layer;
+  return dense < 0 ? 0 : dense > range.layers ? range.layers : dense;
+}
+
 /// The layers of this stage, by kind (dense or MoE) and recompute policy: each kind's ledger is
 /// built once. Layers [0, dense) of the stage are dense, the rest MoE; layers [0, full) are fully
 /// recomputed: four counts in closed form, whatever the number of layers.
@@ -2045,7 +2052,7 @@ constexpr stage_layers layers_of_stage(const training& t, const activation_optio
       o.recompute == recompute_kind::selective ? recompute_kind::selective : recompute_kind::none;
   const std::int64_t n = range.layers;
   auto clamp = [n](std::int64_t x) { return x < 0 ? 0 : x > n ? n : x; };
-  const std::int64_t dense = m.is_moe() ? clamp(m.moe.first_dense_layers - range.first_layer) : n;
+  const std::int64_t dense = dense_layers_of_stage(m, range);
   const std::int64_t full = clamp(checkpointed_layers(o, n));
   const std::int64_t dense_full = dense < full ? dense : full;
   const std::int64_t count[2][2] = {{dense - dense_full, dense_full},  // [moe][full]
@@ -2134,10 +2141,7 @@ constexpr stage_buffers torchtitan_buffers(const model& m, const activation_opti
       checked_mul(checked_mul(o.sequence, qwen3 ? 2 * rotary : rotary / 2), qwen3 ? 32 : 64));
   stage_buffers s{(cache + allocator_rounding(cache)) * range.layers, range.layers};
   if (m.is_moe()) {  // DeepSeek-V3's first layers are dense (build_mla_moe_layers)
-    const std::int64_t dense = m.moe.first_dense_layers - range.first_layer;
-    const std::int64_t moe = range.layers - (dense < 0              ? 0
-                                             : dense > range.layers ? range.layers
-                                                                    : dense);
+    const std::int64_t moe = range.layers - dense_layers_of_stage(m, range);
     const bytes experts = bytes_for_bits(checked_mul(m.moe.routed_experts, 32));
     s.size += (experts + allocator_rounding(experts)) * checked_mul(2, moe);
     s.count += checked_mul(2, moe);
