@@ -330,9 +330,9 @@ constexpr named<model_code> code_choice(model_code c, const char* help) {
 inline constexpr named<model_code> model_codes[] = {
     code_choice(model_code::hf, "Hugging Face transformers' modeling files"),
     code_choice(model_code::torchtitan,
-                "torchtitan's Llama 3, Qwen3 (dense and MoE) and DeepSeek-V3 (models/common, "
-                "models/deepseek_v3) on torch 2.9 or later: fused RMSNorm, grouped K and V, its "
-                "MoE's fp32 weighting"),
+                "torchtitan's Llama 3, Qwen3 (dense and MoE) and DeepSeek-V2 and V3 "
+                "(models/common, models/deepseek_v3) on torch 2.9 or later: fused RMSNorm, "
+                "grouped K and V, its MoE's fp32 weighting"),
     code_choice(model_code::torchtitan_2024,
                 "torchtitan's Llama 3 of December 2024: K and V repeated per query head before "
                 "SDPA"),

@@ -1547,8 +1547,9 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
 }
 
 /// torchtitan's MoE (models/common/moe.py, token_dispatcher.py LocalTokenDispatcher at b5bcd76)
-/// as its Qwen3 flavors configure it (a softmax router with route_norm, routed experts only, no
-/// expert parallelism inside the block's own code): the gate under autocast to fp32, the top-k,
+/// as its Qwen3 and DeepSeek flavors configure it (a softmax or sigmoid router, with route_norm
+/// but in DeepSeek-V2's, shared experts in DeepSeek's, no expert parallelism inside the block's
+/// own code): the gate under autocast to fp32, the top-k,
 /// an argsort of the routed rows by expert, one gather of the tokens, three grouped GEMMs in bf16
 /// and the weighting in fp32 before a scatter_add back to the tokens.
 constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layout& l) {
@@ -1573,15 +1574,17 @@ constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layo
               "dim=-1), saved for its backward",
         checked_mul(tokens, e.routed_experts), 32);
   // topk keeps its indices, which the gather of the scores also reads; route_norm's division
-  // keeps its numerator and the [T, 1] denominator (derivatives.yaml div.Tensor).
+  // keeps its numerator and the [T, 1] denominator (derivatives.yaml div.Tensor). Without it
+  // (DeepSeek-V2's flavors) only `* route_scale` follows, a Python float's product keeping none.
   b.add("top-k expert ids (int64)",
         "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: torch.topk(...), "
         "scores_TE.gather(dim=-1, index=topk_expert_ids_TK)",
         checked_mul(tokens, e.top_k), 64);
-  b.add("top-k scores and their sum (route_norm)",
-        "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: topk_scores_TK / "
-        "denominator",
-        checked_mul(tokens, e.top_k + 1), 32);
+  if (torchtitan_route_norm(m))
+    b.add("top-k scores and their sum (route_norm)",
+          "torchtitan models/common/moe.py TokenChoiceTopKRouter.forward: topk_scores_TK / "
+          "denominator",
+          checked_mul(tokens, e.top_k + 1), 32);
   // The argsort's order (kept by the scores' index), the token of each routed row (kept by the
   // tokens' index and the scatter_add), the scores in that order (kept by the weighting).
   b.add("expert order and routed token indices (int64)",

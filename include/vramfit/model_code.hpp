@@ -72,8 +72,8 @@ constexpr code_traits traits_of(model_code c) {
 constexpr const char* modelled_models(model_code c) {
   switch (c) {
     case model_code::torchtitan:
-      return "a Llama 3, a Qwen3, dense or MoE, or a DeepSeek-V3 (models/llama3, models/qwen3, "
-             "models/deepseek_v3), trained in full";
+      return "a Llama 3, a Qwen3, dense or MoE, or a DeepSeek-V2 or V3 (models/llama3, "
+             "models/qwen3, models/deepseek_v3), trained in full";
     case model_code::megatron_te:
       return "a Llama 3, or with QK norms and a softmax top-k router over routed experts only a "
              "Qwen3 or Mixtral MoE (RMSNorm, SwiGLU, rotary positions, full attention, trained in "
@@ -98,28 +98,36 @@ constexpr bool torchtitan_qwen3(model_code c, const model& m) {
   return c == model_code::torchtitan && m.qk_norm;
 }
 
-/// torchtitan's DeepSeek-V3 (models/deepseek_v3): MLA, dense layers first, then
-/// models/common/moe.py with its sigmoid router over expert groups and shared experts.
-constexpr bool torchtitan_deepseek_v3(model_code c, const model& m) {
-  return c == model_code::torchtitan && m.is_mla() && m.is_moe() && m.moe.router_score_bias &&
+/// torchtitan's DeepSeek (models/deepseek_v3, whose flavors take V2's shapes too: "16B" is
+/// V2-Lite's, "236B" V2's): MLA, dense layers first, then models/common/moe.py with shared
+/// experts, V3's sigmoid router or V2's softmax one.
+constexpr bool torchtitan_deepseek(model_code c, const model& m) {
+  return c == model_code::torchtitan && m.is_mla() && m.is_moe() &&
          m.moe.layout == moe_layout::standard;
 }
 
-/// torchtitan's MoE layers (models/common/moe.py): Qwen3's and DeepSeek-V3's.
+/// torchtitan's MoE layers (models/common/moe.py): Qwen3's and DeepSeek's.
 constexpr bool torchtitan_moe(model_code c, const model& m) {
-  return m.is_moe() && (torchtitan_qwen3(c, m) || torchtitan_deepseek_v3(c, m));
+  return m.is_moe() && (torchtitan_qwen3(c, m) || torchtitan_deepseek(c, m));
+}
+
+/// Whether torchtitan's router renormalizes the top-k scores (TokenChoiceTopKRouter's
+/// route_norm): its Qwen3 and DeepSeek-V3 flavors do, V2's ("16B", "236B": the default False,
+/// as V2's norm_topk_prob) do not. V3 is the DeepSeek with a score-correction bias.
+constexpr bool torchtitan_route_norm(const model& m) {
+  return !m.is_mla() || m.moe.router_score_bias;
 }
 
 /// What keeps `m` trained as `kind` from being what model code `c` is modelled for, or nullptr.
 constexpr const char* unlike_modelled(model_code c, const model& m, finetune_kind kind) {
   if (m.family != family::llama || m.is_encoder()) return "is not a Llama-family decoder";
-  const bool deepseek_v3 = torchtitan_deepseek_v3(c, m);
-  if (m.is_mla() && !deepseek_v3) return "has MLA";
+  const bool deepseek = torchtitan_deepseek(c, m);
+  if (m.is_mla() && !deepseek) return "has MLA";
   // torchtitan's Qwen3 MoE and Megatron's Mixtral and Qwen3-MoE recipes: a softmax router,
   // routed experts only, in every layer.
   const moe_config& e = m.moe;
   const bool routes = torchtitan_qwen3(c, m) || c == model_code::megatron_te;
-  if (m.is_moe() && !deepseek_v3 &&
+  if (m.is_moe() && !deepseek &&
       !(routes && e.layout != moe_layout::gpt_oss && e.shared_experts == 0 &&
         e.first_dense_layers == 0 && !e.router_score_bias))
     return "has experts";

@@ -2088,10 +2088,12 @@ TEST_CASE(
             .out.find("| torchtitan model code") != std::string::npos);
   CHECK(run("train -m deepseek-v3 --framework torchtitan --dp 64 --ep 8 --fsdp full")
             .out.find("| torchtitan model code") != std::string::npos);
-  CHECK(run("train -m deepseek-v2 --framework torchtitan --dp 8 --fsdp full")
+  CHECK(run("train -m deepseek-v2 --framework torchtitan --dp 64 --ep 8 --fsdp full")
+            .out.find("| torchtitan model code") != std::string::npos);
+  CHECK(run("train -m gpt-oss-20b --framework torchtitan --dp 8 --fsdp full")
             .out.find("Hugging Face's model code (torchtitan's is modelled for a Llama 3, a "
-                      "Qwen3, dense or MoE, or a DeepSeek-V3 (models/llama3, models/qwen3, "
-                      "models/deepseek_v3), trained in full)") != std::string::npos);
+                      "Qwen3, dense or MoE, or a DeepSeek-V2 or V3 (models/llama3, "
+                      "models/qwen3, models/deepseek_v3), trained in full)") != std::string::npos);
   check_refusal(run("train -m llama-3-8b --model-code torchtitan --lora-rank 8"),
                 "Llama-3-8B is fine-tuned in part or with LoRA");
   check_refusal(run("train --model-code jax"), "--model-code");

@@ -1219,10 +1219,10 @@ TEST_CASE("model codes: what each framework's Llama 3 block saves, derived by ha
       layer_saved_tensors(models::qwen3_8b::value, pure<bf16>::value, tune_code, layout{}),
       doctest::Contains("Qwen3-8B has QK norms"));
   CHECK_THROWS_WITH(
-      layer_saved_tensors(models::deepseek_v2::value, pure<bf16>::value, titan_code, layout{}),
+      layer_saved_tensors(models::gpt_oss_20b::value, pure<bf16>::value, titan_code, layout{}),
       doctest::Contains("model code torchtitan is modelled for a Llama 3, a Qwen3, dense or MoE, "
-                        "or a DeepSeek-V3 (models/llama3, models/qwen3, models/deepseek_v3), "
-                        "trained in full: DeepSeek-V2 has MLA"));
+                        "or a DeepSeek-V2 or V3 (models/llama3, models/qwen3, "
+                        "models/deepseek_v3), trained in full: gpt-oss-20b has experts"));
   CHECK_THROWS_WITH(layer_saved_tensors(models::mixtral_8x7b::value, pure<bf16>::value, titan_code,
                                         layout{}, true),
                     doctest::Contains("Mixtral-8x7B-v0.1 has experts"));
@@ -1330,6 +1330,34 @@ TEST_CASE("torchtitan's DeepSeek-V3: MLA and the MoE with shared experts, derive
   for (const memory_entry& e : activations(t, o))
     if (std::string(e.name).starts_with("torchtitan's per-layer buffers")) buffers = e.size;
   CHECK(buffers == bytes{61 * tokens * 32 * 8 + 58 * 2 * 1024});
+}
+
+TEST_CASE("torchtitan's DeepSeek-V2 shapes: the softmax router without route_norm, by hand") {
+  // torchtitan b5bcd76 models/deepseek_v3 runs V2's shapes too (its "236B" flavor): MLA as V3's
+  // (h 5120, 128 heads, q_lora_rank 1536, kv_lora_rank 512, nope 128 + rope 64, V 128), a
+  // softmax router with route_norm False and route_scale 16 over 160 experts in 8 groups, top 6,
+  // two shared experts of 1536. Per token, the attention as in the V3 test above at h = 5120.
+  const model& m = models::deepseek_v2::value;
+  const std::int64_t h = 5120, tokens = 4096;
+  const std::int64_t attention = (2 * h + 4) + 2 * h + (4 * 1536 + 4) + (2 * 576 + 4 + 2 * 512) +
+                                 8 * 32 + 4 * 128 * 192 + 2 * 128 * 256 + 2 * 128 * 128 + 4 * 128;
+  CHECK(attention == 226'188);
+  // The router as V3's but for route_norm: its fp32 input 4h, the softmax's output 4E, the top-k
+  // ids 8K, the argsort's order and routed tokens 16K, the scores in expert order 4K; nothing for
+  // `* route_scale` (a Python float's product). The routed rows, then the shared experts: their
+  // input (2h) and SwiGLU's four tensors over 2 x 1536 (8 x 3072).
+  const std::int64_t E = 160, K = 6, F = 1536;
+  const std::int64_t router = 4 * h + 4 * E + 8 * K + 16 * K + 4 * K;
+  const std::int64_t moe_mlp =
+      (2 * h + 4) + router + K * (2 * h + 8 * F + 4 * h) + 2 * h + 8 * (2 * F);
+  CHECK(moe_mlp == 324'396);
+  // Per layer: the router weight's fp32 cast, and the 160 experts' int32 offsets (640 B, one
+  // 512-byte-rounded block).
+  CHECK(torchtitan_layer_bytes(m, true, tokens) ==
+        bytes{(attention + moe_mlp) * tokens + 4 * E * h + 1024});
+  // The first layer's dense FeedForward (FFN 12288).
+  CHECK(torchtitan_layer_bytes(m, false, tokens) ==
+        bytes{(attention + (2 * h + 4) + 2 * h + 8 * 12288) * tokens});
 }
 
 TEST_CASE("torchtitan's MoE backward: the fp32 weighting first, then the experts") {

@@ -3830,7 +3830,8 @@ class TitanRoutedExperts(nn.Module):
 
 class TitanTokenChoiceTopKRouter(nn.Module):
     """moe.py TokenChoiceTopKRouter.forward with Qwen3-MoE's settings (score_func "softmax",
-    route_norm True, route_scale 1.0, no expert groups) or DeepSeek-V3's (_671b: "sigmoid",
+    route_norm True, route_scale 1.0, no expert groups), DeepSeek-V2's (_236b: "softmax", route_norm
+    False, route_scale 16, 8 groups of which 3 kept; _16b: no groups) or DeepSeek-V3's (_671b: "sigmoid",
     route_norm True, route_scale 2.5, num_expert_groups 8 of which num_limited_groups 4 kept by
     _get_node_limited_routing_scores: unflatten, topk(2) per group, sum, topk of the groups,
     ones_like(bool).scatter_, masked_fill(-inf), flatten; all of it dropped once the expert ids
@@ -3848,11 +3849,13 @@ class TitanTokenChoiceTopKRouter(nn.Module):
         nn.init.normal_(self.gate.weight, std=0.02)  # _LINEAR_INIT
         self.num_experts = cfg.moe_experts
         self.top_k = cfg.moe_top_k
-        deepseek = cfg.family == "deepseek_v3"
-        self.score_func = "sigmoid" if deepseek else "softmax"
-        self.num_expert_groups = cfg.n_group if deepseek and cfg.n_group > 1 else None
+        deepseek = cfg.family in ("deepseek_v3", "deepseek_v2")
+        v2 = cfg.family == "deepseek_v2"  # the _16b and _236b flavors: softmax, route_norm False
+        self.score_func = "sigmoid" if deepseek and not v2 else "softmax"
+        grouped = cfg.n_group > 1 and (not v2 or cfg.topk_method == "group_limited_greedy")
+        self.num_expert_groups = cfg.n_group if deepseek and grouped else None
         self.num_limited_groups = cfg.topk_group
-        self.route_norm = True
+        self.route_norm = not v2
         self.route_scale = cfg.routed_scaling_factor if deepseek else 1.0
 
     def _get_node_limited_routing_scores(self, scores_for_choice_TE):
@@ -3971,7 +3974,7 @@ class TitanNowBlock(FrameworkLayer):
         super().__init__()
         qwen3 = cfg.qk_norm
         eps = cfg.rms_eps if qwen3 else 1e-5  # Qwen3's _EPS 1e-6; Llama 3's RMSNorm.Config default
-        if cfg.family == "deepseek_v3":  # models/deepseek_v3 DeepSeekV3TransformerBlock
+        if cfg.family in ("deepseek_v3", "deepseek_v2"):  # models/deepseek_v3 DeepSeekV3TransformerBlock
             self.attention = TitanMLAttention(cfg)
         else:
             self.attention = TitanGQAttention(cfg, TitanCosSinRoPE if qwen3 else TitanComplexRoPE)
@@ -5135,8 +5138,8 @@ class VisionTransformer(nn.Module):
 
 
 def build_model(cfg):
-    if cfg.code == "torchtitan":  # torchtitan's current Llama 3, Qwen3 (dense or MoE) and DeepSeek-V3
-        assert cfg.family in ("llama", "deepseek_v3") or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family
+    if cfg.code == "torchtitan":  # torchtitan's current Llama 3, Qwen3 (dense or MoE) and DeepSeek-V2/V3
+        assert cfg.family in ("llama", "deepseek_v3", "deepseek_v2") or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family
         return MODEL_CODES[cfg.code](cfg)
     if cfg.code == "megatron-te" and cfg.moe_experts:  # E21: Megatron-Core's MoE layer in every layer
         assert cfg.family == "mixtral" or (cfg.family == "qwen3_moe" and cfg.qk_norm), cfg.family

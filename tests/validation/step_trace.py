@@ -524,6 +524,12 @@ CASES = [
          code="torchtitan", max_positions=64),
     case("torchtitan-deepseek3-bf16-flex-v256-s128-sgd-foreach", DEEPSEEK3, "bf16", "sgd", "foreach", attn="flex",
          code="torchtitan", seq=128, vocab=256, max_positions=128),
+    # its DeepSeek-V2 shapes (the _236b flavor): the softmax router without route_norm, route_scale 16,
+    # group-limited, two shared experts
+    case("torchtitan-deepseek2-bf16-flex-adamw-foreach", DEEPSEEK2, "bf16", "adamw", "foreach", attn="flex",
+         code="torchtitan", max_positions=64),
+    case("torchtitan-deepseek2-bf16-flex-v256-s128-sgd-foreach", DEEPSEEK2, "bf16", "sgd", "foreach", attn="flex",
+         code="torchtitan", seq=128, vocab=256, max_positions=128),
     case("megatron-te-bf16-sdpa-adamw-foreach", LLAMA, "bf16", "adamw", "foreach", attn="sdpa",
          code="megatron-te", max_positions=64),
     case("megatron-te-bf16-sdpa-v256-s128-sgd-foreach", LLAMA, "bf16", "sgd", "foreach", attn="sdpa",
