@@ -1291,31 +1291,45 @@ TEST_CASE("torchtitan's Qwen3, dense and MoE: what its block saves, derived by h
   CHECK(forward_locals(ep) - forward_locals(one_rank) == bytes{2 * K * h * 4096});
 }
 
+/// Bytes per token torchtitan's MLA (models/deepseek_v3 at b5bcd76) saves in bf16 on one rank
+/// with DeepSeek's attention shapes (128 heads, q_lora_rank 1536, kv_lora_rank 512, nope 128 +
+/// rope 64, V 128) at hidden size `h`: attention_norm's input and rstd (2h + 4), its output, which
+/// wq_a and wkv_a read (2h); q_norm's input (wq_a's output) and rstd, its output (wq_b's input):
+/// 2 x 2 x 1536 + 4; wkv_a's whole output, which kv_norm's input view keeps (2 x 576), kv_norm's
+/// rstd and output (4 + 2 x 512); ComplexRoPE's complex64 rows (8 x 32); the two cats, Q and K
+/// (2 x 2 x 128 x 192); wkv_b's whole output, which V's view keeps (2 x 128 x 256); flex's
+/// output, wo's input (2 x 128 x 128), and its fp32 log-sum-exp (4 x 128). Traced to the byte on
+/// small DeepSeek-V3 and V2 shapes (tests/validation torchtitan-deepseek3-*, -deepseek2-*).
+static std::int64_t titan_mla_bytes_per_token(std::int64_t h) {
+  return (2 * h + 4) + 2 * h + (4 * 1536 + 4) + (2 * 576 + 4 + 2 * 512) + 8 * 32 + 4 * 128 * 192 +
+         2 * 128 * 256 + 2 * 128 * 128 + 4 * 128;
+}
+
+/// Bytes per token of an MoE layer's MLP half in torchtitan's DeepSeek (bf16, one rank), `E`
+/// experts, top `K` of width `F`, shared experts of width `shared`: ffn_norm's input and rstd
+/// (2h + 4); the router (its fp32 input 4h, the sigmoid's or softmax's output 4E, top-k ids 8K,
+/// with route_norm the division's scores and sum 4(K + 1), the argsort's order and routed tokens
+/// 16K, the scores in expert order 4K; the group-limited choice keeps nothing); per routed row the
+/// bf16 input, w1's, silu's and w3's outputs, the product and the fp32 output (2h + 8F + 4h);
+/// then the shared experts: their input, the norm's output (2h), and SwiGLU's four tensors.
+static std::int64_t titan_moe_mlp_bytes_per_token(std::int64_t h, std::int64_t E, std::int64_t K,
+                                                  std::int64_t F, std::int64_t shared,
+                                                  bool route_norm) {
+  const std::int64_t router =
+      4 * h + 4 * E + 8 * K + (route_norm ? 4 * (K + 1) : 0) + 16 * K + 4 * K;
+  return (2 * h + 4) + router + K * (2 * h + 8 * F + 4 * h) + 2 * h + 8 * shared;
+}
+
 TEST_CASE("torchtitan's DeepSeek-V3: MLA and the MoE with shared experts, derived by hand") {
-  // torchtitan b5bcd76 models/deepseek_v3 in bf16, one rank, DeepSeek-V3 (h 7168, 128 heads,
-  // q_lora_rank 1536, kv_lora_rank 512, nope 128 + rope 64, V 128). Per token, the attention:
-  // attention_norm's input and rstd (2h + 4), its output, which wq_a and wkv_a read (2h); q_norm's
-  // input (wq_a's output) and rstd, its output (wq_b's input): 2 x 2 x 1536 + 4; wkv_a's whole
-  // output, which kv_norm's input view keeps (2 x 576), kv_norm's rstd and output (4 + 2 x 512);
-  // ComplexRoPE's complex64 rows (8 x 32); the two cats, Q and K (2 x 2 x 128 x 192); wkv_b's
-  // whole output, which V's view keeps (2 x 128 x 256); flex's output, wo's input (2 x 128 x
-  // 128), and its fp32 log-sum-exp (4 x 128). Traced to the byte on a small DeepSeek-V3
-  // (tests/validation torchtitan-deepseek3-*).
+  // torchtitan b5bcd76 models/deepseek_v3 in bf16, one rank, DeepSeek-V3 (h 7168).
   const model& m = models::deepseek_v3::value;
   const std::int64_t h = 7168, tokens = 4096;
-  const std::int64_t attention = (2 * h + 4) + 2 * h + (4 * 1536 + 4) + (2 * 576 + 4 + 2 * 512) +
-                                 8 * 32 + 4 * 128 * 192 + 2 * 128 * 256 + 2 * 128 * 128 + 4 * 128;
+  const std::int64_t attention = titan_mla_bytes_per_token(h);
   CHECK(attention == 234'380);
-  // The MoE layer's MLP: ffn_norm's input and rstd (2h + 4); the router as Qwen3's (its fp32
-  // input 4h, sigmoid scores 4E, top-k ids 8K, route_norm's scores and sum 4(K + 1), the argsort's
-  // order and routed tokens 16K, the scores in expert order 4K; the group-limited choice keeps
-  // nothing); per routed row the bf16 input, w1's, silu's and w3's outputs, the product and the
-  // fp32 output (2h + 8F + 4h); then the shared expert: its input, the norm's output (2h), and
-  // its SwiGLU's four tensors (8F). Per layer the router weight's fp32 cast and the int32
-  // offsets of the 256 experts (1 KiB).
+  // The sigmoid router with route_norm, over 256 experts, top 8 of width 2048, one shared. Per
+  // layer the router weight's fp32 cast and the int32 offsets of the 256 experts (1 KiB).
   const std::int64_t E = 256, K = 8, F = 2048;
-  const std::int64_t router = 4 * h + 4 * E + 8 * K + 4 * (K + 1) + 16 * K + 4 * K;
-  const std::int64_t moe_mlp = (2 * h + 4) + router + K * (2 * h + 8 * F + 4 * h) + 2 * h + 8 * F;
+  const std::int64_t moe_mlp = titan_moe_mlp_bytes_per_token(h, E, K, F, F, true);
   CHECK(moe_mlp == 550'152);
   // The first three layers' dense FeedForward (FFN 18432): its input and SwiGLU's four tensors.
   const std::int64_t dense_mlp = (2 * h + 4) + 2 * h + 8 * 18432;
@@ -1334,22 +1348,16 @@ TEST_CASE("torchtitan's DeepSeek-V3: MLA and the MoE with shared experts, derive
 
 TEST_CASE("torchtitan's DeepSeek-V2 shapes: the softmax router without route_norm, by hand") {
   // torchtitan b5bcd76 models/deepseek_v3 runs V2's shapes too (its "236B" flavor): MLA as V3's
-  // (h 5120, 128 heads, q_lora_rank 1536, kv_lora_rank 512, nope 128 + rope 64, V 128), a
-  // softmax router with route_norm False and route_scale 16 over 160 experts in 8 groups, top 6,
-  // two shared experts of 1536. Per token, the attention as in the V3 test above at h = 5120.
+  // at h 5120, a softmax router with route_norm False and route_scale 16 over 160 experts in 8
+  // groups, top 6, two shared experts of 1536.
   const model& m = models::deepseek_v2::value;
   const std::int64_t h = 5120, tokens = 4096;
-  const std::int64_t attention = (2 * h + 4) + 2 * h + (4 * 1536 + 4) + (2 * 576 + 4 + 2 * 512) +
-                                 8 * 32 + 4 * 128 * 192 + 2 * 128 * 256 + 2 * 128 * 128 + 4 * 128;
+  const std::int64_t attention = titan_mla_bytes_per_token(h);
   CHECK(attention == 226'188);
-  // The router as V3's but for route_norm: its fp32 input 4h, the softmax's output 4E, the top-k
-  // ids 8K, the argsort's order and routed tokens 16K, the scores in expert order 4K; nothing for
-  // `* route_scale` (a Python float's product). The routed rows, then the shared experts: their
-  // input (2h) and SwiGLU's four tensors over 2 x 1536 (8 x 3072).
+  // The router without route_norm's division (nothing kept for `* route_scale`, a Python float's
+  // product), the two shared experts as one of 2 x 1536.
   const std::int64_t E = 160, K = 6, F = 1536;
-  const std::int64_t router = 4 * h + 4 * E + 8 * K + 16 * K + 4 * K;
-  const std::int64_t moe_mlp =
-      (2 * h + 4) + router + K * (2 * h + 8 * F + 4 * h) + 2 * h + 8 * (2 * F);
+  const std::int64_t moe_mlp = titan_moe_mlp_bytes_per_token(h, E, K, F, 2 * F, false);
   CHECK(moe_mlp == 324'396);
   // Per layer: the router weight's fp32 cast, and the 160 experts' int32 offsets (640 B, one
   // 512-byte-rounded block).
