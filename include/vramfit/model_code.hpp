@@ -111,6 +111,14 @@ constexpr bool torchtitan_moe(model_code c, const model& m) {
   return m.is_moe() && (torchtitan_qwen3(c, m) || torchtitan_deepseek(c, m));
 }
 
+/// Whether code `c` holds a layer's routed experts as one tensor per weight over the rank's
+/// experts, [experts, out, in], rather than one per expert: torchtitan's GroupedExperts
+/// (models/common/moe.py: w1_EFD, w2_EDF, w3_EFD, each nn.Parameter(torch.empty(num_experts,
+/// ...))). Its gradients, optimizer states and allocator blocks follow.
+constexpr bool stacks_experts(model_code c) {
+  return c == model_code::torchtitan;
+}
+
 /// Whether torchtitan's router renormalizes the top-k scores (TokenChoiceTopKRouter's
 /// route_norm): its Qwen3 and DeepSeek-V3 flavors do, V2's ("16B", "236B": the default False,
 /// as V2's norm_topk_prob) do not. V3 is the DeepSeek with a score-correction bias.

@@ -71,6 +71,47 @@ constexpr void split_even(bytes total, std::int64_t n, Take&& take) {
   take(total - each * (n - 1));
 }
 
+/// The elements and tensors of a stage's parameters, each routed expert's counted on its own
+/// (as the ledger counts tensors).
+struct parameter_counts {
+  std::int64_t elements = 0, tensors = 0;
+};
+
+/// Writes the parameter tensors of stage `stage` into `held` in the order the model registers
+/// them (optimizers and set-up follow it): one per expert, or, where `code` stacks the routed
+/// experts, each weight's once per layer over the rank's experts.
+constexpr parameter_counts stage_parameters(const training& t, model_code code, std::int64_t stage,
+                                            std::vector<replay_parameter>& held) {
+  held.clear();
+  parameter_counts n{};
+  const stage_range range = stage_of(t, stage);
+  bool before_layers = true;
+  for (const tensor_group& g : vramfit::tensors(t.model)) {
+    before_layers = before_layers && g.layer_count == 0;
+    if (g.role != tensor_role::parameter || !g.in_memory) continue;
+    const std::int64_t copies = g.experts > 1 ? g.experts / t.layout.expert : std::int64_t{1};
+    const bool stacked = g.kind == tensor_kind::expert && stacks_experts(code);
+    const std::int64_t tensors = stacked ? 1 : copies;
+    const std::int64_t elements = stacked ? checked_mul(g.elements(), copies) : g.elements();
+    std::int64_t first = -1, end = 0;  // its layers on the stage; -1: one tensor outside them
+    if (g.layer_count == 0) {
+      if (!stage_holds(t.model, g, range, before_layers)) continue;
+    } else {
+      first = g.first_layer > range.first_layer ? g.first_layer : range.first_layer;
+      end = g.first_layer + g.layer_count < range.first_layer + range.layers
+                ? g.first_layer + g.layer_count
+                : range.first_layer + range.layers;
+      if (end <= first) continue;
+    }
+    const std::int64_t layers = first < 0 ? 1 : end - first;
+    n.elements += checked_mul(checked_mul(g.elements(), copies), layers);
+    n.tensors += checked_mul(copies, layers);
+    for (std::int64_t layer = first; layer < (first < 0 ? 0 : end); ++layer)
+      for (std::int64_t c = 0; c < tensors; ++c) held.push_back({elements, layer});
+  }
+  return n;
+}
+
 class step_replay;
 
 }  // namespace detail
@@ -149,7 +190,9 @@ class step_replay {
         if (sum != (e.delta > bytes{} ? e.delta : -e.delta)) sizes.clear();
       }
     }
-    parameters(t, stage);
+    const parameter_counts counts = stage_parameters(t, o.code, stage, parameters_);
+    parameter_elements_ = counts.elements;
+    parameter_tensors_ = counts.tensors;
     if (!t.optimizer.options.set_to_none)
       kept_gradients_ = entry_where(tl.ledger, component::gradients, lifetime::persistent);
   }
@@ -202,7 +245,9 @@ class step_replay {
   std::vector<std::vector<live_tensor>>& live_;   ///< per ledger entry, in allocation order
   std::vector<std::vector<bytes>>& event_sizes_;  ///< per event: its tensors, when listed
   std::vector<parameter>& parameters_;
-  std::int64_t parameter_elements_ = 0, parameter_tensors_ = 0;  ///< of the stage
+  /// The stage's parameter elements and tensors, each routed expert's counted on its own as the
+  /// ledger counts them (parameters_ holds a stacked expert weight once).
+  std::int64_t parameter_elements_ = 0, parameter_tensors_ = 0;
   replay_mode mode_ = replay_mode::skip_repeats;
   /// The gradients zero_grad(set_to_none=False) keeps (-1: none), which the first step makes.
   int kept_gradients_ = -1;
@@ -269,35 +314,6 @@ class step_replay {
     return tl_.runs.size();
   }
 
-  /// The stage's parameter tensors in the order the model registers them (optimizers and
-  /// set-up follow it).
-  constexpr void parameters(const training& t, std::int64_t stage) {
-    const stage_range range = stage_of(t, stage);
-    bool before_layers = true;
-    for (const tensor_group& g : vramfit::tensors(t.model)) {
-      before_layers = before_layers && g.layer_count == 0;
-      if (g.role != tensor_role::parameter || !g.in_memory) continue;
-      const std::int64_t copies = g.experts > 1 ? g.experts / t.layout.expert : std::int64_t{1};
-      if (g.layer_count == 0) {
-        if (!stage_holds(t.model, g, range, before_layers)) continue;
-        parameter_elements_ += g.elements() * copies;
-        parameter_tensors_ += copies;
-        for (std::int64_t c = 0; c < copies; ++c) parameters_.push_back({g.elements(), -1});
-        continue;
-      }
-      const std::int64_t first =
-          g.first_layer > range.first_layer ? g.first_layer : range.first_layer;
-      const std::int64_t end = g.first_layer + g.layer_count < range.first_layer + range.layers
-                                   ? g.first_layer + g.layer_count
-                                   : range.first_layer + range.layers;
-      if (end <= first) continue;
-      parameter_elements_ += checked_mul(g.elements() * copies, end - first);
-      parameter_tensors_ += copies * (end - first);
-      for (std::int64_t layer = first; layer < end; ++layer)
-        for (std::int64_t c = 0; c < copies; ++c) parameters_.push_back({g.elements(), layer});
-    }
-  }
-
   /// Allocates a tensor of `entry` on `stream`: side streams take blocks from pools of their own.
   constexpr void hold(int entry, std::int64_t layer, bytes size,
                       alloc_stream stream = alloc_stream::main) {
@@ -337,7 +353,8 @@ class step_replay {
 
   /// Allocates the `total` bytes of `entry` made of `tensors` tensors: per parameter tensor
   /// (`tensors` a multiple of the stage's parameter tensors, such as Adam's two states or a
-  /// foreach list), each its share by elements, in the model's order; else as equal tensors.
+  /// foreach list), each its share by elements, in the model's order; else as equal tensors. A
+  /// stacked expert weight's share is its experts' together.
   constexpr void hold_all(int entry, bytes total, std::int64_t tensors,
                           alloc_stream stream = alloc_stream::main) {
     if (parameter_tensors_ == 0 || tensors < parameter_tensors_ || tensors % parameter_tensors_) {
@@ -529,6 +546,16 @@ constexpr reserved_memory_estimate reserved_memory(const training& t, const acti
                                                    allocator_limits limits = {},
                                                    replay_mode mode = replay_mode::skip_repeats) {
   return reserved_memory(t, o, step_timeline_of(t, o, stage), conf, stage, limits, mode);
+}
+
+/// The parameter tensors of stage `stage` as the replay allocates them, in the order the model
+/// registers them: each tensor's elements and layer (-1 outside the layers).
+constexpr std::vector<detail::replay_parameter> replayed_parameters(const training& t,
+                                                                    model_code code,
+                                                                    std::int64_t stage = 0) {
+  std::vector<detail::replay_parameter> held;
+  detail::stage_parameters(t, code, stage, held);
+  return held;
 }
 
 }  // namespace vramfit

@@ -173,7 +173,8 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
               before_layers, experts_per_rank, shards, acc, group_parts::sizes);
     const int part = g.kind == tensor_kind::attention ? 0 : 1;
     const bool out = g.split == tp_split::input && g.rank == 2;
-    // One tensor per weight (per routed expert): its gradient and its autocast copy.
+    // One tensor per weight (per routed expert, unless the code stacks them): its gradient and
+    // its autocast copy.
     auto each = [&](layer_piece piece, bytes all, std::int64_t count) {
       if (all == bytes{}) return;
       if (count < 1) count = 1;
@@ -187,12 +188,15 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
       piece.count = 1;
       visit(piece);
     };
+    const std::int64_t per =
+        g.kind == tensor_kind::expert && stacks_experts(o.code) ? experts_per_rank : 1;
     each({.kind = layer_tensor::gradient},
-         rank_share(acc.gradients, acc.dim0_gradients, l, sharded_grads), acc.trained_tensors);
+         rank_share(acc.gradients, acc.dim0_gradients, l, sharded_grads),
+         acc.trained_tensors / per);
     each({.kind = layer_tensor::cast, .cached = true}, acc.cast_copies - acc.frozen_cast_copies,
-         acc.trained_tensors);
+         acc.trained_tensors / per);
     each({.kind = layer_tensor::cast}, acc.frozen_cast_copies,
-         acc.weight_tensors - acc.trained_tensors);
+         (acc.weight_tensors - acc.trained_tensors) / per);
   }
   const bool input_grad = !layer_input_frozen(m, o, t.finetune, layer);
   for (const saved_tensor& x :

@@ -61,6 +61,10 @@ std::vector<named_case> cases() {
        {models::mixtral_8x7b::value, mixed<bf16>::value, adamw<>::value, full_finetune::value,
         parallel<fsdp<8>, expert_parallel<8>>::value},
        {.micro_batch = 1, .sequence = 2048, .recompute = recompute_kind::full}},
+      {"Qwen3-30B-A3B, torchtitan's code (stacked experts), EP 8",
+       {models::qwen3_30b_a3b::value, mixed<bf16>::value, adamw<>::value, full_finetune::value,
+        parallel<fsdp<8>, expert_parallel<8>>::value},
+       {.micro_batch = 1, .sequence = 2048, .code = model_code::torchtitan}},
   };
 }
 }  // namespace
@@ -483,4 +487,38 @@ TEST_CASE("a later step that starts where the one before started is left out") {
   const reserved_memory_estimate fast = reserved_memory(sgd_plain, o);
   CHECK(fast.stable_step == 1);
   check_same(fast, reserved_memory(sgd_plain, o, {}, 0, {}, replay_mode::full));
+}
+
+TEST_CASE("torchtitan's stacked experts: one tensor per expert weight and layer") {
+  // Qwen3-30B-A3B (48 layers, 128 experts of width 768, h 2048) over EP 8: 16 experts a rank.
+  // Hugging Face's code registers each expert's gate_proj, up_proj and down_proj; torchtitan's
+  // GroupedExperts one w1, w2 and w3 over the rank's experts (models/common/moe.py). Per layer
+  // both hold q, k, v and o, the two QK norms, the two block norms and the router gate; the
+  // embedding, the final norm and the head come once.
+  const training t{models::qwen3_30b_a3b::value, pure<bf16>::value, adamw<>::value,
+                   full_finetune::value, parallel<fsdp<8>, expert_parallel<8>>::value};
+  const auto hf = replayed_parameters(t, model_code::hf);
+  const auto titan = replayed_parameters(t, model_code::torchtitan);
+  CHECK(hf.size() == 48 * (9 + 3 * 16) + 3);
+  CHECK(titan.size() == 48 * (9 + 3) + 3);
+  const auto elements = [](const std::vector<detail::replay_parameter>& held) {
+    std::int64_t n = 0;
+    for (const detail::replay_parameter& p : held) n += p.elements;
+    return n;
+  };
+  CHECK(elements(hf) == elements(titan));
+  CHECK(std::count_if(titan.begin(), titan.end(), [](const detail::replay_parameter& p) {
+          return p.elements == 16 * 768 * 2048;
+        }) == 48 * 3);
+  // A layer's new gradients as the replay allocates them: one per weight.
+  const auto gradients = [&](model_code code) {
+    std::int64_t n = 0;
+    detail::for_each_layer_tensor(t, {.code = code}, tensors(t.model), 0, 16, 8, false, false,
+                                  [&](const layer_piece& x) {
+                                    if (x.kind == layer_tensor::gradient) n += x.count;
+                                  });
+    return n;
+  };
+  CHECK(gradients(model_code::hf) == 9 + 3 * 16);
+  CHECK(gradients(model_code::torchtitan) == 9 + 3);
 }
