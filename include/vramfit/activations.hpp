@@ -1549,9 +1549,9 @@ constexpr void moe_block(block_builder& b, const model& m, const activation_opti
 /// torchtitan's MoE (models/common/moe.py, token_dispatcher.py LocalTokenDispatcher at b5bcd76)
 /// as its Qwen3 and DeepSeek flavors configure it (a softmax or sigmoid router, with route_norm
 /// but in DeepSeek-V2's, shared experts in DeepSeek's, no expert parallelism inside the block's
-/// own code): the gate under autocast to fp32, the top-k,
-/// an argsort of the routed rows by expert, one gather of the tokens, three grouped GEMMs in bf16
-/// and the weighting in fp32 before a scatter_add back to the tokens.
+/// own code): the gate under autocast to fp32, the top-k, an argsort of the routed rows by
+/// expert, one gather of the tokens, three grouped GEMMs in bf16 and the weighting in fp32
+/// before a scatter_add back to the tokens.
 constexpr void torchtitan_moe_block(block_builder& b, const model& m, const layout& l) {
   const moe_config& e = m.moe;
   const std::int64_t tokens = b.tokens(), h = m.hidden;
