@@ -375,6 +375,12 @@ inline constexpr named<fsdp_backward_prefetch> backward_prefetches[] = {
     {"post", fsdp_backward_prefetch::post, "BACKWARD_POST"},
     {"none", fsdp_backward_prefetch::none, "None"}};
 
+inline constexpr named<tp_comm_overlap> tp_overlaps[] = {
+    {"none", tp_comm_overlap::none},
+    {"userbuffers", tp_comm_overlap::userbuffers,
+     "Megatron-Core's --tp-comm-overlap through Transformer Engine's userbuffers"},
+    {"async-tp", tp_comm_overlap::async_tp, "torchtitan's enable_async_tensor_parallel"}};
+
 inline constexpr named<bool> truth_values[] = {{"true", true}, {"false", false}};
 
 inline constexpr named<sharding_family> sharding_families[] = {

@@ -277,9 +277,8 @@ inline void model_parallel(launcher_keys& k, const degrees& d, const flavor* f,
     k.refuse("parallelism.enable_async_tensor_parallel",
              "needs a compiled model: \"Async TP requires 'model' in --compile.components and "
              "--compile.enable\"");
-  if (async_tp && d.tensor > 1)
-    k.unmodeled("parallelism.enable_async_tensor_parallel",
-                "inductor's micro-pipelined TP (symmetric-memory buffers) is not modeled");
+  if (async_tp && d.tensor > 1)  // inductor's micro-pipelined TP over symmetric memory
+    k.set("--tp-comm-overlap", "async-tp", "parallelism.enable_async_tensor_parallel");
   const auto rotate =
       k.choice("parallelism.context_parallel_rotate_method", {"allgather", "alltoall"});
   if (rotate == "alltoall" && d.context > 1)

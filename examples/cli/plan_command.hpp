@@ -73,6 +73,7 @@ inline train_options on_one_gpu(train_options o) {
   o.dp = o.tp = o.pp = o.cp = o.ep = o.virtual_stages = 1;
   o.micro_batch = o.grad_accum = 1;
   o.sp = false;
+  o.tp_overlap = tp_comm_overlap::none;  // needs SP: run_plan gives it the base after the check
   o.zero.reset();
   o.fsdp.reset();
   o.fsdp_group = 0;
@@ -134,7 +135,8 @@ inline nlohmann::json plan_json(const plan_found& found, const search_space& spa
                           {"peak_flops_per_second", f.peak},
                           {"intra_node_bytes_per_second", f.intra},
                           {"inter_node_bytes_per_second", f.inter},
-                          {"gpus_per_node", f.gpus_per_node}}},
+                          {"gpus_per_node", f.gpus_per_node},
+                          {"tp_comm_overlap", name_of(tp_overlaps, o.tp_overlap)}}},
                         {"chosen", best.empty() ? nlohmann::json(nullptr) : best[0]},
                         {"candidates", best},
                         {"offload_searched", r.offloaded},
@@ -273,7 +275,8 @@ inline int run_plan(std::ostream& out, const CLI::App& cmd, const std::vector<st
   const search_space space = space_of(cmd, o, p);
   train_options with_nodes = on_one_gpu(o);
   with_nodes.gpus_per_node = p.net.gpus_per_node;  // NCCL's communicators follow the nodes too
-  const training_plan_value base = build_plan(with_nodes, m);
+  training_plan_value base = build_plan(with_nodes, m);
+  base.setup.layout.tp_overlap = o.tp_overlap;  // the candidates with SP take it (plan_of)
   plan_found found;
   {
     progress_bar bar;

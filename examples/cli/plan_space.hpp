@@ -38,6 +38,7 @@ struct plan_options {
 inline const std::set<std::string> decided_by_plan = {"--dp",
                                                       "--tp",
                                                       "--sp",
+                                                      "--tp-comm-overlap",
                                                       "--pp",
                                                       "--pp-stages",
                                                       "--cp",
@@ -94,6 +95,8 @@ inline std::vector<std::string> train_argv(const CLI::App& cmd,
   add("--dp", l.data);
   if (l.tensor > 1) add("--tp", l.tensor);
   if (l.sequence) argv.push_back("--sp");
+  if (l.sequence && o.tp_overlap != tp_comm_overlap::none)  // the search's plan_of
+    argv.insert(argv.end(), {"--tp-comm-overlap", name_of(tp_overlaps, o.tp_overlap)});
   if (l.pipeline > 1) add("--pp", l.pipeline);
   if (c.virtual_stages > 1) {
     argv.insert(argv.end(), {"--schedule", "interleaved"});

@@ -44,6 +44,7 @@ inline std::string describe(const train_options& o, const training_plan_value& p
     s << ")";
   }
   if (l.tensor > 1) s << " TP " << l.tensor << (l.sequence ? "+SP" : "");
+  if (l.tp_overlap != tp_comm_overlap::none) s << " (" << name_of(tp_overlaps, l.tp_overlap) << ")";
   if (l.pipeline > 1) {
     s << " PP " << l.pipeline;
     if (o.virtual_stages > 1) s << " x " << o.virtual_stages << " chunks";

@@ -63,6 +63,7 @@ struct train_options {
   bool limit_all_gathers = true;
   std::int64_t tp = 1;
   bool sp = false;
+  tp_comm_overlap tp_overlap = tp_comm_overlap::none;
   std::int64_t pp = 1;
   std::vector<std::int64_t> pp_stages;
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
@@ -233,6 +234,10 @@ inline void add_parallel_options(CLI::App& cmd, train_options& o) {
              "all-gathers the CPU issues ahead stay reserved)");
   cmd.add_option("--tp", o.tp, "Tensor-parallel degree")->check(positive)->capture_default_str();
   cmd.add_flag("--sp", o.sp, "Sequence parallelism (with --tp)");
+  add_choice(cmd, "--tp-comm-overlap", o.tp_overlap, tp_overlaps, "TP communication overlap",
+             "TP's all-gathers and reduce-scatters chunked beside their matmuls (with --sp): " +
+                 choice_list(tp_overlaps))
+      ->capture_default_str();
   cmd.add_option("--pp", o.pp, "Pipeline-parallel degree")->check(positive)->capture_default_str();
   // Split here, not by CLI11's delimiter, which drops empty items ("16,,16" read as 16,16).
   const auto stages = [&o](const CLI::results_t& words) {

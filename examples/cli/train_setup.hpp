@@ -245,7 +245,8 @@ inline layout layout_of(const train_options& o, const model& m) {
            .sequence = o.sp,
            .pipeline = o.pp,
            .context = o.cp,
-           .expert = o.ep};
+           .expert = o.ep,
+           .tp_overlap = o.tp_overlap};
   if (o.pp_stages.size() > max_listed_stages)
     detail::raise("--pp-stages lists at most " + std::to_string(max_listed_stages) +
                   " stages, got " + std::to_string(o.pp_stages.size()) +

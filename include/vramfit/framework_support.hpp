@@ -50,7 +50,10 @@ constexpr framework fsdp_framework(std::int64_t fsdp_version) {
   X(op_sac_is_torchtitans, "op-level selective recompute is torchtitan's")             \
   X(attention_recompute_is_megatrons,                                                  \
     "selective (attention) recompute is Megatron-LM's and Megatron-DeepSpeed's")       \
-  X(fsdp1_recomputes_every_layer, "FSDP1 (accelerate) recomputes every layer or none")
+  X(fsdp1_recomputes_every_layer, "FSDP1 (accelerate) recomputes every layer or none") \
+  X(userbuffers_are_megatrons,                                                         \
+    "TP overlap through Transformer Engine's userbuffers is Megatron-Core's")          \
+  X(async_tp_is_torchtitans, "AsyncTP is torchtitan's")
 
 #define VRAMFIT_SUPPORT_RULE_NAME(rule, text) rule,
 #define VRAMFIT_SUPPORT_RULE_ONE(...) +1
@@ -96,6 +99,12 @@ constexpr support_rule check_recompute(framework f, const activation_options& b)
 constexpr support_rule check_support(framework f, const layout& l, const activation_options& b) {
   using enum support_rule;
   if (const support_rule r = check_recompute(f, b); r != none) return r;
+  // Megatron-LM --tp-comm-overlap (training/initialize.py _initialize_tp_communicators);
+  // torchtitan enable_async_tensor_parallel (distributed/tensor_parallel.py maybe_enable_async_tp).
+  if (l.tp_overlap == tp_comm_overlap::userbuffers && f != framework::megatron)
+    return userbuffers_are_megatrons;
+  if (l.tp_overlap == tp_comm_overlap::async_tp && f != framework::torchtitan)
+    return async_tp_is_torchtitans;
   const bool pipelined = l.pipeline > 1;
   const bool interleaved = b.virtual_stages > 1 || b.schedule == pipeline_schedule::interleaved;
   switch (f) {

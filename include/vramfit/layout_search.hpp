@@ -425,10 +425,10 @@ class layout_searcher {
   /// first framework's.
   [[nodiscard]] constexpr support_rule unsupported(const plan_candidate& c,
                                                    std::int64_t per_replica) const {
-    const activation_options batch = plan_of(c, per_replica, 1).batch;
+    const training_plan_value p = plan_of(c, per_replica, 1);  // with the user's TP overlap
     support_rule first = support_rule::none;
     for (const framework f : frameworks_of(c)) {
-      const support_rule r = check_support(f, c.layout, batch);
+      const support_rule r = check_support(f, p.setup.layout, p.batch);
       if (r == support_rule::none) return r;
       if (first == support_rule::none) first = r;
     }
@@ -662,6 +662,8 @@ class layout_searcher {
     p.setup.layout.zero3_max_live_elements = given.zero3_max_live_elements;
     p.setup.layout.zero3_reuse_distance_elements = given.zero3_reuse_distance_elements;
     p.setup.layout.zero3_persistence_threshold = given.zero3_persistence_threshold;
+    // The user's TP overlap, where it applies: it chunks SP's collectives.
+    if (e.layout.sequence) p.setup.layout.tp_overlap = given.tp_overlap;
     p.batch.recompute = e.recompute;
     p.batch.recompute_layers = e.recompute == recompute_kind::full ? e.recompute_layers : -1;
     p.batch.virtual_stages = e.virtual_stages;

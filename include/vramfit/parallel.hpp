@@ -39,6 +39,13 @@ enum class offload_target : unsigned char { none, cpu, nvme };
 /// gradients are computed (pre, the default), after them (post), or only when it is reached (none).
 enum class fsdp_backward_prefetch : unsigned char { pre, post, none };
 
+/// TP's all-gathers and reduce-scatters run in chunks beside the matmuls they feed or drain:
+/// Megatron-Core's --tp-comm-overlap, through Transformer Engine's userbuffers, or torchtitan's
+/// enable_async_tensor_parallel, inductor's micro-pipelined TP over symmetric memory. Off by
+/// default in both; each needs sequence parallelism (megatron/training/arguments.py asserts it;
+/// torchtitan's TP is always sequence parallel).
+enum class tp_comm_overlap : unsigned char { none, userbuffers, async_tp };
+
 /// The most pipeline stages whose layers a layout can list one by one (layout::stage_layers);
 /// even stages have no such limit.
 inline constexpr std::size_t max_listed_stages = 64;
@@ -97,6 +104,7 @@ struct layout {
   /// over after its forward: 0 all the shard ranks (True, the default), 1 none (False: the unit
   /// stays gathered until its backward), N an int dividing the shard ranks.
   std::int64_t reshard_after_forward = 0;
+  vramfit::tp_comm_overlap tp_overlap = tp_comm_overlap::none;
 
   [[nodiscard]] constexpr std::int64_t world() const {
     using detail::checked_mul;
@@ -246,6 +254,11 @@ namespace detail::rules {
 [[noreturn]] inline void sequence_parallel_needs_tensor_parallel() {
   raise("sequence parallelism splits along the tensor-parallel group: it needs tensor > 1");
 }
+[[noreturn]] inline void tp_comm_overlap_needs_sequence_parallel() {
+  raise(
+      "TP communication overlap (userbuffers or AsyncTP) chunks SP's all-gathers and "
+      "reduce-scatters: it needs sequence parallelism (Megatron-LM asserts it)");
+}
 }  // namespace detail::rules
 
 /// The layout rules, in the order check_layout tests them, as one table for the enum, to_string()
@@ -259,6 +272,7 @@ namespace detail::rules {
   X(shard_group_must_divide_data_parallel, "the shard group does not divide data parallel", v.a,  \
     v.b)                                                                                          \
   X(sequence_parallel_needs_tensor_parallel, "sequence parallelism needs tensor parallelism")     \
+  X(tp_comm_overlap_needs_sequence_parallel, "TP overlap needs sequence parallelism")             \
   X(tensor_parallel_must_divide_attention_heads,                                                  \
     "tensor parallel must divide the attention heads", v.a, v.b)                                  \
   X(tensor_parallel_and_kv_heads_must_divide_one_another,                                         \
@@ -337,6 +351,8 @@ constexpr layout_violation check_degrees(const layout& l) {
 constexpr layout_violation check_tensor_parallel(const layout& l, const model& m) {
   using enum layout_rule;
   if (l.sequence && l.tensor == 1) return {sequence_parallel_needs_tensor_parallel};
+  if (l.tp_overlap != tp_comm_overlap::none && !l.sequence)
+    return {tp_comm_overlap_needs_sequence_parallel};
   if (l.tensor == 1) return {};
   if (m.heads % l.tensor != 0)
     return {tensor_parallel_must_divide_attention_heads, l.tensor, m.heads};

@@ -67,6 +67,34 @@ constexpr std::optional<reserved_memory_estimate> simulated_reserve(
   return detail::simulated_reserve_in(p, most, &scratch);
 }
 
+namespace detail {
+/// The memory TP's overlap keeps outside PyTorch's allocator, per rank (layout::tp_overlap):
+/// Transformer Engine's userbuffers, one [b x s / cp, hidden] buffer per overlapped GEMM
+/// (ring-exchange all-gathers: qkv and fc1 forward, proj and fc2 dgrad; pipelined
+/// reduce-scatters: proj and fc2 forward; bulk: qkv and fc1 dgrad and wgrad; external: proj and
+/// fc2 wgrad), the eight all-gathers' in FP8 when training in FP8 (fp8_buf); or torchtitan's
+/// AsyncTP, whose symmetric-memory workspace holds two output chunks of the reduce-scatter.
+constexpr bytes tp_overlap_buffers(const training_plan_value& p) {
+  const layout& l = p.setup.layout;
+  const precision& mp = p.setup.precision;
+  const bool fp8 = mp.fp8_weight_copies > 0;
+  const element_format& between_layers = fp8 ? mp.weights : mp.compute;  // 16-bit under FP8
+  const std::int64_t tokens = checked_mul(p.batch.micro_batch, p.batch.sequence) / l.context;
+  const std::int64_t hidden = p.setup.model.hidden;
+  switch (l.tp_overlap) {
+    case tp_comm_overlap::none:
+      break;
+    case tp_comm_overlap::userbuffers: {
+      const bytes wide = storage_bytes(between_layers, tokens, hidden);
+      return 4 * wide + 8 * (fp8 ? storage_bytes(fp8_e4m3::value, tokens, hidden) : wide);
+    }
+    case tp_comm_overlap::async_tp:
+      return 2 * storage_bytes(between_layers, tokens / l.tensor, hidden);
+  }
+  return {};
+}
+}  // namespace detail
+
 /// The ledger on `device` of `rank`, a rank of pipeline stage `stage`, with the runtime overheads,
 /// the allocator's reserve from `allocator` when simulated.
 constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& device,
@@ -78,16 +106,35 @@ constexpr timed_ledger with_overheads(const training_plan_value& p, const gpu& d
   const bool interleaved = p.batch.schedule == pipeline_schedule::interleaved;
   append(rank, overheads(p.overheads, device, peak(rank), l, simulated,
                          pipeline_neighbours(l, stage, interleaved)));
-  if (p.batch.code == model_code::megatron_te) {
+  const bool userbuffers = l.tp_overlap == tp_comm_overlap::userbuffers;
+  memory_ledger extra{};
+  if (p.batch.code == model_code::megatron_te || userbuffers) {
     // Transformer Engine's GEMMs share one workspace from PyTorch's allocator, made at the first
-    // and kept (functools.lru_cache), beside PyTorch's own cuBLAS workspace.
-    memory_ledger te{};
-    add_entry(te, "Transformer Engine cuBLAS workspace", component::overhead, memory_space::device,
-              device.hopper_or_later() ? 32 * MiB + bytes{1024} : 4 * MiB, 1,
-              "TransformerEngine pytorch/cpp_extensions/gemm.py get_cublas_workspace, "
-              "get_cublas_workspace_size_bytes: 32 MiB + 1 KiB from Hopper on, 4 MiB before");
-    append(rank, te);
+    // and kept (functools.lru_cache), beside PyTorch's own cuBLAS workspace; initialize_ub
+    // replaces it by one for each of its 3 streams (module/base.py, _NUM_MAX_UB_STREAMS).
+    const bytes one = device.hopper_or_later() ? 32 * MiB + bytes{1024} : 4 * MiB;
+    add_entry(extra, "Transformer Engine cuBLAS workspace", component::overhead,
+              memory_space::device, userbuffers ? 3 * one : one, 1,
+              userbuffers
+                  ? "TransformerEngine module/base.py initialize_ub: the workspace "
+                    "repeated for its 3 userbuffers streams (32 MiB + 1 KiB each from "
+                    "Hopper on, 4 MiB before)"
+                  : "TransformerEngine pytorch/cpp_extensions/gemm.py get_cublas_workspace, "
+                    "get_cublas_workspace_size_bytes: 32 MiB + 1 KiB from Hopper on, 4 "
+                    "MiB before");
   }
+  if (l.tp_overlap != tp_comm_overlap::none)
+    add_entry(extra, "TP overlap buffers", component::overhead, memory_space::device,
+              detail::tp_overlap_buffers(p), 0,
+              userbuffers ? "TransformerEngine initialize_ub: 12 userbuffers of [b x s / cp, "
+                            "hidden] (Megatron-LM initialize.py _initialize_tp_communicators), the "
+                            "8 all-gathers' in FP8 under FP8; registered outside PyTorch's "
+                            "allocator (multicast)"
+                          : "torch.distributed._symmetric_memory get_symm_mem_workspace: one per "
+                            "TP group, as large as a fused matmul-reduce-scatter's 2 output chunks "
+                            "of [b x s / (cp x tp), hidden]",
+              lifetime::persistent, entry_role::outside_allocator);
+  append(rank, extra);
   return rank;
 }
 

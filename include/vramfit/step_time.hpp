@@ -27,7 +27,7 @@ struct cluster {
   double memory_gb_per_s = 0;  ///< memory bandwidth; 0: the GPU preset's
   /// Fraction of the measured matmul ceiling and memory bandwidth a training step's kernels keep
   /// up (clocks under sustained load, launch gaps, unfused kernels).
-  double compute_efficiency = 0.78;
+  double compute_efficiency = 0.76;
   /// Fraction of the link bandwidth NCCL's collectives reach (its bus bandwidth over the link's).
   double network_efficiency = 1.00;
 };
@@ -345,6 +345,29 @@ class micro_batch_kernels {
   }
 
   [[nodiscard]] constexpr kernel_seconds attention() const { return attention_; }
+  [[nodiscard]] constexpr bool ideal() const { return ideal_; }
+
+  /// Layer `layer`'s matmuls beside each collective of TP with SP, in forward's order: the
+  /// attention's input linears after its all-gather, its output linear before its
+  /// reduce-scatter, then the MLP's (dense MLPs and shared experts: routed experts run grouped
+  /// matmuls behind the token dispatcher, which userbuffers do not overlap).
+  struct tp_neighbours {
+    kernel_seconds around[4]{};
+  };
+  [[nodiscard]] constexpr tp_neighbours tp_neighbours_of(std::int64_t layer) const {
+    tp_neighbours n{};
+    for (std::size_t i = 0; i < w_.matmuls.size(); ++i) {
+      const tensor_group& g = w_.matmuls[i];
+      const bool attention = g.kind == tensor_kind::attention;
+      if (!g.in_layer(layer) || g.split == tp_split::replicated ||
+          (!attention && g.kind != tensor_kind::mlp))
+        continue;
+      kernel_seconds& k = n.around[(attention ? 0 : 2) + (g.split == tp_split::input ? 1 : 0)];
+      k.forward += matmuls_[i].forward;
+      k.backward += matmuls_[i].backward;
+    }
+    return n;
+  }
 
  private:
   /// Output features of a weight on this rank, and its input features.
@@ -504,7 +527,10 @@ constexpr double layers_on_largest_stage(const training_plan_value& p) {
 /// Megatron-LM: two all-reduces of the hidden states per layer forward, two backward (Narayanan
 /// 2021 §3; Shoeybi 2019 fig. 4); sequence parallel: an all-gather and reduce-scatter each
 /// (Korthikanti 2022 §4.2.2). Full recompute repeats forward's; op SAC the all-gathers/all-reduces.
-constexpr double tensor_parallel_time(const training_plan_value& p, const cluster_figures& c) {
+/// Exposed, unless the framework overlaps them (layout::tp_overlap).
+constexpr double tensor_parallel_time(const training_plan_value& p, const cluster_figures& c,
+                                      const micro_batch_kernels& k) {
+  const model& m = p.setup.model;
   const layout& l = p.setup.layout;
   const activation_options& o = p.batch;
   const double forward_passes = o.recompute == recompute_kind::full     ? 2
@@ -512,13 +538,40 @@ constexpr double tensor_parallel_time(const training_plan_value& p, const cluste
                                 : l.sequence                            ? 1.5
                                                                         : 2;
   const double all_reduces = 2 * forward_passes + 2;
-  // Under SP each all-reduce is an all-gather and a reduce-scatter: two launches.
-  const double latency = l.sequence ? 2 * collective_latency(c, collective::gather, l.tensor, 1)
-                                    : collective_latency(c, collective::all_reduce, l.tensor, 1);
-  const double per_layer = all_reduces * (all_reduce_bytes(hidden_state_bytes(p), l.tensor) /
-                                              group_bandwidth(c, l.tensor, 1) +
-                                          latency);
-  return as_double(o.micro_batches) * layers_on_largest_stage(p) * per_layer;
+  const double bandwidth = group_bandwidth(c, l.tensor, 1);
+  const double per_layer_and_micro_batch = [&] {
+    // Under SP each all-reduce is an all-gather and a reduce-scatter: two launches.
+    const double latency = l.sequence ? 2 * collective_latency(c, collective::gather, l.tensor, 1)
+                                      : collective_latency(c, collective::all_reduce, l.tensor, 1);
+    if (l.tp_overlap == tp_comm_overlap::none)
+      return all_reduces *
+             (all_reduce_bytes(hidden_state_bytes(p), l.tensor) / bandwidth + latency);
+    if (k.ideal()) return 0.0;  // the search's bound: the matmuls may hide all of it
+    // Overlapped (layout::tp_overlap, with SP): each collective moves its message in t-1 steps
+    // beside the matmul on the chunk at hand (Wang et al. 2023, "Overlap communication with
+    // dependent computation via decomposition"; torch's _pipelined_all_gather_and_consume and
+    // TE's ring-exchange userbuffers): of a collective of C seconds beside a matmul of G, only
+    // C - G(t-1)/t shows. Backward pairs each with its linear's gradients.
+    const double t = as_double(l.tensor);
+    const double one = gather_bytes(hidden_state_bytes(p), l.tensor) / bandwidth +
+                       collective_latency(c, collective::gather, l.tensor, 1);
+    const auto shown = [&](double matmul) {
+      const double rest = one - matmul * (t - 1) / t;
+      return rest > 0 ? rest : 0;
+    };
+    const auto exposed = [&](std::int64_t layer) {
+      double forward = 0, backward = 0;
+      for (const kernel_seconds& g : k.tp_neighbours_of(layer).around) {
+        forward += shown(g.forward);
+        backward += shown(g.backward);
+      }
+      return forward_passes * forward + backward;
+    };
+    if (!m.is_moe()) return exposed(0);
+    const double dense = as_double(m.moe.first_dense_layers) / as_double(m.layers);
+    return dense * exposed(0) + (1 - dense) * exposed(m.layers - 1);
+  }();
+  return as_double(o.micro_batches) * layers_on_largest_stage(p) * per_layer_and_micro_batch;
 }
 
 /// Ring attention (Liu et al. 2023; Megatron-LM context parallel, torchtitan): each rank passes
@@ -714,7 +767,7 @@ constexpr step_time estimate_step_time(const training_plan_value& p, const clust
   const detail::micro_batch_kernels kernels(p, c, f, ideal);
   detail::add_compute(s, p, f, kernels);
   s.optimizer = detail::optimizer_time(p, c, f);
-  if (l.tensor > 1) s.tensor = detail::tensor_parallel_time(p, c);
+  if (l.tensor > 1) s.tensor = detail::tensor_parallel_time(p, c, kernels);
   if (l.context > 1) s.context = detail::context_parallel_time(p, c, kernels);
   if (l.expert > 1 && p.setup.model.is_moe()) s.expert = detail::expert_parallel_time(p, c);
   if (l.pipeline > 1) s.pipeline = detail::pipeline_parallel_time(p, c);

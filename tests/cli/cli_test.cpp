@@ -456,6 +456,31 @@ TEST_CASE("plan --explain: a ranked layout's step time by cause, the parts summi
   CHECK(text.out.find("Model FLOPs utilisation: ") != std::string::npos);
 }
 
+TEST_CASE("plan --tp-comm-overlap: TP's collectives hide behind their matmuls where SP is on") {
+  const std::string search =
+      "plan --model llama-3-70b --seq-len 8192 --gpus 64 --tp 8 --sharding megatron --top 1 "
+      "--format json";
+  const result exposed = run(search), overlapped = run(search + " --tp-comm-overlap userbuffers");
+  REQUIRE(exposed.status == 0);
+  REQUIRE(overlapped.status == 0);
+  const nlohmann::json a = nlohmann::json::parse(exposed.out),
+                       b = nlohmann::json::parse(overlapped.out);
+  CHECK(a.at("estimate").at("tp_comm_overlap") == "none");
+  CHECK(b.at("estimate").at("tp_comm_overlap") == "userbuffers");
+  // At 8,192 tokens the 70B's MLP matmuls hide their collectives; the attention's show in part.
+  const double before = a.at("chosen").at("step_time").at("tensor");
+  const double after = b.at("chosen").at("step_time").at("tensor");
+  CHECK(after > 0);
+  CHECK(after < before / 2);
+  // The train command that reproduces it overlaps too, and train counts the userbuffers.
+  const std::vector<std::string> argv = b.at("chosen").at("argv");
+  CHECK(std::find(argv.begin(), argv.end(), "userbuffers") != argv.end());
+  // Refused without SP, in one line.
+  const result alone = run("train -m llama-3-70b --tp 8 --dp 8 --tp-comm-overlap async-tp");
+  CHECK(alone.status == 2);
+  CHECK(alone.err.find("needs sequence parallelism") != std::string::npos);
+}
+
 TEST_CASE("plan: train options fix their knob, plan options bound the rest") {
   struct {
     const char* args;
@@ -1704,6 +1729,7 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
                                           "--limit-all-gathers false",
                                           "--tp 2",
                                           "--sp",
+                                          "--tp-comm-overlap userbuffers",
                                           "--pp 2",
                                           "--pp-stages 16,16",
                                           "--schedule gpipe",
@@ -1769,6 +1795,11 @@ TEST_CASE("no option is silently ignored: each one changes the answer or is refu
         "--compute-efficiency 0.3", "--network-efficiency 0.3", "--matmul-tflops 300",
         "--memory-bw 500", "--peak-tflops 500", "--explain 1"})
     probes.push_back({"plan", o});
+  // TP overlap changes the memory outside the allocator and the ranking, where SP is on.
+  for (const char* base : {"train -m llama-3-70b --tp 8 --sp --dp 8",
+                           "min-gpus -m llama-3-70b --tp 8 --sp --fsdp full",
+                           "plan -m llama-3-70b --gpus 64 --tp 8 --sharding megatron --top 1"})
+    probes.push_back({base, "--tp-comm-overlap userbuffers"});
   // Offload is searched, and its bandwidth used, only when nothing else fits.
   for (const char* o : {"--no-offload", "--host-bw 10"})
     probes.push_back({"plan -m llama-3-70b --gpus 1", o});

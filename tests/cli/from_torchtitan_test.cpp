@@ -123,17 +123,20 @@ TEST_CASE("--from torchtitan llama3_405b.toml: float8, compile and async TP list
                                              {"--fsdp-version", "2", shard},
                                              {"--tp", "8", "parallelism.tensor_parallel_degree"},
                                              {"--sp", "true", "parallelism.tensor_parallel_degree"},
+                                             {"--tp-comm-overlap", "async-tp",
+                                              "parallelism.enable_async_tensor_parallel"},
                                              {"--micro-batch", "2", "training.local_batch_size"},
                                              {"--precision", "amp-bf16", mp_default},
                                              {"--recompute", "full", "activation_checkpoint.mode"},
                                              {"--optimizer", "adamw", "optimizer.name"},
                                              {"--expandable-segments", "true", launcher}});
-  CHECK(keys_of(j, "not_modeled") ==
-        std::set<std::string>{"model.converters", "quantize.linear.float8", "compile.enable", shard,
-                              "parallelism.enable_async_tensor_parallel"});
+  CHECK(keys_of(j, "not_modeled") == std::set<std::string>{"model.converters",
+                                                           "quantize.linear.float8",
+                                                           "compile.enable", shard});
   check_round_trip(from,
                    "train --framework torchtitan --model llama-3.1-405b --seq-len 8192 --fsdp "
-                   "full --fsdp-version 2 --tp 8 --sp --micro-batch 2 --precision amp-bf16 "
+                   "full --fsdp-version 2 --tp 8 --sp --tp-comm-overlap async-tp --micro-batch 2 "
+                   "--precision amp-bf16 "
                    "--recompute full --optimizer adamw --expandable-segments --dp 16");
 }
 

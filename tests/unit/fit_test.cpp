@@ -129,3 +129,38 @@ TEST_CASE("Transformer Engine's persistent cuBLAS workspace, by GPU generation")
   CHECK(workspace(gpus::h100_80gb::value) == bytes{32 * 1024 * 1024 + 1024});
   CHECK(workspace(gpus::a100_80gb::value) == bytes{4 * 1024 * 1024});
 }
+
+TEST_CASE("TP overlap's buffers outside PyTorch's allocator: userbuffers or AsyncTP's workspace") {
+  // Llama-3-70B, TP 8 with SP, one sequence of 8,192 tokens (hidden 8,192) in bf16.
+  training_plan_value p{training{models::llama_3_70b::value, mixed<bf16>::value, adamw<>::value},
+                        activation_options{.micro_batch = 1, .sequence = 8192}};
+  p.setup.layout.tensor = 8;
+  p.setup.layout.sequence = true;
+  p.setup.layout.data = 8;
+  auto entry = [&](const char* name) {
+    for (const memory_entry& e : estimate(p, gpus::h100_80gb::value).ledger.entries)
+      if (std::string_view(e.name) == name) return e;
+    return memory_entry{};
+  };
+  CHECK(entry("TP overlap buffers").size == bytes{});
+  // Transformer Engine's initialize_ub with Megatron-LM's shape [s x b / cp, hidden]: twelve
+  // buffers of 8,192 x 8,192 bf16 elements (128 MiB each), registered outside the allocator;
+  // its cuBLAS workspace repeated for 3 streams.
+  p.setup.layout.tp_overlap = tp_comm_overlap::userbuffers;
+  CHECK(entry("TP overlap buffers").size == 12 * 128 * MiB);
+  CHECK(entry("TP overlap buffers").role == entry_role::outside_allocator);
+  CHECK(entry("Transformer Engine cuBLAS workspace").size == bytes{3 * (32 * 1024 * 1024 + 1024)});
+  // Under FP8 the eight all-gathers' buffers hold 1-byte elements (fp8_buf): 4 x 128 + 8 x 64.
+  p.setup.precision = fp8_compute::value;
+  CHECK(entry("TP overlap buffers").size == (4 * 128 + 8 * 64) * MiB);
+  // CP 2 halves the tokens a rank holds: [4,096 x 8,192].
+  p.setup.precision = mixed<bf16>::value;
+  p.setup.layout.context = 2;
+  p.setup.layout.data = 4;
+  CHECK(entry("TP overlap buffers").size == 12 * 64 * MiB);
+  // AsyncTP's symmetric-memory workspace: two output chunks of a matmul-reduce-scatter,
+  // [4,096 / 8 x 8,192] bf16 each (8 MiB); no Transformer Engine workspace.
+  p.setup.layout.tp_overlap = tp_comm_overlap::async_tp;
+  CHECK(entry("TP overlap buffers").size == 2 * 8 * MiB);
+  CHECK(entry("Transformer Engine cuBLAS workspace").size == bytes{});
+}

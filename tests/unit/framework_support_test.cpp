@@ -163,6 +163,32 @@ TEST_CASE("torchtitan's tensor parallelism without sequence parallelism is set a
   for (const plan_candidate& c : r.best) CHECK((c.layout.tensor == 1 || c.layout.sequence));
 }
 
+TEST_CASE("TP overlap runs on its own framework: userbuffers Megatron's, AsyncTP torchtitan's") {
+  // The user's overlap goes to each candidate with SP (plan_of); a framework without it sets
+  // those aside, and the ones without SP keep their collectives exposed.
+  for (const auto& [overlap, rule, runs_it] :
+       {std::tuple{tp_comm_overlap::userbuffers, support_rule::userbuffers_are_megatrons,
+                   families[1]},
+        std::tuple{tp_comm_overlap::async_tp, support_rule::async_tp_is_torchtitans,
+                   families[2]}}) {
+    for (const family_case& f : families) {
+      INFO(f.name);
+      training_plan_value plan = plan_of(testing::tiny_llama, 12, f.fsdp_version);
+      plan.setup.layout.tp_overlap = overlap;
+      const search_result r = search_layouts(plan, h100,
+                                             {.gpus = 4,
+                                              .global_batch = 4,
+                                              .sharding = f.family,
+                                              .top = search_result::max_top,
+                                              .prune = false});
+      const bool own = std::string_view(f.name) == runs_it.name;
+      CHECK((set_aside(r, rule) > 0) == !own);
+      const auto overlapped = [](const plan_candidate& c) { return c.layout.sequence; };
+      CHECK(std::any_of(r.best.begin(), r.best.end(), overlapped) == own);
+    }
+  }
+}
+
 TEST_CASE("any family: each candidate runs on the framework of its sharding") {
   const training_plan_value plan = plan_of(testing::tiny_llama, 12, 2);
   std::vector<plan_candidate> evaluated;

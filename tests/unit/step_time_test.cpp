@@ -2,6 +2,8 @@
 // derivations of the formulas it cites.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <vramfit/presets.hpp>
 #include <vramfit/step_time.hpp>
 
@@ -146,6 +148,44 @@ TEST_CASE("tensor parallel: four all-reduces of the hidden states per layer") {
   p.setup.layout.tensor = 16;
   const double big = 2 * (15.0 / 16) * 4096.0 * 16384 * 2 / (0.8 * 400e9) + 92.4e-6;
   CHECK(estimate_step_time(p, h100, c).tensor == doctest::Approx(126 * 4 * big));
+}
+
+TEST_CASE("tensor parallel overlapped: each collective shows only beyond its matmul's chunks") {
+  // Llama-3-8B, TP 8 with SP, 1 x 4,096 tokens on the ideal card (matmuls at 1 PFLOP/s, NVLink
+  // at 450 GB/s). One all-gather or reduce-scatter receives 7/8 of the 4,096 x 4,096 bf16
+  // hidden states, plus its latency (8.4 µs and 7 ring steps of 3.4 µs).
+  training_plan_value p = llama_plan();
+  layout& l = p.setup.layout;
+  l.tensor = 8;
+  l.sequence = true;
+  const double exposed = estimate_step_time(p, ideal_card, whole_rates).tensor;
+  const double one = 7.0 / 8 * 4096 * 4096 * 2 / 450e9 + (8.4e-6 + 7 * 3.4e-6);
+  CHECK(exposed == doctest::Approx(32 * 8 * one));  // 4 collectives forward, 4 backward
+  // Each rank's matmuls over the 4,096 gathered tokens, forward (backward: twice, the input and
+  // the weight gradients): Q, K and V (512 + 128 + 128 of 4,096 outputs), o_proj (512 inputs),
+  // gate and up (2 x 1,792), down (1,792 inputs).
+  const auto matmul = [](double in, double out) { return 2 * 4096.0 * in * out / 1e15; };
+  const double around[4] = {matmul(4096, 768), matmul(512, 4096), matmul(4096, 3584),
+                            matmul(1792, 4096)};
+  // Chunked in 8, a collective overlaps 7/8 of its matmul (the chunk at hand while the next
+  // arrives); what remains shows.
+  double per_layer = 0;
+  for (const double g : around)
+    per_layer += std::max(0.0, one - g * 7 / 8) + std::max(0.0, one - 2 * g * 7 / 8);
+  // Here gate and up hide their all-gather both ways, down its reduce-scatter backward.
+  CHECK(std::max(0.0, one - around[2] * 7 / 8) == 0);
+  CHECK(std::max(0.0, one - 2 * around[3] * 7 / 8) == 0);
+  for (const tp_comm_overlap kind : {tp_comm_overlap::userbuffers, tp_comm_overlap::async_tp}) {
+    l.tp_overlap = kind;
+    CHECK(estimate_step_time(p, ideal_card, whole_rates).tensor == doctest::Approx(32 * per_layer));
+    // The search's bound takes none of it.
+    CHECK(estimate_step_time(p, figures_of(whole_rates, ideal_card), work_of(p.setup, 4096), true)
+              .tensor == 0);
+  }
+  // Without SP there is nothing to chunk (Megatron-LM refuses the flag).
+  l.sequence = false;
+  CHECK(check_layout(l, p.setup.model).rule ==
+        layout_rule::tp_comm_overlap_needs_sequence_parallel);
 }
 
 TEST_CASE("data parallel: ZeRO-3 moves 3Ψ where DDP and ZeRO-1 move 2Ψ") {

@@ -228,6 +228,10 @@ run run_of(const json& row) {
     r.assumed += o.virtual_stages == 1 ? "no interleaving; " : "2 stages per rank; ";
   }
   if (o.virtual_stages > 1) o.schedule = pipeline_schedule::interleaved;
+  // TP's overlap as the source names it; each candidate of the run's search with SP takes it.
+  if (given(row, "tp_comm_overlap"))
+    l.tp_overlap = row["tp_comm_overlap"] == "userbuffers" ? tp_comm_overlap::userbuffers
+                                                           : tp_comm_overlap::async_tp;
   r.plan = {training{m, p, adamw<>::value, full_finetune::value, l}, o};
   r.work = work_of(r.plan.setup, sequence);
   hardware_of(row, r);
