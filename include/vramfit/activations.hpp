@@ -120,7 +120,8 @@ enum class layer_part : unsigned char { attention, mlp };
 enum class freed_at : unsigned char {
   half_end,    ///< by the half's projections and norm, after its working set and weight gradients
   core_start,  ///< by the ops before the working set: eager attention's value matmul and dropout
-  core_end,    ///< by the working set's op: eager attention's softmax backward
+  /// by the working set's op: eager attention's softmax backward, a gated MLP's product
+  core_end,
 };
 
 /// One tensor (or set of tensors) autograd saves, per micro-batch, on one rank.
@@ -1164,11 +1165,11 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
     b.linear_input("GELU output (down input)", gelu_down_input_source(m), tokens, width, down,
                    {.output_linear_input = true});
   } else if (m.mlp == mlp_kind::gelu) {
-    // up output: the GELU input
+    // up output: the GELU input, which gelu_backward (the working set's op) reads last
     b.add(what,
           "nn.functional.gelu, derivatives.yaml gelu: gelu_backward(grad, self, "
           "approximate=approximate)",
-          n, beta);
+          n, beta, {.freed = freed_at::core_end});
     b.linear_input("GELU output (down input)", gelu_down_input_source(m), tokens, width, down,
                    {.output_linear_input = true});
   } else if (traits_of(b.code()).fused_swiglu) {
@@ -1187,9 +1188,19 @@ constexpr void mlp_block(block_builder& b, const model& m, std::int64_t tokens, 
         b.code() == model_code::hf
             ? gated_sources(m)
             : gated_mlp_sources{code.gate, code.activation, code.up, code.down_input};
-    b.add(what, src.gate, n, beta);  // gate output: the activation's input
-    b.add("activation output", src.activation, n, beta);
-    b.add("up output", src.up, n, beta);
+    // The product's backward (the working set's op: mul_backward, grad * other and grad * self)
+    // reads its factors last and frees them. Phi-3's up half is a view of gate_up_proj's output,
+    // whose storage the activation's saved gate half keeps. The gate output goes with the
+    // activation's backward: before the input linears' in litgpt (F.silu(x_fc_1) * x_fc_2: the
+    // engine runs the ready node of the highest sequence number first, engine.cpp ReadyQueue),
+    // after up_proj's where up_proj runs after the activation (HF, torchtitan, torchtune).
+    const bool views_one_output = b.code() == model_code::hf && m.family == family::phi3;
+    const freed_at gate_freed =
+        b.code() == model_code::litgpt ? freed_at::core_end : freed_at::half_end;
+    b.add(what, src.gate, n, beta, {.freed = gate_freed});  // gate output: the activation's input
+    b.add("activation output", src.activation, n, beta, {.freed = freed_at::core_end});
+    b.add("up output", src.up, n, beta,
+          {.freed = views_one_output ? freed_at::half_end : freed_at::core_end});
     b.linear_input("gate x up (down input)", src.down_input, tokens, width, down,
                    {.output_linear_input = true});
   }

@@ -970,8 +970,8 @@ struct step_writer {
     add(working_name, e.working, -incoming, pieces_of(layer_tensor::core_gradient, part));
     dequantized(false, 1);
     dequantized(false, -1);
-    add("attention softmax: output freed", layer_saved, -p.saved_core_end[part],
-        freed(freed_at::core_end));
+    add(part ? "MLP product or activation: inputs freed" : "attention softmax: output freed",
+        layer_saved, -p.saved_core_end[part], freed(freed_at::core_end));
     add("attention scores: gradients cast and scaled", e.working, after,
         pieces_of(layer_tensor::gradient_after_core));
     add(working_name, e.working, -working_set, pieces_of(layer_tensor::working, part));

@@ -870,6 +870,59 @@ TEST_CASE("eager attention's backward frees each saved tensor after the op that 
     CHECK(std::string(e.what).find("attention value matmul") == std::string::npos);
 }
 
+TEST_CASE(
+    "an MLP's product or activation frees its inputs after its backward; a gate output later") {
+  // Llama-3-8B cut to 2 layers, bf16, 1 x 4,096 tokens: each MLP tensor is 4,096 x 14,336 x 2 B
+  // (F). After down_proj's input goes: its input gradient (F), the product's two factor
+  // gradients (2F: mul_backward), the incoming gradient freed; then the factors it read last (the
+  // activation's and up_proj's outputs, 2F), then the working gradients. The gate output, the
+  // activation's input, stays to the half's end: up_proj's backward runs before the activation's
+  // (tests/validation/mlp_backward_order.py). litgpt's activation runs after up_proj's forward,
+  // so its backward comes first and the gate output goes with the factors (3F).
+  constexpr std::int64_t F = 4096LL * 14336 * 2;
+  model m = models::llama_3_8b::value;
+  m.layers = 2;
+  const training t{m, pure<bf16>::value, adamw<>::value};
+  const auto mlp_half = [&](model_code code) {
+    std::vector<std::pair<std::string, std::int64_t>> events;
+    bool in = false;
+    for (const timeline_event& e :
+         step_timeline_of(t, {.micro_batch = 1, .sequence = 4096, .code = code}).events) {
+      const std::string what = e.what;
+      if (e.phase != step_phase::backward) continue;
+      if (what == "MLP weight gradients") break;
+      if (in) events.emplace_back(what, e.delta.count);
+      in = in || what == "MLP output linear: input freed";
+    }
+    return events;
+  };
+  for (const auto& [code, factors] :
+       {std::pair{model_code::hf, 2 * F}, std::pair{model_code::litgpt, 3 * F}}) {
+    const std::vector<std::pair<std::string, std::int64_t>> expected{
+        {"MLP backward working set", F},
+        {"MLP backward working set", 2 * F},
+        {"MLP backward working set", -F},
+        {"MLP product or activation: inputs freed", -factors},
+        {"MLP backward working set", -2 * F}};
+    CHECK(mlp_half(code) == expected);
+  }
+  // A GELU MLP's working set is gelu_backward's: DistilBERT's up output (its input, 512 x 3,072
+  // x 2 B) goes with it, before the weight gradients.
+  model bert = models::distilbert_base_uncased::value;
+  bert.layers = 2;
+  bool freed = false;
+  for (const timeline_event& e : step_timeline_of(training{bert, pure<bf16>::value, adamw<>::value},
+                                                  {.micro_batch = 1, .sequence = 512})
+                                     .events) {
+    const std::string what = e.what;
+    if (what == "MLP weight gradients") break;
+    if (what != "MLP product or activation: inputs freed") continue;
+    CHECK(e.delta.count == -512 * 3072 * 2);
+    freed = true;
+  }
+  CHECK(freed);
+}
+
 TEST_CASE("Gemma 2's layer by hand, as traced (tests/validation/step_traces.json)") {
   // The traced shape: hidden 128, 4 heads of 48 (2 KV heads), GeGLU of 352, bf16, 2 x 64 tokens
   // (tau = 128), eager attention, soft-capped. Each of the four Gemma2RMSNorms keeps its fp32
