@@ -782,13 +782,14 @@ constexpr void softmax_lse(block_builder& b, const activation_options& o, std::i
   const std::int64_t rows =
       checked_mul(checked_mul(o.micro_batch, heads), b.tokens() / o.micro_batch);
   b.add("softmax log-sum-exp (fp32)",
-        o.code == model_code::hf ? sdpa_backward_source : sources_of(o.code).lse, rows, 32);
+        o.code == model_code::hf ? sdpa_backward_source : sources_of(o.code).lse, rows, 32,
+        {.freed = freed_at::core_end});  // read by the attention's backward only
   if (o.code == model_code::megatron_te)
     // The philox seed and offset it drew, dropout or not: one more of its aux_ctx_tensors.
     b.add_block("attention RNG state (2 int64)",
                 "TransformerEngine csrc/extensions/attention.cpp fused_attn_fwd: rng_state = "
                 "torch::empty({2}, kInt64), saved by backends.py FusedAttnFunc.forward",
-                2, 64);
+                2, 64, {.freed = freed_at::core_end});
 }
 
 /// torchtitan's MLA (models/deepseek_v3/model.py Attention.forward at b5bcd76) with flex
@@ -940,11 +941,15 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
     b.add_block("K index tensor (int64)", source, 1, 64);
     b.add_block("V index tensor (int64)", source, 1, 64);
   }
+  // SDPA's backward reads Q, K and V last (the rotary's and the projections' backward read
+  // none of them): they go as it ends. Eager's matmuls keep theirs (eager_scores).
+  const freed_at sdpa_read = eager ? freed_at::half_end : freed_at::core_end;
   if (fused_qkv(m)) {
     // Q, K and V are views of one projection output, which therefore stays whole (BERT's and
     // DistilBERT's three projections keep the same elements).
     if (any)
-      b.add("QKV projection output", fused_qkv_source(m), b.split((heads + 2 * kv) * d), beta);
+      b.add("QKV projection output", fused_qkv_source(m), b.split((heads + 2 * kv) * d), beta,
+            {.freed = sdpa_read});
     return;
   }
   // modeling_qwen3.py: q_norm and k_norm over each head of the projections' outputs.
@@ -969,7 +974,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
               ? "modeling_llama.py apply_rotary_pos_emb: q_embed = (q * cos) + (rotate_half(q) "
                 "* sin)"
               : "the query projection's output, read by the attention",
-          b.split(heads * d), b.core_bits());
+          b.split(heads * d), b.core_bits(), {.freed = sdpa_read});
   // Its table's rows for the tokens' positions, a new tensor per layer, which the multiplies
   // save (torchtitan always passes the packed documents' positions): ComplexRoPE's complex64
   // (Llama 3), CosSinRoPE's fp32 cos and sin side by side (Qwen3).
@@ -1000,7 +1005,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
               ? "modeling_llama.py apply_rotary_pos_emb: k_embed = (k * cos) + (rotate_half(k) "
                 "* sin)"
               : "the key projection's output, read by the attention",
-          b.split(kv_saved * d), b.core_bits());
+          b.split(kv_saved * d), b.core_bits(), {.freed = sdpa_read});
   // The value matmul keeps V for the probabilities' gradient.
   if (eager ? !(g.q || g.k) : !any) return;
   if (m.family == family::phi3 && !copies)
@@ -1009,7 +1014,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
     b.add("value (a view: keeps the qkv_proj output)",
           "modeling_phi3.py Phi3Attention.forward: value_states = qkv[..., query_pos + "
           "self.num_key_value_heads * self.head_dim :]",
-          b.split((heads + 2 * kv) * d), beta);
+          b.split((heads + 2 * kv) * d), beta, {.freed = sdpa_read});
   else
     // Eager's value matmul reads V last: its backward frees it before the softmax's.
     b.add("value",
@@ -1019,8 +1024,7 @@ constexpr void head_projections(block_builder& b, const model& m, const activati
                    : "modeling_llama.py LlamaAttention.forward: "
                      "self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)",
           b.split(kv_saved * d), b.core_bits(),
-          {.freed =
-               b.attention() == attention_kind::eager ? freed_at::core_start : freed_at::half_end});
+          {.freed = eager ? freed_at::core_start : sdpa_read});
 }
 
 /// What multi-head attention (not MLA) keeps of its core: eager's scores, or SDPA's output and
@@ -1052,7 +1056,7 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
     b.add("attention output (heads-first, kept by SDPA)",
           "aten cudnn/MHA.cpp alloc_with_matching_layout; modeling_phi3.py Phi3Attention.forward: "
           "attn_output.reshape(*input_shape, -1).contiguous() copies it",
-          b.split(width), b.beta());
+          b.split(width), b.beta(), {.freed = freed_at::core_end});
   else if (o.code == model_code::litgpt && b.beta() == 16)
     // litgpt's Q comes out of torch.cat, contiguous heads-first, so cuDNN's output is too and
     // y.transpose(1, 2) then reshape copies it for proj: two tensors, as Phi-3's.
@@ -1060,18 +1064,26 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
           "litgpt/model.py CausalSelfAttention.forward: q = torch.cat((q_roped, ...)); aten "
           "cudnn/MHA.cpp alloc_with_matching_layout; y.reshape(B, T, head_size * n_head) copies "
           "y.transpose(1, 2)",
-          b.split(width), b.beta());
+          b.split(width), b.beta(), {.freed = freed_at::core_end});
+  // Else SDPA's output, laid out as Q ([b, s, h, d] under the transpose), is o_proj's input as
+  // is (transpose(1, 2).contiguous() returns it): it goes when SDPA's backward ends, after
+  // o_proj's (traced on an H200: docs/timeline.md). A frozen base keeps peft's copy instead.
+  const bool heads_first =
+      (m.family == family::phi3 || o.code == model_code::litgpt) && b.beta() == 16;
+  const saved_flags shared{.freed = freed_at::core_end};
   b.linear_input(
       "attention output (o_proj input)",
       o.code == model_code::hf ? out_projection_source(m) : sources_of(o.code).attention_output,
-      b.split(1), width, linears_of(m).attention_output, {.output_linear_input = true});
+      b.split(1), width, linears_of(m).attention_output,
+      heads_first || b.frozen_base() ? saved_flags{.output_linear_input = true} : shared);
   softmax_lse(b, o, heads);
   if (sdpa_gets_mask(m, o))
     // aten attention.cpp convert_boolean_attn_mask turns Hugging Face's boolean mask into an
     // additive bias in Q's format in every layer's call, and the kernel saves it.
     b.add("attention mask (SDPA's additive bias)",
           "aten transformers/attention.cpp convert_boolean_attn_mask, saved by the SDPA kernel",
-          checked_mul(b.tokens(), o.sequence), b.beta(), {.selective = true});
+          checked_mul(b.tokens(), o.sequence), b.beta(),
+          {.selective = true, .freed = freed_at::core_end});
 }
 
 /// The attention sub-block's saved tensors (the input norm is added by the caller).

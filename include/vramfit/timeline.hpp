@@ -970,7 +970,10 @@ struct step_writer {
     add(working_name, e.working, -incoming, pieces_of(layer_tensor::core_gradient, part));
     dequantized(false, 1);
     dequantized(false, -1);
-    add(part ? "MLP product or activation: inputs freed" : "attention softmax: output freed",
+    const bool eager_core = !part && p.score_gradients_before + p.score_gradients_after > bytes{};
+    add(part         ? "MLP product or activation: inputs freed"
+        : eager_core ? "attention softmax: output freed"
+                     : "attention SDPA: its inputs and output freed",
         layer_saved, -p.saved_core_end[part], freed(freed_at::core_end));
     add("attention scores: gradients cast and scaled", e.working, after,
         pieces_of(layer_tensor::gradient_after_core));

@@ -870,6 +870,29 @@ TEST_CASE("eager attention's backward frees each saved tensor after the op that 
     CHECK(std::string(e.what).find("attention value matmul") == std::string::npos);
 }
 
+TEST_CASE("SDPA's backward frees Q, K, V, its output and log-sum-exp as it ends") {
+  // Llama-3-8B cut to 2 layers, bf16, 1 x 8,192 tokens, SDPA. Traced on an H200
+  // (tests/validation/gpu/h200/traces/step1_llama3-8b-2l_bf16_adamw_b1s8192_sdpa.json): the
+  // second layer's SDPA output (event 217, 64 MiB) is o_proj's input with no copy (event 222 is
+  // o_proj's output), and after the flash backward's workspace (477-479) go K (16 MiB), Q (64 MiB),
+  // V (16 MiB), the log-sum-exp (1 MiB) and that output (events 483-491), before the rotary's
+  // and the projections' backward.
+  constexpr std::int64_t MiB = 1 << 20;
+  model m = models::llama_3_8b::value;
+  m.layers = 2;
+  const training t{m, pure<bf16>::value, adamw<>::value};
+  std::int64_t core = 0, out = 0;
+  for (const timeline_event& e : step_timeline_of(t, {.micro_batch = 1, .sequence = 8192}).events) {
+    const std::string what = e.what;
+    if (e.phase != step_phase::backward) continue;
+    if (what == "attention SDPA: its inputs and output freed") core += e.delta.count;
+    if (what == "attention output linear: input freed") out += e.delta.count;
+    if (what == "attention weight gradients") break;  // the last layer's half only
+  }
+  CHECK(core == -(64 + 16 + 16 + 64 + 1) * MiB);
+  CHECK(out == 0);  // o_proj's backward drops a reference, not the memory
+}
+
 TEST_CASE(
     "an MLP's product or activation frees its inputs after its backward; a gate output later") {
   // Llama-3-8B cut to 2 layers, bf16, 1 x 4,096 tokens: each MLP tensor is 4,096 x 14,336 x 2 B
