@@ -120,7 +120,7 @@ enum class layer_part : unsigned char { attention, mlp };
 enum class freed_at : unsigned char {
   half_end,    ///< by the half's projections and norm, after its working set and weight gradients
   core_start,  ///< by the ops before the working set: eager attention's value matmul and dropout
-  /// by the working set's op: eager attention's softmax backward, a gated MLP's product
+  /// by the working set's op: eager attention's softmax, SDPA, an MLP's product or activation
   core_end,
 };
 
@@ -1067,7 +1067,7 @@ constexpr void head_attention_core(block_builder& b, const model& m, const activ
           b.split(width), b.beta(), {.freed = freed_at::core_end});
   // Else SDPA's output, laid out as Q ([b, s, h, d] under the transpose), is o_proj's input as
   // is (transpose(1, 2).contiguous() returns it): it goes when SDPA's backward ends, after
-  // o_proj's (traced on an H200: docs/timeline.md). A frozen base keeps peft's copy instead.
+  // o_proj's (traced on an H200: docs/timeline.md). A frozen base's entry is the adapter's input.
   const bool heads_first =
       (m.family == family::phi3 || o.code == model_code::litgpt) && b.beta() == 16;
   const saved_flags shared{.freed = freed_at::core_end};
