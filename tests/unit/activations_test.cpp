@@ -877,7 +877,7 @@ TEST_CASE("SDPA's backward frees Q, K, V, its output and log-sum-exp as it ends"
   // o_proj's output), and after the flash backward's workspace (477-479) go K (16 MiB), Q (64 MiB),
   // V (16 MiB), the log-sum-exp (1 MiB) and that output (events 483-491), before the rotary's
   // and the projections' backward.
-  constexpr std::int64_t MiB = 1 << 20;
+  constexpr std::int64_t mebibyte = 1 << 20;
   model m = models::llama_3_8b::value;
   m.layers = 2;
   const training t{m, pure<bf16>::value, adamw<>::value};
@@ -889,7 +889,7 @@ TEST_CASE("SDPA's backward frees Q, K, V, its output and log-sum-exp as it ends"
     if (what == "attention output linear: input freed") out += e.delta.count;
     if (what == "attention weight gradients") break;  // the last layer's half only
   }
-  CHECK(core == -(64 + 16 + 16 + 64 + 1) * MiB);
+  CHECK(core == -(64 + 16 + 16 + 64 + 1) * mebibyte);
   CHECK(out == 0);  // o_proj's backward drops a reference, not the memory
 }
 
