@@ -1829,8 +1829,15 @@ struct layer_backward_working {
   /// gradient per factor (aten mul_backward: grad * other, grad * self); a fused GELU has one.
   bytes mlp{};
   /// Attention core. Eager: the softmax gradient in the softmax's format, the softmax backward's
-  /// output and the buffer its CUDA kernel takes (tests/validation E11). Flash/SDPA: dQ, dK, dV.
+  /// output and the buffer its CUDA kernel takes (tests/validation E11). Flash/SDPA: its incoming
+  /// gradient (o_proj's input gradient, read by the fused backward and freed after it), dQ, dK, dV.
   bytes attention{};
+  /// The part of `attention` that enters the core first: eager's softmax gradient, the fused
+  /// kernel's incoming gradient.
+  bytes attention_incoming{};
+  /// What the fused kernel allocates inside its backward and frees as it returns
+  /// (fused_attention_workspace), beside the whole working set.
+  bytes attention_workspace{};
   /// Eager attention's score-sized gradients in the compute format around its core, each
   /// `score_gradient`: one before (the value matmul's, which a cast or the dropout's backward turns
   /// into the softmax's), and after the softmax's backward one or two (its input's gradient cast
@@ -1940,6 +1947,28 @@ constexpr bytes packed_experts_backward(const model& m, const activation_options
   }
   return bytes_for_bits(checked_mul(checked_mul(rows, width), 3 * b.rho()));
 }
+
+/// What a 16-bit fused attention kernel allocates inside its backward, in one workspace (cuDNN)
+/// or beside its outputs (FlashAttention-2), and frees as it returns: dQ's fp32 accumulator and
+/// the fp32 row sums of dO * O per query head, and with grouped K/V heads dK and dV at every
+/// query head in the compute format, summed to the groups at the end (cudnn-frontend
+/// sdpa/sdpa_backward CompositeSDPABackwardNode: dQ_accum, softmax_sum, dK_fullhead, dV_fullhead;
+/// torch flash_api.cpp mha_bwd: dq_accum, softmax_d, dk_expanded, dv_expanded). Traced on an H200
+/// and an H100 to 256 B (the engine's own; docs/timeline.md#sdpas-backward). Not modelled, zero:
+/// the memory-efficient kernel (fp32, or a mask), whose tiles set its accumulators, and
+/// FlexAttention's compiled backward.
+constexpr bytes fused_attention_workspace(const model& m, const activation_options& o,
+                                          const block_builder& b, std::int64_t heads) {
+  if (b.beta() != 16 || sdpa_gets_mask(m, o) || traits_of(o.code).flex_attention) return bytes{};
+  const std::int64_t qk_dim =
+      m.is_mla() ? m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim : m.head_dim;
+  const bool grouped =
+      !m.is_mla() && b.attention() == attention_kind::flash && local_kv_heads(m, b.tp()) < heads;
+  const std::int64_t fp32_per_token = heads * (qk_dim + 1);
+  const std::int64_t full_heads_per_token = grouped ? heads * 2 * m.head_dim : 0;
+  return bytes_for_bits(checked_mul(b.split(fp32_per_token), 32)) +
+         bytes_for_bits(checked_mul(b.split(full_heads_per_token), 16));
+}
 }  // namespace detail
 
 constexpr layer_backward_working layer_backward_bytes(const model& m, const precision& p,
@@ -1980,6 +2009,7 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
     // modeling_llama.py eager_attention_forward: softmax(dtype=float32).to(query.dtype), dropout,
     // matmul(attn_weights, value_states); matmul(query, key.transpose(2, 3)) * scaling.
     const bool cast = bits != beta;
+    w.attention_incoming = bytes_for_bits(checked_mul(scores, bits));
     w.score_gradient = bytes_for_bits(checked_mul(scores, beta));
     w.gradients_before = cast || o.attention_dropout ? 1 : 0;
     w.gradients_after = cast ? 2 : 1;
@@ -1995,7 +2025,10 @@ constexpr layer_backward_working layer_backward_bytes(const model& m, const prec
             : (heads +
                2 * (b.attention() == attention_kind::sdpa ? heads : detail::local_kv_heads(m, t))) *
                   m.head_dim;
-    w.attention = bytes_for_bits(checked_mul(b.split(qkv_width), beta));
+    const std::int64_t value_width = heads * (m.is_mla() ? m.mla.v_head_dim : m.head_dim);
+    w.attention_incoming = bytes_for_bits(checked_mul(b.split(value_width), beta));
+    w.attention = w.attention_incoming + bytes_for_bits(checked_mul(b.split(qkv_width), beta));
+    w.attention_workspace = detail::fused_attention_workspace(m, o, b, heads);
   }
   return w;
 }
@@ -2098,7 +2131,8 @@ constexpr stage_layers layers_of_stage(const training& t, const activation_optio
     if (whole > s.largest_layer) s.largest_layer = whole;
     const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe == 1);
     const bytes mlp = w.mlp > w.weighting ? w.mlp : w.weighting;
-    const bytes most = (mlp > w.attention ? mlp : w.attention) + w.stream_gradient;
+    const bytes attention = w.attention + w.attention_workspace;
+    const bytes most = (mlp > attention ? mlp : attention) + w.stream_gradient;
     if (most > s.largest_working) s.largest_working = most;
   }
   // The model's first layer over a frozen input saves less (layer_input_frozen()): one layer, in

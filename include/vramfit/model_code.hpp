@@ -50,11 +50,18 @@ struct code_traits {
   bool fused_swiglu = false;     ///< SwiGLU keeps the gate-up output, not its parts
   /// RoPE reads slices of a module buffer built once: no cos/sin made per forward.
   bool rotary_buffer = false;
+  /// Attention by FlexAttention's compiled kernels (torchtitan models/common/config_utils.py
+  /// get_attention_config: flex, the default), not by SDPA's fused ones.
+  bool flex_attention = false;
 };
 constexpr code_traits traits_of(model_code c) {
   switch (c) {
     case model_code::torchtitan:
-      return {.name = "torchtitan", .fused_norm = true, .rope_rows = true, .rotary_buffer = true};
+      return {.name = "torchtitan",
+              .fused_norm = true,
+              .rope_rows = true,
+              .rotary_buffer = true,
+              .flex_attention = true};
     case model_code::torchtitan_2024:
       return {.name = "torchtitan-2024", .repeats_kv = true, .rotary_buffer = true};
     case model_code::torchtune:

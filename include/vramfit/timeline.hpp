@@ -43,6 +43,7 @@ enum class layer_tensor : unsigned char {
   dequantized,              ///< a 4-bit weight's compute-format copy for one matmul (bitsandbytes)
   dequantize_scales,        ///< the fp32 absmax beside it in forward
   recompute_working,        ///< what a recompute holds beside its saved tensors (QLoRA's)
+  kernel_workspace,         ///< a fused attention kernel's, inside its backward only
 };
 
 /// Tensors of one layer: `count` of `size` bytes each, of `kind`, in the attention (part 0) or MLP
@@ -221,17 +222,19 @@ constexpr void for_each_layer_tensor(const training& t, const activation_options
                     .size = detail::qlora_recompute_working(m, t.precision, o, l, t.finetune, moe),
                     .count = 1});
   }
-  // The backward's working tensors, taken as three of one size: the gated MLP's mm and two
-  // products, the eager softmax's gradient, output and kernel buffer, or flash's dQ, dK, dV; the
-  // first is the core's incoming gradient.
+  // The backward's working tensors: the core's incoming gradient, then the rest as two of one
+  // size: the gated MLP's mm and two products, the eager softmax's gradient, output and kernel
+  // buffer, or o_proj's input gradient, then dQ, dK and dV.
   const layer_backward_working w = layer_backward_bytes(m, t.precision, o, l, moe);
   for (int part : {0, 1}) {
     const bytes all = part ? w.mlp : w.attention;
-    const bytes third{all.count / 3};
-    visit(layer_piece{.kind = layer_tensor::core_gradient, .part = part, .size = third});
-    visit(layer_piece{.kind = layer_tensor::working, .part = part, .size = third});
-    visit(layer_piece{.kind = layer_tensor::working, .part = part, .size = all - third * 2});
+    const bytes incoming = part ? bytes{all.count / 3} : w.attention_incoming;
+    const bytes half{(all - incoming).count / 2};
+    visit(layer_piece{.kind = layer_tensor::core_gradient, .part = part, .size = incoming});
+    visit(layer_piece{.kind = layer_tensor::working, .part = part, .size = half});
+    visit(layer_piece{.kind = layer_tensor::working, .part = part, .size = all - incoming - half});
   }
+  visit(layer_piece{.kind = layer_tensor::kernel_workspace, .size = w.attention_workspace});
   visit(layer_piece{.kind = layer_tensor::gradient_before_core,
                     .size = w.score_gradient,
                     .count = w.gradients_before});
@@ -274,6 +277,7 @@ struct layer_pattern {
   bytes cached_casts{};  ///< of trained weights: autocast's cache holds them to the region's end
   bytes kept_input{};    ///< a fully recomputed layer: its input, kept from forward
   bytes recompute_working{};  ///< what its recompute holds beside them (qlora_recompute_working)
+  bytes kernel_workspace{};  ///< the fused attention's, in its backward (fused_attention_workspace)
   bool full = false;
   layer_backward_working working{};  ///< with each core's incoming gradient, also apart:
   bytes core_gradient[2]{};          ///< [layer_part]
@@ -329,6 +333,9 @@ constexpr layer_pattern pattern_of(const training& t, const activation_options& 
                               break;
                             case layer_tensor::recompute_working:
                               p.recompute_working += all;
+                              break;
+                            case layer_tensor::kernel_workspace:
+                              p.kernel_workspace += all;
                               break;
                             case layer_tensor::core_gradient:
                               p.core_gradient[part] += all;
@@ -967,6 +974,12 @@ struct step_writer {
     add("attention value matmul: score gradient", e.working, -before,
         pieces_of(layer_tensor::gradient_before_core));
     add(working_name, e.working, working_set, pieces_of(layer_tensor::working, part));
+    if (!part) {  // the fused kernel's workspace, then its incoming gradient, go as it returns
+      add("attention kernel: backward workspace", e.working, p.kernel_workspace,
+          pieces_of(layer_tensor::kernel_workspace));
+      add("attention kernel: backward workspace", e.working, -p.kernel_workspace,
+          pieces_of(layer_tensor::kernel_workspace));
+    }
     add(working_name, e.working, -incoming, pieces_of(layer_tensor::core_gradient, part));
     dequantized(false, 1);
     dequantized(false, -1);

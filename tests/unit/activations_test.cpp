@@ -290,10 +290,11 @@ TEST_CASE("a sliding window the sequence reaches: SDPA gets a mask, K and V repe
   CHECK(attention_kernel(m, fp32_training::value, at_window) == attention_kind::sdpa);
   // The attention's backward returns dQ, dK and dV at the shapes it was given: K and V repeated
   // to 32 heads, 3 x 2 tau h in bf16; one token short of the window, grouped: (h + 2 kv d) 2 tau.
+  // Before them, the incoming gradient: 2 tau h.
   CHECK(layer_backward_bytes(m, pure<bf16>::value, at_window, {}).attention ==
-        bytes{3 * 2 * tau * h});
+        bytes{4 * 2 * tau * h});
   CHECK(layer_backward_bytes(m, pure<bf16>::value, under, {}).attention ==
-        bytes{(h + 2 * kv * d) * 2 * (b * (s - 128))});
+        bytes{(2 * h + 2 * kv * d) * 2 * (b * (s - 128))});
 }
 
 TEST_CASE("SDPA in fp32 with grouped-query heads runs the math kernel: eager's tensors, by hand") {
@@ -676,9 +677,9 @@ TEST_CASE("one layer's backward working sets, by hand") {
   const activation_options flash{.micro_batch = 1, .sequence = 2048};
   const std::int64_t n = 2048LL * 14336;
   CHECK(layer_backward_bytes(llama, pure<bf16>::value, flash, one).mlp == bytes{3 * 2 * n});
-  // Flash attention: dQ, dK and dV (32 + 2 x 8 heads of 128).
+  // Flash attention: its incoming gradient (32 heads of 128), dQ, dK and dV (32 + 2 x 8 heads).
   CHECK(layer_backward_bytes(llama, pure<bf16>::value, flash, one).attention ==
-        bytes{2048LL * (32 + 16) * 128 * 2});
+        bytes{2048LL * (32 + 32 + 16) * 128 * 2});
   // Eager attention: the fp32 softmax's gradient, its backward output and the kernel's buffer,
   // each 32 heads x 2048 x 2048 x 4 B (Llama upcasts the softmax).
   activation_options eager = flash;
@@ -891,6 +892,54 @@ TEST_CASE("SDPA's backward frees Q, K, V, its output and log-sum-exp as it ends"
   }
   CHECK(core == -(64 + 16 + 16 + 64 + 1) * mebibyte);
   CHECK(out == 0);  // o_proj's backward drops a reference, not the memory
+}
+
+TEST_CASE("a fused attention's backward: its incoming gradient, dQ, dK, dV and its workspace") {
+  // The same trace, the second layer's attention half (events 472-480): o_proj's weight gradient
+  // (32 MiB), its input gradient, which SDPA's backward reads (64 MiB), dQ (64 MiB), dK and dV
+  // (16 MiB each), then cuDNN's workspace of 269,484,288 B allocated and freed, then the incoming
+  // gradient freed. The workspace is dQ's fp32 accumulator (8,192 x 32 x 128 x 4 B), the fp32
+  // row sums (8,192 x 32 x 4 B), and dK and dV at all 32 query heads in bf16 (2 x 8,192 x 32 x
+  // 128 x 2 B), and 256 B of the engine's own, not modelled.
+  constexpr std::int64_t mebibyte = 1 << 20;
+  model m = models::llama_3_8b::value;
+  m.layers = 2;
+  const training t{m, pure<bf16>::value, adamw<>::value};
+  std::vector<std::pair<std::string, std::int64_t>> events;
+  for (const timeline_event& e : step_timeline_of(t, {.micro_batch = 1, .sequence = 8192}).events) {
+    const std::string what = e.what;
+    if (e.phase != step_phase::backward || what.rfind("MLP", 0) == 0) continue;
+    if (what == "attention SDPA: its inputs and output freed") break;
+    events.emplace_back(what, e.delta.count);
+  }
+  const std::int64_t workspace = 269'484'288 - 256;
+  const std::vector<std::pair<std::string, std::int64_t>> expected{
+      {"attention output linear: weight gradients", 32 * mebibyte},
+      {"attention backward working set", 64 * mebibyte},  // o_proj's input gradient
+      {"attention backward working set", 96 * mebibyte},  // dQ, dK, dV
+      {"attention kernel: backward workspace", workspace},
+      {"attention kernel: backward workspace", -workspace},
+      {"attention backward working set", -64 * mebibyte}};
+  CHECK(std::vector(events.end() - 6, events.end()) == expected);
+  // The other traced workspaces, less the engine's 256 B (tests/validation/gpu: h200/traces at
+  // events 471, 2630; traces/ at 2853, 1153): Llama at 1,024 tokens; Qwen2.5-0.5B (14 heads of
+  // 64, 2 K/V heads) at 2 x 4,096 and 2 x 1,024 tokens; GPT-2 (12 heads of 64, no grouping: no
+  // full-head dK and dV) at 4 x 1,024 tokens under fp16 autocast.
+  const auto workspace_of = [](const model& x, const precision& p, std::int64_t batch,
+                               std::int64_t sequence) {
+    return layer_backward_bytes(x, p, {.micro_batch = batch, .sequence = sequence}, {})
+        .attention_workspace;
+  };
+  CHECK(workspace_of(m, pure<bf16>::value, 1, 1024) == bytes{33'685'760 - 256});
+  const model& qwen = models::qwen2_5_0_5b::value;
+  CHECK(workspace_of(qwen, pure<bf16>::value, 2, 4096) == bytes{59'179'264 - 256});
+  CHECK(workspace_of(qwen, amp<bf16>::value, 2, 1024) == bytes{14'795'008 - 256});
+  CHECK(workspace_of(models::gpt2::value, amp<fp16>::value, 4, 1024) == bytes{12'779'776 - 256});
+  // fp32 runs the memory-efficient kernel, whose workspace is not modelled; eager has none.
+  CHECK(workspace_of(models::gpt2::value, fp32_training::value, 4, 1024) == bytes{});
+  CHECK(layer_backward_bytes(m, pure<bf16>::value,
+                             {.sequence = 1024, .attention = attention_kind::eager}, {})
+            .attention_workspace == bytes{});
 }
 
 TEST_CASE(

@@ -73,6 +73,8 @@ def train_args(r):
             "--optimizer", *OPTIMIZER[r["optimizer"]], "--micro-batch", str(r["batch"]), "--seq-len", str(r["seq"]),
             "--grad-accum", str(r["accum"]), "--attention", ATTENTION[r["attn"]], "--recompute", RECOMPUTE[r["gc"]],
             "--gpu", "h100", "--format", "json"]
+    if r["gc"] == "nonreentrant":
+        args.append("--non-reentrant")
     if r["lora"]:
         t = r["lora"]["targets"]
         args += ["--lora-rank", str(r["lora"]["r"]), "--lora-targets", t if isinstance(t, str) else ",".join(t)]
